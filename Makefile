@@ -1,0 +1,194 @@
+# mpsdiag - build, test, run.
+#
+#   make            build build/mpsdiag (+ build/libmpsdiag_cuda.so when nvcc is found)
+#   make test       install missing dependencies, build, run the whole test suite
+#   make run        install missing dependencies, build, run the bundled default job
+#   make asan       the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make clean
+#
+# Switches: NO_CUDA=1, CUDA_ARCHS="-gencode=...", SANITIZE=address,undefined,
+# BUILD=dir, CC=clang. Objects go under $(BUILD) with -MMD dependencies, and a
+# change of flags rebuilds everything.
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+BUILD ?= build
+UNAME_S := $(shell uname -s)
+VERSION := 0.1.0
+
+CC ?= cc
+ifeq ($(CC),cc)
+  ifeq ($(UNAME_S),Darwin)
+    CC := clang
+  endif
+endif
+
+PKGS      := openblas libcjson libturbojpeg zlib
+TEST_PKGS := criterion
+
+ifeq ($(UNAME_S),Darwin)
+  BREW := $(shell command -v brew 2>/dev/null)
+  ifneq ($(BREW),)
+    BREW_PREFIX := $(shell brew --prefix 2>/dev/null)
+    export PKG_CONFIG_PATH := $(shell brew --prefix openblas 2>/dev/null)/lib/pkgconfig:$(BREW_PREFIX)/lib/pkgconfig:$(PKG_CONFIG_PATH)
+  endif
+endif
+
+have_pkg = $(shell pkg-config --exists $(1) 2>/dev/null && echo 1)
+HAVE_DEPS := $(call have_pkg,$(PKGS))
+HAVE_CRITERION := $(call have_pkg,$(TEST_PKGS))
+
+WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wdouble-promotion -Wno-overlength-strings -Werror
+# Messages are cut to their buffers on purpose; gcc's truncation analysis
+# flags every such snprintf.
+IS_CLANG := $(shell $(CC) --version 2>/dev/null | grep -q clang && echo 1)
+ifeq ($(IS_CLANG),)
+  WARN += -Wno-format-truncation
+endif
+OPT ?= -O2
+CFLAGS_BASE := -std=c11 $(OPT) -g $(WARN) -fno-fast-math -pthread -Isrc -DMD_VERSION=\"$(VERSION)\"
+ifneq ($(HAVE_DEPS),)
+  DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+  DEP_LIBS   := $(shell pkg-config --libs $(PKGS))
+endif
+CFLAGS  := $(CFLAGS_BASE) $(DEP_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS  := $(DEP_LIBS) -lm -ldl -pthread
+LDFLAGS := $(EXTRA_LDFLAGS)
+ifneq ($(UNAME_S),Darwin)
+  LDFLAGS += -rdynamic
+endif
+
+ifneq ($(SANITIZE),)
+  SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+  CFLAGS  += $(SAN_FLAGS)
+  LDFLAGS += $(SAN_FLAGS)
+  NO_CUDA := 1
+endif
+
+# Quiet rules unless V=1.
+ifeq ($(V),1)
+  Q :=
+  say = @true
+else
+  Q := @
+  say = @printf '  %-6s %s\n'
+endif
+
+# ---- sources ---------------------------------------------------------------
+SRCS := $(shell find src -name '*.c' | sort)
+ifeq ($(UNAME_S),Darwin)
+  METAL_SRCS := $(wildcard metal/*.m)
+  METAL_CSRCS :=
+  LDLIBS += -framework Metal -framework MetalPerformanceShaders -framework Foundation
+else
+  METAL_SRCS :=
+  METAL_CSRCS := metal/metal_stub.c
+endif
+LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out src/main.c,$(SRCS)) $(METAL_CSRCS)) \
+            $(patsubst %.m,$(BUILD)/obj/%.o,$(METAL_SRCS))
+MAIN_OBJ := $(BUILD)/obj/src/main.o
+TEST_SRCS := $(wildcard test/*.c)
+TEST_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRCS))
+
+BIN  := $(BUILD)/mpsdiag
+TESTBIN := $(BUILD)/mpsdiag-tests
+
+# ---- CUDA plug-in ------------------------------------------------------------
+ifeq ($(NO_CUDA),)
+  NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+CUDA_SRCS := $(wildcard cuda/*.cu)
+CUDA_CSRCS := $(wildcard cuda/*.c)
+CUDA_ARCHS ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NVCCFLAGS := -O2 -std=c++17 $(CUDA_ARCHS) -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Werror all-warnings -Isrc -Icuda
+ifneq ($(and $(NVCC),$(CUDA_SRCS)),)
+  CUDA_LIB := $(BUILD)/libmpsdiag_cuda.so
+  CUDA_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRCS)) $(patsubst %.c,$(BUILD)/obj/%.cuda.o,$(CUDA_CSRCS))
+endif
+
+# ---- flags stamp: rebuild when flags change ------------------------------------
+FLAGS_STAMP := $(BUILD)/.flags
+FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) | $(NVCC) $(NVCCFLAGS)
+$(shell mkdir -p $(BUILD); [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP))
+
+# ---- what was found ------------------------------------------------------------
+ok = $(if $(1),✓,✗)
+.PHONY: all test test-run run asan clean deps configure
+all: configure $(BIN) $(CUDA_LIB)
+
+configure:
+	@echo "mpsdiag $(VERSION) build ($(UNAME_S), $(CC))"
+	@echo "  $(call ok,$(HAVE_DEPS)) libraries: $(PKGS)$(if $(HAVE_DEPS),, (missing: run scripts/install-deps.sh))"
+	@echo "  $(call ok,$(HAVE_CRITERION)) criterion (tests)"
+	@echo "  $(call ok,$(CUDA_LIB)) CUDA backend$(if $(CUDA_LIB), ($(NVCC)),$(if $(NVCC), (no cuda/ sources yet), (nvcc not found or NO_CUDA=1)))"
+	@echo "  $(call ok,$(METAL_SRCS)) Metal backend$(if $(METAL_SRCS),, (macOS only))"
+	@echo "  $(if $(SANITIZE),✓ sanitizers: $(SANITIZE),- sanitizers off)"
+	@test -n "$(HAVE_DEPS)" || { echo "mpsdiag: missing libraries; run 'make test' or scripts/install-deps.sh" >&2; exit 1; }
+
+$(BIN): $(MAIN_OBJ) $(LIB_OBJS)
+	$(say) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(say) CC $<
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.m $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(say) OBJC $<
+	$(Q)$(CC) $(filter-out -std=c11 -Wpedantic,$(CFLAGS)) -fobjc-arc -MMD -MP -c $< -o $@
+
+# The CUDA plug-in: device code and host glue, linked against cuBLAS/cuDNN and
+# the static CUDA runtime, so it needs only the driver and those libraries.
+$(BUILD)/obj/%.o: %.cu $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(say) NVCC $<
+	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.cuda.o: %.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(say) CC $<
+	$(Q)$(CC) $(CFLAGS) -fPIC -I$(CUDA_HOME)/include -MMD -MP -c $< -o $@
+
+$(CUDA_LIB): $(CUDA_OBJS)
+	$(say) LINK $@
+	$(Q)$(NVCC) -shared $(CUDA_ARCHS) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudnn -cudart static
+
+# ---- tests -------------------------------------------------------------------
+TEST_CFLAGS := $(CFLAGS) $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null) -Wno-missing-prototypes -Wno-pedantic -Wno-double-promotion
+$(BUILD)/obj/test/%.o: test/%.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(say) CC $<
+	$(Q)$(CC) $(TEST_CFLAGS) -MMD -MP -c $< -o $@
+
+$(TESTBIN): $(TEST_OBJS) $(LIB_OBJS)
+	$(say) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null) $(LDLIBS)
+
+# Installs what is missing (and nothing else) before building.
+deps:
+	@scripts/install-deps.sh --check >/dev/null 2>&1 || scripts/install-deps.sh
+
+TEST_JOBS ?= 2
+test: deps
+	@$(MAKE) --no-print-directory test-run
+
+test-run: all $(TESTBIN)
+	MPSDIAG_BIN=$(abspath $(BIN)) $(TESTBIN) --jobs $(TEST_JOBS) $(TEST_ARGS)
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(BIN) $(RUN_ARGS)
+
+asan: deps
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(MAKE) --no-print-directory test-run BUILD=build/asan SANITIZE=address,undefined OPT=-O1
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

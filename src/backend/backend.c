@@ -1,0 +1,495 @@
+/* backend.c - registry, probing, selection, devices and their memory. */
+#define _GNU_SOURCE
+#include "backend/backend_impl.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/platform.h"
+#include "core/timer.h"
+
+struct md_backend {
+    const char *name;
+    md_backend_kind kind;
+    const struct md_backend_ops *ops; /* NULL until loaded (cuda) */
+    int probed;
+    struct md_probe probe;
+    int user_visible;                 /* listed by --list-devices and auto */
+};
+
+/* ---------------------------------------------------------------------------
+ * CUDA plug-in loading
+ * ------------------------------------------------------------------------- */
+
+typedef const struct md_backend_ops *(*md_cuda_entry_fn)(int api_version);
+
+static const struct md_backend_ops *load_cuda(char *reason, size_t n)
+{
+    const char *env = getenv("MPSDIAG_CUDA_LIB");
+    char path[4200];
+    void *h = NULL;
+    char first_err[512] = "";
+    const char *candidates[2];
+    char exe_path[4200];
+    snprintf(exe_path, sizeof exe_path, "%s/libmpsdiag_cuda.so", md_exe_dir());
+    candidates[0] = env && *env ? env : NULL;
+    candidates[1] = exe_path;
+    int found_file = 0;
+    for (int i = 0; i < 2 && !h; i++) {
+        if (!candidates[i]) continue;
+        snprintf(path, sizeof path, "%s", candidates[i]);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        fclose(f);
+        found_file = 1;
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h && !first_err[0]) snprintf(first_err, sizeof first_err, "%s", dlerror());
+    }
+    if (!found_file) {
+        snprintf(reason, n, "not built with CUDA (no libmpsdiag_cuda.so beside the binary; "
+                            "nvcc was not found at build time or NO_CUDA=1)");
+        return NULL;
+    }
+    if (!h) {
+        snprintf(reason, n, "CUDA libraries missing: %s", first_err);
+        return NULL;
+    }
+    md_cuda_entry_fn entry;
+    void *sym = dlsym(h, "md_cuda_backend_entry");
+    memcpy(&entry, &sym, sizeof entry); /* POSIX: dlsym results are callable */
+    if (!entry) {
+        snprintf(reason, n, "libmpsdiag_cuda.so has no md_cuda_backend_entry (stale build?)");
+        dlclose(h);
+        return NULL;
+    }
+    const struct md_backend_ops *ops = entry(MD_BACKEND_API_VERSION);
+    if (!ops) {
+        snprintf(reason, n, "libmpsdiag_cuda.so was built for another backend API version; rebuild");
+        dlclose(h);
+        return NULL;
+    }
+    return ops; /* the handle stays open for the life of the process */
+}
+
+/* ---------------------------------------------------------------------------
+ * Registry
+ * ------------------------------------------------------------------------- */
+
+static struct md_backend registry[] = {
+    {.name = "metal", .kind = MD_BACKEND_METAL, .user_visible = 1},
+    {.name = "cuda", .kind = MD_BACKEND_CUDA, .user_visible = 1},
+    {.name = "cpu", .kind = MD_BACKEND_CPU, .user_visible = 1},
+    {.name = "ref", .kind = MD_BACKEND_REF, .user_visible = 0},
+};
+#define N_BACKENDS ((int)(sizeof registry / sizeof registry[0]))
+
+int md_backend_count(void) { return N_BACKENDS; }
+const md_backend *md_backend_at(int i) { return i >= 0 && i < N_BACKENDS ? &registry[i] : NULL; }
+const char *md_backend_name(const md_backend *b) { return b->name; }
+md_backend_kind md_backend_kind_of(const md_backend *b) { return b->kind; }
+
+const md_backend *md_backend_find(const char *name)
+{
+    if (strcmp(name, "mps") == 0) name = "metal";
+    for (int i = 0; i < N_BACKENDS; i++)
+        if (strcmp(registry[i].name, name) == 0) return &registry[i];
+    return NULL;
+}
+
+const struct md_probe *md_backend_probe(const md_backend *cb)
+{
+    struct md_backend *b = (struct md_backend *)(uintptr_t)cb;
+    if (b->probed) return &b->probe;
+    b->probed = 1;
+    memset(&b->probe, 0, sizeof b->probe);
+    switch (b->kind) {
+    case MD_BACKEND_CPU: b->ops = md_cpu_backend_ops(); break;
+    case MD_BACKEND_REF: b->ops = md_ref_backend_ops(); break;
+    case MD_BACKEND_METAL: b->ops = md_metal_backend_ops(); break;
+    case MD_BACKEND_CUDA: b->ops = load_cuda(b->probe.reason, sizeof b->probe.reason); break;
+    }
+    if (!b->ops) return &b->probe; /* reason set by the loader */
+    b->ops->probe(&b->probe);
+    if (!b->probe.available && !b->probe.reason[0])
+        snprintf(b->probe.reason, sizeof b->probe.reason, "no device found");
+    return &b->probe;
+}
+
+md_status md_backend_device_info(const md_backend *b, int index, struct md_device_info *out)
+{
+    const struct md_probe *p = md_backend_probe(b);
+    memset(out, 0, sizeof *out);
+    if (!p->available || !b->ops)
+        return md_errf(MD_ERR_DEVICE, "%s is not available: %s", b->name, p->reason);
+    if (index < 0 || index >= p->device_count)
+        return md_errf(MD_ERR_DEVICE, "%s:%d does not exist (%d device%s)", b->name, index,
+                       p->device_count, p->device_count == 1 ? "" : "s");
+    md_status st = b->ops->device_info(index, out);
+    snprintf(out->backend, sizeof out->backend, "%s", b->name);
+    out->index = index;
+    return st;
+}
+
+/* ---------------------------------------------------------------------------
+ * Selection
+ * ------------------------------------------------------------------------- */
+
+static void available_list(char *buf, size_t n)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < N_BACKENDS; i++) {
+        if (!registry[i].user_visible) continue;
+        const struct md_probe *p = md_backend_probe(&registry[i]);
+        if (p->available && o < n)
+            o += (size_t)snprintf(buf + o, n - o, "%s%s", o ? ", " : "", registry[i].name);
+    }
+}
+
+md_status md_device_select(const char *spec, const md_backend **backend, int *index,
+                           char *why, size_t why_len)
+{
+    char name[32];
+    int idx = 0;
+    const char *colon = strchr(spec, ':');
+    size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (len == 0 || len >= sizeof name)
+        return md_errf(MD_ERR_USAGE, "--device: '%s' is not a device (auto, cpu, cuda[:N], metal, mps)", spec);
+    memcpy(name, spec, len);
+    name[len] = '\0';
+    if (colon) {
+        char *end;
+        long v = strtol(colon + 1, &end, 10);
+        if (*end || end == colon + 1 || v < 0 || v >= MD_MAX_DEVICES)
+            return md_errf(MD_ERR_USAGE, "--device: bad device index in '%s'", spec);
+        idx = (int)v;
+    }
+    if (strcmp(name, "auto") == 0) {
+        if (colon) return md_errf(MD_ERR_USAGE, "--device: 'auto' takes no index");
+        char skipped[256] = "";
+        size_t o = 0;
+        for (int i = 0; i < N_BACKENDS; i++) {
+            if (!registry[i].user_visible) continue;
+            const struct md_probe *p = md_backend_probe(&registry[i]);
+            if (p->available) {
+                *backend = &registry[i];
+                *index = 0;
+                snprintf(why, why_len, "auto: first available of metal, cuda, cpu%s%s%s",
+                         o ? " (" : "", skipped, o ? " unavailable)" : "");
+                return MD_OK;
+            }
+            if (o < sizeof skipped)
+                o += (size_t)snprintf(skipped + o, sizeof skipped - o, "%s%s", o ? ", " : "", registry[i].name);
+        }
+        char reasons[512] = "";
+        o = 0;
+        for (int i = 0; i < N_BACKENDS; i++) {
+            if (!registry[i].user_visible || o >= sizeof reasons) continue;
+            o += (size_t)snprintf(reasons + o, sizeof reasons - o, "%s%s: %s", o ? "; " : "", registry[i].name,
+                                  md_backend_probe(&registry[i])->reason);
+        }
+        return md_errf(MD_ERR_DEVICE, "no device available (%s)", reasons);
+    }
+    const md_backend *b = md_backend_find(name);
+    if (!b || !b->user_visible)
+        return md_errf(MD_ERR_USAGE, "--device: '%s' is not a device (auto, cpu, cuda[:N], metal, mps)", spec);
+    const struct md_probe *p = md_backend_probe(b);
+    if (!p->available) {
+        char avail[128];
+        available_list(avail, sizeof avail);
+        return md_errf(MD_ERR_DEVICE, "device '%s' is not available: %s (available: %s)", spec,
+                       p->reason, avail[0] ? avail : "none");
+    }
+    if (idx >= p->device_count)
+        return md_errf(MD_ERR_DEVICE, "device '%s' is not available: %s has %d device%s", spec,
+                       b->name, p->device_count, p->device_count == 1 ? "" : "s");
+    *backend = b;
+    *index = idx;
+    snprintf(why, why_len, "%s:%d requested with --device", b->name, idx);
+    return MD_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * Devices
+ * ------------------------------------------------------------------------- */
+
+md_status md_device_open(const md_backend *b, int index, const struct md_device_opts *opts,
+                         md_device **out)
+{
+    *out = NULL;
+    struct md_device_info info;
+    MD_TRY(md_backend_device_info(b, index, &info));
+    md_device *dev = md_calloc(1, sizeof *dev);
+    if (!dev) return MD_ERR_OOM;
+    dev->ops = b->ops;
+    dev->backend = b;
+    dev->index = index;
+    dev->info = info;
+    if (opts) dev->opts = *opts;
+    const char *fb = getenv("MPSDIAG_ENABLE_FALLBACK");
+    if (fb && strcmp(fb, "1") == 0) dev->opts.fallback = 1;
+    if (dev->opts.memory_fraction > 0 && info.total_memory > 0)
+        dev->mem.limit = (long long)(dev->opts.memory_fraction * (double)info.total_memory);
+    md_status st = dev->ops->open(dev);
+    if (st != MD_OK) {
+        md_free(dev);
+        return st;
+    }
+    /* Refresh info the open may have completed (threads in use, free memory). */
+    snprintf(dev->info.backend, sizeof dev->info.backend, "%s", b->name);
+    if (dev->opts.fallback && dev->info.unified_memory && b->kind != MD_BACKEND_CPU &&
+        b->kind != MD_BACKEND_REF) {
+        struct md_device_opts cpu_opts = dev->opts;
+        cpu_opts.memory_fraction = 0;
+        st = md_device_open(md_backend_find("cpu"), 0, &cpu_opts, &dev->fallback);
+        if (st != MD_OK) {
+            dev->ops->close(dev);
+            md_free(dev);
+            return st;
+        }
+    }
+    *out = dev;
+    return MD_OK;
+}
+
+void md_device_close(md_device *dev)
+{
+    if (!dev) return;
+    md_device_close(dev->fallback);
+    dev->ops->close(dev);
+    md_free(dev->blocks.keys);
+    md_free(dev->blocks.vals);
+    md_free(dev);
+}
+
+const struct md_device_info *md_device_get_info(const md_device *dev) { return &dev->info; }
+const md_backend *md_device_backend(const md_device *dev) { return dev->backend; }
+md_backend_kind md_device_kind(const md_device *dev) { return dev->backend->kind; }
+
+/* ---------------------------------------------------------------------------
+ * Memory: every device allocation is tracked (size by pointer) so current,
+ * peak and the --memory-fraction limit are exact whatever the backend.
+ * ------------------------------------------------------------------------- */
+
+static size_t ptr_hash(const void *p, size_t cap)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)(x & (cap - 1));
+}
+
+static md_status ptrmap_put(struct md_ptrmap *m, void *p, size_t bytes);
+
+static md_status ptrmap_grow(struct md_ptrmap *m)
+{
+    struct md_ptrmap n = {0};
+    n.cap = m->cap ? m->cap * 2 : 64;
+    n.keys = md_calloc(n.cap, sizeof *n.keys);
+    n.vals = md_calloc(n.cap, sizeof *n.vals);
+    if (!n.keys || !n.vals) {
+        md_free(n.keys);
+        md_free(n.vals);
+        return MD_ERR_OOM;
+    }
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->keys[i] && m->keys[i] != (void *)m) ptrmap_put(&n, m->keys[i], m->vals[i]);
+    md_free(m->keys);
+    md_free(m->vals);
+    *m = n;
+    return MD_OK;
+}
+
+/* Tombstones are marked with the map's own address. */
+static md_status ptrmap_put(struct md_ptrmap *m, void *p, size_t bytes)
+{
+    if ((m->used + 1) * 2 > m->cap) MD_TRY(ptrmap_grow(m));
+    size_t i = ptr_hash(p, m->cap);
+    while (m->keys[i] && m->keys[i] != (void *)m) i = (i + 1) & (m->cap - 1);
+    if (!m->keys[i]) m->used++;
+    m->keys[i] = p;
+    m->vals[i] = bytes;
+    return MD_OK;
+}
+
+static int ptrmap_take(struct md_ptrmap *m, void *p, size_t *bytes)
+{
+    if (!m->cap) return 0;
+    size_t i = ptr_hash(p, m->cap);
+    while (m->keys[i]) {
+        if (m->keys[i] == p) {
+            *bytes = m->vals[i];
+            m->keys[i] = (void *)m;
+            return 1;
+        }
+        i = (i + 1) & (m->cap - 1);
+    }
+    return 0;
+}
+
+md_status md_dev_alloc(md_device *dev, size_t bytes, void **ptr, const char *what)
+{
+    *ptr = NULL;
+    if (bytes == 0) bytes = 1;
+    MD_TRY(md_memtrack_reserve(&dev->mem, bytes, what));
+    md_status st = dev->ops->alloc(dev, bytes, ptr);
+    if (st == MD_OK && *ptr) st = ptrmap_put(&dev->blocks, *ptr, bytes);
+    if (st != MD_OK || !*ptr) {
+        if (*ptr) dev->ops->free(dev, *ptr, bytes);
+        *ptr = NULL;
+        md_memtrack_release(&dev->mem, bytes);
+        if (st == MD_OK || st == MD_ERR_OOM) {
+            char a[32], b[32], c[32];
+            return md_errf(MD_ERR_OOM, "out of memory on %s allocating %s: requested %s, in use %s, limit %s",
+                           dev->info.backend, what ? what : "memory", md_fmt_bytes((double)bytes, a, sizeof a),
+                           md_fmt_bytes((double)dev->mem.current, b, sizeof b),
+                           dev->mem.limit ? md_fmt_bytes((double)dev->mem.limit, c, sizeof c) : "none");
+        }
+        return st;
+    }
+    return MD_OK;
+}
+
+void md_dev_free(md_device *dev, void *ptr)
+{
+    if (!ptr) return;
+    size_t bytes = 0;
+    int known = ptrmap_take(&dev->blocks, ptr, &bytes);
+    MD_ASSERT(known); /* freeing memory this device did not allocate */
+    dev->ops->free(dev, ptr, bytes);
+    md_memtrack_release(&dev->mem, bytes);
+}
+
+md_status md_dev_upload(md_device *dev, void *dst, const void *src, size_t bytes)
+{
+    return bytes ? dev->ops->upload(dev, dst, src, bytes) : MD_OK;
+}
+md_status md_dev_download(md_device *dev, void *dst, const void *src, size_t bytes)
+{
+    return bytes ? dev->ops->download(dev, dst, src, bytes) : MD_OK;
+}
+md_status md_dev_copy(md_device *dev, void *dst, const void *src, size_t bytes)
+{
+    return bytes ? dev->ops->copy(dev, dst, src, bytes) : MD_OK;
+}
+md_status md_dev_memset0(md_device *dev, void *dst, size_t bytes)
+{
+    return bytes ? dev->ops->memset0(dev, dst, bytes) : MD_OK;
+}
+md_status md_dev_sync(md_device *dev) { return dev->ops->sync(dev); }
+
+void md_dev_mem_stats(md_device *dev, struct md_mem_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->current = __atomic_load_n(&dev->mem.current, __ATOMIC_RELAXED);
+    out->peak = __atomic_load_n(&dev->mem.peak, __ATOMIC_RELAXED);
+    out->limit = dev->mem.limit;
+    out->allocs = dev->mem.allocs;
+    out->frees = dev->mem.frees;
+    out->reserved = out->current;
+    if (dev->ops->driver_mem) {
+        long long reserved = 0;
+        dev->ops->driver_mem(dev, &out->driver_total, &out->driver_free, &reserved);
+        if (reserved > out->reserved) out->reserved = reserved;
+    }
+}
+
+void md_dev_reset_peak(md_device *dev) { md_memtrack_reset_peak(&dev->mem); }
+
+md_status md_dev_host_alloc(md_device *dev, size_t bytes, void **ptr, int *pinned)
+{
+    *pinned = 0;
+    if (dev->ops->host_alloc_pinned && dev->info.benefits_from_pinned) {
+        if (dev->ops->host_alloc_pinned(dev, bytes, ptr) == MD_OK) {
+            *pinned = 1;
+            return MD_OK;
+        }
+    }
+    *ptr = md_malloc(bytes);
+    return *ptr ? MD_OK : MD_ERR_OOM;
+}
+
+void md_dev_host_free(md_device *dev, void *ptr, int pinned)
+{
+    if (!ptr) return;
+    if (pinned && dev->ops->host_free_pinned) dev->ops->host_free_pinned(dev, ptr);
+    else md_free(ptr);
+}
+
+/* ---------------------------------------------------------------------------
+ * Events: device timers where the backend has them, else host clock + sync.
+ * ------------------------------------------------------------------------- */
+
+struct md_event { void *impl; double host_time; };
+
+md_status md_event_create(md_device *dev, md_event **ev)
+{
+    *ev = md_calloc(1, sizeof **ev);
+    if (!*ev) return MD_ERR_OOM;
+    if (dev->ops->event_create) {
+        md_status st = dev->ops->event_create(dev, &(*ev)->impl);
+        if (st != MD_OK) {
+            md_free(*ev);
+            *ev = NULL;
+            return st;
+        }
+    }
+    return MD_OK;
+}
+
+md_status md_event_record(md_device *dev, md_event *ev)
+{
+    if (ev->impl) return dev->ops->event_record(dev, ev->impl);
+    MD_TRY(md_dev_sync(dev));
+    ev->host_time = md_now();
+    return MD_OK;
+}
+
+md_status md_event_elapsed_ms(md_device *dev, md_event *start, md_event *end, float *ms)
+{
+    if (start->impl && end->impl) return dev->ops->event_elapsed_ms(dev, start->impl, end->impl, ms);
+    *ms = (float)((end->host_time - start->host_time) * 1e3);
+    return MD_OK;
+}
+
+void md_event_destroy(md_device *dev, md_event *ev)
+{
+    if (!ev) return;
+    if (ev->impl && dev->ops->event_destroy) dev->ops->event_destroy(dev, ev->impl);
+    md_free(ev);
+}
+
+/* ---------------------------------------------------------------------------
+ * Graph capture
+ * ------------------------------------------------------------------------- */
+
+int md_dev_can_capture(md_device *dev) { return dev->ops->capture_begin != NULL; }
+
+md_status md_dev_capture_begin(md_device *dev)
+{
+    if (!dev->ops->capture_begin)
+        return md_errf(MD_ERR_UNSUPPORTED, "graph capture is not supported on %s", dev->info.backend);
+    return dev->ops->capture_begin(dev);
+}
+md_status md_dev_capture_end(md_device *dev, void **graph) { return dev->ops->capture_end(dev, graph); }
+md_status md_dev_graph_launch(md_device *dev, void *graph) { return dev->ops->graph_launch(dev, graph); }
+void md_dev_graph_destroy(md_device *dev, void *graph)
+{
+    if (graph && dev->ops->graph_destroy) dev->ops->graph_destroy(dev, graph);
+}
+
+int md_dev_supports(const md_device *dev, int kernel_index)
+{
+    MD_ASSERT(kernel_index >= 0 && kernel_index < MD_KERNEL_COUNT);
+    void (*const *table)(void) = (void (*const *)(void))(const void *)&dev->ops->kernels;
+    return table[kernel_index] != NULL;
+}
+
+long long md_dev_fallback_count(const md_device *dev, int kernel_index)
+{
+    MD_ASSERT(kernel_index >= 0 && kernel_index < MD_KERNEL_COUNT);
+    return dev->fallback_calls[kernel_index];
+}

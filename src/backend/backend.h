@@ -1,0 +1,141 @@
+/* backend.h - devices as the rest of mpsdiag sees them.
+ *
+ * A backend (cpu, cuda, metal) is found in the registry by name, probed
+ * (available or not, with a reason), and opened into an md_device. All
+ * device memory goes through md_dev_alloc so current/peak/limit are known.
+ * Kernels are called through the md_k_* wrappers in kernels_call.h, which add
+ * the CPU fallback; nobody else touches the vtable (backend_impl.h).
+ */
+#ifndef MD_BACKEND_H
+#define MD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/kernels.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MD_BACKEND_API_VERSION 1
+#define MD_MAX_DEVICES 16
+
+typedef enum md_backend_kind { MD_BACKEND_CPU = 0, MD_BACKEND_CUDA, MD_BACKEND_METAL, MD_BACKEND_REF } md_backend_kind;
+
+/* What a probe found for one backend. */
+struct md_probe {
+    int available;         /* 1 if at least one device can be opened */
+    int built;             /* 1 if this binary was built with the backend */
+    int device_count;
+    char reason[256];      /* why not available ("built without CUDA", "no driver", ...) */
+};
+
+/* Static description of one device, filled by the backend. Unknown numbers
+ * are 0 / unknown strings are "" (reports print "unknown"). */
+struct md_device_info {
+    char name[128];            /* "NVIDIA H100 80GB HBM3", "Apple M2 Pro", "AMD EPYC ..." */
+    char backend[16];          /* "cpu", "cuda", "metal" */
+    int index;
+    int compute_units;         /* SMs, GPU cores, CPU threads in use */
+    long long total_memory;    /* bytes */
+    long long free_memory;     /* bytes, at open time */
+    long long recommended_working_set; /* Metal: recommendedMaxWorkingSetSize */
+    int cc_major, cc_minor;    /* CUDA compute capability */
+    char arch[64];             /* "sm_90", "apple8", "haswell" */
+    char driver_version[32], runtime_version[32];
+    char blas[128];            /* cuBLAS / OpenBLAS version */
+    char dnn[64];              /* cuDNN version */
+    char family[64];           /* Metal GPU family */
+    int unified_memory;        /* host and device share memory */
+    int supports_fp16, supports_bf16, supports_tf32;
+    int has_events;            /* device timers */
+    int benefits_from_pinned;  /* page-locked host buffers speed up copies */
+};
+
+/* Memory statistics of a device (bytes). */
+struct md_mem_stats {
+    long long current, peak, limit;  /* tracked allocations */
+    long long reserved;              /* held by a caching allocator (>= current) */
+    long long driver_total, driver_free; /* as the driver reports now (0 = unknown) */
+    long long allocs, frees;
+};
+
+/* Options for opening a device. */
+struct md_device_opts {
+    int threads;             /* CPU: worker threads (0 = physical cores) */
+    double memory_fraction;  /* 0 = no cap; else cap = fraction * total */
+    int allow_tf32;          /* CUDA */
+    int fallback;            /* run unsupported ops on the CPU */
+    int deterministic;
+};
+
+typedef struct md_backend md_backend; /* opaque */
+typedef struct md_event md_event;     /* opaque */
+
+/* ---- registry ---- */
+int md_backend_count(void);
+const md_backend *md_backend_at(int i);           /* registration order: metal, cuda, cpu */
+const md_backend *md_backend_find(const char *name); /* "cpu", "cuda", "metal", "ref" */
+const char *md_backend_name(const md_backend *b);
+md_backend_kind md_backend_kind_of(const md_backend *b);
+/* Probes once and caches; never aborts. */
+const struct md_probe *md_backend_probe(const md_backend *b);
+/* Static info of device `index` without opening it for work (for --list-devices). */
+md_status md_backend_device_info(const md_backend *b, int index, struct md_device_info *out);
+
+/* ---- selection ----
+ * spec: "auto", "cpu", "cuda", "cuda:N", "metal", "mps". With "auto" the
+ * order is metal, cuda, cpu; `why` receives a one-line explanation of the
+ * choice (what each probe said). A missing requested device is MD_ERR_DEVICE
+ * naming the reason and what is available. */
+md_status md_device_select(const char *spec, const md_backend **backend, int *index,
+                           char *why, size_t why_len);
+
+/* ---- devices ---- */
+md_status md_device_open(const md_backend *b, int index, const struct md_device_opts *opts,
+                         md_device **out);
+void md_device_close(md_device *dev); /* NULL ok */
+const struct md_device_info *md_device_get_info(const md_device *dev);
+const md_backend *md_device_backend(const md_device *dev);
+md_backend_kind md_device_kind(const md_device *dev);
+
+/* Memory. md_dev_alloc fails with MD_ERR_OOM (requested / in use / limit). */
+md_status md_dev_alloc(md_device *dev, size_t bytes, void **ptr, const char *what);
+void md_dev_free(md_device *dev, void *ptr); /* NULL ok */
+md_status md_dev_upload(md_device *dev, void *dst, const void *src, size_t bytes);
+md_status md_dev_download(md_device *dev, void *dst, const void *src, size_t bytes);
+md_status md_dev_copy(md_device *dev, void *dst, const void *src, size_t bytes);
+md_status md_dev_memset0(md_device *dev, void *dst, size_t bytes);
+md_status md_dev_sync(md_device *dev);
+void md_dev_mem_stats(md_device *dev, struct md_mem_stats *out);
+void md_dev_reset_peak(md_device *dev);
+/* Host buffers for uploads: page-locked where the device benefits, plain
+ * md_malloc otherwise. *pinned tells which. */
+md_status md_dev_host_alloc(md_device *dev, size_t bytes, void **ptr, int *pinned);
+void md_dev_host_free(md_device *dev, void *ptr, int pinned);
+
+/* Timing with device events where the backend has them (host clock otherwise,
+ * after a sync). */
+md_status md_event_create(md_device *dev, md_event **ev);
+md_status md_event_record(md_device *dev, md_event *ev);
+/* Milliseconds between two recorded events (synchronises on `end`). */
+md_status md_event_elapsed_ms(md_device *dev, md_event *start, md_event *end, float *ms);
+void md_event_destroy(md_device *dev, md_event *ev);
+
+/* Whole-step capture (CUDA graphs); md_dev_can_capture says if supported. */
+int md_dev_can_capture(md_device *dev);
+md_status md_dev_capture_begin(md_device *dev);
+md_status md_dev_capture_end(md_device *dev, void **graph);
+md_status md_dev_graph_launch(md_device *dev, void *graph);
+void md_dev_graph_destroy(md_device *dev, void *graph);
+
+/* Which kernels are supported (non-NULL) and how often the fallback ran. */
+int md_dev_supports(const md_device *dev, int kernel_index);
+long long md_dev_fallback_count(const md_device *dev, int kernel_index);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

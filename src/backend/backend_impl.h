@@ -1,0 +1,88 @@
+/* backend_impl.h - the backend vtable. Only backends and the registry include
+ * this; the rest of mpsdiag uses backend.h.
+ *
+ * A backend is one `struct md_backend_ops` filled with designated
+ * initialisers; an omitted optional entry is NULL and the default applies.
+ * The CUDA backend lives in a shared object that exports
+ *     const struct md_backend_ops *md_cuda_backend_entry(int api_version);
+ * (returns NULL on an API mismatch); the Metal backend is linked in on macOS.
+ * Valid C11 and CUDA C++.
+ */
+#ifndef MD_BACKEND_IMPL_H
+#define MD_BACKEND_IMPL_H
+
+#include "backend/backend.h"
+#include "core/mem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct md_backend_ops {
+    int api_version;       /* MD_BACKEND_API_VERSION */
+    const char *name;      /* "cpu", "cuda", "metal", "ref" */
+
+    /* lifecycle (required) */
+    void (*probe)(struct md_probe *out);
+    md_status (*device_info)(int index, struct md_device_info *out);
+    /* Creates dev->impl; dev->info, dev->opts and dev->mem are set before. */
+    md_status (*open)(md_device *dev);
+    void (*close)(md_device *dev);
+
+    /* memory (required) */
+    md_status (*alloc)(md_device *dev, size_t bytes, void **ptr);
+    void (*free)(md_device *dev, void *ptr, size_t bytes);
+    md_status (*upload)(md_device *dev, void *dst, const void *src, size_t bytes);
+    md_status (*download)(md_device *dev, void *dst, const void *src, size_t bytes);
+    md_status (*copy)(md_device *dev, void *dst, const void *src, size_t bytes);
+    md_status (*memset0)(md_device *dev, void *dst, size_t bytes);
+    md_status (*sync)(md_device *dev);
+    /* (optional) driver-level figures; defaults to none */
+    void (*driver_mem)(md_device *dev, long long *total, long long *free_bytes, long long *reserved);
+    /* (optional) page-locked host memory; defaults to md_malloc */
+    md_status (*host_alloc_pinned)(md_device *dev, size_t bytes, void **ptr);
+    void (*host_free_pinned)(md_device *dev, void *ptr);
+
+    /* (optional) events; default: host clock after sync */
+    md_status (*event_create)(md_device *dev, void **ev);
+    md_status (*event_record)(md_device *dev, void *ev);
+    md_status (*event_elapsed_ms)(md_device *dev, void *start, void *end, float *ms);
+    void (*event_destroy)(md_device *dev, void *ev);
+
+    /* (optional) graph capture; default: unsupported */
+    md_status (*capture_begin)(md_device *dev);
+    md_status (*capture_end)(md_device *dev, void **graph);
+    md_status (*graph_launch)(md_device *dev, void *graph);
+    void (*graph_destroy)(md_device *dev, void *graph);
+
+    struct md_kernels kernels;
+};
+
+/* Pointer -> size map of a device's live allocations. */
+struct md_ptrmap { void **keys; size_t *vals; size_t cap, used; };
+
+/* An open device. Created by md_device_open, which fills everything but
+ * `impl` before calling ops->open. */
+struct md_device {
+    const struct md_backend_ops *ops;
+    const md_backend *backend;
+    int index;
+    struct md_device_info info;
+    struct md_device_opts opts;
+    md_memtrack mem;          /* tracked device allocations */
+    void *impl;               /* backend-private state, owned by the backend */
+    md_device *fallback;      /* CPU device for unsupported ops (unified memory only) */
+    long long fallback_calls[MD_KERNEL_COUNT];
+    struct md_ptrmap blocks;  /* live allocations (md_dev_alloc) */
+};
+
+/* Built-in backends. */
+const struct md_backend_ops *md_cpu_backend_ops(void);
+const struct md_backend_ops *md_ref_backend_ops(void);
+/* Metal: real on macOS builds, a stub elsewhere whose probe says why. */
+const struct md_backend_ops *md_metal_backend_ops(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,111 @@
+/* cpu_backend.c - the CPU backend: lifecycle, tracked host memory, OpenBLAS
+ * threading. The kernels are in the other files of this folder. */
+#include <cblas.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/backend_impl.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "core/platform.h"
+#include "core/timer.h"
+
+static void cpu_probe(struct md_probe *out)
+{
+    out->built = 1;
+    out->available = 1;
+    out->device_count = 1;
+}
+
+static md_status cpu_device_info(int index, struct md_device_info *out)
+{
+    (void)index;
+    const char *model = md_cpu_model();
+    snprintf(out->name, sizeof out->name, "%s", model[0] ? model : "CPU");
+    out->compute_units = md_cpu_physical_cores();
+    out->total_memory = md_mem_total_bytes();
+    out->free_memory = md_mem_available_bytes();
+    snprintf(out->arch, sizeof out->arch, "%s", openblas_get_corename());
+    snprintf(out->blas, sizeof out->blas, "OpenBLAS (%s)", openblas_get_config());
+    out->unified_memory = 1;
+    /* fp16/bf16 storage works everywhere; arithmetic is fp32 (see README). */
+    out->supports_fp16 = 1;
+    out->supports_bf16 = 1;
+    out->has_events = 0;
+    out->benefits_from_pinned = 0;
+    return MD_OK;
+}
+
+static md_status cpu_open(md_device *dev)
+{
+    int threads = dev->opts.threads > 0 ? dev->opts.threads : md_cpu_physical_cores();
+    dev->opts.threads = threads;
+    dev->info.compute_units = threads;
+    /* One pool of `threads` workers: OpenBLAS gets the same number, and our
+     * own kernels never run while a GEMM does, so cores are not oversubscribed. */
+    openblas_set_num_threads(threads);
+    md_cpu_set_threads(threads);
+    return MD_OK;
+}
+
+static void cpu_close(md_device *dev) { (void)dev; }
+
+static md_status cpu_alloc(md_device *dev, size_t bytes, void **ptr)
+{
+    (void)dev;
+    *ptr = md_malloc(bytes);
+    return *ptr ? MD_OK : MD_ERR_OOM;
+}
+
+static void cpu_free(md_device *dev, void *ptr, size_t bytes)
+{
+    (void)dev;
+    (void)bytes;
+    md_free(ptr);
+}
+
+static md_status cpu_copy(md_device *dev, void *dst, const void *src, size_t bytes)
+{
+    (void)dev;
+    memmove(dst, src, bytes);
+    return MD_OK;
+}
+
+static md_status cpu_memset0(md_device *dev, void *dst, size_t bytes)
+{
+    (void)dev;
+    memset(dst, 0, bytes);
+    return MD_OK;
+}
+
+static md_status cpu_sync(md_device *dev)
+{
+    (void)dev;
+    return MD_OK;
+}
+
+static const struct md_backend_ops cpu_ops = {
+    .api_version = MD_BACKEND_API_VERSION,
+    .name = "cpu",
+    .probe = cpu_probe,
+    .device_info = cpu_device_info,
+    .open = cpu_open,
+    .close = cpu_close,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .memset0 = cpu_memset0,
+    .sync = cpu_sync,
+};
+
+static struct md_backend_ops cpu_ops_with_kernels;
+
+const struct md_backend_ops *md_cpu_backend_ops(void)
+{
+    if (!cpu_ops_with_kernels.api_version) {
+        cpu_ops_with_kernels = cpu_ops;
+        cpu_ops_with_kernels.kernels = md_cpu_kernels;
+    }
+    return &cpu_ops_with_kernels;
+}

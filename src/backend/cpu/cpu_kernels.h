@@ -1,0 +1,14 @@
+/* cpu_kernels.h - the CPU backend's kernel table (OpenBLAS GEMM, own threaded
+ * kernels), defined in the files of src/backend/cpu, and the thread count they use. */
+#ifndef MD_CPU_KERNELS_H
+#define MD_CPU_KERNELS_H
+
+#include "backend/kernels.h"
+
+extern const struct md_kernels md_cpu_kernels;
+
+/* Threads the CPU kernels may use (set when a CPU device opens). */
+void md_cpu_set_threads(int n);
+int md_cpu_threads(void);
+
+#endif

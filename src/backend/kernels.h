@@ -1,0 +1,323 @@
+/* kernels.h - the kernel table every backend fills, and its argument structs.
+ *
+ * Contract (all backends, all ops):
+ *   - Pointers are device pointers of the device the kernel runs on (host
+ *     pointers for the CPU and reference backends). Shapes are plain ints.
+ *   - Float-like tensors (x, y, w, dx, dy, dw, a, b, logits) have the args'
+ *     `dtype` (F32, F16 or BF16). Statistics, BN parameters, biases, the loss,
+ *     optimizer state and master weights are always fp32. Arithmetic
+ *     accumulates in fp32 (the reference: in double).
+ *   - `beta` on an output: out = result + beta * out (beta 0: overwrite, and
+ *     the old contents are never read, so NaN garbage is harmless; beta 1:
+ *     accumulate, used where a tensor feeds several layers).
+ *   - Row-major GEMM. Convolution filters follow the activation layout
+ *     (NCHW: (K, C/g, R, S); NHWC: (K, R, S, C/g)).
+ *   - Kernels are asynchronous with respect to the host on GPU backends
+ *     (enqueued on the device's stream); md_dev_sync waits.
+ *   - A NULL entry means "not supported by this backend" (see backend.h for
+ *     the CPU fallback). A kernel that is present but cannot handle a given
+ *     case (say a dtype) returns MD_ERR_UNSUPPORTED with a message.
+ *   - Every kernel has a plain reference in src/backend/ref/ (loops, double
+ *     accumulation, no threads, no BLAS) that tests compare backends against.
+ *
+ * Valid C11 and CUDA C++ (no designated initialisers, no _Atomic here).
+ */
+#ifndef MD_KERNELS_H
+#define MD_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct md_device md_device;
+
+/* ---- matrix product -------------------------------------------------------
+ * For b in [0, batch): C_b = alpha * op(A_b) @ op(B_b) + beta * C_b, row-major,
+ * op(A) is (m, k), op(B) is (k, n), C is (m, n); lda/ldb/ldc are row strides.
+ * A_b = a + b * stride_a (elements), likewise B, C. */
+struct md_gemm_args {
+    int trans_a, trans_b;
+    int m, n, k;
+    float alpha, beta;
+    const void *a; int lda; long long stride_a;
+    const void *b; int ldb; long long stride_b;
+    void *c; int ldc; long long stride_c;
+    int batch;           /* >= 1 */
+    md_dtype dtype;      /* of a, b and c */
+};
+
+/* ---- 2-D convolution ------------------------------------------------------
+ * x: (n, c, h, w) activations, w: filter, y: (n, k, p, q) where
+ *   p = (h + 2*pad_h - dil_h*(r-1) - 1) / stride_h + 1, likewise q.
+ * fwd:        y  = conv(x, w)            + beta * y
+ * bwd_data:   dx = conv_transpose(dy, w) + beta * dx
+ * bwd_filter: dw = corr(x, dy)           + beta * dw
+ * No bias here (bias_add / bias_grad). `algo_hint` lets a backend cache an
+ * algorithm choice per call site (0 = none). */
+struct md_conv2d_args {
+    int n, c, h, w;
+    int k, r, s;
+    int p, q;
+    int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
+    md_layout layout;
+    md_dtype dtype;
+    const void *x; const void *wt; void *y;
+    void *dx; void *dwt; const void *dy;
+    float beta;
+    void *workspace; size_t workspace_bytes; /* optional scratch given by caller */
+    int algo_hint;
+};
+
+/* ---- batch normalisation (per channel over n*h*w) ---------------------------
+ * training: batch mean/var (biased var for normalising, unbiased for the
+ *   running update: running = (1-momentum)*running + momentum*batch, as
+ *   PyTorch); save_mean/save_invstd (c) are written for backward.
+ * inference: running statistics.
+ * act: fused activation after the affine (MD_ACT_NONE or MD_ACT_RELU); with
+ *   RELU, backward needs y to mask dy.
+ * bwd (training statistics): dx (= or +=beta), dgamma, dbeta (beta_param
+ *   accumulate flag applies to dgamma/dbeta too). */
+struct md_batchnorm_args {
+    int n, c, hw;
+    md_layout layout;
+    md_dtype dtype;
+    int training;
+    float eps, momentum;
+    int act;                        /* enum md_act */
+    const void *x; void *y;
+    const float *gamma, *beta_p;    /* (c) */
+    float *running_mean, *running_var; /* (c) */
+    float *save_mean, *save_invstd;    /* (c) */
+    const void *dy; void *dx;
+    float *dgamma, *dbeta;          /* (c) */
+    float beta;                     /* accumulate factor for dx, dgamma, dbeta */
+};
+
+/* ---- element-wise activations ---------------------------------------------- */
+enum md_act {
+    MD_ACT_NONE = 0,
+    MD_ACT_RELU,
+    MD_ACT_LEAKY_RELU, /* alpha = negative slope */
+    MD_ACT_GELU,       /* exact (erf) form, as PyTorch's default */
+    MD_ACT_SILU,
+    MD_ACT_SIGMOID,
+    MD_ACT_TANH,
+    MD_ACT_COUNT
+};
+
+/* fwd: y = act(x); bwd: dx = act'(x) * dy + beta * dx (x is the fwd input). */
+struct md_act_args {
+    int act;          /* enum md_act */
+    float alpha;
+    size_t n;
+    md_dtype dtype;
+    const void *x; void *y;
+    const void *dy; void *dx;
+    float beta;
+};
+
+/* ---- pooling --------------------------------------------------------------- */
+enum md_pool { MD_POOL_MAX = 0, MD_POOL_AVG };
+
+/* x (n, c, h, w) -> y (n, c, p, q). Average pooling divides by kh*kw when
+ * count_include_pad, else by the number of valid elements (PyTorch default is
+ * count_include_pad = 1). Max pooling backward routes dy to the first
+ * maximal element of each window (recomputed from x), as PyTorch. */
+struct md_pool2d_args {
+    int kind;          /* enum md_pool */
+    int n, c, h, w, p, q;
+    int kh, kw, stride_h, stride_w, pad_h, pad_w;
+    int count_include_pad;
+    md_layout layout;
+    md_dtype dtype;
+    const void *x; const void *y; void *y_out;
+    const void *dy; void *dx;
+    float beta;
+};
+
+/* Global average pooling: x (n, c, hw) -> y (n, c); bwd spreads dy / hw. */
+struct md_gap_args {
+    int n, c, hw;
+    md_layout layout;
+    md_dtype dtype;
+    const void *x; void *y;
+    const void *dy; void *dx;
+    float beta;
+};
+
+/* ---- bias ------------------------------------------------------------------
+ * add:  y[n, c, hw] += bias[c]  (in place; y of `dtype`, bias fp32)
+ * grad: dbias[c] = sum_{n,hw} dy + beta * dbias  (dbias fp32) */
+struct md_bias_args {
+    int n, c, hw;
+    md_layout layout;
+    md_dtype dtype;
+    void *y; const float *bias;
+    const void *dy; float *dbias;
+    float beta;
+};
+
+/* ---- dropout ---------------------------------------------------------------
+ * Element i is dropped when md_rng_uniform(seed, offset + i) < p; kept ones
+ * are scaled by 1/(1-p). fwd writes mask (1 kept, 0 dropped) when mask != NULL;
+ * bwd: dx = dy * mask / (1-p) + beta * dx. Same mask on every backend. */
+struct md_dropout_args {
+    size_t n;
+    float p;
+    uint64_t seed, offset;
+    md_dtype dtype;
+    const void *x; void *y; uint8_t *mask;
+    const void *dy; void *dx;
+    float beta;
+};
+
+/* ---- element-wise arithmetic over n contiguous elements ------------------------ */
+enum md_ew_op {
+    MD_EW_AXPBY = 0, /* y = alpha*s*a + beta*b ; s = *scale_dev if non-NULL else 1 */
+    MD_EW_MUL,       /* y = a * b */
+    MD_EW_FILL,      /* y = alpha */
+    MD_EW_COPY,      /* y = a */
+    MD_EW_COUNT
+};
+struct md_ew_args {
+    int op;                 /* enum md_ew_op */
+    size_t n;
+    md_dtype dtype;         /* of a, b, y */
+    float alpha, beta;
+    const float *scale_dev; /* optional device scalar multiplying alpha (weighted_add) */
+    const void *a; const void *b; void *y;
+};
+
+/* ---- reductions into one fp32 device scalar ------------------------------------
+ * SUM: sum a; SUMSQ: sum a^2; DOT: sum a*b. out = result + beta * out.
+ * A non-finite element makes the result non-finite (used as the inf/NaN check). */
+enum md_reduce_op { MD_RED_SUM = 0, MD_RED_SUMSQ, MD_RED_DOT };
+struct md_reduce_args {
+    int op;
+    size_t n;
+    md_dtype dtype;
+    const void *a; const void *b;
+    float *out;
+    float beta;
+};
+
+/* ---- channel slices (concat forward and backward) -------------------------------
+ * dst[:, dst_off : dst_off+cc] = src[:, src_off : src_off+cc] + beta * dst[...]
+ * with src having src_c channels and dst dst_c channels, both (n, ., hw). */
+struct md_chslice_args {
+    int n, hw, cc;
+    int src_c, src_off, dst_c, dst_off;
+    md_layout layout;
+    md_dtype dtype;
+    const void *src; void *dst;
+    float beta;
+};
+
+/* ---- softmax cross-entropy, fused forward + backward -----------------------------
+ * logits (n, classes), labels (n) int32 in [0, classes). Target distribution:
+ * (1 - smoothing) one-hot + smoothing / classes (as PyTorch).
+ * loss_sum (device fp32 scalar) += sum over the batch of per-sample loss
+ *   (accumulates: zero it per epoch/step as wanted);
+ * correct (device int32 scalar, optional) += number of argmax == label
+ *   (ties: the lowest index, as torch.argmax);
+ * dlogits (optional) = grad_scale * (softmax - target), of `dtype`
+ *   (grad_scale is 1/n for a mean loss, times the loss scale). */
+struct md_xent_args {
+    int n, classes;
+    float smoothing;
+    md_dtype dtype;
+    const void *logits;
+    const int32_t *labels;
+    float *loss_sum;
+    int32_t *correct;
+    void *dlogits;
+    float grad_scale;
+};
+
+/* ---- dtype conversion ---------------------------------------------------------- */
+struct md_cast_args {
+    size_t n;
+    md_dtype src_type, dst_type;
+    const void *src; void *dst;
+};
+
+/* ---- NCHW <-> NHWC ------------------------------------------------------------- */
+struct md_permute_args {
+    int n, c, h, w;
+    int to_nhwc;       /* 1: src NCHW -> dst NHWC; 0: src NHWC -> dst NCHW */
+    md_dtype dtype;
+    const void *src; void *dst;
+};
+
+/* ---- optimizer step over a flat fp32 parameter buffer ------------------------------
+ * g = grads[i] * grad_scale (grad_scale folds 1/loss_scale and the clip
+ *   factor; if grad_scale_dev is non-NULL it is multiplied in, so the step
+ *   needs no host sync);
+ * SGD:   g += wd*p; buf = momentum*buf + g (buf = g at step 1);
+ *        p -= lr * (nesterov ? g + momentum*buf : buf)       (PyTorch SGD)
+ * ADAMW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+ *        p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)    (PyTorch AdamW)
+ * step is t >= 1. When params_half is non-NULL the updated value is also
+ * written there in half_dtype (mixed precision compute copy). */
+enum md_optim_kind { MD_OPT_SGD = 0, MD_OPT_ADAMW };
+struct md_optim_args {
+    int kind;
+    size_t n;
+    float lr, momentum, weight_decay, beta1, beta2, eps;
+    int nesterov;
+    long long step;
+    float grad_scale;
+    const float *grad_scale_dev;
+    float *params; const float *grads;
+    float *m, *v;                 /* SGD uses m as the momentum buffer */
+    void *params_half; md_dtype half_dtype;
+};
+
+/* The table. Kernels return MD_OK or an error with a message. */
+struct md_kernels {
+    md_status (*gemm)(md_device *, const struct md_gemm_args *);
+    md_status (*conv2d_fwd)(md_device *, const struct md_conv2d_args *);
+    md_status (*conv2d_bwd_data)(md_device *, const struct md_conv2d_args *);
+    md_status (*conv2d_bwd_filter)(md_device *, const struct md_conv2d_args *);
+    md_status (*batchnorm_fwd)(md_device *, const struct md_batchnorm_args *);
+    md_status (*batchnorm_bwd)(md_device *, const struct md_batchnorm_args *);
+    md_status (*act_fwd)(md_device *, const struct md_act_args *);
+    md_status (*act_bwd)(md_device *, const struct md_act_args *);
+    md_status (*pool2d_fwd)(md_device *, const struct md_pool2d_args *);
+    md_status (*pool2d_bwd)(md_device *, const struct md_pool2d_args *);
+    md_status (*gap_fwd)(md_device *, const struct md_gap_args *);
+    md_status (*gap_bwd)(md_device *, const struct md_gap_args *);
+    md_status (*bias_add)(md_device *, const struct md_bias_args *);
+    md_status (*bias_grad)(md_device *, const struct md_bias_args *);
+    md_status (*dropout_fwd)(md_device *, const struct md_dropout_args *);
+    md_status (*dropout_bwd)(md_device *, const struct md_dropout_args *);
+    md_status (*ew)(md_device *, const struct md_ew_args *);
+    md_status (*reduce)(md_device *, const struct md_reduce_args *);
+    md_status (*chslice)(md_device *, const struct md_chslice_args *);
+    md_status (*xent)(md_device *, const struct md_xent_args *);
+    md_status (*cast)(md_device *, const struct md_cast_args *);
+    md_status (*permute)(md_device *, const struct md_permute_args *);
+    md_status (*optim)(md_device *, const struct md_optim_args *);
+};
+
+/* Names of the table's entries, in order (for reports and fallback counts). */
+#define MD_KERNEL_COUNT 23
+extern const char *const md_kernel_names[MD_KERNEL_COUNT];
+
+/* Output size of a convolution or pooling window along one axis (<= 0: impossible). */
+static inline int md_conv_out(int in, int k, int stride, int pad, int dil)
+{
+    int span = in + 2 * pad - dil * (k - 1) - 1;
+    return span < 0 || stride <= 0 ? 0 : span / stride + 1;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,66 @@
+/* kernels_call.c - kernel dispatch with the per-op CPU fallback. */
+#include "backend/kernels_call.h"
+
+#include <stddef.h>
+
+#include "backend/backend_impl.h"
+
+const char *const md_kernel_names[MD_KERNEL_COUNT] = {
+    "gemm", "conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_filter", "batchnorm_fwd",
+    "batchnorm_bwd", "act_fwd", "act_bwd", "pool2d_fwd", "pool2d_bwd", "gap_fwd", "gap_bwd",
+    "bias_add", "bias_grad", "dropout_fwd", "dropout_bwd", "ew", "reduce", "chslice", "xent",
+    "cast", "permute", "optim",
+};
+
+_Static_assert(sizeof(struct md_kernels) == MD_KERNEL_COUNT * sizeof(void (*)(void)),
+               "md_kernel_names must list every entry of struct md_kernels");
+
+static md_status unsupported(md_device *dev, int idx)
+{
+    if (dev->opts.fallback && !dev->info.unified_memory)
+        return md_errf(MD_ERR_UNSUPPORTED,
+                       "op '%s' is not supported on %s, and the CPU fallback needs unified memory",
+                       md_kernel_names[idx], dev->info.backend);
+    return md_errf(MD_ERR_UNSUPPORTED,
+                   "op '%s' is not supported on %s; rerun with --fallback "
+                   "(or MPSDIAG_ENABLE_FALLBACK=1) to run it on the CPU",
+                   md_kernel_names[idx], dev->info.backend);
+}
+
+#define MD_KERNEL_WRAPPER(op, argtype, idx)                                          \
+    md_status md_k_##op(md_device *dev, const struct argtype *a)                     \
+    {                                                                                \
+        if (dev->ops->kernels.op) return dev->ops->kernels.op(dev, a);               \
+        if (dev->opts.fallback && dev->fallback && dev->info.unified_memory &&       \
+            dev->fallback->ops->kernels.op) {                                        \
+            dev->fallback_calls[idx]++;                                              \
+            md_status st = md_dev_sync(dev);                                         \
+            if (st != MD_OK) return st;                                              \
+            return dev->fallback->ops->kernels.op(dev->fallback, a);                 \
+        }                                                                            \
+        return unsupported(dev, idx);                                                \
+    }
+
+MD_KERNEL_WRAPPER(gemm, md_gemm_args, 0)
+MD_KERNEL_WRAPPER(conv2d_fwd, md_conv2d_args, 1)
+MD_KERNEL_WRAPPER(conv2d_bwd_data, md_conv2d_args, 2)
+MD_KERNEL_WRAPPER(conv2d_bwd_filter, md_conv2d_args, 3)
+MD_KERNEL_WRAPPER(batchnorm_fwd, md_batchnorm_args, 4)
+MD_KERNEL_WRAPPER(batchnorm_bwd, md_batchnorm_args, 5)
+MD_KERNEL_WRAPPER(act_fwd, md_act_args, 6)
+MD_KERNEL_WRAPPER(act_bwd, md_act_args, 7)
+MD_KERNEL_WRAPPER(pool2d_fwd, md_pool2d_args, 8)
+MD_KERNEL_WRAPPER(pool2d_bwd, md_pool2d_args, 9)
+MD_KERNEL_WRAPPER(gap_fwd, md_gap_args, 10)
+MD_KERNEL_WRAPPER(gap_bwd, md_gap_args, 11)
+MD_KERNEL_WRAPPER(bias_add, md_bias_args, 12)
+MD_KERNEL_WRAPPER(bias_grad, md_bias_args, 13)
+MD_KERNEL_WRAPPER(dropout_fwd, md_dropout_args, 14)
+MD_KERNEL_WRAPPER(dropout_bwd, md_dropout_args, 15)
+MD_KERNEL_WRAPPER(ew, md_ew_args, 16)
+MD_KERNEL_WRAPPER(reduce, md_reduce_args, 17)
+MD_KERNEL_WRAPPER(chslice, md_chslice_args, 18)
+MD_KERNEL_WRAPPER(xent, md_xent_args, 19)
+MD_KERNEL_WRAPPER(cast, md_cast_args, 20)
+MD_KERNEL_WRAPPER(permute, md_permute_args, 21)
+MD_KERNEL_WRAPPER(optim, md_optim_args, 22)

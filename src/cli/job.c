@@ -1,0 +1,194 @@
+/* job.c - runs the stages in order and writes the report. */
+#define _POSIX_C_SOURCE 200809L
+#include "cli/job.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/json.h"
+#include "core/log.h"
+#include "core/mem.h"
+#include "core/timer.h"
+#include "diag/sysinfo.h"
+
+#define MD_REPORT_SCHEMA_VERSION 1
+
+void md_job_setting(md_job *job, const char *name, const char *value, const char *why)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", name);
+    cJSON_AddStringToObject(o, "value", value);
+    cJSON_AddStringToObject(o, "why", why);
+    cJSON_AddItemToArray(job->settings, o);
+}
+
+static void print_settings(const md_job *job)
+{
+    md_section("Settings");
+    const cJSON *s;
+    cJSON_ArrayForEach(s, job->settings)
+    {
+        md_out("  %-18s %-14s %s\n", cJSON_GetObjectItem(s, "name")->valuestring,
+               cJSON_GetObjectItem(s, "value")->valuestring, cJSON_GetObjectItem(s, "why")->valuestring);
+    }
+}
+
+/* Settings the foundation decides: device, threads, memory cap, fallback. */
+static void device_settings(md_job *job)
+{
+    char v[64];
+    const md_options *o = job->opts;
+    const struct md_device_info *info = md_device_get_info(job->dev);
+    snprintf(v, sizeof v, "%s:%d", info->backend, job->device_index);
+    md_job_setting(job, "device", v, job->device_why);
+    if (md_device_kind(job->dev) == MD_BACKEND_CPU) {
+        snprintf(v, sizeof v, "%d", info->compute_units);
+        md_job_setting(job, "threads", v,
+                       o->threads ? "--threads" : "physical cores; OpenBLAS set to match (no oversubscription)");
+    }
+    if (o->memory_fraction > 0) {
+        snprintf(v, sizeof v, "%.2f", o->memory_fraction);
+        md_job_setting(job, "memory_fraction", v, "device allocations capped at this share of total memory");
+    }
+    md_job_setting(job, "fallback", o->fallback ? "on" : "off",
+                   o->fallback ? "ops the device lacks run on the CPU (unified memory only)"
+                               : "unsupported ops are errors (enable with --fallback)");
+}
+
+static void memory_section(md_job *job)
+{
+    struct md_mem_stats ms;
+    md_dev_mem_stats(job->dev, &ms);
+    cJSON *m = cJSON_AddObjectToObject(job->report, "memory");
+    cJSON_AddNumberToObject(m, "device_current_bytes", (double)ms.current);
+    cJSON_AddNumberToObject(m, "device_peak_bytes", (double)ms.peak);
+    cJSON_AddNumberToObject(m, "device_limit_bytes", (double)ms.limit);
+    cJSON_AddNumberToObject(m, "device_reserved_bytes", (double)ms.reserved);
+    cJSON_AddNumberToObject(m, "host_peak_tracked_bytes", (double)md_host_mem()->peak);
+    cJSON_AddNumberToObject(m, "host_peak_rss_bytes", (double)md_peak_rss_bytes());
+    char a[32], b[32], c[32];
+    md_section("Memory");
+    md_out("  %-22s %s\n", "device peak", md_fmt_bytes((double)ms.peak, a, sizeof a));
+    md_out("  %-22s %s\n", "device limit", ms.limit ? md_fmt_bytes((double)ms.limit, b, sizeof b) : "none");
+    md_out("  %-22s %s\n", "host peak RSS", md_fmt_bytes((double)md_peak_rss_bytes(), c, sizeof c));
+}
+
+static void report_header(md_job *job, int argc_unused)
+{
+    (void)argc_unused;
+    cJSON_AddNumberToObject(job->report, "schema_version", MD_REPORT_SCHEMA_VERSION);
+    cJSON *tool = cJSON_AddObjectToObject(job->report, "tool");
+    cJSON_AddStringToObject(tool, "name", "mpsdiag");
+#ifdef MD_VERSION
+    cJSON_AddStringToObject(tool, "version", MD_VERSION);
+#else
+    cJSON_AddStringToObject(tool, "version", "0.1.0");
+#endif
+    char ts[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON_AddStringToObject(job->report, "started_at", ts);
+}
+
+static md_status write_report(md_job *job, md_status st)
+{
+    cJSON *status = cJSON_AddObjectToObject(job->report, "status");
+    cJSON_AddNumberToObject(status, "exit_code", md_status_exit_code(st));
+    cJSON_AddStringToObject(status, "result", md_status_name(st));
+    if (st != MD_OK) cJSON_AddStringToObject(status, "error", md_errmsg());
+    else cJSON_AddNullToObject(status, "error");
+    cJSON_AddNumberToObject(job->report, "duration_s", md_now() - job->t_start);
+    if (!job->opts->report[0]) return MD_OK;
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", md_errmsg());
+    md_status wst = md_json_write_file(job->report, job->opts->report);
+    if (wst == MD_OK) {
+        md_out("\nReport written to %s\n", job->opts->report);
+        md_errf(st, "%s", saved); /* keep the run's own error message */
+    }
+    return wst;
+}
+
+md_status md_job_run(md_options *opts)
+{
+    md_job job;
+    memset(&job, 0, sizeof job);
+    job.opts = opts;
+    job.t_start = md_now();
+    job.report = cJSON_CreateObject();
+    md_status st = MD_OK;
+    report_header(&job, 0);
+
+    cJSON *sys = md_sysinfo_collect();
+    cJSON *devices = md_devices_collect();
+    if (opts->list_devices) {
+        md_section("Devices");
+        md_devices_print(devices);
+        cJSON_AddItemToObject(job.report, "system", sys);
+        cJSON_AddItemToObject(job.report, "devices", devices);
+        goto finish;
+    }
+    md_options_warn_pending(opts);
+    cJSON_AddItemToObject(job.report, "system", sys);
+    cJSON_AddItemToObject(job.report, "devices", devices);
+    md_sysinfo_print(sys);
+    md_section("Devices");
+    md_devices_print(devices);
+
+    st = md_device_select(opts->device, &job.backend, &job.device_index, job.device_why, sizeof job.device_why);
+    if (st != MD_OK) goto finish;
+    struct md_device_opts dopts = {
+        .threads = opts->threads,
+        .memory_fraction = opts->memory_fraction,
+        .allow_tf32 = opts->tf32,
+        .fallback = opts->fallback,
+    };
+    const char *ratio = getenv("MPSDIAG_HIGH_WATERMARK_RATIO");
+    if (ratio && *ratio && !md_options_given(opts, "memory-fraction")) {
+        char *end;
+        double r = strtod(ratio, &end);
+        if (*end || !(r > 0 && r <= 1.0)) {
+            st = md_errf(MD_ERR_USAGE, "MPSDIAG_HIGH_WATERMARK_RATIO: '%s' is not a number in (0, 1]", ratio);
+            goto finish;
+        }
+        dopts.memory_fraction = r;
+        opts->memory_fraction = r;
+    }
+    st = md_device_open(job.backend, job.device_index, &dopts, &job.dev);
+    if (st != MD_OK) goto finish;
+    md_out("\nUsing %s:%d (%s): %s\n", md_backend_name(job.backend), job.device_index,
+           md_device_get_info(job.dev)->name, job.device_why);
+    cJSON *sel = cJSON_AddObjectToObject(job.report, "selected_device");
+    cJSON_AddStringToObject(sel, "backend", md_backend_name(job.backend));
+    cJSON_AddNumberToObject(sel, "index", job.device_index);
+    cJSON_AddStringToObject(sel, "name", md_device_get_info(job.dev)->name);
+    cJSON_AddStringToObject(sel, "why", job.device_why);
+
+    job.settings = cJSON_AddArrayToObject(job.report, "settings");
+    device_settings(&job);
+
+    if ((st = md_stage_model(&job)) != MD_OK) goto finish;
+    if ((st = md_stage_data(&job)) != MD_OK) goto finish;
+    print_settings(&job);
+    if ((st = md_stage_train(&job)) != MD_OK) goto finish;
+    if ((st = md_stage_bench(&job)) != MD_OK) goto finish;
+    memory_section(&job);
+    if ((st = md_stage_recommend(&job)) != MD_OK) goto finish;
+
+finish:;
+    md_status wst = write_report(&job, st);
+    if (st == MD_OK) {
+        md_status ost = md_stage_outputs(&job);
+        st = ost != MD_OK ? ost : wst;
+    }
+    md_stage_train_cleanup(&job);
+    md_stage_data_cleanup(&job);
+    md_stage_model_cleanup(&job);
+    md_device_close(job.dev);
+    cJSON_Delete(job.report);
+    return st;
+}

@@ -1,0 +1,63 @@
+/* job.h - one run of mpsdiag: the stages and the context they share.
+ *
+ *   options -> system info -> device -> model -> data -> train -> benchmark
+ *           -> recommendations -> report files
+ *
+ * Each stage lives in its area's folder and owns its part of the context.
+ * Stages print their text section as they go (md_section + aligned tables)
+ * and add their figures to the JSON report (ctx->report, see README
+ * "Report schema"). A stage returns MD_OK, or an error that ends the run.
+ */
+#ifndef MD_JOB_H
+#define MD_JOB_H
+
+#include <cjson/cJSON.h>
+
+#include "backend/backend.h"
+#include "cli/options.h"
+
+struct md_model;    /* src/nn */
+struct md_data;     /* src/data */
+struct md_trainer;  /* src/train */
+
+typedef struct md_job {
+    md_options *opts;
+    cJSON *report;          /* root of the JSON report; owned by the job */
+    const md_backend *backend;
+    int device_index;
+    char device_why[512];   /* why this device was chosen */
+    md_device *dev;
+    struct md_model *model;     /* owned by the model stage */
+    struct md_data *data;       /* owned by the data stage */
+    struct md_trainer *trainer; /* owned by the train stage */
+    cJSON *settings;        /* report.settings: each applied setting with its reason */
+    double t_start;
+} md_job;
+
+/* Runs the whole job; returns the status that decides the exit code. */
+md_status md_job_run(md_options *opts);
+
+/* Records a setting the run applied and why ("num_workers": 0, "MPS works
+ * better with single-threaded loading"); printed in the Settings section. */
+void md_job_setting(md_job *job, const char *name, const char *value, const char *why);
+
+/* Stages (each in its own file; a stage of an area that is not built yet
+ * prints what it would do and returns MD_OK). Cleanup functions free what
+ * the stage owns; they accept a job whose stage never ran. */
+md_status md_stage_model(md_job *job);   /* src/nn/stage_model.c   */
+void md_stage_model_cleanup(md_job *job);
+md_status md_stage_data(md_job *job);    /* src/data/stage_data.c  */
+void md_stage_data_cleanup(md_job *job);
+md_status md_stage_train(md_job *job);   /* src/train/stage_train.c */
+void md_stage_train_cleanup(md_job *job);
+md_status md_stage_bench(md_job *job);   /* src/diag/stage_bench.c  */
+md_status md_stage_recommend(md_job *job); /* src/diag/stage_bench.c */
+md_status md_stage_outputs(md_job *job);   /* src/diag/stage_bench.c: --html, --junit */
+
+/* Per-area "not built yet" sentences (NULL once built); see options.h. */
+const char *md_nn_pending(void);
+const char *md_data_pending(void);
+const char *md_train_pending(void);
+const char *md_bench_pending(void);
+
+#endif

@@ -1,0 +1,146 @@
+/* options.h - every run setting, from flags merged over a JSON config.
+ *
+ * One table (options.c) describes each option: its flag, underscore alias,
+ * JSON key, type, range, default, help text and the feature area it belongs
+ * to. The table drives getopt_long, --help, config loading and validation.
+ * Flags win over the config; the config wins over defaults.
+ */
+#ifndef MD_OPTIONS_H
+#define MD_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/status.h"
+
+#define MD_PATH_MAX 1024
+
+typedef enum md_precision { MD_PREC_FP32 = 0, MD_PREC_FP16, MD_PREC_BF16 } md_precision;
+
+/* Feature areas: a flag whose area is not built yet is parsed and validated,
+ * and the run says so (md_area_pending). */
+typedef enum md_area {
+    MD_AREA_CORE = 0, /* always built */
+    MD_AREA_NN,       /* models, kernels: issue 3 */
+    MD_AREA_DATA,     /* datasets, loader: issue 4 */
+    MD_AREA_TRAIN,    /* training loop: issue 5 */
+    MD_AREA_BENCH,    /* benchmark and report: issue 6 */
+    MD_AREA_COUNT
+} md_area;
+
+typedef struct md_options {
+    /* device and run */
+    char device[32];            /* auto|cpu|cuda[:N]|metal|mps */
+    int list_devices;
+    int threads;                /* 0 = physical cores */
+    int fallback;
+    double memory_fraction;     /* 0 = no cap */
+    int tf32;                   /* CUDA: TF32 for fp32 matrix work */
+    char config[MD_PATH_MAX];
+    uint64_t seed;
+    int verbosity;              /* md_verbosity */
+
+    /* model */
+    char model[MD_PATH_MAX];    /* name in configs/models or a path */
+    char models[MD_PATH_MAX];   /* comma-separated list for the diagnostics run */
+    int reduce_architecture;
+    double dropout;             /* < 0: the config's value */
+    int grad_ckpt;
+    int channels_last;
+    char init_from[MD_PATH_MAX];
+    char dump_grads[MD_PATH_MAX];
+
+    /* compile */
+    int compile;
+    char compile_mode[32];      /* default|reduce-overhead|max-autotune */
+
+    /* precision */
+    md_precision precision;
+    int amp;
+
+    /* data */
+    char dataset[32];           /* auto|fashion-mnist|mnist|cifar10|cifar100|jpeg|synthetic */
+    char data_dir[MD_PATH_MAX];
+    double val_split;
+    int num_workers;            /* -1 = automatic per device */
+    int prefetch;
+    int pin_memory;             /* -1 = automatic per device */
+    int cache_images;
+    int augment;
+    char on_bad_sample[8];      /* skip|fail */
+    int image_size;             /* JPEG folders: side of the square input; 0 = model's */
+    int max_samples;            /* 0 = all */
+
+    /* training */
+    int batch_size;             /* 0 = automatic */
+    int epochs;
+    int steps;                  /* > 0: at most this many steps per epoch */
+    double lr;                  /* < 0: optimizer default */
+    char optimizer[16];         /* sgd|adamw */
+    double momentum;
+    int nesterov;
+    double weight_decay;
+    int decay_all;              /* also decay BN and bias parameters */
+    char lradj[16];             /* constant|step|cosine|onecycle */
+    double warmup_epochs;
+    double grad_clip;           /* 0 = off */
+    double label_smoothing;
+    int val_batch_multiplier;
+    char checkpoint_dir[MD_PATH_MAX];
+    char resume[MD_PATH_MAX];
+    char metrics[MD_PATH_MAX];
+    int auto_batch;
+
+    /* benchmark and report */
+    int benchmark;
+    int benchmark_only;
+    int bench_iters;
+    int warmup_iters;
+    char batch_sweep[256];      /* "8,16,32" or "auto" */
+    int find_batch_size;
+    int compare_devices;
+    char ablate[128];           /* compile,channels-last,precision,workers */
+    char report[MD_PATH_MAX];
+    char html[MD_PATH_MAX];
+    int ci;
+    double expect_min_throughput;
+    double expect_max_loss;
+    char junit[MD_PATH_MAX];
+
+    /* bookkeeping */
+    unsigned char set_by_flag[128]; /* per table row: given on the command line */
+    unsigned char set_by_config[128];
+    int help, version;
+} md_options;
+
+/* Defaults for every field. */
+void md_options_defaults(md_options *o);
+
+/* Parses argv (getopt_long) over `o`; when --config is given, the config's
+ * values are applied first and flags override them. Returns MD_ERR_USAGE or
+ * MD_ERR_CONFIG with a one-line message naming the flag or JSON path. */
+md_status md_options_parse(md_options *o, int argc, char **argv);
+
+/* Applies a JSON config file's "run" settings (and remembers the path). */
+md_status md_options_load_config(md_options *o, const char *path);
+
+/* Cross-field checks (after parsing): contradictions and impossible values. */
+md_status md_options_validate(const md_options *o);
+
+/* Was the option with this long name given (flag or config)? */
+int md_options_given(const md_options *o, const char *long_name);
+
+/* --help text (grouped, with defaults) and --version. */
+void md_options_usage(FILE *f);
+void md_options_version(FILE *f);
+
+/* Null when the area is built, else a sentence saying it is not built yet.
+ * Each area's stage file defines its own md_<area>_pending(). */
+const char *md_area_pending(md_area a);
+const char *md_area_name(md_area a);
+/* Warns once per given option whose area is not built yet. Returns the count. */
+int md_options_warn_pending(const md_options *o);
+
+const char *md_precision_name(md_precision p);
+
+#endif

@@ -1,0 +1,37 @@
+/* json.h - strict JSON helpers over cJSON: loading with line:column errors,
+ * typed getters that carry the JSON path into their messages, unknown-key
+ * checks, and atomic writing (temporary file, fsync, rename). */
+#ifndef MD_JSON_H
+#define MD_JSON_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#include "core/status.h"
+
+/* Reads and parses a file. Errors (MD_ERR_CONFIG / MD_ERR_IO) name the file
+ * and, for malformed JSON, the line and column. Caller owns *out. */
+md_status md_json_load_file(const char *path, cJSON **out);
+md_status md_json_parse(const char *text, const char *name, cJSON **out);
+
+/* Typed getters. `path` is the object's JSON path for messages
+ * ("model.layers[3]"); the key is appended. A missing key with required=0
+ * leaves *out unchanged and returns MD_OK. Wrong type or range: MD_ERR_CONFIG. */
+md_status md_json_int(const cJSON *obj, const char *key, const char *path, int required,
+                      long long min, long long max, int *out);
+md_status md_json_num(const cJSON *obj, const char *key, const char *path, int required,
+                      double min, double max, double *out);
+md_status md_json_bool(const cJSON *obj, const char *key, const char *path, int required, int *out);
+/* Borrowed string (valid while obj lives). */
+md_status md_json_str(const cJSON *obj, const char *key, const char *path, int required, const char **out);
+
+/* Fails naming the first key of obj that is not in `allowed` (NULL-terminated). */
+md_status md_json_only_keys(const cJSON *obj, const char *path, const char *const *allowed);
+
+/* Writes the JSON (pretty) atomically: path.tmp, fsync, rename. Errors name
+ * the file and the reason (disk full, read-only, ...). */
+md_status md_json_write_file(const cJSON *root, const char *path);
+/* Same for raw bytes. */
+md_status md_write_file_atomic(const char *path, const void *data, size_t n);
+
+#endif

@@ -1,0 +1,118 @@
+/* log.c - human output helpers. */
+#define _POSIX_C_SOURCE 200809L
+#include "core/log.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static md_verbosity level = MD_NORMAL;
+static int tty = -1;
+static int progress_open;
+
+void md_log_init(md_verbosity v)
+{
+    level = v;
+    tty = isatty(STDOUT_FILENO);
+}
+
+md_verbosity md_log_level(void) { return level; }
+
+int md_log_is_tty(void)
+{
+    if (tty < 0) tty = isatty(STDOUT_FILENO);
+    return tty;
+}
+
+int md_log_color(void)
+{
+    const char *nc = getenv("NO_COLOR");
+    return md_log_is_tty() && !(nc && *nc);
+}
+
+static void clear_progress(void)
+{
+    if (progress_open) {
+        fputs("\r\033[K", stdout);
+        progress_open = 0;
+    }
+}
+
+void md_out(const char *fmt, ...)
+{
+    if (level < MD_NORMAL) return;
+    clear_progress();
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+}
+
+void md_verbose(const char *fmt, ...)
+{
+    if (level < MD_VERBOSE) return;
+    clear_progress();
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+}
+
+void md_warn(const char *fmt, ...)
+{
+    if (level < MD_NORMAL) return;
+    clear_progress();
+    fflush(stdout);
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("mpsdiag: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void md_progress(const char *label, double done, double total, const char *suffix)
+{
+    if (level < MD_NORMAL || !md_log_is_tty() || total <= 0) return;
+    int width = 30;
+    double f = done / total;
+    if (f < 0) f = 0;
+    if (f > 1) f = 1;
+    int fill = (int)(f * width + 0.5);
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+    bar[width] = '\0';
+    fprintf(stdout, "\r\033[K%s [%s] %5.1f%% %s", label, bar, f * 100.0, suffix ? suffix : "");
+    fflush(stdout);
+    progress_open = 1;
+}
+
+void md_progress_done(void) { clear_progress(); fflush(stdout); }
+
+void md_section(const char *title)
+{
+    if (level < MD_NORMAL) return;
+    clear_progress();
+    char line[81];
+    int n = snprintf(line, sizeof line, "== %s ", title);
+    while (n < 72) line[n++] = '=';
+    line[n] = '\0';
+    if (md_log_color()) fprintf(stdout, "\n\033[1m%s\033[0m\n", line);
+    else fprintf(stdout, "\n%s\n", line);
+}
+
+const char *md_fmt_thousands(long long v, char *buf, size_t n)
+{
+    char tmp[32];
+    int len = snprintf(tmp, sizeof tmp, "%lld", v < 0 ? -v : v);
+    size_t o = 0;
+    if (v < 0 && o + 1 < n) buf[o++] = '-';
+    for (int i = 0; i < len && o + 1 < n; i++) {
+        buf[o++] = tmp[i];
+        int rest = len - 1 - i;
+        if (rest > 0 && rest % 3 == 0 && o + 1 < n) buf[o++] = ',';
+    }
+    buf[o] = '\0';
+    return buf;
+}

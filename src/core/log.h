@@ -1,0 +1,55 @@
+/* log.h - human output: verbosity, terminal detection, progress lines.
+ *
+ * People read stdout; machines read --report JSON. Progress and colour appear
+ * only when stdout is a terminal and NO_COLOR is unset; --quiet silences
+ * everything but errors (stderr); --verbose adds detail lines.
+ */
+#ifndef MD_LOG_H
+#define MD_LOG_H
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum md_verbosity { MD_QUIET = 0, MD_NORMAL = 1, MD_VERBOSE = 2 } md_verbosity;
+
+void md_log_init(md_verbosity v);
+md_verbosity md_log_level(void);
+/* True when stdout is a terminal (progress bars allowed). */
+int md_log_is_tty(void);
+/* True when colour may be used (tty and NO_COLOR unset). */
+int md_log_color(void);
+
+/* Normal output on stdout (suppressed by --quiet). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+void md_out(const char *fmt, ...);
+/* Detail on stdout, only with --verbose. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+void md_verbose(const char *fmt, ...);
+/* Warning on stderr ("mpsdiag: warning: ..."), suppressed by --quiet. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+void md_warn(const char *fmt, ...);
+
+/* A progress line redrawn in place ("\r"), only on a terminal and not quiet.
+ * md_progress_done() ends it (clears the line). */
+void md_progress(const char *label, double done, double total, const char *suffix);
+void md_progress_done(void);
+
+/* Section banner for the text report ("== System ==="). */
+void md_section(const char *title);
+
+/* Integer with thousands separators ("25,557,032") into buf. */
+const char *md_fmt_thousands(long long v, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
