@@ -170,6 +170,7 @@ md_status md_job_run(md_options *opts)
 
     job.settings = cJSON_AddArrayToObject(job.report, "settings");
     device_settings(&job);
+    if ((st = md_stage_policy(&job)) != MD_OK) goto finish;
 
     if ((st = md_stage_model(&job)) != MD_OK) goto finish;
     if ((st = md_stage_data(&job)) != MD_OK) goto finish;

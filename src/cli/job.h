@@ -44,6 +44,10 @@ void md_job_setting(md_job *job, const char *name, const char *value, const char
 /* Stages (each in its own file; a stage of an area that is not built yet
  * prints what it would do and returns MD_OK). Cleanup functions free what
  * the stage owns; they accept a job whose stage never ran. */
+/* Resolves per-device defaults (batch size, precision/AMP, workers, pinned
+ * memory, channels-last, compile) into job->opts, each recorded with
+ * md_job_setting and its reason. Runs right after the device opens. */
+md_status md_stage_policy(md_job *job);  /* src/train/policy.c     */
 md_status md_stage_model(md_job *job);   /* src/nn/stage_model.c   */
 void md_stage_model_cleanup(md_job *job);
 md_status md_stage_data(md_job *job);    /* src/data/stage_data.c  */
