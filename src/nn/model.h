@@ -100,6 +100,8 @@ struct md_param_info {
     int ndim, shape[4];      /* PyTorch shape: conv (K, C/g, R, S), linear (out, in) */
     int decay;               /* 1 for conv/linear weights */
     const char *layer_type;  /* "conv2d", "batchnorm", "linear", "weighted_add" */
+    int khwc;                /* conv weight of an NHWC model: stored (K, R, S, C/g) on the
+                              * device; shape[] and files keep PyTorch's (K, C/g, R, S) */
 };
 int md_model_num_tensors(const md_model *m);
 const struct md_param_info *md_model_tensor(const md_model *m, int i);
