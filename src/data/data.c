@@ -937,7 +937,8 @@ static md_status norm_compute(struct md_data *d)
         const uint8_t *px;
         st = fetch(d, s, gi, &px);
         if (st != MD_OK) {
-            if (st == MD_ERR_DATA && d->skip_bad) { note_bad(d, md_errmsg()); md_err_clear(); st = MD_OK; continue; }
+            /* The loader meets it again and applies --on-bad-sample there. */
+            if (st == MD_ERR_DATA) { md_err_clear(); st = MD_OK; continue; }
             goto fail;
         }
         for (int i = 0; i < d->num_inputs; i++) {
@@ -992,7 +993,7 @@ md_status md_data_open(const md_options *o, const struct md_data_request *req, s
         break;
     case K_CIFAR10:
     case K_CIFAR100:
-        st = load_cifar(d, dir, d->kind == K_CIFAR100, 0, &r);
+        st = load_cifar(d, dir, d->kind == K_CIFAR100, o->coarse_labels, &r);
         break;
     case K_JPEG: {
         /* Stored size: --image-size, else the model's largest input, else 224;
