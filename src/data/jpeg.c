@@ -25,6 +25,17 @@ md_status md_jpeg_new(md_jpeg **out)
     return MD_OK;
 }
 
+/* After an error libjpeg-turbo 2.1 leaves the handle in a state that fails
+ * every later call (found by the fuzz smoke test), so a failed call gets a
+ * fresh handle. */
+static md_status reset(md_jpeg *j, md_status st)
+{
+    tjDestroy(j->tj);
+    j->tj = tjInitDecompress();
+    if (!j->tj) return md_errf(MD_ERR_INTERNAL, "TurboJPEG: cannot create a decompressor: %s", tjGetErrorStr2(NULL));
+    return st;
+}
+
 void md_jpeg_free(md_jpeg *j)
 {
     if (!j) return;
@@ -44,7 +55,7 @@ md_status md_jpeg_header(md_jpeg *j, const uint8_t *buf, size_t len, const char 
     int ww = 0, hh = 0, subsamp = 0, cs = 0;
     if (len > (size_t)0x7fffffff ||
         tjDecompressHeader3(j->tj, buf, (unsigned long)len, &ww, &hh, &subsamp, &cs) != 0)
-        return md_errf(MD_ERR_DATA, "%s: not a readable JPEG: %s", name, tjGetErrorStr2(j->tj));
+        return reset(j, md_errf(MD_ERR_DATA, "%s: not a readable JPEG: %s", name, tjGetErrorStr2(j->tj)));
     if (ww <= 0 || hh <= 0) return md_errf(MD_ERR_DATA, "%s: JPEG header gives size %dx%d", name, ww, hh);
     if ((long long)ww * hh > MD_JPEG_MAX_PIXELS)
         return md_errf(MD_ERR_DATA, "%s: JPEG header claims %dx%d pixels, over the limit of %lld megapixels; refused "
@@ -79,7 +90,7 @@ md_status md_jpeg_decode(md_jpeg *j, const uint8_t *buf, size_t len, const char 
     if (!inter || !planar) { st = MD_ERR_OOM; goto fail; }
     if (tjDecompress2(j->tj, buf, (unsigned long)len, inter, sw, 0, sh, c == 1 ? TJPF_GRAY : TJPF_RGB,
                       TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0) {
-        st = md_errf(MD_ERR_DATA, "%s: corrupt JPEG: %s", name, tjGetErrorStr2(j->tj));
+        st = reset(j, md_errf(MD_ERR_DATA, "%s: corrupt JPEG: %s", name, tjGetErrorStr2(j->tj)));
         goto fail;
     }
     if (sw == ow && sh == oh) {
