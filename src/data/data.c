@@ -51,6 +51,8 @@ struct md_data {
     md_layout layout;
     float mean[MD_DATA_MAX_INPUTS][3], stdv[MD_DATA_MAX_INPUTS][3];
     int norm_known;
+    int direct[MD_DATA_MAX_INPUTS];        /* input i is the stored pixels, unconverted */
+    float lut[MD_DATA_MAX_INPUTS][3][256]; /* normalised value of each byte */
     int aug_pad, aug_flip;
     /* decoded-image cache (JPEG and synthetic) */
     uint8_t *cache;          /* (n_all, src_c, src_h, src_w) */
@@ -843,24 +845,55 @@ md_status md_data_prepare(struct md_data *d, md_data_scratch *s, long long gi, c
     for (int i = 0; i < d->num_inputs; i++) {
         const struct md_data_input *in = &d->inputs[i];
         int C = in->c, H = in->h, W = in->w;
-        base_image(d, s, px, i, s->base);
+        /* Inputs that are the stored pixels as they are read them through a
+         * table of normalised values; others go through a float image. */
+        int direct = d->direct[i];
+        if (!direct) base_image(d, s, px, i, s->base);
         float *o = inputs[i] + (size_t)j * C * H * W;
+        size_t step = d->layout == MD_NHWC ? (size_t)C : 1;
         for (int c = 0; c < C; c++) {
             float m = d->mean[i][c], inv = 1.0f / d->stdv[i][c];
+            const float *lut = d->lut[i][c];
+            float padv = (0.0f - m) * inv;
             const float *b = s->base + (size_t)c * H * W;
+            const uint8_t *pc = px + (size_t)c * H * W;
             for (int y = 0; y < H; y++) {
                 int sy = y + dy - pad;
-                for (int x = 0; x < W; x++) {
-                    int sx = (flip ? W - 1 - x : x) + dx - pad;
-                    float v = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? b[sy * W + sx] : 0.0f;
-                    v = (v - m) * inv;
-                    if (d->layout == MD_NHWC) o[((size_t)y * W + x) * C + c] = v;
-                    else o[((size_t)c * H + y) * W + x] = v;
+                float *orow = d->layout == MD_NHWC ? o + (size_t)y * W * C + c : o + ((size_t)c * H + y) * W;
+                if (sy < 0 || sy >= H) {
+                    for (int x = 0; x < W; x++) orow[(size_t)x * step] = padv;
+                    continue;
+                }
+                int x0 = flip ? W - 1 + dx - pad : dx - pad; /* source column of x = 0 */
+                int dir = flip ? -1 : 1;
+                if (direct) {
+                    const uint8_t *row = pc + (size_t)sy * W;
+                    for (int x = 0, sx = x0; x < W; x++, sx += dir)
+                        orow[(size_t)x * step] = (sx >= 0 && sx < W) ? lut[row[sx]] : padv;
+                } else {
+                    const float *row = b + (size_t)sy * W;
+                    for (int x = 0, sx = x0; x < W; x++, sx += dir)
+                        orow[(size_t)x * step] = (sx >= 0 && sx < W) ? (row[sx] - m) * inv : padv;
                 }
             }
         }
     }
     return MD_OK;
+}
+
+/* Tables of normalised values for the inputs that use the stored pixels
+ * unchanged (same channels and size): the loader's fast path. */
+static void make_luts(struct md_data *d)
+{
+    const float k = 1.0f / 255.0f;
+    for (int i = 0; i < d->num_inputs; i++) {
+        const struct md_data_input *in = &d->inputs[i];
+        d->direct[i] = in->c == d->src_c && in->h == d->src_h && in->w == d->src_w;
+        for (int c = 0; c < in->c; c++) {
+            float m = d->mean[i][c], inv = 1.0f / d->stdv[i][c];
+            for (int v = 0; v < 256; v++) d->lut[i][c][v] = ((float)v * k - m) * inv;
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -937,7 +970,8 @@ static md_status norm_compute(struct md_data *d)
         const uint8_t *px;
         st = fetch(d, s, gi, &px);
         if (st != MD_OK) {
-            if (st == MD_ERR_DATA && d->skip_bad) { note_bad(d, md_errmsg()); md_err_clear(); st = MD_OK; continue; }
+            /* The loader meets it again and applies --on-bad-sample there. */
+            if (st == MD_ERR_DATA) { md_err_clear(); st = MD_OK; continue; }
             goto fail;
         }
         for (int i = 0; i < d->num_inputs; i++) {
@@ -992,7 +1026,7 @@ md_status md_data_open(const md_options *o, const struct md_data_request *req, s
         break;
     case K_CIFAR10:
     case K_CIFAR100:
-        st = load_cifar(d, dir, d->kind == K_CIFAR100, 0, &r);
+        st = load_cifar(d, dir, d->kind == K_CIFAR100, o->coarse_labels, &r);
         break;
     case K_JPEG: {
         /* Stored size: --image-size, else the model's largest input, else 224;
@@ -1082,6 +1116,7 @@ md_status md_data_open(const md_options *o, const struct md_data_request *req, s
 
     norm_known(d);
     if (!d->norm_known && (st = norm_compute(d)) != MD_OK) goto fail;
+    make_luts(d);
     *out = d;
     return MD_OK;
 fail:
