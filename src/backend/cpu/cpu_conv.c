@@ -103,15 +103,19 @@ static void im2col_nchw_range(void *vc, long long b, long long e)
                 float *row = c->col + (size_t)((cg * g->r + r) * g->s + s) * c->ld + (size_t)img * g->pq;
                 for (int p = 0; p < g->p; p++) {
                     float *o = row + (size_t)p * g->q;
+                    /* plain loops: on late layers rows are a few elements,
+                     * where memset/memcpy calls cost more than the copy */
                     if (p < plo || p >= phi) {
-                        memset(o, 0, sizeof(float) * (size_t)g->q);
+                        for (int q = 0; q < g->q; q++) o[q] = 0.0f;
                         continue;
                     }
                     const float *xr = xp + (size_t)(p * g->sh - g->ph + r * g->dh) * g->w;
                     int off = s * g->dw - g->pw; /* wi = q*sw + off, >= 0 for q >= qlo */
                     for (int q = 0; q < qlo; q++) o[q] = 0.0f;
-                    if (g->sw == 1 && qhi > qlo)
+                    if (g->sw == 1 && qhi - qlo >= 32)
                         memcpy(o + qlo, xr + qlo + off, sizeof(float) * (size_t)(qhi - qlo));
+                    else if (g->sw == 1)
+                        for (int q = qlo; q < qhi; q++) o[q] = xr[q + off];
                     else
                         for (int q = qlo; q < qhi; q++) o[q] = xr[q * g->sw + off];
                     for (int q = qhi; q < g->q; q++) o[q] = 0.0f;
