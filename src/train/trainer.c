@@ -181,6 +181,12 @@ md_status md_trainer_create(md_job *job, md_trainer **out)
     t->batch = o->batch_size > 0 ? o->batch_size : 64;
     t->val_batch = t->batch * (o->val_batch_multiplier > 0 ? o->val_batch_multiplier : 1);
     t->classes = md_model_num_classes(t->model);
+    /* bound for the training batch: validation batches larger than that run
+     * in chunks rather than planning 4x the training activations */
+    if (md_model_device(t->model) != t->dev || md_model_max_batch(t->model) < t->batch) {
+        if ((st = md_model_bind(t->model, t->dev, t->batch)) != MD_OK) goto fail;
+        if (o->init_from[0] && (st = md_model_load_weights(t->model, o->init_from)) != MD_OK) goto fail;
+    }
     t->max_batch = md_model_max_batch(t->model);
     t->ninputs = md_data_num_inputs(t->data);
     for (int i = 0; i < t->ninputs; i++) t->in_elems[i] = md_data_input_elems(t->data, i);
@@ -263,6 +269,24 @@ cJSON *md_trainer_take_report(md_trainer *t)
     return r;
 }
 void md_trainer_interrupt_after(md_trainer *t, long long steps) { t->interrupt_after = steps; }
+
+static md_status upload_batch(md_trainer *t, const struct md_batch *b, int from, int n);
+
+md_status md_trainer_dump_grads(md_trainer *t, const char *path)
+{
+    struct md_batch *b = NULL;
+    MD_TRY(md_loader_start_epoch(t->train_l, 0));
+    MD_TRY(md_loader_next(t->train_l, &b));
+    if (!b) return md_errf(MD_ERR_DATA, "--dump-grads: the training split gave no batch");
+    md_status st = upload_batch(t, b, 0, b->n);
+    if (st == MD_OK) st = md_model_dump_grads(t->model, b->labels, b->n, path);
+    int n = b->n;
+    md_loader_release(t->train_l, b);
+    MD_TRY(st);
+    md_out("  One training step on the first batch (%d samples): inputs, logits, loss and gradients written to %s\n",
+           n, path);
+    return MD_OK;
+}
 
 /* ---- checkpoints ------------------------------------------------------------------- */
 

@@ -34,6 +34,10 @@ void md_trainer_free(md_trainer *t); /* NULL ok */
  * job's report); NULL on a second call. */
 cJSON *md_trainer_take_report(md_trainer *t);
 
+/* --dump-grads: one training step (no optimizer update) on the first batch
+ * of epoch 0, written by md_model_dump_grads to `path`. */
+md_status md_trainer_dump_grads(md_trainer *t, const char *path);
+
 /* Test hook: calls md_interrupt_set(1) after this many optimizer steps of the
  * run (0 = never), as if Ctrl-C came at that point. */
 void md_trainer_interrupt_after(md_trainer *t, long long steps);
