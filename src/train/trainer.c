@@ -179,14 +179,24 @@ md_status md_trainer_create(md_job *job, md_trainer **out)
     setup_report(t);
 
     t->batch = o->batch_size > 0 ? o->batch_size : 64;
-    t->val_batch = t->batch * (o->val_batch_multiplier > 0 ? o->val_batch_multiplier : 1);
     t->classes = md_model_num_classes(t->model);
     /* bound for the training batch: validation batches larger than that run
      * in chunks rather than planning 4x the training activations */
     if (md_model_device(t->model) != t->dev || md_model_max_batch(t->model) < t->batch) {
-        if ((st = md_model_bind(t->model, t->dev, t->batch)) != MD_OK) goto fail;
+        for (;;) {
+            st = md_model_bind(t->model, t->dev, t->batch);
+            if (st != MD_ERR_OOM || !o->auto_batch || t->batch <= 1) break;
+            char why[600], v[32];
+            snprintf(why, sizeof why, "--auto-batch: batch %d did not fit (%s); halved", t->batch, md_errmsg());
+            md_warn("%s", why);
+            t->batch /= 2;
+            snprintf(v, sizeof v, "%d", t->batch);
+            md_job_setting(job, "batch_size", v, why);
+        }
+        if (st != MD_OK) goto fail;
         if (o->init_from[0] && (st = md_model_load_weights(t->model, o->init_from)) != MD_OK) goto fail;
     }
+    t->val_batch = t->batch * (o->val_batch_multiplier > 0 ? o->val_batch_multiplier : 1);
     t->max_batch = md_model_max_batch(t->model);
     t->ninputs = md_data_num_inputs(t->data);
     for (int i = 0; i < t->ninputs; i++) t->in_elems[i] = md_data_input_elems(t->data, i);
