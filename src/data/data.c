@@ -1097,8 +1097,11 @@ md_status md_data_open(const md_options *o, const struct md_data_request *req, s
         d->aug_flip = strcmp(d->name, "mnist") != 0;
     }
 
-    /* The cache: estimated, checked, then allocated (filled as samples are first read). */
-    if (o->cache_images && !d->pixels) {
+    /* The cache: estimated, checked, then allocated (filled as samples are
+     * first read). Synthetic samples up to 256 MiB in all are always kept:
+     * making one costs more than a copy. */
+    int synth_keep = d->kind == K_SYNTH && (size_t)d->n_all * d->src_bytes <= ((size_t)256 << 20);
+    if ((o->cache_images || synth_keep) && !d->pixels) {
         d->cache_estimate = (long long)((size_t)d->n_all * d->src_bytes);
         long long avail = req->mem_available > 0 ? req->mem_available : md_mem_available_bytes();
         char a[32], b[32];
