@@ -580,3 +580,36 @@ Test(data, cli_bad_data_exit_code_3)
     th_rmtree(dir);
     free(dir);
 }
+
+Test(data, peek_matches_open)
+{
+    char *dir = th_tmpdir();
+    char p[1200];
+    snprintf(p, sizeof p, "%s/train.bin", dir);
+    tf_write_cifar(p, 10, 1, 0);
+    md_options o = opts_for("auto", dir);
+    struct md_data_peek pk;
+    cr_assert_eq(md_data_peek(&o, &pk), MD_OK, "%s", md_errmsg());
+    cr_assert_str_eq(pk.name, "cifar100");
+    cr_assert(pk.num_classes == 100 && pk.c == 3 && pk.h == 32 && pk.w == 32);
+    o.coarse_labels = 1;
+    cr_assert_eq(md_data_peek(&o, &pk), MD_OK);
+    cr_assert_eq(pk.num_classes, 20);
+    char sub[1200];
+    snprintf(sub, sizeof sub, "%s/idx", dir);
+    mkdir(sub, 0755);
+    tf_write_idx(sub, "train", 12, 12, 9, 7, 1);
+    o = opts_for("mnist", sub);
+    cr_assert_eq(md_data_peek(&o, &pk), MD_OK, "%s", md_errmsg());
+    cr_assert(pk.num_classes == 10 && pk.c == 1 && pk.h == 9 && pk.w == 7);
+    snprintf(sub, sizeof sub, "%s/jp", dir);
+    mkdir(sub, 0755);
+    tf_write_jpeg_tree(sub, 4, 1, 0, 8, 8);
+    o = opts_for("auto", sub);
+    cr_assert_eq(md_data_peek(&o, &pk), MD_OK, "%s", md_errmsg());
+    cr_assert(pk.num_classes == 4 && pk.c == 3 && pk.h == 0);
+    o = opts_for("auto", "/nonexistent/dir");
+    cr_assert_eq(md_data_peek(&o, &pk), MD_ERR_DATA);
+    th_rmtree(dir);
+    free(dir);
+}

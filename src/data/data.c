@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include "core/log.h"
 #include "core/mem.h"
@@ -1096,8 +1097,11 @@ md_status md_data_open(const md_options *o, const struct md_data_request *req, s
         d->aug_flip = strcmp(d->name, "mnist") != 0;
     }
 
-    /* The cache: estimated, checked, then allocated (filled as samples are first read). */
-    if (o->cache_images && !d->pixels) {
+    /* The cache: estimated, checked, then allocated (filled as samples are
+     * first read). Synthetic samples up to 256 MiB in all are always kept:
+     * making one costs more than a copy. */
+    int synth_keep = d->kind == K_SYNTH && (size_t)d->n_all * d->src_bytes <= ((size_t)256 << 20);
+    if ((o->cache_images || synth_keep) && !d->pixels) {
         d->cache_estimate = (long long)((size_t)d->n_all * d->src_bytes);
         long long avail = req->mem_available > 0 ? req->mem_available : md_mem_available_bytes();
         char a[32], b[32];
@@ -1122,6 +1126,61 @@ md_status md_data_open(const md_options *o, const struct md_data_request *req, s
 fail:
     md_data_free(d);
     return st;
+}
+
+md_status md_data_peek(const md_options *o, struct md_data_peek *out)
+{
+    memset(out, 0, sizeof *out);
+    enum kind k;
+    char dir[MD_PATH_MAX], p[MD_PATH_MAX * 2];
+    MD_TRY(resolve(o, &k, out->name, sizeof out->name, dir, sizeof dir));
+    switch (k) {
+    case K_IDX: {
+        if (!find_idx(dir, "train-images", "idx3", p, sizeof p))
+            return md_errf(MD_ERR_DATA, "%s: no train-images-idx3-ubyte[.gz] here", dir);
+        gzFile f = gzopen(p, "rb");
+        uint8_t hdr[16];
+        int r = f ? gzread(f, hdr, sizeof hdr) : -1;
+        if (f) gzclose(f);
+        if (r != (int)sizeof hdr) return md_errf(MD_ERR_DATA, "%s: cannot read the IDX header", p);
+        uint32_t f32[4];
+        for (int i = 0; i < 4; i++)
+            f32[i] = ((uint32_t)hdr[4 * i] << 24) | ((uint32_t)hdr[4 * i + 1] << 16) | ((uint32_t)hdr[4 * i + 2] << 8) |
+                     hdr[4 * i + 3];
+        if (f32[0] != 0x803) return md_errf(MD_ERR_DATA, "%s: wrong IDX magic number 0x%08x (expected 0x00000803)", p, f32[0]);
+        if (f32[2] == 0 || f32[2] > 4096 || f32[3] == 0 || f32[3] > 4096)
+            return md_errf(MD_ERR_DATA, "%s: implausible image size %ux%u in the IDX header", p, f32[2], f32[3]);
+        out->num_classes = 10;
+        out->c = 1;
+        out->h = (int)f32[2];
+        out->w = (int)f32[3];
+        break;
+    }
+    case K_CIFAR10:
+    case K_CIFAR100:
+        out->num_classes = k == K_CIFAR10 ? 10 : o->coarse_labels ? 20 : 100;
+        out->c = 3;
+        out->h = out->w = 32;
+        break;
+    case K_JPEG: {
+        join(p, sizeof p, dir, "train");
+        char **cls = NULL;
+        long long n = 0;
+        MD_TRY(list_dir(is_dir(p) ? p : dir, 1, &cls, &n));
+        free_strs(cls, n);
+        if (n == 0) return md_errf(MD_ERR_DATA, "%s: no class folders", is_dir(p) ? p : dir);
+        out->num_classes = (int)n;
+        out->c = 3;
+        out->h = out->w = o->image_size;
+        break;
+    }
+    case K_SYNTH:
+        out->num_classes = 10;
+        out->c = 3;
+        out->h = out->w = o->image_size > 0 ? o->image_size : 32;
+        break;
+    }
+    return MD_OK;
 }
 
 void md_data_free(struct md_data *d)
