@@ -186,7 +186,8 @@ Test(nn_model, blocks_repeat_and_skipped_layers)
         "{\"name\":\"c\",\"type\":\"conv2d\",\"out\":\"$out\",\"kernel\":3,\"padding\":1,\"bias\":false},"
         "{\"name\":\"bn\",\"type\":\"batchnorm\"},"
         "{\"name\":\"proj\",\"type\":\"conv2d\",\"inputs\":[\"in\"],\"if\":\"$down\",\"out\":\"$out\",\"kernel\":1},"
-        "{\"name\":\"add\",\"type\":\"add\",\"inputs\":[\"bn\",\"proj\"],\"act\":\"relu\"}]}},"
+        "{\"name\":\"projbn\",\"type\":\"batchnorm\",\"if\":\"$down\"},"
+        "{\"name\":\"add\",\"type\":\"add\",\"inputs\":[\"bn\",\"projbn\"],\"act\":\"relu\"}]}},"
         "\"layers\":[{\"name\":\"s\",\"type\":\"res\",\"out\":4,\"down\":true,\"repeat\":3,\"rest\":{\"down\":false}},"
         "{\"name\":\"gap\",\"type\":\"global_avgpool\",\"inputs\":[\"s.1\"]},{\"name\":\"fc\",\"type\":\"linear\",\"out\":3}]}";
     md_status st;
@@ -195,15 +196,15 @@ Test(nn_model, blocks_repeat_and_skipped_layers)
     cr_expect(md_model_find_tensor(m, "s.0.proj.weight") >= 0);
     cr_expect(md_model_find_tensor(m, "s.1.proj.weight") < 0);
     cr_expect(md_model_find_tensor(m, "s.2.c.weight") >= 0);
-    /* s.0: conv 2->4 (72) + bn 8 + proj (8 + 4); s.1, s.2: conv 144 + bn 8; fc 15 */
-    cr_expect_eq(md_model_nparams(m), 72u + 8 + 12 + 2 * (144 + 8) + 15, "%zu", md_model_nparams(m));
+    /* s.0: conv 2->4 (72) + bn 8 + proj (8 + 4) + projbn 8; s.1, s.2: conv 144 + bn 8; fc 15 */
+    cr_expect_eq(md_model_nparams(m), 72u + 8 + 12 + 8 + 2 * (144 + 8) + 15, "%zu", md_model_nparams(m));
     cJSON *j = md_model_summary_json(m);
     cJSON *layers = cJSON_GetObjectItem(j, "layers");
     int found = 0;
     cJSON *l;
     cJSON_ArrayForEach(l, layers) {
         if (strcmp(cJSON_GetObjectItem(l, "name")->valuestring, "s.1.add") == 0) {
-            /* the skipped projection resolves to the block's input */
+            /* the skipped projection and its BN (input "prev") resolve to the block's input */
             cJSON *in = cJSON_GetObjectItem(l, "inputs");
             cr_expect_str_eq(cJSON_GetArrayItem(in, 1)->valuestring, "s.0.add");
             found = 1;
