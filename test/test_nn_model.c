@@ -216,3 +216,34 @@ Test(nn_model, blocks_repeat_and_skipped_layers)
     cJSON_Delete(j);
     md_model_free(m);
 }
+
+/* The shortcuts of the shipped ResNets: identity where torchvision has no
+ * downsample, the projection's BN where it has one. */
+Test(nn_model, resnet_shortcuts_follow_torchvision)
+{
+    static const struct { const char *model, *layer, *in0, *in1; } cases[] = {
+        {"resnet18_cifar", "layer1.0.add", "layer1.0.bn2", "relu"},
+        {"resnet18_cifar", "layer1.1.add", "layer1.1.bn2", "layer1.0.relu2"},
+        {"resnet18_cifar", "layer2.0.add", "layer2.0.bn2", "layer2.0.downsample.1"},
+        {"resnet18_cifar", "layer2.1.add", "layer2.1.bn2", "layer2.0.relu2"},
+        {"resnet50", "layer1.0.add", "layer1.0.bn3", "layer1.0.downsample.1"},
+        {"resnet50", "layer3.5.add", "layer3.5.bn3", "layer3.4.relu3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        md_model *m = NULL;
+        cr_assert_eq(md_model_load(cases[i].model, NULL, NULL, &m), MD_OK, "%s", md_errmsg());
+        cJSON *j = md_model_summary_json(m);
+        cJSON *l;
+        int found = 0;
+        cJSON_ArrayForEach(l, cJSON_GetObjectItem(j, "layers")) {
+            if (strcmp(cJSON_GetObjectItem(l, "name")->valuestring, cases[i].layer)) continue;
+            cJSON *in = cJSON_GetObjectItem(l, "inputs");
+            cr_expect_str_eq(cJSON_GetArrayItem(in, 0)->valuestring, cases[i].in0, "%s", cases[i].layer);
+            cr_expect_str_eq(cJSON_GetArrayItem(in, 1)->valuestring, cases[i].in1, "%s", cases[i].layer);
+            found = 1;
+        }
+        cr_expect(found, "%s: no layer %s", cases[i].model, cases[i].layer);
+        cJSON_Delete(j);
+        md_model_free(m);
+    }
+}
