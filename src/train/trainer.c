@@ -492,6 +492,16 @@ static md_status resume(md_trainer *t)
                      opt ? opt : "?", want);
         goto done;
     }
+    /* the batch size fixes what "batch N of epoch E" means */
+    cJSON *cfg = md_st_meta(f, "config") ? cJSON_Parse(md_st_meta(f, "config")) : NULL;
+    const cJSON *cb = cJSON_GetObjectItem(cfg, "batch_size");
+    int ck_batch = cJSON_IsNumber(cb) ? cb->valueint : -1;
+    cJSON_Delete(cfg);
+    if (ck_batch != t->batch) {
+        st = md_errf(MD_ERR_DATA, "--resume %s: checkpoint was trained with batch size %d, this run uses %d (pass "
+                     "--batch-size %d)", path, ck_batch, t->batch, ck_batch);
+        goto done;
+    }
     const char *lay = md_st_meta(f, "layout"), *want_lay = md_layout_name(md_model_get_opts(t->model)->layout);
     if (!lay || strcmp(lay, want_lay) != 0) {
         st = md_errf(MD_ERR_DATA, "--resume %s: checkpoint layout is %s, this run uses %s (--channels-last must match)",
