@@ -111,11 +111,11 @@ static md_status probe(md_job *job, struct md_loader_stats *ls, int *batch)
     struct md_loader *l = NULL;
     struct md_loader_opts lo = {
         .split = MD_SPLIT_TRAIN,
-        .batch_size = o->batch_size > 0 ? o->batch_size : 64,
+        .batch_size = o->batch_size > 0 && o->batch_size < 64 ? o->batch_size : 64,
         .shuffle = 1,
         .augment = o->augment,
         .num_workers = o->num_workers,
-        .prefetch = o->prefetch,
+        .prefetch = o->prefetch < 2 ? o->prefetch : 2, /* a probe: little memory */
         .seed = o->seed,
         .pin_dev = o->pin_memory ? job->dev : NULL,
     };
