@@ -200,7 +200,8 @@ void md_loader_free(struct md_loader *l); /* NULL ok; stops the workers */
 /* Batches per epoch for this loader (with drop_last applied). */
 long long md_loader_num_batches(const struct md_loader *l);
 /* Starts epoch `epoch` (order and augmentation from seed + epoch); an epoch
- * in progress is abandoned. Workers start here. */
+ * in progress is abandoned, and batches still held from it must not be read
+ * any more (releasing them is harmless). Workers start here. */
 md_status md_loader_start_epoch(struct md_loader *l, int epoch);
 /* Next batch of the epoch in order, or *b = NULL at its end. Blocks while the
  * workers are behind (that time counts as wait_s). A worker's error (a bad
