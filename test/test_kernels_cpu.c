@@ -124,15 +124,15 @@ Test(kernels_cpu, half_gemm_leaves_row_gaps_alone)
 Test(kernels_cpu, empty_batch_convolution)
 {
     md_device *dev = open_cpu(2);
-    float w[2 * 2 * 9], dw[18], x[1], y[1];
-    for (int i = 0; i < 18; i++) w[i] = (float)i, dw[i] = (float)i;
+    float w[2 * 2 * 9], dw[2 * 2 * 9], x[1], y[1];
+    for (int i = 0; i < 36; i++) w[i] = (float)i, dw[i] = (float)i;
     struct md_conv2d_args a = {.n = 0, .c = 2, .h = 5, .w = 5, .k = 2, .r = 3, .s = 3, .p = 5, .q = 5, .stride_h = 1,
                                .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
                                .dtype = MD_F32, .x = x, .wt = w, .y = y, .dy = y, .dx = x, .dwt = dw, .beta = 0.5f};
     cr_assert_eq(md_k_conv2d_fwd(dev, &a), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_k_conv2d_bwd_data(dev, &a), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_k_conv2d_bwd_filter(dev, &a), MD_OK, "%s", md_errmsg());
-    for (int i = 0; i < 18; i++) cr_assert_float_eq(dw[i], 0.5f * (float)i, 0);
+    for (int i = 0; i < 36; i++) cr_assert_float_eq(dw[i], 0.5f * (float)i, 0);
     md_device_close(dev);
 }
 
