@@ -53,9 +53,15 @@ static void fmt_number(const char *key, double v, char *buf, size_t n)
     } else if (key && (ends_with(key, "_s") && !ends_with(key, "per_s"))) {
         snprintf(buf, n, "%.4g s", v);
     } else if (key && ends_with(key, "per_s")) {
-        snprintf(buf, n, "%.4g /s", v);
-    } else if (v == floor(v) && fabs(v) < 1e15) {
-        long long i = (long long)v;
+        if (fabs(v) >= 1e4) {
+            fmt_number(NULL, v, buf, n);
+            size_t l = strlen(buf);
+            snprintf(buf + l, n - l, " /s");
+        } else {
+            snprintf(buf, n, "%.4g /s", v);
+        }
+    } else if ((v == floor(v) || fabs(v) >= 1e4) && fabs(v) < 1e15) {
+        long long i = (long long)llround(v);
         char tmp[48];
         int neg = i < 0;
         unsigned long long u = neg ? (unsigned long long)(-i) : (unsigned long long)i;
@@ -156,9 +162,37 @@ static void add_kv(md_strbuf *b, const cJSON *obj, const char *const *skip)
     md_strbuf_add(b, "</tbody></table>\n");
 }
 
+/* A small object of scalars ({"mean": .., "p50": ..}) on one line. */
+static int is_flat(const cJSON *o)
+{
+    int n = 0;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, o)
+    {
+        if (!is_scalar(f) || (cJSON_IsString(f) && strlen(f->valuestring) > 40)) return 0;
+        n++;
+    }
+    return n > 0 && n <= 10;
+}
+
 static void add_value(md_strbuf *b, const char *key, const cJSON *v)
 {
-    if (cJSON_IsObject(v)) {
+    if (key && strcmp(key, "samples_ms") == 0 && cJSON_IsArray(v)) {
+        md_strbuf_printf(b, "<span class=\"dim\">%d timings, drawn in the histogram</span>", cJSON_GetArraySize(v));
+    } else if (cJSON_IsObject(v) && is_flat(v)) {
+        const cJSON *f;
+        int i = 0;
+        md_strbuf_add(b, "<span class=\"flat\">");
+        cJSON_ArrayForEach(f, v)
+        {
+            if (i++) md_strbuf_add(b, " <span class=\"dim\">&#183;</span> ");
+            md_strbuf_add(b, "<span class=\"k\">");
+            md_strbuf_add_escaped(b, f->string);
+            md_strbuf_add(b, "</span> ");
+            add_scalar(b, cJSON_IsNumber(f) && key && ends_with(key, "_ms") ? key : f->string, f);
+        }
+        md_strbuf_add(b, "</span>");
+    } else if (cJSON_IsObject(v)) {
         add_kv(b, v, NULL);
     } else if (cJSON_IsArray(v)) {
         int objects = 0, n = 0;
@@ -275,13 +309,16 @@ static void svg_yaxis(md_strbuf *b, double y0, double y1, double step, int right
     md_strbuf_add(b, "</g>\n");
 }
 
-static void svg_frame(md_strbuf *b, const char *title, const char *xlabel)
+static void svg_frame_at(md_strbuf *b, const char *title, const char *xlabel, int left_title)
 {
     md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", ML,
                      MT, CW - ML - MR, CH - MT - MB);
-    svg_text(b, CW / 2, 20, "middle", " class=\"ttl\"", title);
+    if (left_title) svg_text(b, ML, 18, "start", " class=\"ttl\"", title);
+    else svg_text(b, CW / 2, 20, "middle", " class=\"ttl\"", title);
     if (xlabel) svg_text(b, (ML + CW - MR) / 2, CH - 10, "middle", " class=\"axl\"", xlabel);
 }
+
+static void svg_frame(md_strbuf *b, const char *title, const char *xlabel) { svg_frame_at(b, title, xlabel, 0); }
 
 struct series {
     const char *name;
@@ -331,14 +368,14 @@ static void line_chart(md_strbuf *b, const char *title, const char *xlabel, cons
                 md_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s[i].x[j]),
                                  PY(s[i].y[j]), c);
         /* legend, top right inside the plot */
-        double ly = top + 14 + 16 * i;
+        double lx = right - 110.0 * (ns - i), ly = top - 6;
         md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
-                         right - 120, ly - 4, right - 98, ly - 4, c, s[i].dashed ? " stroke-dasharray=\"6 4\"" : "");
-        svg_text(b, right - 92, ly, "start", " class=\"leg\"", s[i].name);
+                         lx, ly - 4, lx + 22, ly - 4, c, s[i].dashed ? " stroke-dasharray=\"6 4\"" : "");
+        svg_text(b, lx + 26, ly, "start", " class=\"leg\"", s[i].name);
     }
 #undef PX
 #undef PY
-    svg_frame(b, title, xlabel);
+    svg_frame_at(b, title, xlabel, 1);
     svg_close(b, caption);
 }
 
@@ -384,10 +421,15 @@ static void histogram(md_strbuf *b, const char *title, const double *v, int n, c
         md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", left + k * bw + 1,
                          bottom - h, bw - 2, h, palette[0]);
     }
-    for (int k = 0; k <= bins; k += bins / 5 ? bins / 5 : 1) {
+    double t0, t1, tstep;
+    nice_axis(lo, hi, &t0, &t1, &tstep);
+    for (double tv = t0; tv <= t1 + tstep * 0.5; tv += tstep) {
+        if (tv < lo - 1e-12 || tv > hi + 1e-12) continue;
         char t[32];
-        fmt_tick(lo + (hi - lo) * k / bins, t, sizeof t);
-        svg_text(b, left + k * bw, bottom + 16, "middle", " class=\"tick\"", t);
+        fmt_tick(tv, t, sizeof t);
+        double x = left + (tv - lo) / (hi - lo) * (right - left);
+        md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>\n", x, bottom, x, bottom + 4);
+        svg_text(b, x, bottom + 16, "middle", " class=\"tick\"", t);
     }
     static const char *const pk[] = {"p50", "p95", "p99"};
     for (int i = 0; i < 3; i++) {
@@ -395,7 +437,7 @@ static void histogram(md_strbuf *b, const char *title, const double *v, int n, c
         if (!num(stats, pk[i], &p) || p < lo || p > hi) continue;
         double x = left + (p - lo) / (hi - lo) * (right - left);
         md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>\n",
-                         x, top, x, bottom, palette[3 - (i == 0) * 1]);
+                         x, top, x, bottom, i == 0 ? "#222222" : palette[3]);
         svg_text(b, x + 3, top + 12 + 12 * i, "start", " class=\"leg\"", pk[i]);
     }
     svg_frame(b, title, "latency per batch (ms)");
@@ -470,7 +512,7 @@ static void sweep_chart(md_strbuf *b, const cJSON *sweep)
 /* Horizontal bars: one per record, value from `key`, label from `label_key`,
  * an optional note from `note_key` (a number printed as "x2.5"). */
 static void hbars(md_strbuf *b, const char *title, const cJSON *arr, const char *label_key, const char *key,
-                  const char *note_key, const char *unit, const char *caption)
+                  const char *note_key, const char *unit, double ref_line, const char *caption)
 {
     enum { MAXB = 24 };
     const char *label[MAXB];
@@ -493,7 +535,7 @@ static void hbars(md_strbuf *b, const char *title, const cJSON *arr, const char 
     double a0, a1, as;
     nice_axis(0, vmax > 0 ? vmax : 1, &a0, &a1, &as);
     a0 = 0;
-    double rowh = 30, h = MT + MB + rowh * n, left = 150, right = CW - 90;
+    double rowh = 30, h = MT + MB + rowh * n, left = 110, right = CW - 170;
     svg_open(b, title, CW, h);
     svg_text(b, CW / 2, 20, "middle", " class=\"ttl\"", title);
     double bottom = h - MB;
@@ -515,6 +557,11 @@ static void hbars(md_strbuf *b, const char *title, const cJSON *arr, const char 
         svg_text(b, left + w + 4, y + rowh / 2 - 1, "start", " class=\"leg\"", t);
     }
     md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>\n", left, MT, left, bottom);
+    if (ref_line > 0 && ref_line <= a1) {
+        double x = left + (ref_line - a0) / (a1 - a0) * (right - left);
+        md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#222222\" stroke-dasharray=\"4 3\"/>\n",
+                         x, MT - 4, x, bottom);
+    }
     svg_close(b, caption);
 }
 
@@ -763,11 +810,11 @@ static void benchmark_section(md_strbuf *b, const cJSON *bench)
     if (cJSON_IsArray(sweep) && cJSON_GetArraySize(sweep) > 0) sweep_chart(b, sweep);
     const cJSON *devs = get(bench, "devices");
     if (cJSON_IsArray(devs) && cJSON_GetArraySize(devs) > 0)
-        hbars(b, "Device comparison: training throughput", devs, "device", "samples_per_s", "speedup_vs_cpu", "samples/s",
+        hbars(b, "Device comparison: training throughput", devs, "device", "samples_per_s", "speedup_vs_cpu", "samples/s", 0,
               "Same model, batch and data on every available device; x = speed-up over the CPU.");
     const cJSON *abl = get(bench, "ablations");
     if (cJSON_IsArray(abl) && cJSON_GetArraySize(abl) > 0)
-        hbars(b, "Ablations: speed-up of each setting when on", abl, "feature", "speedup", NULL, "x",
+        hbars(b, "Ablations: speed-up of each setting when on", abl, "feature", "speedup", NULL, "x", 1.0,
               "Training samples/s with the setting on divided by samples/s with it off (1 = no difference).");
     md_strbuf_add(b, "</div>\n");
     static const char *const skip[] = {"samples_ms", NULL};
@@ -860,7 +907,7 @@ static const char css[] =
     ".dim{color:#999}.bad{color:#b00}.fig{color:#555;font-size:13px}"
     ".tag{font-size:11px;background:#eee;border-radius:3px;padding:1px 5px;color:#555}"
     "ol.recs li,ul.warn li{margin:6px 0}ul.warn li{color:#8a4b00}"
-    "code{font-size:12px}";
+    "code{font-size:12px}.k{color:#666;font-size:12px}.flat{font-size:13px}";
 
 md_status md_html_render(const cJSON *r, char **out, size_t *len)
 {
@@ -891,12 +938,14 @@ md_status md_html_render(const cJSON *r, char **out, size_t *len)
     if (cJSON_IsArray(get(r, "settings"))) settings_section(&b, get(r, "settings"));
     if (get(r, "model")) {
         section_open(&b, "model", "Model");
-        add_value(&b, "model", get(r, "model"));
+        if (cJSON_IsObject(get(r, "model"))) add_kv(&b, get(r, "model"), NULL);
+        else add_value(&b, "model", get(r, "model"));
         section_close(&b);
     }
     if (get(r, "data")) {
         section_open(&b, "data", "Data");
-        add_value(&b, "data", get(r, "data"));
+        if (cJSON_IsObject(get(r, "data"))) add_kv(&b, get(r, "data"), NULL);
+        else add_value(&b, "data", get(r, "data"));
         section_close(&b);
     }
     if (get(r, "training")) training_section(&b, get(r, "training"));
