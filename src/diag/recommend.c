@@ -243,7 +243,7 @@ static void blas_rule(const struct md_rec_in *in, struct recs *rs)
 {
     if (in->kind != MD_BACKEND_CPU || !in->blas_warning || !in->blas_warning[0]) return;
     struct md_rec *r = add(rs, "OpenBLAS kernels", "measured", "%s", in->blas_warning);
-    if (in->gemm_peak_gflops > 0) figure(r, "measured GEMM rate %.4g GFLOP/s with the current kernels", in->gemm_peak_gflops);
+    if (in->gemm_peak_gflops > 0) figure(r, "GEMM rate %.4g GFLOP/s with the current kernels", in->gemm_peak_gflops);
     else figure(r, "OpenBLAS reports the kernel choice (OPENBLAS_CORETYPE overrides it)");
 }
 
