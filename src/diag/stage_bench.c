@@ -182,7 +182,7 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     struct md_bench_setup s = setup_for(c, c->batch, o->bench_iters, o->bench_iters, 0);
     md_status st = run(c, c->dev, &s, r);
     if (st != MD_OK) {
-        md_err_prefix("benchmark of %s at batch %d", c->model, c->batch);
+        md_err_prefix("benchmark of %s", c->model);
         return st;
     }
     cJSON *B = c->bench;
@@ -654,9 +654,22 @@ md_status md_stage_bench(md_job *job)
 
     struct md_bench_result main_r;
     memset(&main_r, 0, sizeof main_r);
-    md_status st = main_benchmark(&c, &main_r);
+    md_status st = MD_OK;
+    if (o->find_batch_size) {
+        /* first, so the benchmark runs at a batch that fits */
+        st = find_batch(&c);
+        int fit = (int)jnum(jget(c.bench, "find_batch_size"), "max_batch", 0);
+        if (st == MD_OK && fit > 0 && fit < c.batch) {
+            char v[32], why[160];
+            snprintf(v, sizeof v, "%d", fit);
+            snprintf(why, sizeof why, "--find-batch-size: %d does not fit; benchmarked at the largest batch that does", c.batch);
+            md_job_setting(job, "benchmark_batch_size", v, why);
+            md_out("  benchmarking at batch %d (the largest that fits)\n", fit);
+            c.batch = fit;
+        }
+    }
+    if (st == MD_OK) st = main_benchmark(&c, &main_r);
     if (st == MD_OK && o->batch_sweep[0]) st = batch_sweep(&c);
-    if (st == MD_OK && o->find_batch_size) st = find_batch(&c);
     if (st == MD_OK && o->compare_devices) st = compare_devices(&c, &main_r);
     if (st == MD_OK && o->ablate[0]) st = ablate(&c, &main_r);
     md_bench_result_clear(&main_r);
