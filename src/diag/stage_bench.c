@@ -823,9 +823,22 @@ static md_status ci_thresholds(md_job *job)
         cJSON_AddNullToObject(lj, "passed");
     }
     md_section("CI");
-    md_out("  %-12s %s\n", "throughput", sps >= 0 ? "measured" : "not measured");
-    if (sps >= 0) md_out("  %-12s %.1f samples/s%s\n", "", sps, o->expect_min_throughput > 0 ? "" : " (no threshold)");
-    if (have) md_out("  %-12s %.4f (%s)%s\n", "final loss", loss, from, o->expect_max_loss > 0 ? "" : " (no threshold)");
+    if (sps >= 0) {
+        char th[64] = "no threshold";
+        if (o->expect_min_throughput > 0)
+            snprintf(th, sizeof th, "%s %g", sps >= o->expect_min_throughput ? "ok, at least" : "MISSED, below", o->expect_min_throughput);
+        md_out("  %-12s %.1f samples/s (%s)\n", "throughput", sps, th);
+    } else {
+        md_out("  %-12s not measured\n", "throughput");
+    }
+    if (have) {
+        char th[64] = "no threshold";
+        if (o->expect_max_loss > 0)
+            snprintf(th, sizeof th, "%s %g", isfinite(loss) && loss <= o->expect_max_loss ? "ok, at most" : "MISSED, above", o->expect_max_loss);
+        md_out("  %-12s %.4f from the %s (%s)\n", "final loss", loss, from, th);
+    } else {
+        md_out("  %-12s not measured\n", "final loss");
+    }
     if (msg[0]) return md_errf(MD_ERR_THRESHOLD, "--ci: %s", msg);
     md_out("  all thresholds met\n");
     return MD_OK;
