@@ -23,7 +23,7 @@ fi
 make --no-print-directory all build/mpsdiag-tests >/dev/null
 
 # 1. the canned report (test/data/report_canned.json) through the test suite
-MPSDIAG_HTML_KEEP="$out" MPSDIAG_BIN="$PWD/build/mpsdiag" build/mpsdiag-tests --filter 'html/canned_report_structure' >/dev/null
+MPSDIAG_HTML_KEEP="$out" MPSDIAG_BIN="$PWD/build/mpsdiag" build/mpsdiag-tests --filter 'html/canned_report_structure' >/dev/null 2>&1
 
 # 2. a real run: benchmark a small model on the CPU with a short sweep
 if ! build/mpsdiag --device cpu --benchmark-only --bench-iters 20 --warmup-iters 2 --batch-sweep 8,16,32 \

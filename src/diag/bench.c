@@ -242,9 +242,10 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     double *buf = NULL;
     md_status st = MD_OK;
     const md_options *o = s->opts;
-    md_dev_reset_peak(dev);
+    /* this run's own peak; the device's overall peak is put back at the end */
     struct md_mem_stats ms0;
     md_dev_mem_stats(dev, &ms0);
+    md_dev_reset_peak(dev);
 
     double t0 = md_now();
     if ((st = md_model_load(s->model, NULL, &s->mopts, &b.m)) != MD_OK) goto fail;
@@ -352,6 +353,7 @@ fail:
         r->peak_bytes = msf.peak - ms0.current;
     }
     r->status = st;
+    md_dev_raise_peak(dev, ms0.peak);
     md_free(buf);
     for (int i = 0; i < 5; i++)
         if (b.ev[i]) md_event_destroy(dev, b.ev[i]);

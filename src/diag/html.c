@@ -189,7 +189,8 @@ static void add_value(md_strbuf *b, const char *key, const cJSON *v)
             md_strbuf_add(b, "<span class=\"k\">");
             md_strbuf_add_escaped(b, f->string);
             md_strbuf_add(b, "</span> ");
-            add_scalar(b, cJSON_IsNumber(f) && key && ends_with(key, "_ms") ? key : f->string, f);
+            /* stats of a timing ({"n", "mean", ...} under "latency_ms") take the parent's unit */
+            add_scalar(b, cJSON_IsNumber(f) && key && ends_with(key, "_ms") && strcmp(f->string, "n") ? key : f->string, f);
         }
         md_strbuf_add(b, "</span>");
     } else if (cJSON_IsObject(v)) {
@@ -577,7 +578,7 @@ static void memory_bar(md_strbuf *b, const cJSON *mem)
         total += v[i];
     }
     if (total <= 0) return;
-    double w = CW, h = 96, left = 20, right = CW - 20, x = left;
+    double w = CW, h = 112, left = 20, right = CW - 20, x = left, ly = 73;
     svg_open(b, "Device memory breakdown", w, h);
     svg_text(b, w / 2, 18, "middle", " class=\"ttl\"", "Device memory breakdown");
     for (int i = 0; i < 5; i++) {
@@ -591,9 +592,14 @@ static void memory_bar(md_strbuf *b, const cJSON *mem)
         if (v[i] <= 0) continue;
         char t[96], sz[32];
         snprintf(t, sizeof t, "%s %s (%.0f%%)", names[i], md_fmt_bytes(v[i], sz, sizeof sz), 100.0 * v[i] / total);
-        md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"64\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", x, palette[i]);
-        svg_text(b, x + 14, 73, "start", " class=\"leg\"", t);
-        x += 14 + 6.2 * (double)strlen(t) + 14;
+        double tw = 14 + 6.2 * (double)strlen(t) + 14;
+        if (x > left && x + tw > right) { /* next legend row */
+            x = left;
+            ly += 18;
+        }
+        md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", x, ly - 9, palette[i]);
+        svg_text(b, x + 14, ly, "start", " class=\"leg\"", t);
+        x += tw;
     }
     svg_close(b, NULL);
 }
@@ -888,7 +894,7 @@ static const char css[] =
     "header{background:#fff;border-bottom:1px solid #ddd}"
     "h1{margin:4px 0;font-size:26px}h2{border-bottom:2px solid #1f77b4;padding-bottom:4px;font-size:20px}"
     "h3{font-size:16px;margin:14px 0 6px}"
-    "section{background:#fff;margin-top:14px;border:1px solid #e2e2e2;border-radius:6px}"
+    "section{background:#fff;margin-top:14px;border:1px solid #e2e2e2;border-radius:6px;overflow-x:auto}"
     "nav a{margin-right:12px;color:#1f5f99;text-decoration:none;font-size:14px}"
     ".meta{color:#666;margin:2px 0}.dev{margin:4px 0}"
     ".status{padding:6px 10px;border-radius:4px;margin:6px 0}.good{background:#e7f5e7}.badbox{background:#fde8e8}"
