@@ -233,16 +233,19 @@ static float *grads_of(const char *name_or_text, int ckpt, int compile, md_layou
 
 Test(nn_grad, checkpointed_gradients_are_bit_identical, .timeout = 60)
 {
-    size_t n1, n2, n3;
-    float *a = grads_of(RESIDUAL, 0, 1, MD_NCHW, "ref", 4, &n1, NULL);
-    float *b = grads_of(RESIDUAL, 1, 1, MD_NCHW, "ref", 4, &n2, NULL);
-    float *c = grads_of(RESIDUAL, 0, 0, MD_NCHW, "ref", 4, &n3, NULL);
-    cr_assert_eq(n1, n2);
-    cr_expect(memcmp(a, b, n1 * 4) == 0, "checkpointed gradients differ");
-    cr_expect(memcmp(a, c, n1 * 4) == 0, "gradients without compile (no fusion, no sharing) differ");
-    free(a);
-    free(b);
-    free(c);
+    static const char *devs[] = {"ref", "cpu"};
+    for (int k = 0; k < 2; k++) {
+        size_t n1, n2, n3;
+        float *a = grads_of(RESIDUAL, 0, 1, MD_NCHW, devs[k], 4, &n1, NULL);
+        float *b = grads_of(RESIDUAL, 1, 1, MD_NCHW, devs[k], 4, &n2, NULL);
+        float *c = grads_of(RESIDUAL, 0, 0, MD_NCHW, devs[k], 4, &n3, NULL);
+        cr_assert_eq(n1, n2);
+        cr_expect(memcmp(a, b, n1 * 4) == 0, "%s: checkpointed gradients differ", devs[k]);
+        cr_expect(memcmp(a, c, n1 * 4) == 0, "%s: gradients without compile (no fusion, no sharing) differ", devs[k]);
+        free(a);
+        free(b);
+        free(c);
+    }
 }
 
 Test(nn_grad, channels_last_matches_nchw, .timeout = 60)
@@ -324,5 +327,97 @@ Test(nn_grad, nonfinite_check_names_the_layer)
     cr_expect(found);
     cr_expect_str_eq(layer, "fc1");
     md_model_free(m);
+    md_device_close(d);
+}
+
+#include "core/safetensors.h"
+
+Test(nn_grad, dump_grads_and_init_from_round_trip, .timeout = 60)
+{
+    md_device *d = open_dev("ref");
+    struct md_model_opts o;
+    md_model_opts_default(&o);
+    o.layout = MD_NHWC; /* exercises the (K, R, S, C) <-> PyTorch order */
+    md_model *m = make(RESIDUAL, &o, d, 4);
+    fill_inputs(m, 4, 11);
+    char *dir = th_tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/g.safetensors", dir);
+    int32_t labels[4] = {0, 2, 1, 2};
+    cr_assert_eq(md_model_dump_grads(m, labels, 4, 0.0f, path), MD_OK, "%s", md_errmsg());
+    size_t n = md_model_nparams(m);
+    float *g = malloc(n * 4), *p = malloc(n * 4);
+    cr_assert_eq(md_model_get_grads_host(m, g), MD_OK);
+    cr_assert_eq(md_model_get_params_host(m, p), MD_OK);
+    md_st_file *f = NULL;
+    cr_assert_eq(md_st_open(path, &f), MD_OK, "%s", md_errmsg());
+    const struct md_param_info *ti = md_model_tensor(m, md_model_find_tensor(m, "block.0.conv1.weight"));
+    const struct md_st_tensor *t = md_st_find(f, "grad.block.0.conv1.weight");
+    cr_assert(t && t->ndim == 4 && t->shape[0] == 4 && t->shape[1] == 3 && t->shape[2] == 3);
+    cr_expect(memcmp(t->data, g + ti->offset, ti->numel * 4) == 0);
+    cr_assert(md_st_find(f, "param.fc.bias") && md_st_find(f, "loss") && md_st_find(f, "logits") &&
+              md_st_find(f, "input.x") && md_st_find(f, "labels") && md_st_find(f, "buffer.block.0.bn1.running_var"));
+    float loss;
+    memcpy(&loss, md_st_find(f, "loss")->data, 4);
+    cr_expect(loss > 0.5f && loss < 3.0f, "%g", loss);
+    md_st_close(f);
+
+    /* write the params (PyTorch order) under their names, shifted by one, and load them */
+    md_st_writer *w = NULL;
+    cr_assert_eq(md_st_writer_new(&w), MD_OK);
+    for (size_t i = 0; i < n; i++) p[i] += 1.0f;
+    for (int k = 0; k < md_model_num_tensors(m); k++) {
+        const struct md_param_info *pi = md_model_tensor(m, k);
+        long long sh[4];
+        for (int j = 0; j < pi->ndim; j++) sh[j] = pi->shape[j];
+        cr_assert_eq(md_st_writer_add(w, pi->name, MD_F32, pi->ndim, sh, p + pi->offset), MD_OK);
+    }
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    cr_assert_eq(md_st_writer_write(w, path), MD_OK, "%s", md_errmsg());
+    md_st_writer_free(w);
+    cr_assert_eq(md_model_load_weights(m, path), MD_OK, "%s", md_errmsg());
+    float *q = malloc(n * 4);
+    cr_assert_eq(md_model_get_params_host(m, q), MD_OK);
+    cr_expect(memcmp(p, q, n * 4) == 0);
+    /* a file lacking a tensor is refused naming it */
+    snprintf(path, sizeof path, "%s/g.safetensors", dir);
+    cr_expect_eq(md_model_load_weights(m, path), MD_ERR_DATA);
+    cr_expect(strstr(md_errmsg(), "stem.weight") != NULL, "%s", md_errmsg());
+    free(g); free(p); free(q);
+    th_rmtree(dir);
+    free(dir);
+    md_model_free(m);
+    md_device_close(d);
+}
+
+/* fp16 and bf16 compute: same model, loss and gradients near fp32's. */
+Test(nn_grad, half_compute_tracks_fp32, .timeout = 60)
+{
+    static const md_dtype types[] = {MD_F16, MD_BF16};
+    md_device *d = open_dev("ref");
+    struct md_model_opts o;
+    md_model_opts_default(&o);
+    md_model *ref = make(DUAL, &o, d, 3);
+    fill_inputs(ref, 3, 4);
+    struct step_io io = step_io_new(d, 3);
+    double l32 = loss_of(ref, io, 3, 1);
+    size_t n = md_model_nparams(ref);
+    float *g32 = malloc(n * 4), *gh = malloc(n * 4);
+    md_dev_download(d, g32, md_model_grads(ref), n * 4);
+    for (int k = 0; k < 2; k++) {
+        o.compute_dtype = types[k];
+        md_model *m = make(DUAL, &o, d, 3);
+        cr_assert_not_null(md_model_params_half(m));
+        fill_inputs(m, 3, 4);
+        double lh = loss_of(m, io, 3, 1);
+        md_dev_download(d, gh, md_model_grads(m), n * 4);
+        cr_expect(fabs(lh - l32) < 0.02 * fabs(l32), "%s loss %g vs %g", md_dtype_name(types[k]), lh, l32);
+        cr_expect(th_allclose(md_dtype_name(types[k]), gh, g32, n, 2e-2, 5e-2));
+        md_model_free(m);
+    }
+    free(g32); free(gh);
+    md_dev_free(d, io.labels);
+    md_dev_free(d, io.loss);
+    md_model_free(ref);
     md_device_close(d);
 }

@@ -1013,6 +1013,7 @@ static const char *fmt_flops(double f, char *buf, size_t n)
 {
     if (f >= 1e9) snprintf(buf, n, "%.2f GFLOPs", f / 1e9);
     else if (f >= 1e6) snprintf(buf, n, "%.2f MFLOPs", f / 1e6);
+    else if (f >= 1e3) snprintf(buf, n, "%.2f KFLOPs", f / 1e3);
     else snprintf(buf, n, "%.0f FLOPs", f);
     return buf;
 }

@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/safetensors.h"
 
 void md_model_free_host(struct md_model *m);
 
@@ -905,16 +906,188 @@ md_status md_model_first_nonfinite(md_model *m, char *layer, size_t n, int *foun
 
 /* ---- weights in and out --------------------------------------------------------------- */
 
-md_status md_model_load_weights(md_model *m, const char *path)
+/* (K, C, RS) <-> (K, RS, C) for NHWC conv weights, in place through tmp. */
+static void permute_w(const struct md_param_info *t, float *w, float *tmp, int to_khwc)
 {
-    (void)m;
-    return md_errf(MD_ERR_UNSUPPORTED, "--init-from %s: loading weights is not built yet", path);
+    int K = t->shape[0], C = t->shape[1], RS = t->shape[2] * t->shape[3];
+    for (int k = 0; k < K; k++) {
+        float *v = w + (size_t)k * C * RS;
+        memcpy(tmp, v, (size_t)C * RS * sizeof *tmp);
+        for (int c = 0; c < C; c++)
+            for (int rs = 0; rs < RS; rs++) {
+                if (to_khwc) v[(size_t)rs * C + c] = tmp[(size_t)c * RS + rs];
+                else v[(size_t)c * RS + rs] = tmp[(size_t)rs * C + c];
+            }
+    }
 }
 
-md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch, const char *path)
+static md_status host_order(md_model *m, float *buf, int to_khwc)
 {
-    (void)m;
-    (void)labels_host;
-    (void)batch;
-    return md_errf(MD_ERR_UNSUPPORTED, "--dump-grads %s: not built yet", path);
+    if (m->opts.layout != MD_NHWC) return MD_OK;
+    size_t most = 1;
+    for (int t = 0; t < m->ntensors; t++)
+        if (m->tensors[t].khwc && m->tensors[t].numel > most) most = m->tensors[t].numel;
+    float *tmp = md_malloc(most * sizeof *tmp);
+    if (!tmp) return md_errf(MD_ERR_OOM, "model %s: out of host memory", m->name);
+    for (int t = 0; t < m->ntensors; t++)
+        if (m->tensors[t].khwc) permute_w(&m->tensors[t], buf + m->tensors[t].offset, tmp, to_khwc);
+    md_free(tmp);
+    return MD_OK;
+}
+
+md_status md_model_get_params_host(md_model *m, float *dst)
+{
+    MD_TRY(check_bound(m, 1));
+    MD_TRY(md_dev_download(m->dev, dst, m->params, m->nparams * sizeof *dst));
+    return host_order(m, dst, 0);
+}
+
+md_status md_model_get_grads_host(md_model *m, float *dst)
+{
+    MD_TRY(check_bound(m, 1));
+    MD_TRY(md_dev_download(m->dev, dst, m->grads, m->nparams * sizeof *dst));
+    return host_order(m, dst, 0);
+}
+
+md_status md_model_set_params_host(md_model *m, const float *src)
+{
+    md_status st = MD_OK;
+    MD_TRY(check_bound(m, 1));
+    float *tmp = md_malloc(m->nparams * sizeof *tmp + 4);
+    if (!tmp) return md_errf(MD_ERR_OOM, "model %s: out of host memory", m->name);
+    memcpy(tmp, src, m->nparams * sizeof *tmp);
+    if ((st = host_order(m, tmp, 1)) == MD_OK && (st = md_dev_upload(m->dev, m->params, tmp, m->nparams * 4)) == MD_OK)
+        st = md_model_params_changed(m);
+    md_free(tmp);
+    return st;
+}
+
+md_status md_model_load_weights(md_model *m, const char *path)
+{
+    md_status st = MD_OK;
+    md_st_file *f = NULL;
+    float *host = NULL, *stats = NULL;
+    MD_TRY(check_bound(m, 1));
+    if ((st = md_st_open(path, &f)) != MD_OK) goto fail;
+    host = md_malloc(m->nparams * sizeof *host + 4);
+    stats = md_malloc(m->nstats * sizeof *stats + 4);
+    if (!host || !stats) { st = md_errf(MD_ERR_OOM, "%s: out of host memory", path); goto fail; }
+    for (int t = 0; t < m->ntensors; t++) {
+        const struct md_param_info *ti = &m->tensors[t];
+        long long shape[4];
+        for (int k = 0; k < ti->ndim; k++) shape[k] = ti->shape[k];
+        if ((st = md_st_copy(f, ti->name, MD_F32, ti->ndim, shape, host + ti->offset)) != MD_OK) goto fail;
+    }
+    if ((st = md_dev_download(m->dev, stats, m->bn_stats, m->nstats * 4)) != MD_OK) goto fail;
+    for (int b = 0; b < m->nbuffers; b++) {
+        const struct md_param_info *bi = &m->buffers[b];
+        if (!md_st_find(f, bi->name)) continue;
+        long long shape[1] = {bi->shape[0]};
+        if ((st = md_st_copy(f, bi->name, MD_F32, 1, shape, stats + bi->offset)) != MD_OK) goto fail;
+    }
+    if ((st = md_model_set_params_host(m, host)) != MD_OK) goto fail;
+    st = md_dev_upload(m->dev, m->bn_stats, stats, m->nstats * 4);
+fail:
+    if (st != MD_OK) md_err_prefix("--init-from");
+    md_free(host);
+    md_free(stats);
+    md_st_close(f);
+    return st;
+}
+
+md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch, float smoothing, const char *path)
+{
+    md_status st = MD_OK;
+    md_st_writer *w = NULL;
+    float *params = NULL, *grads = NULL, *stats = NULL, *logits = NULL, *inputs = NULL, loss = 0;
+    void *raw = NULL;
+    int32_t *labels_dev = NULL;
+    float *loss_dev = NULL;
+    char name[700];
+    MD_TRY(check_bound(m, batch));
+    md_device *d = m->dev;
+    size_t in_total = 0;
+    for (int i = 0; i < m->ninputs; i++) in_total += (size_t)batch * numel(&m->layers[i]);
+    size_t es = md_dtype_size(m->opts.compute_dtype);
+    params = md_malloc(m->nparams * 4 + 4);
+    grads = md_malloc(m->nparams * 4 + 4);
+    stats = md_malloc(m->nstats * 4 + 4);
+    logits = md_malloc((size_t)batch * m->num_classes * 4);
+    raw = md_malloc((size_t)batch * m->num_classes * es);
+    inputs = md_malloc(in_total * 4 * 2);
+    if (!params || !grads || !stats || !logits || !raw || !inputs) {
+        st = md_errf(MD_ERR_OOM, "--dump-grads: out of host memory");
+        goto fail;
+    }
+    if ((st = md_dev_alloc(d, (size_t)batch * 4, (void **)&labels_dev, "dump labels")) != MD_OK) goto fail;
+    if ((st = md_dev_alloc(d, 4, (void **)&loss_dev, "dump loss")) != MD_OK) goto fail;
+    if ((st = md_dev_upload(d, labels_dev, labels_host, (size_t)batch * 4)) != MD_OK) goto fail;
+    if ((st = md_dev_memset0(d, loss_dev, 4)) != MD_OK) goto fail;
+    if ((st = md_model_get_params_host(m, params)) != MD_OK) goto fail;
+    if ((st = md_dev_download(d, stats, m->bn_stats, m->nstats * 4)) != MD_OK) goto fail;
+    if ((st = md_model_forward(m, batch, 1)) != MD_OK) goto fail;
+    if ((st = md_model_loss(m, labels_dev, smoothing, 1.0f / (float)batch, loss_dev, NULL)) != MD_OK) goto fail;
+    if ((st = md_dev_download(d, raw, md_model_logits(m), (size_t)batch * m->num_classes * es)) != MD_OK) goto fail;
+    if ((st = md_model_backward(m)) != MD_OK) goto fail;
+    if ((st = md_model_get_grads_host(m, grads)) != MD_OK) goto fail;
+    if ((st = md_dev_download(d, &loss, loss_dev, 4)) != MD_OK) goto fail;
+    loss /= (float)batch;
+    for (size_t i = 0; i < (size_t)batch * m->num_classes; i++) logits[i] = md_load_f(raw, m->opts.compute_dtype, i);
+
+    if ((st = md_st_writer_new(&w)) != MD_OK) goto fail;
+    float *in = inputs;
+    for (int i = 0; i < m->ninputs; i++) {
+        const struct md_layer *L = &m->layers[i];
+        size_t n = (size_t)batch * numel(L);
+        float *tmp = inputs + in_total;
+        if ((st = md_dev_download(d, tmp, m->inputs[i], n * 4)) != MD_OK) goto fail;
+        if (m->opts.layout == MD_NHWC) {
+            size_t hw = (size_t)L->h * L->w;
+            for (int b = 0; b < batch; b++)
+                for (int c = 0; c < L->c; c++)
+                    for (size_t p = 0; p < hw; p++)
+                        in[((size_t)b * L->c + c) * hw + p] = tmp[((size_t)b * hw + p) * L->c + c];
+        } else {
+            memcpy(in, tmp, n * 4);
+        }
+        long long shape[4] = {batch, L->c, L->h, L->w};
+        snprintf(name, sizeof name, "input.%s", L->name);
+        if ((st = md_st_writer_add(w, name, MD_F32, 4, shape, in)) != MD_OK) goto fail;
+        in += n;
+    }
+    long long ls[1] = {batch}, lg[2] = {batch, m->num_classes};
+    if ((st = md_st_writer_add(w, "labels", MD_I32, 1, ls, labels_host)) != MD_OK) goto fail;
+    if ((st = md_st_writer_add(w, "logits", MD_F32, 2, lg, logits)) != MD_OK) goto fail;
+    if ((st = md_st_writer_add(w, "loss", MD_F32, 0, NULL, &loss)) != MD_OK) goto fail;
+    for (int t = 0; t < m->ntensors; t++) {
+        const struct md_param_info *ti = &m->tensors[t];
+        long long shape[4];
+        for (int k = 0; k < ti->ndim; k++) shape[k] = ti->shape[k];
+        snprintf(name, sizeof name, "param.%s", ti->name);
+        if ((st = md_st_writer_add(w, name, MD_F32, ti->ndim, shape, params + ti->offset)) != MD_OK) goto fail;
+        snprintf(name, sizeof name, "grad.%s", ti->name);
+        if ((st = md_st_writer_add(w, name, MD_F32, ti->ndim, shape, grads + ti->offset)) != MD_OK) goto fail;
+    }
+    for (int b = 0; b < m->nbuffers; b++) {
+        const struct md_param_info *bi = &m->buffers[b];
+        long long shape[1] = {bi->shape[0]};
+        snprintf(name, sizeof name, "buffer.%s", bi->name);
+        if ((st = md_st_writer_add(w, name, MD_F32, 1, shape, stats + bi->offset)) != MD_OK) goto fail;
+    }
+    if ((st = md_st_writer_meta(w, "model", m->name)) != MD_OK) goto fail;
+    if ((st = md_st_writer_meta(w, "compute_dtype", md_dtype_name(m->opts.compute_dtype))) != MD_OK) goto fail;
+    if ((st = md_st_writer_meta(w, "layout", md_layout_name(m->opts.layout))) != MD_OK) goto fail;
+    st = md_st_writer_write(w, path);
+fail:
+    if (st != MD_OK) md_err_prefix("--dump-grads %s", path);
+    md_st_writer_free(w);
+    md_dev_free(m->dev, labels_dev);
+    md_dev_free(m->dev, loss_dev);
+    md_free(params);
+    md_free(grads);
+    md_free(stats);
+    md_free(logits);
+    md_free(raw);
+    md_free(inputs);
+    return st;
 }
