@@ -892,6 +892,9 @@ md_status md_trainer_run(md_trainer *t)
     print_header();
 
     int start_epoch = t->epoch;
+    if (start_epoch >= o->epochs)
+        md_out("  nothing to train: the checkpoint is at epoch %d of %d (raise --epochs to continue)\n", start_epoch,
+               o->epochs);
     for (; t->epoch < o->epochs; t->epoch++) {
         double sps = 0, ep_time = 0;
         if ((st = run_epoch(t, &sps, &ep_time)) != MD_OK) goto done;
@@ -906,8 +909,8 @@ md_status md_trainer_run(md_trainer *t)
         ep_time += vtime;
         double lr = md_schedule_lr(&t->sched, t->global_step > 0 ? t->global_step - 1 : 0);
         if ((st = collect_diagnostics(t, t->snapshot)) != MD_OK) goto done;
-        int done_epochs = t->epoch + 1 - start_epoch;
-        double eta = (o->epochs - t->epoch - 1) * (t->run_time / (done_epochs > 0 ? done_epochs : 1));
+        /* run_time covers every epoch so far, also those before a resume */
+        double eta = (o->epochs - t->epoch - 1) * (t->run_time / (t->epoch + 1));
         char et[16], es[16], vls[16], vas[16];
         fmt_duration(ep_time, et, sizeof et);
         fmt_duration(eta, es, sizeof es);
