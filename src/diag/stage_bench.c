@@ -767,6 +767,15 @@ static int final_loss(const cJSON *report, double *loss, const char **from)
             return 1;
         }
     }
+    const cJSON *col = jget(jget(t, "curves"), "train_loss"); /* the trainer's columns */
+    if (cJSON_IsArray(col) && cJSON_GetArraySize(col) > 0) {
+        const cJSON *v = cJSON_GetArrayItem(col, cJSON_GetArraySize(col) - 1);
+        if (cJSON_IsNumber(v)) {
+            *loss = v->valuedouble;
+            *from = "training";
+            return 1;
+        }
+    }
     const cJSON *ep = jget(t, "epochs");
     if (cJSON_IsArray(ep) && cJSON_GetArraySize(ep) > 0) {
         const cJSON *last = cJSON_GetArrayItem(ep, cJSON_GetArraySize(ep) - 1);
