@@ -959,6 +959,7 @@ md_status md_trainer_run(md_trainer *t)
         }
         md_out("  %5d  %10.4f  %8.2f%%  %8s  %7s  %9.3g  %9s  %7s  %7s\n", t->epoch + 1, tl, 100 * ta, vls, vas, lr,
                md_fmt_thousands(llround(sps), a, sizeof a), et, es);
+        fflush(stdout); /* a log file or pipe sees each epoch as it ends */
         curve_add(t, "epoch", t->epoch + 1);
         curve_add(t, "train_loss", tl);
         curve_add(t, "train_acc", ta);
