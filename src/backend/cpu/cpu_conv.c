@@ -33,7 +33,16 @@ struct geom {
     int sh, sw, ph, pw, dh, dw, g, cg, kg;
     int crs, pq;
     int is_1x1; /* 1x1, stride 1, no padding */
+    void *ws; size_t ws_bytes; /* the caller's workspace, if any */
 };
+
+/* The im2col buffer: the caller's workspace when it is big enough, else the
+ * backend's scratch (kept and grown between calls). */
+static float *col_buffer(const struct geom *g, size_t bytes)
+{
+    if (g->ws && g->ws_bytes >= bytes) return g->ws;
+    return md_cpu_scratch(CPU_SCR_COL, bytes);
+}
 
 static md_status geom_init(const char *op, const struct md_conv2d_args *a, struct geom *o)
 {
@@ -46,7 +55,8 @@ static md_status geom_init(const char *op, const struct md_conv2d_args *a, struc
         return md_errf(MD_ERR_INTERNAL, "cpu %s: output %dx%d does not match input %dx%d", op, a->p, a->q, a->h,
                        a->w);
     *o = (struct geom){a->n, a->c, a->h, a->w, a->k, a->r, a->s, a->p, a->q, a->stride_h, a->stride_w, a->pad_h,
-                       a->pad_w, a->dil_h, a->dil_w, a->groups, a->c / a->groups, a->k / a->groups, 0, 0, 0};
+                       a->pad_w, a->dil_h, a->dil_w, a->groups, a->c / a->groups, a->k / a->groups, 0, 0, 0,
+                       a->workspace, a->workspace_bytes};
     o->crs = o->cg * o->r * o->s;
     o->pq = o->p * o->q;
     o->is_1x1 = o->r == 1 && o->s == 1 && o->sh == 1 && o->sw == 1 && o->ph == 0 && o->pw == 0;
@@ -207,7 +217,7 @@ static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, 
     }
     int nb = chunk_images(g, (size_t)g->crs * g->pq);
     int ld = nb * g->pq;
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)g->crs * ld);
+    float *col = col_buffer(g, sizeof(float) * (size_t)g->crs * ld);
     float *tmp = md_cpu_scratch(CPU_SCR_TMP, sizeof(float) * (size_t)g->kg * ld);
     if (!col || !tmp) return MD_ERR_OOM;
     for (int n0 = 0; n0 < g->n; n0 += nb) {
@@ -240,7 +250,7 @@ static md_status data_nchw(const struct geom *g, const float *dy, const float *w
     }
     int nb = chunk_images(g, (size_t)(g->crs + g->k) * g->pq);
     int ld = nb * g->pq;
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)g->crs * ld);
+    float *col = col_buffer(g, sizeof(float) * (size_t)g->crs * ld);
     float *dyb = md_cpu_scratch(CPU_SCR_DY, sizeof(float) * (size_t)g->k * ld);
     if (!col || !dyb) return MD_ERR_OOM;
     for (int n0 = 0; n0 < g->n; n0 += nb) {
@@ -276,7 +286,7 @@ static md_status filter_nchw(const struct geom *g, const float *x, const float *
     }
     int nb = chunk_images(g, (size_t)(g->crs + g->k) * g->pq);
     int ld = nb * g->pq;
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)g->crs * ld);
+    float *col = col_buffer(g, sizeof(float) * (size_t)g->crs * ld);
     float *dyb = md_cpu_scratch(CPU_SCR_DY, sizeof(float) * (size_t)g->k * ld);
     if (!col || !dyb) return MD_ERR_OOM;
     for (int n0 = 0; n0 < g->n; n0 += nb) {
@@ -378,7 +388,7 @@ static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, 
     long long mb = (long long)(COL_BYTES / 4 / (size_t)g->crs);
     if (mb < 1) mb = 1;
     if (mb > rows) mb = rows;
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)mb * g->crs);
+    float *col = col_buffer(g, sizeof(float) * (size_t)mb * g->crs);
     if (!col) return MD_ERR_OOM;
     for (long long r0 = 0; r0 < rows; r0 += mb) {
         long long cnt = rows - r0 < mb ? rows - r0 : mb;
@@ -402,7 +412,7 @@ static md_status data_nhwc(const struct geom *g, const float *dy, const float *w
         return MD_OK;
     }
     int nb = chunk_images(g, (size_t)g->crs * g->pq);
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)nb * g->pq * g->crs);
+    float *col = col_buffer(g, sizeof(float) * (size_t)nb * g->pq * g->crs);
     if (!col) return MD_ERR_OOM;
     for (int n0 = 0; n0 < g->n; n0 += nb) {
         int cnt = g->n - n0 < nb ? g->n - n0 : nb;
@@ -428,7 +438,7 @@ static md_status filter_nhwc(const struct geom *g, const float *x, const float *
     long long mb = (long long)(COL_BYTES / 4 / (size_t)g->crs);
     if (mb < 1) mb = 1;
     if (mb > rows) mb = rows;
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)mb * g->crs);
+    float *col = col_buffer(g, sizeof(float) * (size_t)mb * g->crs);
     if (!col) return MD_ERR_OOM;
     for (long long r0 = 0; r0 < rows; r0 += mb) {
         long long cnt = rows - r0 < mb ? rows - r0 : mb;
