@@ -33,7 +33,16 @@ struct geom {
     int sh, sw, ph, pw, dh, dw, g, cg, kg;
     int crs, pq;
     int is_1x1; /* 1x1, stride 1, no padding */
+    void *ws; size_t ws_bytes; /* the caller's workspace, if any */
 };
+
+/* The im2col buffer: the caller's workspace when it is big enough, else the
+ * backend's scratch (kept and grown between calls). */
+static float *col_buffer(const struct geom *g, size_t bytes)
+{
+    if (g->ws && g->ws_bytes >= bytes) return g->ws;
+    return md_cpu_scratch(CPU_SCR_COL, bytes);
+}
 
 static md_status geom_init(const char *op, const struct md_conv2d_args *a, struct geom *o)
 {
@@ -46,7 +55,8 @@ static md_status geom_init(const char *op, const struct md_conv2d_args *a, struc
         return md_errf(MD_ERR_INTERNAL, "cpu %s: output %dx%d does not match input %dx%d", op, a->p, a->q, a->h,
                        a->w);
     *o = (struct geom){a->n, a->c, a->h, a->w, a->k, a->r, a->s, a->p, a->q, a->stride_h, a->stride_w, a->pad_h,
-                       a->pad_w, a->dil_h, a->dil_w, a->groups, a->c / a->groups, a->k / a->groups, 0, 0, 0};
+                       a->pad_w, a->dil_h, a->dil_w, a->groups, a->c / a->groups, a->k / a->groups, 0, 0, 0,
+                       a->workspace, a->workspace_bytes};
     o->crs = o->cg * o->r * o->s;
     o->pq = o->p * o->q;
     o->is_1x1 = o->r == 1 && o->s == 1 && o->sh == 1 && o->sw == 1 && o->ph == 0 && o->pw == 0;
@@ -207,7 +217,7 @@ static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, 
     }
     int nb = chunk_images(g, (size_t)g->crs * g->pq);
     int ld = nb * g->pq;
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)g->crs * ld);
+    float *col = col_buffer(g, sizeof(float) * (size_t)g->crs * ld);
     float *tmp = md_cpu_scratch(CPU_SCR_TMP, sizeof(float) * (size_t)g->kg * ld);
     if (!col || !tmp) return MD_ERR_OOM;
     for (int n0 = 0; n0 < g->n; n0 += nb) {
@@ -240,7 +250,7 @@ static md_status data_nchw(const struct geom *g, const float *dy, const float *w
     }
     int nb = chunk_images(g, (size_t)(g->crs + g->k) * g->pq);
     int ld = nb * g->pq;
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)g->crs * ld);
+    float *col = col_buffer(g, sizeof(float) * (size_t)g->crs * ld);
     float *dyb = md_cpu_scratch(CPU_SCR_DY, sizeof(float) * (size_t)g->k * ld);
     if (!col || !dyb) return MD_ERR_OOM;
     for (int n0 = 0; n0 < g->n; n0 += nb) {
@@ -276,7 +286,7 @@ static md_status filter_nchw(const struct geom *g, const float *x, const float *
     }
     int nb = chunk_images(g, (size_t)(g->crs + g->k) * g->pq);
     int ld = nb * g->pq;
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)g->crs * ld);
+    float *col = col_buffer(g, sizeof(float) * (size_t)g->crs * ld);
     float *dyb = md_cpu_scratch(CPU_SCR_DY, sizeof(float) * (size_t)g->k * ld);
     if (!col || !dyb) return MD_ERR_OOM;
     for (int n0 = 0; n0 < g->n; n0 += nb) {
@@ -378,7 +388,7 @@ static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, 
     long long mb = (long long)(COL_BYTES / 4 / (size_t)g->crs);
     if (mb < 1) mb = 1;
     if (mb > rows) mb = rows;
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)mb * g->crs);
+    float *col = col_buffer(g, sizeof(float) * (size_t)mb * g->crs);
     if (!col) return MD_ERR_OOM;
     for (long long r0 = 0; r0 < rows; r0 += mb) {
         long long cnt = rows - r0 < mb ? rows - r0 : mb;
@@ -402,7 +412,7 @@ static md_status data_nhwc(const struct geom *g, const float *dy, const float *w
         return MD_OK;
     }
     int nb = chunk_images(g, (size_t)g->crs * g->pq);
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)nb * g->pq * g->crs);
+    float *col = col_buffer(g, sizeof(float) * (size_t)nb * g->pq * g->crs);
     if (!col) return MD_ERR_OOM;
     for (int n0 = 0; n0 < g->n; n0 += nb) {
         int cnt = g->n - n0 < nb ? g->n - n0 : nb;
@@ -428,7 +438,7 @@ static md_status filter_nhwc(const struct geom *g, const float *x, const float *
     long long mb = (long long)(COL_BYTES / 4 / (size_t)g->crs);
     if (mb < 1) mb = 1;
     if (mb > rows) mb = rows;
-    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)mb * g->crs);
+    float *col = col_buffer(g, sizeof(float) * (size_t)mb * g->crs);
     if (!col) return MD_ERR_OOM;
     for (long long r0 = 0; r0 < rows; r0 += mb) {
         long long cnt = rows - r0 < mb ? rows - r0 : mb;
@@ -442,14 +452,123 @@ static md_status filter_nhwc(const struct geom *g, const float *x, const float *
     return MD_OK;
 }
 
-/* ================= entry points ============================================ */
+/* ================= NCHW depthwise (one input channel per group) ============
+ * Direct loops instead of one tiny GEMM per channel: tasks are output planes
+ * (fwd), input planes (data) or filters (filter), each owning what it writes. */
 
 enum { CONV_FWD, CONV_DATA, CONV_FILTER };
+
+struct dw_ctx { const struct geom *g; const float *x, *w, *dy; float *out; float beta; };
+
+static void dw_fwd_range(void *vc, long long b, long long e)
+{
+    const struct dw_ctx *c = vc;
+    const struct geom *g = c->g;
+    for (long long t = b; t < e; t++) {
+        int img = (int)(t / g->k), k = (int)(t % g->k), ch = k / g->kg;
+        const float *xp = c->x + ((size_t)img * g->c + ch) * g->h * g->w;
+        const float *wk = c->w + (size_t)k * g->r * g->s;
+        float *yp = c->out + (size_t)t * g->pq;
+        for (int p = 0; p < g->p; p++)
+            for (int q = 0; q < g->q; q++) {
+                float acc = 0.0f;
+                for (int r = 0; r < g->r; r++) {
+                    int hi = p * g->sh - g->ph + r * g->dh;
+                    if (hi < 0 || hi >= g->h) continue;
+                    for (int s2 = 0; s2 < g->s; s2++) {
+                        int wi = q * g->sw - g->pw + s2 * g->dw;
+                        if (wi < 0 || wi >= g->w) continue;
+                        acc += xp[hi * g->w + wi] * wk[r * g->s + s2];
+                    }
+                }
+                float *o = &yp[p * g->q + q];
+                *o = c->beta != 0.0f ? acc + c->beta * *o : acc;
+            }
+    }
+}
+
+static void dw_data_range(void *vc, long long b, long long e)
+{
+    const struct dw_ctx *c = vc;
+    const struct geom *g = c->g;
+    size_t hw = (size_t)g->h * g->w;
+    for (long long t = b; t < e; t++) {
+        int img = (int)(t / g->c), ch = (int)(t % g->c);
+        float *dxp = c->out + (size_t)t * hw;
+        if (c->beta == 0.0f)
+            memset(dxp, 0, sizeof(float) * hw);
+        else if (c->beta != 1.0f)
+            for (size_t i = 0; i < hw; i++) dxp[i] *= c->beta;
+        for (int k = ch * g->kg; k < (ch + 1) * g->kg; k++) {
+            const float *dyp = c->dy + ((size_t)img * g->k + k) * g->pq;
+            const float *wk = c->w + (size_t)k * g->r * g->s;
+            for (int p = 0; p < g->p; p++)
+                for (int q = 0; q < g->q; q++) {
+                    float d = dyp[p * g->q + q];
+                    for (int r = 0; r < g->r; r++) {
+                        int hi = p * g->sh - g->ph + r * g->dh;
+                        if (hi < 0 || hi >= g->h) continue;
+                        for (int s2 = 0; s2 < g->s; s2++) {
+                            int wi = q * g->sw - g->pw + s2 * g->dw;
+                            if (wi < 0 || wi >= g->w) continue;
+                            dxp[hi * g->w + wi] += d * wk[r * g->s + s2];
+                        }
+                    }
+                }
+        }
+    }
+}
+
+static void dw_filter_range(void *vc, long long b, long long e)
+{
+    const struct dw_ctx *c = vc;
+    const struct geom *g = c->g;
+    for (long long k = b; k < e; k++) {
+        int ch = (int)k / g->kg;
+        for (int r = 0; r < g->r; r++)
+            for (int s2 = 0; s2 < g->s; s2++) {
+                double acc = 0.0;
+                for (int img = 0; img < g->n; img++) {
+                    const float *xp = c->x + ((size_t)img * g->c + ch) * g->h * g->w;
+                    const float *dyp = c->dy + ((size_t)img * g->k + k) * g->pq;
+                    float part = 0.0f;
+                    for (int p = 0; p < g->p; p++) {
+                        int hi = p * g->sh - g->ph + r * g->dh;
+                        if (hi < 0 || hi >= g->h) continue;
+                        for (int q = 0; q < g->q; q++) {
+                            int wi = q * g->sw - g->pw + s2 * g->dw;
+                            if (wi < 0 || wi >= g->w) continue;
+                            part += xp[hi * g->w + wi] * dyp[p * g->q + q];
+                        }
+                    }
+                    acc += (double)part;
+                }
+                float *o = &c->out[((size_t)k * g->r + r) * g->s + s2];
+                *o = (float)(c->beta != 0.0f ? acc + (double)c->beta * (double)*o : acc);
+            }
+    }
+}
+
+static md_status depthwise_nchw(int which, const struct geom *g, const float *x, const float *w, const float *dy,
+                                float *out, float beta)
+{
+    struct dw_ctx c = {g, x, w, dy, out, beta};
+    if (which == CONV_FWD)
+        md_parallel_for((long long)g->n * g->k, 1, dw_fwd_range, &c);
+    else if (which == CONV_DATA)
+        md_parallel_for((long long)g->n * g->c, 1, dw_data_range, &c);
+    else
+        md_parallel_for(g->k, 1, dw_filter_range, &c);
+    return MD_OK;
+}
+
+/* ================= entry points ============================================ */
 
 static md_status run_f32(int which, const struct geom *g, md_layout layout, const float *x, const float *w,
                          const float *dy, float *out, float beta)
 {
     int nhwc = layout == MD_NHWC;
+    if (!nhwc && g->cg == 1 && g->g > 1) return depthwise_nchw(which, g, x, w, dy, out, beta);
     switch (which) {
     case CONV_FWD: return nhwc ? fwd_nhwc(g, x, w, out, beta) : fwd_nchw(g, x, w, out, beta);
     case CONV_DATA: return nhwc ? data_nhwc(g, dy, w, out, beta) : data_nchw(g, dy, w, out, beta);
