@@ -192,3 +192,32 @@ clean:
 	rm -rf build
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- Metal backend: plans and grid sizing in plain C on every platform; on
+# other platforms the kernels run in a CPU simulation for the tests ----------
+METAL_C_OBJS := $(BUILD)/obj/metal/metal_grid.o $(BUILD)/obj/metal/metal_plan.o
+$(BIN): $(METAL_C_OBJS)
+$(TESTBIN): $(METAL_C_OBJS)
+
+# The .metal files compiled as C++17 against metal/sim/metal_sim.h, and the
+# fibre runtime that runs their threadgroups (tests only).
+METAL_SHADERS := $(sort $(wildcard metal/*.metal))
+METAL_SIM_OBJS := $(patsubst %.metal,$(BUILD)/obj/%.sim.o,$(METAL_SHADERS)) $(BUILD)/obj/metal/sim/metal_sim_rt.o
+METAL_SIM_CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Werror -Wno-attributes -Wno-unused-parameter \
+                      -fno-fast-math -Isrc -Imetal -Imetal/sim $(SAN_FLAGS)
+ifeq ($(UNAME_S),Darwin)
+  METAL_SIM_CXXFLAGS += -D_XOPEN_SOURCE=600 -Wno-deprecated-declarations
+  METAL_SIM_LIBS := -lc++
+else
+  METAL_SIM_LIBS := -lstdc++
+endif
+$(BUILD)/obj/%.sim.o: %.metal $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(say) SIM $<
+	$(Q)$(CXX) $(METAL_SIM_CXXFLAGS) -MMD -MP -x c++ -c $< -o $@
+$(BUILD)/obj/metal/sim/%.o: metal/sim/%.cc $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(say) CXX $<
+	$(Q)$(CXX) $(METAL_SIM_CXXFLAGS) -MMD -MP -c $< -o $@
+$(TESTBIN): $(METAL_SIM_OBJS)
+$(TESTBIN): LDLIBS += $(METAL_SIM_LIBS)
