@@ -221,3 +221,48 @@ $(BUILD)/obj/metal/sim/%.o: metal/sim/%.cc $(FLAGS_STAMP)
 	$(Q)$(CXX) $(METAL_SIM_CXXFLAGS) -MMD -MP -c $< -o $@
 $(TESTBIN): $(METAL_SIM_OBJS)
 $(TESTBIN): LDLIBS += $(METAL_SIM_LIBS)
+
+# The MSL sources embedded in the binary as one C string (compiled at start-up).
+METAL_SOURCE_H := $(BUILD)/gen/md_metal_source.h
+METAL_EMBED := metal/md_metal_args.h metal/md_metal_common.h $(METAL_SHADERS)
+$(METAL_SOURCE_H): metal/embed_source.sh $(METAL_EMBED)
+	@mkdir -p $(dir $@)
+	$(say) EMBED $@
+	$(Q)sh metal/embed_source.sh $@ $(METAL_EMBED)
+# The same concatenation as plain text must compile as one unit (checked with
+# the simulation's C++ compiler on every platform).
+METAL_RAW := $(BUILD)/gen/md_metal_all.metal
+METAL_RAW_STAMP := $(BUILD)/.metal-embed-check
+$(METAL_RAW): metal/embed_source.sh $(METAL_EMBED)
+	@mkdir -p $(dir $@)
+	$(Q)sh metal/embed_source.sh --raw $@ $(METAL_EMBED)
+$(METAL_RAW_STAMP): $(METAL_RAW) metal/sim/metal_sim.h
+	$(say) CHECK $(METAL_RAW)
+	$(Q)$(CXX) $(METAL_SIM_CXXFLAGS) -fsyntax-only -x c++ $(METAL_RAW)
+	@touch $@
+test-run: $(METAL_RAW_STAMP)
+ifeq ($(UNAME_S),Darwin)
+$(BUILD)/obj/metal/metal_backend.o: $(METAL_SOURCE_H)
+$(BUILD)/obj/metal/metal_backend.o: CFLAGS += -I$(BUILD)/gen
+endif
+
+# Elsewhere the Objective-C host code is syntax- and type-checked by clang
+# against metal/sim/objc/MetalDecls.h (the Metal/Foundation API it uses).
+.PHONY: metal-objc-check
+CLANG ?= $(shell command -v clang 2>/dev/null)
+METAL_OBJC_FLAGS := -fsyntax-only -x objective-c -fobjc-arc -fobjc-runtime=macosx-13.0 -std=gnu11 \
+                    $(filter-out -Wpedantic -Wno-format-truncation,$(WARN)) -Isrc -Imetal -Imetal/sim/objc -I$(BUILD)/gen
+METAL_OBJC_STAMP := $(BUILD)/.metal-objc-check
+$(METAL_OBJC_STAMP): $(wildcard metal/*.m metal/*.h metal/sim/objc/*.h metal/sim/objc/*/*.h) $(METAL_SOURCE_H)
+	$(say) OBJC-CHECK metal/metal_backend.m
+	$(Q)$(CLANG) $(METAL_OBJC_FLAGS) metal/metal_backend.m
+	@touch $@
+ifeq ($(UNAME_S),Darwin)
+metal-objc-check:
+else ifeq ($(CLANG),)
+metal-objc-check:
+	@echo "metal: clang not found; the Objective-C syntax check of metal/metal_backend.m is skipped"
+else
+metal-objc-check: $(METAL_OBJC_STAMP)
+endif
+test-run: metal-objc-check
