@@ -242,6 +242,7 @@ $(METAL_RAW_STAMP): $(METAL_RAW) metal/sim/metal_sim.h
 	@touch $@
 test-run: $(METAL_RAW_STAMP)
 ifeq ($(UNAME_S),Darwin)
+LDLIBS += -framework IOKit -framework CoreFoundation
 $(BUILD)/obj/metal/metal_backend.o: $(METAL_SOURCE_H)
 $(BUILD)/obj/metal/metal_backend.o: CFLAGS += -I$(BUILD)/gen
 endif

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,7 @@ const size_t stack_bytes = 256 * 1024;
 
 struct fibre {
     ucontext_t ctx;
-    std::vector<char> stack;
+    std::unique_ptr<char[]> stack; // uninitialised: untouched pages cost nothing
     md_sim_call call;
     entry e;
     bool done;
@@ -75,7 +76,7 @@ void resume(fibre *f)
 {
     sched.current = f;
 #ifdef MD_SIM_ASAN
-    __sanitizer_start_switch_fiber(&sched.fake_stack, f->stack.data(), f->stack.size());
+    __sanitizer_start_switch_fiber(&sched.fake_stack, f->stack.get(), stack_bytes);
 #endif
     swapcontext(&sched.main, &f->ctx);
 #ifdef MD_SIM_ASAN
@@ -89,7 +90,7 @@ void run_group_fibres(const entry &e, const md_sim_call &base, unsigned nthreads
     if (sched.fibres.size() < nthreads) sched.fibres.resize(nthreads);
     for (unsigned t = 0; t < nthreads; t++) {
         fibre &f = sched.fibres[t];
-        if (f.stack.empty()) f.stack.resize(stack_bytes);
+        if (!f.stack) f.stack.reset(new char[stack_bytes]);
         f.call = base;
         f.call.lid = {t % base.tgsz.x, (t / base.tgsz.x) % base.tgsz.y, t / (base.tgsz.x * base.tgsz.y)};
         f.call.gid = {base.tgid.x * base.tgsz.x + f.call.lid.x, base.tgid.y * base.tgsz.y + f.call.lid.y,
@@ -97,8 +98,8 @@ void run_group_fibres(const entry &e, const md_sim_call &base, unsigned nthreads
         f.e = e;
         f.done = false;
         getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack.data();
-        f.ctx.uc_stack.ss_size = f.stack.size();
+        f.ctx.uc_stack.ss_sp = f.stack.get();
+        f.ctx.uc_stack.ss_size = stack_bytes;
         f.ctx.uc_link = &sched.main;
         uintptr_t p = reinterpret_cast<uintptr_t>(&f);
         makecontext(&f.ctx, reinterpret_cast<void (*)()>(fibre_main), 2, static_cast<unsigned>(p & 0xffffffffu),
