@@ -15,7 +15,8 @@
  *   - captured (compile on: the trainer brackets a step with
  *     md_dev_capture_begin/end, as for CUDA graphs): calls are recorded, and
  *     md_dev_graph_launch encodes the whole step into one command buffer and
- *     commits it without waiting; md_dev_sync waits.
+ *     commits it without waiting (it waits for the step before, so encoding
+ *     overlaps one step of GPU work); md_dev_sync waits.
  * Kernel semantics, packing and grid sizes are in metal_plan.c (plain C,
  * tested on Linux against the reference kernels through metal/sim).
  */
@@ -565,7 +566,6 @@ static md_status metal_graph_launch(md_device *dev, void *graph)
 {
     MDMetalState *s = state_of(dev);
     const struct md_metal_graph *g = graph;
-    MD_TRY(metal_sync(dev));
     md_status st = MD_OK;
     @autoreleasepool {
         id<MTLCommandBuffer> cb = [s.queue commandBuffer];
@@ -596,7 +596,14 @@ static md_status metal_graph_launch(md_device *dev, void *graph)
         if (enc) [enc endEncoding];
         if (st != MD_OK) return st; /* never committed */
         [cb commit];
+        /* Double buffering: step N+1 is encoded while the GPU runs step N;
+         * the queue runs command buffers in commit order. */
+        id<MTLCommandBuffer> prev = s.inflight;
         s.inflight = cb;
+        if (prev) {
+            [prev waitUntilCompleted];
+            st = cb_status(prev, "the captured step");
+        }
     }
     return st;
 }
