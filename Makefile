@@ -204,7 +204,7 @@ $(TESTBIN): $(METAL_C_OBJS)
 METAL_SHADERS := $(sort $(wildcard metal/*.metal))
 METAL_SIM_OBJS := $(patsubst %.metal,$(BUILD)/obj/%.sim.o,$(METAL_SHADERS)) $(BUILD)/obj/metal/sim/metal_sim_rt.o
 METAL_SIM_CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Werror -Wno-attributes -Wno-unused-parameter \
-                      -fno-fast-math -Isrc -Imetal -Imetal/sim $(SAN_FLAGS)
+                      -fno-fast-math -DMD_METAL_SIMDGROUP_MM=1 -Isrc -Imetal -Imetal/sim $(SAN_FLAGS)
 ifeq ($(UNAME_S),Darwin)
   METAL_SIM_CXXFLAGS += -D_XOPEN_SOURCE=600 -Wno-deprecated-declarations
   METAL_SIM_LIBS := -lc++

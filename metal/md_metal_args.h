@@ -36,6 +36,9 @@ typedef uint64_t md_mu64;
 #define MD_MTL_MM_BK 16
 #define MD_MTL_MM_TX 16 /* threads along n */
 #define MD_MTL_MM_TY 16 /* threads along m */
+/* Threadgroup memory of the matrix kernels: the simdgroup epilogue's 64 x 64
+ * fp32 tile (the scalar engine uses the first 8 KiB). */
+#define MD_MTL_MM_TGMEM (MD_MTL_MM_BM * MD_MTL_MM_BN * 4)
 /* Reductions: threads per threadgroup (a power of two). */
 #define MD_MTL_RED_THREADS 256
 /* Partial sums of the two-pass reduction (scratch floats). */

@@ -112,7 +112,8 @@ inline float md_mtl_erfc(float x)
  * C(m, n) = sum_k A(m, k) B(k, n) over one BM x BN tile per threadgroup of
  * TX x TY threads, each thread owning a (BM/TY) x (BN/TX) strided block.
  * Op supplies M, N, K, a(m, k), b(k, n) and store(m, n, acc); threadgroup
- * memory holds As[BK][BM] and Bs[BK][BN] as fp32 (8 KiB). */
+ * memory holds As[BK][BM] and Bs[BK][BN] as fp32 (8 KiB of the
+ * MD_MTL_MM_TGMEM the host provides). */
 #define MD_MTL_MM_RM (MD_MTL_MM_BM / MD_MTL_MM_TY)
 #define MD_MTL_MM_RN (MD_MTL_MM_BN / MD_MTL_MM_TX)
 #define MD_MTL_MM_NT (MD_MTL_MM_TX * MD_MTL_MM_TY)
@@ -157,6 +158,83 @@ inline void md_mtl_tiled_mm(thread const Op &op, threadgroup float *tgm, uint3 l
         }
     }
 }
+
+/* ---- the same with simdgroup matrices (Apple7+ GPUs) ---------------------------------
+ * Eight simdgroups of 32 threads as 2 x 4, each owning a 32 x 16 block of the
+ * tile as 4 x 2 8x8 fp32 accumulators; As is m-major here so 8x8 fragments
+ * load with a row stride. The epilogue goes through threadgroup memory
+ * (Cs, 64 x 64 floats, over As/Bs) so Op::store sees plain (m, n) elements.
+ * Compiled when MD_METAL_SIMDGROUP_MM is 1 (the host sets it for Apple7+). */
+#ifndef MD_METAL_SIMDGROUP_MM
+#define MD_METAL_SIMDGROUP_MM 0
+#endif
+#if MD_METAL_SIMDGROUP_MM
+template <typename Op>
+inline void md_mtl_tiled_mm_sg(thread const Op &op, threadgroup float *tgm, uint3 lid, uint3 tgid)
+{
+    threadgroup float *As = tgm;
+    threadgroup float *Bs = tgm + MD_MTL_MM_BM * MD_MTL_MM_BK;
+    threadgroup float *Cs = tgm;
+    const int tx = int(lid.x), ty = int(lid.y), t = ty * MD_MTL_MM_TX + tx;
+    const int sg = t / 32, sm = sg / 4, sn = sg % 4;
+    const int m0 = int(tgid.y) * MD_MTL_MM_BM, n0 = int(tgid.x) * MD_MTL_MM_BN;
+    simdgroup_float8x8 acc[4][2];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 2; j++) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    for (int k0 = 0; k0 < op.K; k0 += MD_MTL_MM_BK) {
+        for (int idx = t; idx < MD_MTL_MM_BM * MD_MTL_MM_BK; idx += MD_MTL_MM_NT) {
+            int mm = idx / MD_MTL_MM_BK, kk = idx % MD_MTL_MM_BK;
+            int gm = m0 + mm, gk = k0 + kk;
+            As[mm * MD_MTL_MM_BK + kk] = (gm < op.M && gk < op.K) ? op.a(gm, gk) : 0.0f;
+        }
+        for (int idx = t; idx < MD_MTL_MM_BN * MD_MTL_MM_BK; idx += MD_MTL_MM_NT) {
+            int kk = idx / MD_MTL_MM_BN, nn = idx % MD_MTL_MM_BN;
+            int gk = k0 + kk, gn = n0 + nn;
+            Bs[kk * MD_MTL_MM_BN + nn] = (gk < op.K && gn < op.N) ? op.b(gk, gn) : 0.0f;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (int k8 = 0; k8 < MD_MTL_MM_BK; k8 += 8) {
+            simdgroup_float8x8 a[4], b[2];
+            for (int i = 0; i < 4; i++) simdgroup_load(a[i], As + (sm * 32 + i * 8) * MD_MTL_MM_BK + k8, MD_MTL_MM_BK);
+            for (int j = 0; j < 2; j++) simdgroup_load(b[j], Bs + k8 * MD_MTL_MM_BN + sn * 16 + j * 8, MD_MTL_MM_BN);
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 2; j++) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 2; j++)
+            simdgroup_store(acc[i][j], Cs + (sm * 32 + i * 8) * MD_MTL_MM_BN + sn * 16 + j * 8, MD_MTL_MM_BN);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int i = 0; i < MD_MTL_MM_RM; i++) {
+        int gm = m0 + ty + MD_MTL_MM_TY * i;
+        if (gm >= op.M) continue;
+        for (int j = 0; j < MD_MTL_MM_RN; j++) {
+            int gn = n0 + tx + MD_MTL_MM_TX * j;
+            if (gn < op.N) op.store(gm, gn, Cs[(ty + MD_MTL_MM_TY * i) * MD_MTL_MM_BN + tx + MD_MTL_MM_TX * j]);
+        }
+    }
+}
+#endif
+
+/* Engine choice as a template parameter: 0 scalar, 1 simdgroup matrices. */
+template <int SG> struct md_mtl_mm;
+template <> struct md_mtl_mm<0> {
+    template <typename Op>
+    static void run(thread const Op &op, threadgroup float *tgm, uint3 lid, uint3 tgid)
+    {
+        md_mtl_tiled_mm(op, tgm, lid, tgid);
+    }
+};
+#if MD_METAL_SIMDGROUP_MM
+template <> struct md_mtl_mm<1> {
+    template <typename Op>
+    static void run(thread const Op &op, threadgroup float *tgm, uint3 lid, uint3 tgid)
+    {
+        md_mtl_tiled_mm_sg(op, tgm, lid, tgid);
+    }
+};
+#endif
 
 /* ---- threadgroup sum ----------------------------------------------------------------
  * Every thread passes its value; all threads get the total. nthreads is a

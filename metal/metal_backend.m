@@ -25,6 +25,7 @@
 #import <Metal/Metal.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend_impl.h"
@@ -69,6 +70,7 @@ struct md_metal_graph {
     struct rec *recs;
     size_t nrecs, caprecs;
     int capturing;
+    int use_sg; /* gemm/conv through the "_sg" simdgroup-matrix kernels */
     double compile_s;
 }
 @property (nonatomic, strong) id<MTLDevice> device;
@@ -208,8 +210,18 @@ static md_status buf_of(MDMetalState *s, const void *p, id<MTLBuffer> __strong *
 static md_status compile_library(MDMetalState *s)
 {
     double t0 = md_now();
-    NSString *src = [[NSString alloc] initWithBytes:md_metal_source length:strlen(md_metal_source)
-                                           encoding:NSUTF8StringEncoding];
+    /* Simdgroup matrices exist from Apple7 (M1) on; MPSDIAG_METAL_SIMDGROUP=0
+     * falls back to the scalar tiles (for comparison or a driver problem). */
+    const char *env = getenv("MPSDIAG_METAL_SIMDGROUP");
+    s->use_sg = [s.device supportsFamily:MTLGPUFamilyApple7] && !(env && strcmp(env, "0") == 0);
+    const char *head = s->use_sg ? "#define MD_METAL_SIMDGROUP_MM 1\n" : "#define MD_METAL_SIMDGROUP_MM 0\n";
+    size_t hl = strlen(head), sl = strlen(md_metal_source);
+    char *text = md_malloc(hl + sl + 1);
+    if (!text) return md_errf(MD_ERR_OOM, "metal: out of host memory for the kernel source");
+    memcpy(text, head, hl);
+    memcpy(text + hl, md_metal_source, sl + 1);
+    NSString *src = [[NSString alloc] initWithBytes:text length:hl + sl encoding:NSUTF8StringEncoding];
+    md_free(text);
     MTLCompileOptions *opts = [MTLCompileOptions new];
     /* NaN/Inf detection is a feature: no fast math (mathMode replaces this on macOS 15) */
 #pragma clang diagnostic push
@@ -256,6 +268,8 @@ static md_status metal_open(md_device *dev)
         if (s.device.recommendedMaxWorkingSetSize > 0)
             dev->mem.limit = (long long)(ratio * (double)s.device.recommendedMaxWorkingSetSize);
         snprintf(dev->info.dnn, sizeof dev->info.dnn, "mpsdiag MSL kernels (compiled in %.0f ms)", s->compile_s * 1e3);
+        snprintf(dev->info.blas, sizeof dev->info.blas, "mpsdiag MSL GEMM (%s)",
+                 s->use_sg ? "simdgroup_matrix 8x8" : "scalar threadgroup tiles");
         md_verbose("  metal: %lu kernels compiled in %.0f ms; allocations capped at %.2f x the recommended "
                    "working set\n", (unsigned long)s.pipelines.count, s->compile_s * 1e3, ratio);
         dev->impl = (__bridge_retained void *)s;
@@ -313,12 +327,15 @@ static md_status encode_plan(MDMetalState *s, id<MTLComputeCommandEncoder> enc, 
 {
     for (int di = 0; di < p->n; di++) {
         const struct md_metal_dispatch *d = &p->d[di];
-        id<MTLComputePipelineState> pso = [s.pipelines objectForKey:[NSString stringWithUTF8String:d->name]];
-        if (!pso) return md_errf(MD_ERR_UNSUPPORTED, "metal: kernel %s is not in the compiled library", d->name);
+        char name[sizeof d->name + 4];
+        snprintf(name, sizeof name, "%s%s", d->name,
+                 s->use_sg && (!strncmp(d->name, "md_gemm_", 8) || !strncmp(d->name, "md_conv_", 8)) ? "_sg" : "");
+        id<MTLComputePipelineState> pso = [s.pipelines objectForKey:[NSString stringWithUTF8String:name]];
+        if (!pso) return md_errf(MD_ERR_UNSUPPORTED, "metal: kernel %s is not in the compiled library", name);
         NSUInteger threads = (NSUInteger)d->tg[0] * d->tg[1] * d->tg[2];
         if (threads > pso.maxTotalThreadsPerThreadgroup)
             return md_errf(MD_ERR_UNSUPPORTED, "metal: kernel %s needs %lu threads per threadgroup, the GPU allows %lu",
-                           d->name, (unsigned long)threads, (unsigned long)pso.maxTotalThreadsPerThreadgroup);
+                           name, (unsigned long)threads, (unsigned long)pso.maxTotalThreadsPerThreadgroup);
         [enc setComputePipelineState:pso];
         [enc setBytes:d->params length:d->params_size atIndex:0];
         for (int i = 0; i < d->nbufs; i++) {

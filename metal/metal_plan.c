@@ -63,7 +63,7 @@ static void ew_grid(struct md_metal_dispatch *d, unsigned long long n)
 static void tiles(struct md_metal_dispatch *d, int m, int n, int batch)
 {
     md_metal_grid_tiles(m, n, batch, d->grid, d->tg);
-    d->tg_mem = (MD_MTL_MM_BK * MD_MTL_MM_BM + MD_MTL_MM_BK * MD_MTL_MM_BN) * sizeof(float);
+    d->tg_mem = MD_MTL_MM_TGMEM;
     d->barriers = 1;
 }
 

@@ -5,6 +5,9 @@
  *   conv fwd:        M = K/g,  N = n*p*q,     K = C/g*r*s   (A = filter, B = x)
  *   conv bwd_data:   M = C/g,  N = n*h*w,     K = K/g*r*s   (A = filter^T, B = dy)
  *   conv bwd_filter: M = K/g,  N = C/g*r*s,   K = n*p*q     (A = dy, B = x)
+ *
+ * SG selects the engine (md_metal_common.h): 0 the scalar tiled one,
+ * 1 simdgroup matrices.
  */
 #include "md_metal_common.h"
 
@@ -21,7 +24,7 @@ template <int DT> struct md_mtl_gemm_op {
     void store(int m, int n, float v) const { md_mtl_put<DT>(C + m * ldc + n, alpha * v, beta); }
 };
 
-template <int DT>
+template <int DT, int SG>
 [[kernel]] void md_mtl_gemm(MD_KARGS, constant md_mtl_gemm_params &p [[buffer(0)]],
                             device const typename md_dt<DT>::S *a [[buffer(1)]],
                             device const typename md_dt<DT>::S *b [[buffer(2)]],
@@ -35,7 +38,7 @@ template <int DT>
     op.lda = p.lda; op.ldb = p.ldb; op.ldc = p.ldc;
     op.ta = p.trans_a; op.tb = p.trans_b;
     op.alpha = p.alpha; op.beta = p.beta;
-    md_mtl_tiled_mm(op, tg, lid, tgid);
+    md_mtl_mm<SG>::run(op, tg, lid, tgid);
 }
 
 /* ---- conv fwd ------------------------------------------------------------------- */
@@ -65,7 +68,7 @@ template <int DT> struct md_mtl_conv_fwd_op {
     }
 };
 
-template <int DT>
+template <int DT, int SG>
 [[kernel]] void md_mtl_conv_fwd(MD_KARGS, constant md_mtl_conv_params &p [[buffer(0)]],
                                 device const typename md_dt<DT>::S *x [[buffer(1)]],
                                 device const typename md_dt<DT>::S *w [[buffer(2)]],
@@ -75,7 +78,7 @@ template <int DT>
     op.X = x; op.W = w; op.Y = y; op.cp = &p;
     op.g = int(tgid.z);
     op.M = p.kg; op.N = p.n * p.p * p.q; op.K = p.cg * p.r * p.s;
-    md_mtl_tiled_mm(op, tg, lid, tgid);
+    md_mtl_mm<SG>::run(op, tg, lid, tgid);
 }
 
 /* ---- conv bwd_data --------------------------------------------------------------- */
@@ -109,7 +112,7 @@ template <int DT> struct md_mtl_conv_bwd_data_op {
     }
 };
 
-template <int DT>
+template <int DT, int SG>
 [[kernel]] void md_mtl_conv_bwd_data(MD_KARGS, constant md_mtl_conv_params &p [[buffer(0)]],
                                      device const typename md_dt<DT>::S *dy [[buffer(1)]],
                                      device const typename md_dt<DT>::S *w [[buffer(2)]],
@@ -119,7 +122,7 @@ template <int DT>
     op.DY = dy; op.W = w; op.DX = dx; op.cp = &p;
     op.g = int(tgid.z);
     op.M = p.cg; op.N = p.n * p.h * p.w; op.K = p.kg * p.r * p.s;
-    md_mtl_tiled_mm(op, tg, lid, tgid);
+    md_mtl_mm<SG>::run(op, tg, lid, tgid);
 }
 
 /* ---- conv bwd_filter ---------------------------------------------------------------- */
@@ -150,7 +153,7 @@ template <int DT> struct md_mtl_conv_bwd_filter_op {
     void store(int m, int col, float v) const { md_mtl_put<DT>(DW + (g * cp->kg + m) * N + col, v, cp->beta); }
 };
 
-template <int DT>
+template <int DT, int SG>
 [[kernel]] void md_mtl_conv_bwd_filter(MD_KARGS, constant md_mtl_conv_params &p [[buffer(0)]],
                                        device const typename md_dt<DT>::S *dy [[buffer(1)]],
                                        device const typename md_dt<DT>::S *x [[buffer(2)]],
@@ -160,15 +163,22 @@ template <int DT>
     op.DY = dy; op.X = x; op.DW = dw; op.cp = &p;
     op.g = int(tgid.z);
     op.M = p.kg; op.N = p.cg * p.r * p.s; op.K = p.n * p.p * p.q;
-    md_mtl_tiled_mm(op, tg, lid, tgid);
+    md_mtl_mm<SG>::run(op, tg, lid, tgid);
 }
 
-#define MD_MM_INST(DT, sfx)                                                         \
-    MD_INSTANTIATE("md_gemm_" sfx, md_mtl_gemm<DT>)                                  \
-    MD_INSTANTIATE("md_conv_fwd_" sfx, md_mtl_conv_fwd<DT>)                          \
-    MD_INSTANTIATE("md_conv_bwd_data_" sfx, md_mtl_conv_bwd_data<DT>)                \
-    MD_INSTANTIATE("md_conv_bwd_filter_" sfx, md_mtl_conv_bwd_filter<DT>)
+#define MD_MM_INST(DT, SG, sfx)                                                     \
+    MD_INSTANTIATE("md_gemm_" sfx, md_mtl_gemm<DT, SG>)                              \
+    MD_INSTANTIATE("md_conv_fwd_" sfx, md_mtl_conv_fwd<DT, SG>)                      \
+    MD_INSTANTIATE("md_conv_bwd_data_" sfx, md_mtl_conv_bwd_data<DT, SG>)            \
+    MD_INSTANTIATE("md_conv_bwd_filter_" sfx, md_mtl_conv_bwd_filter<DT, SG>)
 
-MD_MM_INST(MD_MTL_F32, "f32")
-MD_MM_INST(MD_MTL_F16, "f16")
-MD_MM_INST(MD_MTL_BF16, "bf16")
+MD_MM_INST(MD_MTL_F32, 0, "f32")
+MD_MM_INST(MD_MTL_F16, 0, "f16")
+MD_MM_INST(MD_MTL_BF16, 0, "bf16")
+/* The simdgroup-matrix variants: same names with "_sg" (the host picks them
+ * on GPUs that have simdgroup matrices). */
+#if MD_METAL_SIMDGROUP_MM
+MD_MM_INST(MD_MTL_F32, 1, "f32_sg")
+MD_MM_INST(MD_MTL_F16, 1, "f16_sg")
+MD_MM_INST(MD_MTL_BF16, 1, "bf16_sg")
+#endif

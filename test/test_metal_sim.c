@@ -59,11 +59,23 @@ static int same(const char *what, const void *got, const void *ref, md_dtype t, 
 
 static float scratch[MD_METAL_SCRATCH_FLOATS];
 
+/* Matrix-kernel variant under test: "" (scalar tiles) or "_sg" (simdgroup
+ * matrices), appended to gemm/conv kernel names as the backend does. */
+static const char *mm_sfx = "";
+
+static void pick_variant(struct md_metal_plan *p)
+{
+    for (int i = 0; i < p->n; i++)
+        if (mm_sfx[0] && (!strncmp(p->d[i].name, "md_gemm_", 8) || !strncmp(p->d[i].name, "md_conv_", 8)))
+            strncat(p->d[i].name, mm_sfx, sizeof p->d[i].name - strlen(p->d[i].name) - 1);
+}
+
 /* Plans and runs on the simulated GPU. */
 #define SIM(op, args)                                                                         \
     do {                                                                                      \
         struct md_metal_plan plan_;                                                           \
         cr_assert_eq(md_metal_plan_##op(&(args), &plan_), MD_OK, "%s", md_errmsg());          \
+        pick_variant(&plan_);                                                                 \
         for (int d_ = 0; d_ < plan_.n; d_++)                                                   \
             cr_assert(md_metal_sim_has(plan_.d[d_].name), "kernel %s missing", plan_.d[d_].name); \
         cr_assert_eq(md_metal_sim_run(&plan_, scratch), MD_OK, "%s", md_errmsg());            \
@@ -109,9 +121,10 @@ Test(metal_grid, plans_reject_bad_calls)
 
 Test(metal_sim, every_kernel_is_registered)
 {
-    /* 3 dtypes x (4 mm + 8 norm + 8 eltwise) + 2 permutes + 9 casts + 3 plain */
-    cr_assert_eq(md_metal_sim_kernel_count(), 3 * 20 + 2 + 9 + 3);
+    /* 3 dtypes x (2 x 4 mm + 8 norm + 8 eltwise) + 2 permutes + 9 casts + 3 plain */
+    cr_assert_eq(md_metal_sim_kernel_count(), 3 * 24 + 2 + 9 + 3);
     cr_assert(md_metal_sim_has("md_gemm_bf16"));
+    cr_assert(md_metal_sim_has("md_conv_bwd_filter_f16_sg"));
     cr_assert(!md_metal_sim_has("md_gemm_i32"));
 }
 
@@ -130,8 +143,10 @@ Test(metal_sim, gemm)
         {37, 70, 19, 0, 0, 1, 1.0f, 0.0f}, {5, 3, 80, 1, 0, 2, 1.5f, 1.0f},
         {65, 9, 17, 0, 1, 1, 1.0f, 0.5f},  {16, 66, 33, 1, 1, 2, -0.5f, 0.0f},
     };
+    for (int eng = 0; eng < 2; eng++)
     for (int di = 0; di < 3; di++)
         for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            mm_sfx = eng ? "_sg" : "";
             md_dtype t = dtypes[di];
             int m = cases[ci].m, n = cases[ci].n, k = cases[ci].k, bt = cases[ci].batch;
             int lda = (cases[ci].ta ? m : k) + 3, ldb = (cases[ci].tb ? k : n) + 1, ldc = n + 2;
@@ -148,7 +163,7 @@ Test(metal_sim, gemm)
             g.c = C2;
             SIM(gemm, g);
             char what[64];
-            snprintf(what, sizeof what, "gemm case %zu %s", ci, md_dtype_name(t));
+            snprintf(what, sizeof what, "gemm%s case %zu %s", mm_sfx, ci, md_dtype_name(t));
             cr_expect(same(what, C2, C1, t, (size_t)(sc * bt), 2.0));
             free(A), free(B), free(C1), free(C2);
         }
@@ -164,9 +179,11 @@ Test(metal_sim, conv2d)
         {1, 8, 5, 5, 70, 1, 1, 2, 2, 0, 0, 1, 1, 1},
         {2, 4, 6, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 4},
     };
+    for (int eng = 0; eng < 2; eng++)
     for (int di = 0; di < 3; di++)
         for (int lay = 0; lay < 2; lay++)
             for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+                mm_sfx = eng ? "_sg" : "";
                 md_dtype t = dtypes[di];
                 struct md_conv2d_args a = {
                     .n = cases[ci].n, .c = cases[ci].c, .h = cases[ci].h, .w = cases[ci].w, .k = cases[ci].k,
@@ -193,11 +210,11 @@ Test(metal_sim, conv2d)
                 SIM(conv2d_fwd, a);
                 SIM(conv2d_bwd_data, a);
                 SIM(conv2d_bwd_filter, a);
-                snprintf(what, sizeof what, "conv fwd case %zu %s %s", ci, md_layout_name(a.layout), md_dtype_name(t));
+                snprintf(what, sizeof what, "conv%s fwd case %zu %s %s", mm_sfx, ci, md_layout_name(a.layout), md_dtype_name(t));
                 cr_expect(same(what, y2, y1, t, ny, 2.0));
-                snprintf(what, sizeof what, "conv bwd_data case %zu %s %s", ci, md_layout_name(a.layout), md_dtype_name(t));
+                snprintf(what, sizeof what, "conv%s bwd_data case %zu %s %s", mm_sfx, ci, md_layout_name(a.layout), md_dtype_name(t));
                 cr_expect(same(what, dx2, dx1, t, nx, 2.0));
-                snprintf(what, sizeof what, "conv bwd_filter case %zu %s %s", ci, md_layout_name(a.layout), md_dtype_name(t));
+                snprintf(what, sizeof what, "conv%s bwd_filter case %zu %s %s", mm_sfx, ci, md_layout_name(a.layout), md_dtype_name(t));
                 cr_expect(same(what, dw2, dw1, t, nw, 4.0));
                 free(x), free(w), free(dy), free(y1), free(y2), free(dx1), free(dx2), free(dw1), free(dw2);
             }

@@ -69,6 +69,51 @@ template <typename T> inline T clamp(T x, T lo, T hi) { return min(max(x, lo), h
 namespace precise {
 inline float tanh(float x) { return std::tanh(x); }
 }
+
+/* simdgroup matrices: every thread of the simdgroup holds the whole matrix.
+ * MSL requires all threads of a simdgroup to make the same calls with the
+ * same arguments, so each simulated thread computing the full 8x8 result is
+ * equivalent (its redundant stores write identical values). */
+template <typename T, int Cols, int Rows>
+struct simdgroup_matrix {
+    T e[Rows][Cols];
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+template <typename T, int Cols, int Rows>
+inline simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(T v)
+{
+    simdgroup_matrix<T, Cols, Rows> m;
+    for (int r = 0; r < Rows; r++)
+        for (int c = 0; c < Cols; c++) m.e[r][c] = v;
+    return m;
+}
+template <typename T, int Cols, int Rows>
+inline void simdgroup_load(simdgroup_matrix<T, Cols, Rows> &d, const T *src, ulong elements_per_row)
+{
+    for (int r = 0; r < Rows; r++)
+        for (int c = 0; c < Cols; c++) d.e[r][c] = src[r * elements_per_row + c];
+}
+template <typename T, int Cols, int Rows>
+inline void simdgroup_store(const simdgroup_matrix<T, Cols, Rows> &a, T *dst, ulong elements_per_row)
+{
+    for (int r = 0; r < Rows; r++)
+        for (int c = 0; c < Cols; c++) dst[r * elements_per_row + c] = a.e[r][c];
+}
+/* d = a * b + c (d may be c) */
+template <typename T, int Cols, int K, int Rows>
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, Cols, Rows> &d, const simdgroup_matrix<T, K, Rows> &a,
+                                          const simdgroup_matrix<T, Cols, K> &b,
+                                          const simdgroup_matrix<T, Cols, Rows> &c)
+{
+    simdgroup_matrix<T, Cols, Rows> t;
+    for (int r = 0; r < Rows; r++)
+        for (int col = 0; col < Cols; col++) {
+            T s = c.e[r][col];
+            for (int k = 0; k < K; k++) s += a.e[r][k] * b.e[k][col];
+            t.e[r][col] = s;
+        }
+    d = t;
+}
 } // namespace metal
 
 /* ---- kernel registry ----------------------------------------------------------- */
