@@ -267,3 +267,20 @@ else
 metal-objc-check: $(METAL_OBJC_STAMP)
 endif
 test-run: metal-objc-check
+
+# build/metal-sim-tests: the kernels area's backend-ops test (every available
+# backend against the reference) with "metal" backed by the simulated kernels
+# (metal/sim/metal_sim_backend.c instead of metal_stub.c). Not on macOS, where
+# the real backend runs that test on the GPU.
+ifneq ($(UNAME_S),Darwin)
+METAL_SIM_TESTBIN := $(BUILD)/metal-sim-tests
+METAL_SIM_TEST_OBJS := $(BUILD)/obj/test/test_backend_ops.o $(BUILD)/obj/test/helpers.o $(BUILD)/obj/test/kernel_cases.o \
+                       $(BUILD)/obj/metal/sim/metal_sim_backend.o
+$(METAL_SIM_TESTBIN): $(METAL_SIM_TEST_OBJS) $(filter-out %/metal_stub.o,$(LIB_OBJS)) $(METAL_C_OBJS) $(METAL_SIM_OBJS)
+	$(say) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null) $(LDLIBS) $(METAL_SIM_LIBS)
+.PHONY: metal-sim-test
+metal-sim-test: $(METAL_SIM_TESTBIN)
+	$(METAL_SIM_TESTBIN) --filter 'backend_ops/metal' $(TEST_ARGS)
+test-run: metal-sim-test
+endif
