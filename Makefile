@@ -282,5 +282,14 @@ $(METAL_SIM_TESTBIN): $(METAL_SIM_TEST_OBJS) $(filter-out %/metal_stub.o,$(LIB_O
 .PHONY: metal-sim-test
 metal-sim-test: $(METAL_SIM_TESTBIN)
 	$(METAL_SIM_TESTBIN) --filter 'backend_ops/metal' $(TEST_ARGS)
+# Under the sanitizers the simulation is ~8x slower; test/test_metal_sim.c
+# still runs there.
+ifeq ($(SANITIZE),)
 test-run: metal-sim-test
+else
+test-run: metal-sim-test-skipped
+.PHONY: metal-sim-test-skipped
+metal-sim-test-skipped:
+	@echo "metal: build/metal-sim-tests (backend-ops on the simulated kernels) is skipped under sanitizers; run make metal-sim-test"
+endif
 endif

@@ -6,8 +6,8 @@
 //
 // A fibre starts with setcontext and then switches with _setjmp/_longjmp,
 // which do not save the signal mask (swapcontext's two system calls per
-// switch dominated the run time). Under AddressSanitizer every switch is a
-// swapcontext, annotated for ASan.
+// switch dominated the run time). Every switch is annotated for
+// AddressSanitizer (__sanitizer_{start,finish}_switch_fiber).
 #undef _FORTIFY_SOURCE // __longjmp_chk rejects jumps between stacks
 #include <setjmp.h>
 #include <ucontext.h>
@@ -77,28 +77,26 @@ void fibre_main(unsigned lo, unsigned hi)
     f->done = true;
 #ifdef MD_SIM_ASAN
     __sanitizer_start_switch_fiber(nullptr, sched.main_bottom, sched.main_size);
-    // uc_link returns to the scheduler
-#else
-    _longjmp(sched.main_jb, 1);
 #endif
+    _longjmp(sched.main_jb, 1);
 }
 
 // Runs fibre f until it reaches a barrier or ends.
 void resume(fibre *f)
 {
     sched.current = f;
-#ifdef MD_SIM_ASAN
-    __sanitizer_start_switch_fiber(&sched.fake_stack, f->stack.get(), stack_bytes);
-    swapcontext(&sched.main, &f->ctx);
-    __sanitizer_finish_switch_fiber(sched.fake_stack, nullptr, nullptr);
-#else
     if (!_setjmp(sched.main_jb)) {
+#ifdef MD_SIM_ASAN
+        __sanitizer_start_switch_fiber(&sched.fake_stack, f->stack.get(), stack_bytes);
+#endif
         if (!f->started) {
             f->started = true;
             setcontext(&f->ctx);
         }
         _longjmp(f->jb, 1);
     }
+#ifdef MD_SIM_ASAN
+    __sanitizer_finish_switch_fiber(sched.fake_stack, nullptr, nullptr);
 #endif
     sched.current = nullptr;
 }
@@ -153,12 +151,14 @@ void metal::threadgroup_barrier(metal::mem_flags)
         std::abort();
     }
     fibre *f = sched.current;
+    if (!_setjmp(f->jb)) {
 #ifdef MD_SIM_ASAN
-    __sanitizer_start_switch_fiber(nullptr, sched.main_bottom, sched.main_size);
-    swapcontext(&f->ctx, &sched.main);
+        __sanitizer_start_switch_fiber(nullptr, sched.main_bottom, sched.main_size);
+#endif
+        _longjmp(sched.main_jb, 1);
+    }
+#ifdef MD_SIM_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &sched.main_bottom, &sched.main_size);
-#else
-    if (!_setjmp(f->jb)) _longjmp(sched.main_jb, 1);
 #endif
 }
 
