@@ -206,7 +206,7 @@ METAL_SIM_OBJS := $(patsubst %.metal,$(BUILD)/obj/%.sim.o,$(METAL_SHADERS)) $(BU
 METAL_SIM_CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Werror -Wno-attributes -Wno-unused-parameter \
                       -fno-fast-math -DMD_METAL_SIMDGROUP_MM=1 -Isrc -Imetal -Imetal/sim $(SAN_FLAGS)
 ifeq ($(UNAME_S),Darwin)
-  METAL_SIM_CXXFLAGS += -D_XOPEN_SOURCE=600 -Wno-deprecated-declarations
+  METAL_SIM_CXXFLAGS += -D_XOPEN_SOURCE=600 -D_DARWIN_C_SOURCE -Wno-deprecated-declarations
   METAL_SIM_LIBS := -lc++
 else
   METAL_SIM_LIBS := -lstdc++
