@@ -75,7 +75,7 @@ int main(int argc, char **argv)
     }
     printf("mpsdiag cpu kernels, %d threads, %s, best of %d (ms)\n", md_device_get_info(dev)->compute_units,
            md_layout_name(layout), iters);
-    printf("%-18s %8s %8s %8s %8s\n", "layer", "fwd", "data", "filter", "x count");
+    printf("%-18s %8s %8s %8s %8s %8s\n", "layer", "fwd", "bwd", "(data", "filter)", "x count");
     double tot[3] = {0, 0, 0};
     for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
         const struct layer *l = &layers[i];
@@ -92,14 +92,14 @@ int main(int argc, char **argv)
         a.x = x, a.wt = w, a.y = y, a.dy = y, a.dx = dx, a.dwt = dw;
         double f = time_ms(dev, md_k_conv2d_fwd, &a, iters), d = time_ms(dev, md_k_conv2d_bwd_data, &a, iters),
                g = time_ms(dev, md_k_conv2d_bwd_filter, &a, iters);
-        printf("%-18s %8.2f %8.2f %8.2f %8d\n", l->name, f, d, g, l->count);
         int first = strncmp(l->name, "small_cnn.conv1", 15) == 0 || strncmp(l->name, "resnet18.stem", 13) == 0;
+        printf("%-18s %8.2f %8.2f %8.2f %8.2f %8d\n", l->name, f, (first ? 0.0 : d) + g, d, g, l->count);
         tot[0] += f * l->count;
         tot[1] += first ? 0.0 : d * l->count; /* the first layer needs no data gradient */
         tot[2] += g * l->count;
         if (i == 1 || i + 1 == sizeof layers / sizeof layers[0]) {
-            printf("%-18s %8.2f %8.2f %8.2f   total fwd+bwd %.1f ms\n", i == 1 ? "= small_cnn" : "= resnet18", tot[0],
-                   tot[1], tot[2], tot[0] + tot[1] + tot[2]);
+            printf("%-18s %8.2f %8.2f   total fwd+bwd %.1f ms\n", i == 1 ? "= small_cnn" : "= resnet18", tot[0],
+                   tot[1] + tot[2], tot[0] + tot[1] + tot[2]);
             tot[0] = tot[1] = tot[2] = 0;
         }
         free(x), free(w), free(y), free(dx), free(dw);

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """kernels_bench_torch.py - PyTorch CPU timings of the conv layers that
-kernels_bench.c times (same table): forward, input gradient, weight gradient.
+kernels_bench.c times (same table): forward, and backward (input and weight
+gradients in one autograd call; the first layer needs no input gradient).
 Usage: /usr/bin/python3 scripts/bench/kernels_bench_torch.py THREADS ITERS [nhwc]"""
 import os
 import sys
@@ -48,34 +49,27 @@ def main():
     fmt = torch.channels_last if nhwc else torch.contiguous_format
     print("pytorch %s cpu, %d threads, %s, best of %d (ms)" % (torch.__version__, torch.get_num_threads(),
                                                                  "NHWC" if nhwc else "NCHW", iters))
-    print("%-18s %8s %8s %8s %8s" % ("layer", "fwd", "data", "filter", "x count"))
-    tot = [0.0, 0.0, 0.0]
+    print("%-18s %8s %8s %8s" % ("layer", "fwd", "bwd", "x count"))
+    tot = [0.0, 0.0]
     for i, (name, n, c, h, w, k, r, stride, pad, count) in enumerate(LAYERS):
+        first = name in ("small_cnn.conv1", "resnet18.stem")  # the input needs no gradient
         conv = torch.nn.Conv2d(c, k, r, stride, pad, bias=False).to(memory_format=fmt)
-        x = torch.rand(n, c, h, w).to(memory_format=fmt).requires_grad_()
+        x = torch.rand(n, c, h, w).to(memory_format=fmt).requires_grad_(not first)
         with torch.no_grad():
-            y = conv(x)
-        dy = torch.rand_like(y)
+            dy = torch.rand_like(conv(x))
+
+        def fwd_bwd():
+            conv.weight.grad = None
+            conv(x).backward(dy)
         f = median_ms(lambda: conv(x), iters)
-
-        def data():
-            y = conv(x)
-            torch.autograd.grad(y, x, dy)
-
-        def filt():
-            y = conv(x)
-            torch.autograd.grad(y, conv.weight, dy)
-        d = max(median_ms(data, iters) - f, 0.0)
-        g = max(median_ms(filt, iters) - f, 0.0)
-        print("%-18s %8.2f %8.2f %8.2f %8d" % (name, f, d, g, count))
-        first = name in ("small_cnn.conv1", "resnet18.stem")
+        b = max(median_ms(fwd_bwd, iters) - f, 0.0)
+        print("%-18s %8.2f %8.2f %8d" % (name, f, b, count))
         tot[0] += f * count
-        tot[1] += 0.0 if first else d * count
-        tot[2] += g * count
+        tot[1] += b * count
         if i == 1 or i + 1 == len(LAYERS):
-            print("%-18s %8.2f %8.2f %8.2f   total fwd+bwd %.1f ms" % ("= small_cnn" if i == 1 else "= resnet18",
-                                                                         tot[0], tot[1], tot[2], sum(tot)))
-            tot = [0.0, 0.0, 0.0]
+            print("%-18s %8.2f %8.2f   total fwd+bwd %.1f ms" % ("= small_cnn" if i == 1 else "= resnet18",
+                                                               tot[0], tot[1], sum(tot)))
+            tot = [0.0, 0.0]
 
 
 if __name__ == "__main__":

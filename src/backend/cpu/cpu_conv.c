@@ -103,15 +103,19 @@ static void im2col_nchw_range(void *vc, long long b, long long e)
                 float *row = c->col + (size_t)((cg * g->r + r) * g->s + s) * c->ld + (size_t)img * g->pq;
                 for (int p = 0; p < g->p; p++) {
                     float *o = row + (size_t)p * g->q;
+                    /* plain loops: on late layers rows are a few elements,
+                     * where memset/memcpy calls cost more than the copy */
                     if (p < plo || p >= phi) {
-                        memset(o, 0, sizeof(float) * (size_t)g->q);
+                        for (int q = 0; q < g->q; q++) o[q] = 0.0f;
                         continue;
                     }
                     const float *xr = xp + (size_t)(p * g->sh - g->ph + r * g->dh) * g->w;
                     int off = s * g->dw - g->pw; /* wi = q*sw + off, >= 0 for q >= qlo */
                     for (int q = 0; q < qlo; q++) o[q] = 0.0f;
-                    if (g->sw == 1 && qhi > qlo)
+                    if (g->sw == 1 && qhi - qlo >= 32)
                         memcpy(o + qlo, xr + qlo + off, sizeof(float) * (size_t)(qhi - qlo));
+                    else if (g->sw == 1)
+                        for (int q = qlo; q < qhi; q++) o[q] = xr[q + off];
                     else
                         for (int q = qlo; q < qhi; q++) o[q] = xr[q * g->sw + off];
                     for (int q = qhi; q < g->q; q++) o[q] = 0.0f;
@@ -465,12 +469,26 @@ static void store_range(void *vc, long long b, long long e)
     }
 }
 
+static void scale_range(void *vc, long long b, long long e)
+{
+    const struct store_ctx *c = vc;
+    for (long long i = b; i < e; i++)
+        md_store_f(c->dst, c->t, (size_t)i, c->beta != 0.0f ? c->beta * md_load_f(c->dst, c->t, (size_t)i) : 0.0f);
+}
+
 static md_status conv_run(const char *op, int which, const struct md_conv2d_args *a)
 {
     struct geom g;
     MD_TRY(geom_init(op, a, &g));
     size_t nx = (size_t)g.n * g.c * g.h * g.w, nw = (size_t)g.k * g.crs, ny = (size_t)g.n * g.k * g.pq;
     md_status st = MD_OK;
+    if (g.n == 0) { /* an empty batch: only dw = beta * dw has anything to do */
+        if (which == CONV_FILTER) {
+            struct store_ctx c = {NULL, a->dwt, a->dtype, a->beta};
+            md_parallel_for((long long)nw, CPU_GRAIN, scale_range, &c);
+        }
+        return MD_OK;
+    }
     md_cpu_lock();
     if (a->dtype == MD_F32) {
         float *out = which == CONV_FWD ? a->y : which == CONV_DATA ? a->dx : a->dwt;
