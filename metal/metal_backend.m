@@ -9,14 +9,18 @@
  * offset for binding.
  *
  * Execution (what "compile" means here):
- *   - eager (--no-compile, and any call outside a capture): one command
- *     buffer per kernel call, committed and waited on, so the host may read
- *     results at once and errors name the kernel;
- *   - captured (compile on: the trainer brackets a step with
- *     md_dev_capture_begin/end, as for CUDA graphs): calls are recorded, and
- *     md_dev_graph_launch encodes the whole step into one command buffer and
- *     commits it without waiting (it waits for the step before, so encoding
- *     overlaps one step of GPU work); md_dev_sync waits.
+ *   - default (compile on): kernel calls are encoded into one open command
+ *     buffer without waiting (kernels are asynchronous, kernels.h); it is
+ *     committed by md_dev_sync (which waits), by host copies, events and
+ *     every 512 dispatches (committed, not waited on), so a training step
+ *     between two syncs is one command buffer;
+ *   - eager (md_metal_set_eager, for --no-compile; or MPSDIAG_METAL_EAGER=1):
+ *     one command buffer per kernel call, committed and waited on, so errors
+ *     name the kernel;
+ *   - captured (md_dev_capture_begin/end, as for CUDA graphs): calls are
+ *     recorded, and md_dev_graph_launch encodes the whole step into one
+ *     command buffer and commits it without waiting (at most two steps are
+ *     in flight); md_dev_sync waits.
  * Kernel semantics, packing and grid sizes are in metal_plan.c (plain C,
  * tested on Linux against the reference kernels through metal/sim).
  */
@@ -71,6 +75,8 @@ struct md_metal_graph {
     size_t nrecs, caprecs;
     int capturing;
     int use_sg; /* gemm/conv through the "_sg" simdgroup-matrix kernels */
+    int eager;  /* one waited command buffer per kernel call */
+    int open_dispatches;
     double compile_s;
 }
 @property (nonatomic, strong) id<MTLDevice> device;
@@ -79,7 +85,9 @@ struct md_metal_graph {
 @property (nonatomic, strong) NSMutableArray<id<MTLBuffer>> *bufs;
 @property (nonatomic, strong) id<MTLBuffer> scratch; /* reduction partials */
 @property (nonatomic, strong) id<MTLBuffer> dummy;   /* bound where an optional buffer is absent */
-@property (nonatomic, strong) id<MTLCommandBuffer> inflight; /* last uncompleted command buffer */
+@property (nonatomic, strong) id<MTLCommandBuffer> open_cb;           /* being encoded, not committed */
+@property (nonatomic, strong) id<MTLComputeCommandEncoder> open_enc;
+@property (nonatomic, strong) NSMutableArray<id<MTLCommandBuffer>> *pending; /* committed, not waited on */
 @end
 
 @implementation MDMetalState
@@ -102,6 +110,7 @@ struct md_metal_graph {
 static MDMetalState *state_of(md_device *dev) { return (__bridge MDMetalState *)dev->impl; }
 
 static const struct md_backend_ops *metal_ops_ptr(void);
+static md_status metal_sync(md_device *dev);
 
 /* ---------------------------------------------------------------------------
  * Device facts
@@ -256,6 +265,9 @@ static md_status metal_open(md_device *dev)
         s.queue = [s.device newCommandQueue];
         if (!s.queue) return md_errf(MD_ERR_DEVICE, "metal: could not create a command queue");
         s.bufs = [NSMutableArray array];
+        s.pending = [NSMutableArray array];
+        const char *eager = getenv("MPSDIAG_METAL_EAGER");
+        s->eager = eager && strcmp(eager, "1") == 0;
         s.scratch = [s.device newBufferWithLength:MD_METAL_SCRATCH_FLOATS * sizeof(float)
                                           options:MTLResourceStorageModeShared];
         s.dummy = [s.device newBufferWithLength:16 options:MTLResourceStorageModeShared];
@@ -281,10 +293,10 @@ static void metal_close(md_device *dev)
 {
     if (!dev->impl) return;
     @autoreleasepool {
+        (void)metal_sync(dev);
         MDMetalState *s = (__bridge_transfer MDMetalState *)dev->impl;
         dev->impl = NULL;
-        if (s.inflight) [s.inflight waitUntilCompleted];
-        s.inflight = nil;
+        (void)s;
     }
 }
 
@@ -309,18 +321,46 @@ static md_status cb_status(id<MTLCommandBuffer> cb, const char *what)
     return md_errf(MD_ERR_DEVICE, "metal: %s failed on the GPU: %s", what, msg);
 }
 
+/* Commits the open command buffer without waiting. */
+static void flush_open(MDMetalState *s)
+{
+    if (!s.open_cb) return;
+    [s.open_enc endEncoding];
+    [s.open_cb commit];
+    [s.pending addObject:s.open_cb];
+    s.open_enc = nil;
+    s.open_cb = nil;
+    s->open_dispatches = 0;
+}
+
+/* Waits for the oldest committed command buffer. */
+static md_status wait_oldest(MDMetalState *s)
+{
+    id<MTLCommandBuffer> cb = [s.pending objectAtIndex:0];
+    [s.pending removeObjectAtIndex:0];
+    [cb waitUntilCompleted];
+    return cb_status(cb, "queued GPU work");
+}
+
 static md_status metal_sync(md_device *dev)
 {
     MDMetalState *s = state_of(dev);
-    if (!s.inflight) return MD_OK;
-    md_status st;
+    md_status st = MD_OK;
     @autoreleasepool {
-        id<MTLCommandBuffer> cb = s.inflight;
-        [cb waitUntilCompleted];
-        s.inflight = nil;
-        st = cb_status(cb, "the captured step");
+        flush_open(s);
+        while (s.pending.count) {
+            md_status w = wait_oldest(s);
+            if (st == MD_OK) st = w;
+        }
     }
     return st;
+}
+
+void md_metal_set_eager(md_device *dev, int eager)
+{
+    if (!dev || dev->ops != metal_ops_ptr() || !dev->impl) return;
+    (void)metal_sync(dev);
+    state_of(dev)->eager = eager != 0;
 }
 
 static md_status encode_plan(MDMetalState *s, id<MTLComputeCommandEncoder> enc, const struct md_metal_plan *p)
@@ -377,8 +417,24 @@ static md_status run_plan(md_device *dev, md_status planned, const struct md_met
         struct rec r = {.kind = REC_DISPATCH, .plan = *p};
         return record(s, &r);
     }
-    MD_TRY(metal_sync(dev));
     md_status st;
+    if (!s->eager) {
+        @autoreleasepool {
+            if (!s.open_cb) {
+                s.open_cb = [s.queue commandBuffer];
+                s.open_enc = s.open_cb ? [s.open_cb computeCommandEncoder] : nil;
+                if (!s.open_enc) {
+                    s.open_cb = nil;
+                    return md_errf(MD_ERR_DEVICE, "metal: could not create a command buffer");
+                }
+            }
+            st = encode_plan(s, s.open_enc, p);
+            /* long chains start running before the next sync */
+            if (st == MD_OK && ++s->open_dispatches >= 512) flush_open(s);
+        }
+        return st;
+    }
+    MD_TRY(metal_sync(dev));
     @autoreleasepool {
         id<MTLCommandBuffer> cb = [s.queue commandBuffer];
         id<MTLComputeCommandEncoder> enc = [cb computeCommandEncoder];
@@ -514,6 +570,7 @@ static md_status metal_event_record(md_device *dev, void *ev)
     md_metal_plan_noop(&p);
     md_status st;
     @autoreleasepool {
+        flush_open(s); /* the event marks the work queued before it */
         id<MTLCommandBuffer> cb = [s.queue commandBuffer];
         id<MTLComputeCommandEncoder> enc = [cb computeCommandEncoder];
         if (!cb || !enc) return md_errf(MD_ERR_DEVICE, "metal: could not create a command buffer");
@@ -585,6 +642,7 @@ static md_status metal_graph_launch(md_device *dev, void *graph)
     const struct md_metal_graph *g = graph;
     md_status st = MD_OK;
     @autoreleasepool {
+        flush_open(s);
         id<MTLCommandBuffer> cb = [s.queue commandBuffer];
         if (!cb) return md_errf(MD_ERR_DEVICE, "metal: could not create a command buffer");
         id<MTLComputeCommandEncoder> enc = nil;
@@ -613,14 +671,10 @@ static md_status metal_graph_launch(md_device *dev, void *graph)
         if (enc) [enc endEncoding];
         if (st != MD_OK) return st; /* never committed */
         [cb commit];
-        /* Double buffering: step N+1 is encoded while the GPU runs step N;
-         * the queue runs command buffers in commit order. */
-        id<MTLCommandBuffer> prev = s.inflight;
-        s.inflight = cb;
-        if (prev) {
-            [prev waitUntilCompleted];
-            st = cb_status(prev, "the captured step");
-        }
+        [s.pending addObject:cb];
+        /* At most two steps in flight: step N+1 is encoded while the GPU runs
+         * step N; the queue runs command buffers in commit order. */
+        while (st == MD_OK && s.pending.count > 2) st = wait_oldest(s);
     }
     return st;
 }

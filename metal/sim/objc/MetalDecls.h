@@ -158,7 +158,6 @@ enum {
 @end
 
 @protocol MTLFunction <NSObject>
-@property (readonly) NSString *name;
 @end
 
 @protocol MTLLibrary <NSObject>
@@ -168,7 +167,6 @@ enum {
 
 @protocol MTLComputePipelineState <NSObject>
 @property (readonly) NSUInteger maxTotalThreadsPerThreadgroup;
-@property (readonly) NSUInteger threadExecutionWidth;
 @end
 
 @protocol MTLBuffer <NSObject>
@@ -204,7 +202,6 @@ enum {
 - (void)waitUntilCompleted;
 @property (readonly) MTLCommandBufferStatus status;
 @property (nullable, readonly) NSError *error;
-@property (readonly) CFTimeInterval GPUStartTime;
 @property (readonly) CFTimeInterval GPUEndTime;
 @end
 
@@ -217,7 +214,6 @@ enum {
 @property (readonly) BOOL hasUnifiedMemory;
 @property (readonly) uint64_t recommendedMaxWorkingSetSize;
 @property (readonly) NSUInteger currentAllocatedSize;
-@property (readonly) NSUInteger maxBufferLength;
 - (BOOL)supportsFamily:(MTLGPUFamily)gpuFamily;
 - (nullable id<MTLCommandQueue>)newCommandQueue;
 - (nullable id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
