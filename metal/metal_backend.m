@@ -407,8 +407,9 @@ static md_status record(MDMetalState *s, const struct rec *r)
     return MD_OK;
 }
 
-/* Runs a planned kernel call: recorded while capturing, else one command
- * buffer committed and waited on. */
+/* Runs a planned kernel call: recorded while capturing; eager: its own
+ * command buffer, committed and waited on; else encoded into the open
+ * command buffer. */
 static md_status run_plan(md_device *dev, md_status planned, const struct md_metal_plan *p)
 {
     if (planned != MD_OK) return planned;
