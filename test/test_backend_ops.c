@@ -263,8 +263,8 @@ static void op_conv(struct harness *h, int op)
 
 static void op_bn(struct harness *h, int op)
 {
-    static const int shapes[][3] = {{3, 5, 7}, {2, 16, 9}, {4, 3, 1}, {1, 7, 30}};
-    for (size_t si = 0; si < 4; si++)
+    static const int shapes[][3] = {{3, 5, 7}, {2, 16, 9}, {4, 3, 1}, {1, 7, 30}, {2, 3, 1100}};
+    for (size_t si = 0; si < 5; si++)
         for (int lay = 0; lay < 2; lay++)
             for (int mode = 0; mode < 4; mode++) /* bit 0: training, bit 1: fused ReLU */
                 for (int di = 0; di < 3; di++) {

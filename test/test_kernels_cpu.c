@@ -7,6 +7,7 @@
 
 #include "backend/kernels_call.h"
 #include "core/threadpool.h"
+#include "helpers.h"
 #include "kernel_cases.h"
 
 struct cover { atomic_int *hits; };
@@ -123,14 +124,42 @@ Test(kernels_cpu, half_gemm_leaves_row_gaps_alone)
 Test(kernels_cpu, empty_batch_convolution)
 {
     md_device *dev = open_cpu(2);
-    float w[2 * 2 * 9], dw[18], x[1], y[1];
-    for (int i = 0; i < 18; i++) w[i] = (float)i, dw[i] = (float)i;
+    float w[2 * 2 * 9], dw[2 * 2 * 9], x[1], y[1];
+    for (int i = 0; i < 36; i++) w[i] = (float)i, dw[i] = (float)i;
     struct md_conv2d_args a = {.n = 0, .c = 2, .h = 5, .w = 5, .k = 2, .r = 3, .s = 3, .p = 5, .q = 5, .stride_h = 1,
                                .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
                                .dtype = MD_F32, .x = x, .wt = w, .y = y, .dy = y, .dx = x, .dwt = dw, .beta = 0.5f};
     cr_assert_eq(md_k_conv2d_fwd(dev, &a), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_k_conv2d_bwd_data(dev, &a), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_k_conv2d_bwd_filter(dev, &a), MD_OK, "%s", md_errmsg());
-    for (int i = 0; i < 18; i++) cr_assert_float_eq(dw[i], 0.5f * (float)i, 0);
+    for (int i = 0; i < 36; i++) cr_assert_float_eq(dw[i], 0.5f * (float)i, 0);
     md_device_close(dev);
+}
+
+/* Batch-norm backward with the fused ReLU and no y: the mask is recomputed
+ * from x; NCHW channels longer than the CPU's 512-element blocks. */
+Test(kernels_cpu, batchnorm_relu_mask_without_y_matches_ref)
+{
+    enum { N = 2, C = 3, HW = 1031 };
+    static float x[N * C * HW], dy[N * C * HW], y[N * C * HW], dx[2][N * C * HW];
+    float gamma[C] = {0.7f, 1.2f, 1.0f}, betap[C] = {0.1f, -0.2f, 0.3f}, dg[2][C], db[2][C], sm[C], si[C];
+    kc_fill(x, N * C * HW, 3, -2, 2);
+    kc_fill(dy, N * C * HW, 4, -1, 1);
+    md_device *devs[2] = {open_cpu(2), kc_open_ref()};
+    for (int layout = 0; layout < 2; layout++) {
+        for (int d = 0; d < 2; d++) {
+            struct md_batchnorm_args b = {.n = N, .c = C, .hw = HW, .layout = layout ? MD_NHWC : MD_NCHW,
+                                          .dtype = MD_F32, .training = 1, .eps = 1e-5f, .act = MD_ACT_RELU, .x = x,
+                                          .y = y, .gamma = gamma, .beta_p = betap, .save_mean = sm,
+                                          .save_invstd = si, .dy = dy, .dx = dx[d], .dgamma = dg[d], .dbeta = db[d]};
+            cr_assert_eq(md_k_batchnorm_fwd(devs[d], &b), MD_OK);
+            b.y = NULL;
+            cr_assert_eq(md_k_batchnorm_bwd(devs[d], &b), MD_OK);
+        }
+        cr_assert(th_allclose("bn dx without y", dx[0], dx[1], N * C * HW, 2e-5, 1e-4));
+        cr_assert(th_allclose("bn dgamma without y", dg[0], dg[1], C, 2e-5, 1e-4));
+        cr_assert(th_allclose("bn dbeta without y", db[0], db[1], C, 2e-5, 1e-4));
+    }
+    md_device_close(devs[0]);
+    md_device_close(devs[1]);
 }

@@ -103,12 +103,14 @@ static ALWAYS_INLINE void nchw_fwd_channel(const struct md_batchnorm_args *a, in
     }
 }
 
+static void f32_fwd_channel(const struct md_batchnorm_args *a, int ci);
+
 static void nchw_fwd_range(void *vc, long long b, long long e)
 {
     const struct bn_ctx *c = vc;
     for (long long ci = b; ci < e; ci++) {
         if (c->a->dtype == MD_F32)
-            nchw_fwd_channel(c->a, (int)ci, MD_F32);
+            f32_fwd_channel(c->a, (int)ci);
         else
             nchw_fwd_channel(c->a, (int)ci, c->a->dtype);
     }
@@ -133,10 +135,10 @@ static ALWAYS_INLINE void nhwc_part_rows(const struct bn_ctx *c, long long chunk
             }
         } else {
             for (int ci = 0; ci < a->c; ci++) {
-                float dy = ldf(a->dy, t, o + ci);
-                double xh = ((double)ldf(a->x, t, o + ci) - c->mean[ci]) * c->invstd[ci];
-                if (a->act == MD_ACT_RELU &&
-                    (a->y ? ldf(a->y, t, o + ci) <= 0.0f : xh * (double)c->scale[ci] + (double)c->shift[ci] <= 0.0))
+                float dy = ldf(a->dy, t, o + ci), xv = ldf(a->x, t, o + ci);
+                double xh = ((double)xv - c->mean[ci]) * c->invstd[ci];
+                /* the ReLU mask: y, or the pre-activation x*scale + shift as the forward computed it */
+                if (a->act == MD_ACT_RELU && (a->y ? ldf(a->y, t, o + ci) <= 0.0f : xv * c->scale[ci] + c->shift[ci] <= 0.0f))
                     dy = 0.0f;
                 p1[ci] += (double)dy;
                 p2[ci] += (double)dy * xh;
@@ -317,12 +319,148 @@ static ALWAYS_INLINE void nchw_bwd_channel(const struct md_batchnorm_args *a, in
     if (a->dbeta) a->dbeta[ci] = (float)(sdy + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
 }
 
+/* ---- fp32 NCHW fast path: float lanes inside blocks (vectorised), double
+ * across blocks, so long channels keep double-like accuracy ---- */
+
+#define LANES 16
+#define BLOCK 512
+
+/* sum over i of f(i) for f: 0 = x, 1 = (x - c)^2 */
+static double f32_sum(const float *x, int n, int sq, float c)
+{
+    double s = 0.0;
+    int i = 0;
+    for (; i + BLOCK <= n; i += BLOCK) {
+        float acc[LANES] = {0};
+        if (sq)
+            for (int j = 0; j < BLOCK; j += LANES)
+                for (int l = 0; l < LANES; l++) {
+                    float d = x[i + j + l] - c;
+                    acc[l] += d * d;
+                }
+        else
+            for (int j = 0; j < BLOCK; j += LANES)
+                for (int l = 0; l < LANES; l++) acc[l] += x[i + j + l];
+        for (int l = 0; l < LANES; l++) s += (double)acc[l];
+    }
+    for (; i < n; i++) {
+        double d = (double)x[i] - (sq ? (double)c : 0.0);
+        s += sq ? d * d : (double)x[i];
+    }
+    return s;
+}
+
+static void f32_stats(const struct md_batchnorm_args *a, int ci, double *mean, double *var)
+{
+    double m = (double)a->n * a->hw, s = 0.0, ss = 0.0;
+    const float *x = a->x;
+    for (int ni = 0; ni < a->n; ni++) s += f32_sum(x + ((size_t)ni * a->c + ci) * a->hw, a->hw, 0, 0.0f);
+    *mean = s / m;
+    /* deviations from the float mean; the tiny offset to the exact mean is
+     * corrected below (var = E[(x-c)^2] - (mean-c)^2) */
+    float c = (float)*mean;
+    for (int ni = 0; ni < a->n; ni++) ss += f32_sum(x + ((size_t)ni * a->c + ci) * a->hw, a->hw, 1, c);
+    double off = *mean - (double)c;
+    *var = ss / m - off * off;
+    if (*var < 0.0) *var = 0.0;
+}
+
+static void f32_fwd_channel(const struct md_batchnorm_args *a, int ci)
+{
+    double mean = 0.0, var = 0.0;
+    float scale, shift;
+    if (a->training) f32_stats(a, ci, &mean, &var);
+    bn_finalize(a, ci, mean, var, &scale, &shift);
+    int relu = a->act == MD_ACT_RELU;
+    float beta = a->beta;
+    for (int ni = 0; ni < a->n; ni++) {
+        size_t o = ((size_t)ni * a->c + ci) * a->hw;
+        const float *x = (const float *)a->x + o;
+        float *y = (float *)a->y + o;
+        if (beta == 0.0f) {
+            if (relu)
+                for (int i = 0; i < a->hw; i++) {
+                    float v = x[i] * scale + shift;
+                    y[i] = v > 0.0f ? v : 0.0f;
+                }
+            else
+                for (int i = 0; i < a->hw; i++) y[i] = x[i] * scale + shift;
+        } else {
+            for (int i = 0; i < a->hw; i++) {
+                float v = x[i] * scale + shift;
+                if (relu) v = v > 0.0f ? v : 0.0f;
+                y[i] = v + beta * y[i];
+            }
+        }
+    }
+}
+
+/* dy masked by the fused ReLU: from y when given, else recomputed from x */
+static inline float f32_dy(const struct md_batchnorm_args *a, size_t k, float fg, float fb)
+{
+    float d = ((const float *)a->dy)[k];
+    if (a->act != MD_ACT_RELU) return d;
+    float z = a->y ? ((const float *)a->y)[k] : ((const float *)a->x)[k] * fg + fb;
+    return z > 0.0f ? d : 0.0f;
+}
+
+static void f32_bwd_channel(const struct md_batchnorm_args *a, int ci)
+{
+    double mean, invstd;
+    bwd_stats(a, ci, &mean, &invstd);
+    double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
+    double m = (double)a->n * a->hw, sdy = 0.0, sdxc = 0.0;
+    float fm = (float)mean, fg = (float)(gam * invstd), fb = (float)(bet - mean * gam * invstd);
+    const float *x = a->x;
+    for (int ni = 0; ni < a->n; ni++) {
+        size_t o = ((size_t)ni * a->c + ci) * a->hw;
+        int i = 0;
+        for (; i + BLOCK <= a->hw; i += BLOCK) {
+            float a1[LANES] = {0}, a2[LANES] = {0};
+            for (int j = 0; j < BLOCK; j += LANES)
+                for (int l = 0; l < LANES; l++) {
+                    size_t k = o + (size_t)(i + j + l);
+                    float d = f32_dy(a, k, fg, fb);
+                    a1[l] += d;
+                    a2[l] += d * (x[k] - fm);
+                }
+            for (int l = 0; l < LANES; l++) sdy += (double)a1[l], sdxc += (double)a2[l];
+        }
+        for (; i < a->hw; i++) {
+            size_t k = o + (size_t)i;
+            double d = (double)f32_dy(a, k, fg, fb);
+            sdy += d;
+            sdxc += d * ((double)x[k] - (double)fm);
+        }
+    }
+    /* sum dy*(x - mean) from deviations to the float mean */
+    double sdyx = (sdxc - sdy * (mean - (double)fm)) * invstd;
+    if (a->dx) {
+        /* training: dx = gam*invstd * (dy - sdy/m - xhat*sdyx/m); inference: gam*invstd*dy */
+        float k1 = (float)(gam * invstd), k2 = a->training ? (float)(sdy / m) : 0.0f,
+              k3 = a->training ? (float)(sdyx / m * invstd) : 0.0f, beta = a->beta;
+        for (int ni = 0; ni < a->n; ni++) {
+            size_t o = ((size_t)ni * a->c + ci) * a->hw;
+            float *dx = (float *)a->dx + o;
+            const float *xp = x + o;
+            if (beta == 0.0f)
+                for (int i = 0; i < a->hw; i++)
+                    dx[i] = k1 * (f32_dy(a, o + (size_t)i, fg, fb) - k2 - (xp[i] - fm) * k3);
+            else
+                for (int i = 0; i < a->hw; i++)
+                    dx[i] = k1 * (f32_dy(a, o + (size_t)i, fg, fb) - k2 - (xp[i] - fm) * k3) + beta * dx[i];
+        }
+    }
+    if (a->dgamma) a->dgamma[ci] = (float)(sdyx + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
+    if (a->dbeta) a->dbeta[ci] = (float)(sdy + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+}
+
 static void nchw_bwd_range(void *vc, long long b, long long e)
 {
     const struct bn_ctx *c = vc;
     for (long long ci = b; ci < e; ci++) {
         if (c->a->dtype == MD_F32)
-            nchw_bwd_channel(c->a, (int)ci, MD_F32);
+            f32_bwd_channel(c->a, (int)ci);
         else
             nchw_bwd_channel(c->a, (int)ci, c->a->dtype);
     }

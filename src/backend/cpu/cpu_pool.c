@@ -100,6 +100,65 @@ static ALWAYS_INLINE void pool_bwd_pair(const struct md_pool2d_args *a, int ni, 
         }
 }
 
+/* ---- fp32 NCHW: one plane, plain pointer arithmetic ---- */
+
+static void f32_nchw_fwd_plane(const struct md_pool2d_args *a, size_t plane)
+{
+    const float *xp = (const float *)a->x + plane * (size_t)a->h * a->w;
+    float *yp = (float *)a->y_out + plane * (size_t)a->p * a->q;
+    for (int pi = 0; pi < a->p; pi++)
+        for (int qi = 0; qi < a->q; qi++) {
+            struct win w = window(a, pi, qi);
+            float v = 0.0f;
+            if (a->kind == MD_POOL_MAX) {
+                int first = 1;
+                for (int hi = w.h0; hi < w.h1; hi++)
+                    for (int wi = w.w0; wi < w.w1; wi++) {
+                        float x = xp[hi * a->w + wi];
+                        if (first || x > v) v = x, first = 0;
+                    }
+            } else {
+                float s = 0.0f;
+                for (int hi = w.h0; hi < w.h1; hi++)
+                    for (int wi = w.w0; wi < w.w1; wi++) s += xp[hi * a->w + wi];
+                v = w.div > 0.0f ? s / w.div : 0.0f;
+            }
+            float *o = &yp[pi * a->q + qi];
+            *o = a->beta != 0.0f ? v + a->beta * *o : v;
+        }
+}
+
+static void f32_nchw_bwd_plane(const struct md_pool2d_args *a, size_t plane)
+{
+    const float *xp = (const float *)a->x + plane * (size_t)a->h * a->w;
+    const float *dyp = (const float *)a->dy + plane * (size_t)a->p * a->q;
+    float *dxp = (float *)a->dx + plane * (size_t)a->h * a->w;
+    size_t hw = (size_t)a->h * a->w;
+    if (a->beta == 0.0f)
+        memset(dxp, 0, sizeof(float) * hw);
+    else if (a->beta != 1.0f)
+        for (size_t i = 0; i < hw; i++) dxp[i] *= a->beta;
+    for (int pi = 0; pi < a->p; pi++)
+        for (int qi = 0; qi < a->q; qi++) {
+            struct win w = window(a, pi, qi);
+            float d = dyp[pi * a->q + qi];
+            if (a->kind == MD_POOL_MAX) {
+                int best = -1;
+                float bv = 0.0f;
+                for (int hi = w.h0; hi < w.h1; hi++)
+                    for (int wi = w.w0; wi < w.w1; wi++) {
+                        float x = xp[hi * a->w + wi];
+                        if (best < 0 || x > bv) best = hi * a->w + wi, bv = x;
+                    }
+                if (best >= 0) dxp[best] += d;
+            } else if (w.div > 0.0f) {
+                float share = d / w.div;
+                for (int hi = w.h0; hi < w.h1; hi++)
+                    for (int wi = w.w0; wi < w.w1; wi++) dxp[hi * a->w + wi] += share;
+            }
+        }
+}
+
 /* Tasks are (image, channel) pairs in image-major order, for both layouts;
  * NHWC pairs of one image touch interleaved but disjoint elements. */
 static void pool_fwd_range(void *vc, long long b, long long e)
@@ -107,7 +166,9 @@ static void pool_fwd_range(void *vc, long long b, long long e)
     const struct md_pool2d_args *a = vc;
     for (long long t = b; t < e; t++) {
         int ni = (int)(t / a->c), ci = (int)(t % a->c);
-        if (a->dtype == MD_F32)
+        if (a->dtype == MD_F32 && a->layout == MD_NCHW)
+            f32_nchw_fwd_plane(a, (size_t)t);
+        else if (a->dtype == MD_F32)
             pool_fwd_pair(a, ni, ci, MD_F32);
         else
             pool_fwd_pair(a, ni, ci, a->dtype);
@@ -119,7 +180,9 @@ static void pool_bwd_range(void *vc, long long b, long long e)
     const struct md_pool2d_args *a = vc;
     for (long long t = b; t < e; t++) {
         int ni = (int)(t / a->c), ci = (int)(t % a->c);
-        if (a->dtype == MD_F32)
+        if (a->dtype == MD_F32 && a->layout == MD_NCHW)
+            f32_nchw_bwd_plane(a, (size_t)t);
+        else if (a->dtype == MD_F32)
             pool_bwd_pair(a, ni, ci, MD_F32);
         else
             pool_bwd_pair(a, ni, ci, a->dtype);
