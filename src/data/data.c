@@ -262,8 +262,13 @@ static md_status resolve(const md_options *o, enum kind *k, char *name, size_t n
         /* Defaults: where each dataset is expected, then the bundled sample. */
         char bundled[MD_PATH_MAX];
         snprintf(bundled, sizeof bundled, "%s/../data/fashion-mnist-sample", md_exe_dir());
-        const char *fm[] = {"data/fashion-mnist", "/usr/share/datasets/fashion-mnist", "data/fashion-mnist-sample",
-                            bundled, NULL};
+        /* With no dataset named, the default run uses the bundled sample
+         * (a quick real run); naming fashion-mnist prefers the full set. */
+        const char *fm_full[] = {"data/fashion-mnist", "/usr/share/datasets/fashion-mnist",
+                                 "data/fashion-mnist-sample", bundled, NULL};
+        const char *fm_auto[] = {"data/fashion-mnist", "data/fashion-mnist-sample", bundled,
+                                 "/usr/share/datasets/fashion-mnist", NULL};
+        const char *const *fm = strcmp(ds, "auto") == 0 ? fm_auto : fm_full;
         const char *mn[] = {"data/mnist", NULL};
         const char *c10[] = {"data/cifar-10", "data/cifar10", NULL};
         const char *c100[] = {"data/cifar-100", "data/cifar100", NULL};
