@@ -203,6 +203,107 @@ $(BUILD)/bench_step: $(BUILD)/obj/scripts/bench/bench_step.o $(LIB_OBJS)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
+# ---- Metal backend: plans and grid sizing in plain C on every platform; on
+# other platforms the kernels run in a CPU simulation for the tests ----------
+METAL_C_OBJS := $(BUILD)/obj/metal/metal_grid.o $(BUILD)/obj/metal/metal_plan.o
+$(BIN): $(METAL_C_OBJS)
+$(TESTBIN): $(METAL_C_OBJS)
+
+# The .metal files compiled as C++17 against metal/sim/metal_sim.h, and the
+# fibre runtime that runs their threadgroups (tests only).
+METAL_SHADERS := $(sort $(wildcard metal/*.metal))
+METAL_SIM_OBJS := $(patsubst %.metal,$(BUILD)/obj/%.sim.o,$(METAL_SHADERS)) $(BUILD)/obj/metal/sim/metal_sim_rt.o
+METAL_SIM_CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Werror -Wno-attributes -Wno-unused-parameter \
+                      -fno-fast-math -DMD_METAL_SIMDGROUP_MM=1 -Isrc -Imetal -Imetal/sim $(SAN_FLAGS)
+ifeq ($(UNAME_S),Darwin)
+  METAL_SIM_CXXFLAGS += -D_XOPEN_SOURCE=600 -D_DARWIN_C_SOURCE -Wno-deprecated-declarations
+  METAL_SIM_LIBS := -lc++
+else
+  METAL_SIM_LIBS := -lstdc++
+endif
+$(BUILD)/obj/%.sim.o: %.metal $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(say) SIM $<
+	$(Q)$(CXX) $(METAL_SIM_CXXFLAGS) -MMD -MP -x c++ -c $< -o $@
+$(BUILD)/obj/metal/sim/%.o: metal/sim/%.cc $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(say) CXX $<
+	$(Q)$(CXX) $(METAL_SIM_CXXFLAGS) -MMD -MP -c $< -o $@
+$(TESTBIN): $(METAL_SIM_OBJS)
+$(TESTBIN): LDLIBS += $(METAL_SIM_LIBS)
+
+# The MSL sources embedded in the binary as one C string (compiled at start-up).
+METAL_SOURCE_H := $(BUILD)/gen/md_metal_source.h
+METAL_EMBED := metal/md_metal_args.h metal/md_metal_common.h $(METAL_SHADERS)
+$(METAL_SOURCE_H): metal/embed_source.sh $(METAL_EMBED)
+	@mkdir -p $(dir $@)
+	$(say) EMBED $@
+	$(Q)sh metal/embed_source.sh $@ $(METAL_EMBED)
+# The same concatenation as plain text must compile as one unit (checked with
+# the simulation's C++ compiler on every platform).
+METAL_RAW := $(BUILD)/gen/md_metal_all.metal
+METAL_RAW_STAMP := $(BUILD)/.metal-embed-check
+$(METAL_RAW): metal/embed_source.sh $(METAL_EMBED)
+	@mkdir -p $(dir $@)
+	$(Q)sh metal/embed_source.sh --raw $@ $(METAL_EMBED)
+$(METAL_RAW_STAMP): $(METAL_RAW) metal/sim/metal_sim.h
+	$(say) CHECK $(METAL_RAW)
+	$(Q)$(CXX) $(METAL_SIM_CXXFLAGS) -fsyntax-only -x c++ $(METAL_RAW)
+	@touch $@
+test-run: $(METAL_RAW_STAMP)
+ifeq ($(UNAME_S),Darwin)
+LDLIBS += -framework IOKit -framework CoreFoundation
+$(BUILD)/obj/metal/metal_backend.o: $(METAL_SOURCE_H)
+$(BUILD)/obj/metal/metal_backend.o: CFLAGS += -I$(BUILD)/gen
+endif
+
+# Elsewhere the Objective-C host code is syntax- and type-checked by clang
+# against metal/sim/objc/MetalDecls.h (the Metal/Foundation API it uses).
+.PHONY: metal-objc-check
+CLANG ?= $(shell command -v clang 2>/dev/null)
+METAL_OBJC_FLAGS := -fsyntax-only -x objective-c -fobjc-arc -fobjc-runtime=macosx-13.0 -std=gnu11 \
+                    $(filter-out -Wpedantic -Wno-format-truncation,$(WARN)) -Isrc -Imetal -Imetal/sim/objc -I$(BUILD)/gen
+METAL_OBJC_STAMP := $(BUILD)/.metal-objc-check
+$(METAL_OBJC_STAMP): $(wildcard metal/*.m metal/*.h metal/sim/objc/*.h metal/sim/objc/*/*.h) $(METAL_SOURCE_H)
+	$(say) OBJC-CHECK metal/metal_backend.m
+	$(Q)$(CLANG) $(METAL_OBJC_FLAGS) metal/metal_backend.m
+	@touch $@
+ifeq ($(UNAME_S),Darwin)
+metal-objc-check:
+else ifeq ($(CLANG),)
+metal-objc-check:
+	@echo "metal: clang not found; the Objective-C syntax check of metal/metal_backend.m is skipped"
+else
+metal-objc-check: $(METAL_OBJC_STAMP)
+endif
+test-run: metal-objc-check
+
+# build/metal-sim-tests: the kernels area's backend-ops test (every available
+# backend against the reference) with "metal" backed by the simulated kernels
+# (metal/sim/metal_sim_backend.c instead of metal_stub.c). Not on macOS, where
+# the real backend runs that test on the GPU.
+ifneq ($(UNAME_S),Darwin)
+METAL_SIM_TESTBIN := $(BUILD)/metal-sim-tests
+METAL_SIM_TEST_OBJS := $(BUILD)/obj/test/test_backend_ops.o $(BUILD)/obj/test/helpers.o $(BUILD)/obj/test/kernel_cases.o \
+                       $(BUILD)/obj/metal/sim/metal_sim_backend.o
+$(METAL_SIM_TESTBIN): $(METAL_SIM_TEST_OBJS) $(filter-out %/metal_stub.o,$(LIB_OBJS)) $(METAL_C_OBJS) $(METAL_SIM_OBJS)
+	$(say) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null) $(LDLIBS) $(METAL_SIM_LIBS)
+.PHONY: metal-sim-test
+metal-sim-test: $(METAL_SIM_TESTBIN)
+	$(METAL_SIM_TESTBIN) --filter 'backend_ops/metal' $(TEST_ARGS)
+# Under the sanitizers the simulation is ~8x slower; test/test_metal_sim.c
+# still runs there.
+ifeq ($(SANITIZE),)
+test-run: metal-sim-test
+else
+test-run: metal-sim-test-skipped
+.PHONY: metal-sim-test-skipped
+metal-sim-test-skipped:
+	@echo "metal: build/metal-sim-tests (backend-ops on the simulated kernels) is skipped under sanitizers; run make metal-sim-test"
+endif
+endif
+
 # ---- fuzzing (issue 4) ---------------------------------------------------------
 # `make fuzz`: libFuzzer (clang -fsanitize=fuzzer) on the IDX, CIFAR and JPEG
 # parsers of src/data, FUZZ_SECONDS each, from seeds written by test/fuzz/seeds.c.

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "backend/backend_impl.h"
+#include "metal_backend.h"
 
 static void metal_stub_probe(struct md_probe *out)
 {
@@ -37,3 +38,15 @@ static const struct md_backend_ops metal_stub_ops = {
 };
 
 const struct md_backend_ops *md_metal_backend_ops(void) { return &metal_stub_ops; }
+
+double md_metal_compile_seconds(const md_device *dev)
+{
+    (void)dev;
+    return 0.0;
+}
+
+void md_metal_set_eager(md_device *dev, int eager)
+{
+    (void)dev;
+    (void)eager;
+}

@@ -1,0 +1,75 @@
+/* metal_plan.h - launch plans: a kernel table call (src/backend/kernels.h)
+ * turned into Metal dispatches (kernel name, packed md_metal_args.h params,
+ * buffers in binding order, grid). Plain C, compiled on every platform: the
+ * Objective-C backend encodes these plans, and on Linux the same plans drive
+ * the simulated kernels (metal/sim), so packing and sizing are tested there.
+ */
+#ifndef MD_METAL_PLAN_H
+#define MD_METAL_PLAN_H
+
+#include "backend/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MD_METAL_MAX_BUFS 13
+#define MD_METAL_MAX_DISPATCH 2
+#define MD_METAL_MAX_PARAMS 160
+
+/* One compute dispatch: kernel `name`, params struct into buffer(0), bufs[i]
+ * into buffer(i + 1), grid[] threadgroups of tg[] threads. */
+struct md_metal_dispatch {
+    char name[40];                          /* host name in the library */
+    unsigned char params[MD_METAL_MAX_PARAMS];
+    unsigned params_size;
+    int nbufs;
+    void *bufs[MD_METAL_MAX_BUFS];          /* device pointers; NULL: absent optional (bind a dummy) */
+    unsigned scratch_mask;                  /* bit i: bufs[i] is the backend's reduction scratch */
+    unsigned grid[3];                       /* threadgroups per grid */
+    unsigned tg[3];                         /* threads per threadgroup */
+    unsigned tg_mem;                        /* threadgroup memory bytes */
+    int barriers;                           /* the kernel uses threadgroup_barrier */
+};
+
+/* A kernel table call as one or two dispatches, run in order in one encoder. */
+struct md_metal_plan {
+    int n;
+    struct md_metal_dispatch d[MD_METAL_MAX_DISPATCH];
+};
+
+/* Floats of reduction scratch a backend must provide (MD_MTL_RED_PARTIALS). */
+#define MD_METAL_SCRATCH_FLOATS 256
+
+/* ---- plans (MD_ERR_UNSUPPORTED or MD_ERR_INTERNAL with a message when a
+ * call cannot be run; nothing is touched) ---- */
+md_status md_metal_plan_gemm(const struct md_gemm_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_conv2d_fwd(const struct md_conv2d_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_conv2d_bwd_data(const struct md_conv2d_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_conv2d_bwd_filter(const struct md_conv2d_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_batchnorm_fwd(const struct md_batchnorm_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_batchnorm_bwd(const struct md_batchnorm_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_act_fwd(const struct md_act_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_act_bwd(const struct md_act_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_pool2d_fwd(const struct md_pool2d_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_pool2d_bwd(const struct md_pool2d_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_gap_fwd(const struct md_gap_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_gap_bwd(const struct md_gap_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_bias_add(const struct md_bias_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_bias_grad(const struct md_bias_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_dropout_fwd(const struct md_dropout_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_dropout_bwd(const struct md_dropout_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_ew(const struct md_ew_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_reduce(const struct md_reduce_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_chslice(const struct md_chslice_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_xent(const struct md_xent_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_cast(const struct md_cast_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_permute(const struct md_permute_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_optim(const struct md_optim_args *a, struct md_metal_plan *p);
+/* The empty kernel event timestamps ride on. */
+void md_metal_plan_noop(struct md_metal_plan *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
