@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/platform.h"
 #include "core/timer.h"
@@ -47,7 +48,14 @@ static md_status cpu_open(md_device *dev)
     return MD_OK;
 }
 
-static void cpu_close(md_device *dev) { (void)dev; }
+/* Frees the kernels' scratch and joins the pool's workers; both come back on
+ * the next kernel call if another CPU device is still open. */
+static void cpu_close(md_device *dev)
+{
+    (void)dev;
+    md_cpu_scratch_release();
+    md_threadpool_shutdown();
+}
 
 static md_status cpu_alloc(md_device *dev, size_t bytes, void **ptr)
 {
