@@ -1,0 +1,538 @@
+/* cuda_norm.cu - per-channel work: batch norm (with fused ReLU), bias
+ * add/grad, global average pooling, 2-D max/average pooling.
+ *
+ * Per-channel sums use one two-stage scheme for both layouts: stage 1
+ * writes (channel, split) partial sums into the device's reduction scratch
+ * (NCHW: a block per channel and split, threads along hw; NHWC: 32 channels
+ * x 8 rows per block, threads along channels, so reads are coalesced);
+ * stage 2 adds the splits in a fixed order. No atomics: results are
+ * bit-identical from run to run.
+ */
+#include <math.h>
+
+#include "cuda_device.cuh"
+
+enum { RED_STATS = 0, RED_BWD, RED_BIAS };
+
+struct red_in {
+    const void *x, *y, *dy;
+    const float *mean, *invstd; /* RED_BWD: batch statistics */
+    int relu;
+};
+
+/* The two values element i contributes to channel c's sums. The shift (the
+ * channel's first element) keeps sum/sum-of-squares from cancelling. */
+template <class T, int MODE>
+__device__ __forceinline__ void red_vals(const red_in &in, size_t i, int c, float shift, float &v1, float &v2)
+{
+    if (MODE == RED_STATS) {
+        float d = tof(((const T *)in.x)[i]) - shift;
+        v1 = d;
+        v2 = d * d;
+    } else if (MODE == RED_BWD) {
+        float g = tof(((const T *)in.dy)[i]);
+        if (in.relu && !(tof(((const T *)in.y)[i]) > 0.0f)) g = 0.0f;
+        v1 = g;
+        v2 = g * (tof(((const T *)in.x)[i]) - in.mean[c]) * in.invstd[c];
+    } else {
+        v1 = tof(((const T *)in.dy)[i]);
+        v2 = 0.0f;
+    }
+}
+
+/* NCHW: grid (C, S); block handles samples blockIdx.y, +S, ... of channel c. */
+template <class T, int MODE>
+__global__ void k_chred_nchw(red_in in, int n, int c, int hw, int splits, float *part)
+{
+    int ch = blockIdx.x, sp = blockIdx.y;
+    float shift = MODE == RED_STATS ? tof(((const T *)in.x)[(size_t)ch * hw]) : 0.0f;
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int b = sp; b < n; b += splits) {
+        size_t base = ((size_t)b * c + ch) * hw;
+        for (int j = threadIdx.x; j < hw; j += blockDim.x) {
+            float v1, v2;
+            red_vals<T, MODE>(in, base + j, ch, shift, v1, v2);
+            s1 += v1;
+            s2 += v2;
+        }
+    }
+    s1 = block_sum(s1);
+    s2 = block_sum(s2);
+    if (threadIdx.x == 0) {
+        part[((size_t)sp * c + ch) * 2] = s1;
+        part[((size_t)sp * c + ch) * 2 + 1] = s2;
+    }
+}
+
+/* NHWC: grid (ceil(C/32), S), block (32, 8); rows are the n*hw positions. */
+template <class T, int MODE>
+__global__ void k_chred_nhwc(red_in in, size_t rows, int c, int splits, float *part)
+{
+    __shared__ float sh1[8][33], sh2[8][33];
+    int ch = blockIdx.x * 32 + threadIdx.x, sp = blockIdx.y;
+    float s1 = 0.0f, s2 = 0.0f;
+    if (ch < c) {
+        float shift = MODE == RED_STATS ? tof(((const T *)in.x)[ch]) : 0.0f;
+        for (size_t r = (size_t)sp * 8 + threadIdx.y; r < rows; r += (size_t)splits * 8) {
+            float v1, v2;
+            red_vals<T, MODE>(in, r * c + ch, ch, shift, v1, v2);
+            s1 += v1;
+            s2 += v2;
+        }
+    }
+    sh1[threadIdx.y][threadIdx.x] = s1;
+    sh2[threadIdx.y][threadIdx.x] = s2;
+    __syncthreads();
+    if (threadIdx.y == 0 && ch < c) {
+        float t1 = 0.0f, t2 = 0.0f;
+        for (int k = 0; k < 8; k++) {
+            t1 += sh1[k][threadIdx.x];
+            t2 += sh2[k][threadIdx.x];
+        }
+        part[((size_t)sp * c + ch) * 2] = t1;
+        part[((size_t)sp * c + ch) * 2 + 1] = t2;
+    }
+}
+
+/* Stage 1 into the scratch; returns the split count. `extra` floats after the
+ * partials are reserved for the caller (statistics). */
+template <class T, int MODE>
+static md_status chan_reduce(md_device *dev, const red_in &in, int n, int c, int hw, md_layout layout,
+                             size_t extra, float **part, float **extra_p, int *splits)
+{
+    struct md_cuda_dev *cd = md_cuda_impl(dev);
+    int target = cd->sm_count * 4, s;
+    size_t rows = (size_t)n * hw;
+    if (layout == MD_NHWC) {
+        int tiles = (c + 31) / 32;
+        s = (target + tiles - 1) / tiles;
+        size_t maxs = (rows + 7) / 8;
+        if ((size_t)s > maxs) s = (int)maxs;
+    } else {
+        s = (target + c - 1) / c;
+        if (s > n) s = n;
+    }
+    if (s < 1) s = 1;
+    MD_TRY(md_cuda_scratch_get(dev, &cd->red_ws, ((size_t)s * c * 2 + extra) * sizeof(float), "reduction scratch"));
+    float *p = (float *)cd->red_ws.ptr;
+    if (layout == MD_NHWC)
+        k_chred_nhwc<T, MODE><<<dim3((c + 31) / 32, s), dim3(32, 8), 0, cd->stream>>>(in, rows, c, s, p);
+    else
+        k_chred_nchw<T, MODE><<<dim3(c, s), MD_THREADS, 0, cd->stream>>>(in, n, c, hw, s, p);
+    *part = p;
+    *extra_p = p + (size_t)s * c * 2;
+    *splits = s;
+    return md_cuda_check_launch("per-channel reduction");
+}
+
+/* ---------------------------------------------------------------------------
+ * Batch norm
+ * ------------------------------------------------------------------------- */
+
+template <class T>
+__global__ void k_bn_stats(const T *x, int c, int hw, int nhwc, long long m, int splits, const float *part, float eps,
+                           float momentum, float *stats, float *save_mean, float *save_invstd, float *run_mean,
+                           float *run_var)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int s = 0; s < splits; s++) {
+        s1 += part[((size_t)s * c + ch) * 2];
+        s2 += part[((size_t)s * c + ch) * 2 + 1];
+    }
+    float shift = tof(x[nhwc ? (size_t)ch : (size_t)ch * hw]);
+    float dm = s1 / (float)m;
+    float var = fmaxf(s2 / (float)m - dm * dm, 0.0f);
+    float mean = shift + dm;
+    float invstd = 1.0f / sqrtf(var + eps);
+    stats[ch] = mean;
+    stats[c + ch] = invstd;
+    if (save_mean) save_mean[ch] = mean;
+    if (save_invstd) save_invstd[ch] = invstd;
+    if (run_mean) run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * mean;
+    if (run_var) {
+        float unbiased = m > 1 ? var * ((float)m / (float)(m - 1)) : var;
+        run_var[ch] = (1.0f - momentum) * run_var[ch] + momentum * unbiased;
+    }
+}
+
+/* y = act(gamma * (x - mean) * invstd + beta); `is_var`: second array is the
+ * running variance (inference), else the inverse std. */
+template <class T>
+__global__ void k_bn_apply(size_t total, int c, int hw, int nhwc, const T *x, T *y, const float *mean,
+                           const float *second, int is_var, float eps, const float *gamma, const float *beta,
+                           int relu)
+{
+    GRID_STRIDE(i, total)
+    {
+        int ch = chan_of(i, c, hw, nhwc);
+        float inv = is_var ? 1.0f / sqrtf(second[ch] + eps) : second[ch];
+        float g = gamma ? gamma[ch] : 1.0f, b = beta ? beta[ch] : 0.0f;
+        float v = (tof(x[i]) - mean[ch]) * inv * g + b;
+        if (relu) v = fmaxf(v, 0.0f);
+        y[i] = fromf<T>(v);
+    }
+}
+
+md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a)
+{
+    struct md_cuda_dev *cd = md_cuda_impl(dev);
+    if (a->act != MD_ACT_NONE && a->act != MD_ACT_RELU)
+        return md_errf(MD_ERR_UNSUPPORTED, "cuda batchnorm_fwd: fused activation %d is not supported", a->act);
+    size_t total = (size_t)a->n * a->c * a->hw;
+    if (!total) return MD_OK;
+    int nhwc = a->layout == MD_NHWC, relu = a->act == MD_ACT_RELU;
+    MD_CU_DISPATCH(a->dtype, "batchnorm_fwd", {
+        if (!a->training) {
+            k_bn_apply<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
+                total, a->c, a->hw, nhwc, (const T *)a->x, (T *)a->y, a->running_mean, a->running_var, 1, a->eps,
+                a->gamma, a->beta_p, relu);
+            return md_cuda_check_launch("batchnorm_fwd (inference)");
+        }
+        red_in in = {a->x, NULL, NULL, NULL, NULL, 0};
+        float *part, *stats;
+        int splits;
+        MD_TRY((chan_reduce<T, RED_STATS>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)2 * a->c, &part, &stats,
+                                          &splits)));
+        k_bn_stats<T><<<(a->c + 127) / 128, 128, 0, cd->stream>>>(
+            (const T *)a->x, a->c, a->hw, nhwc, (long long)a->n * a->hw, splits, part, a->eps, a->momentum, stats,
+            a->save_mean, a->save_invstd, a->running_mean, a->running_var);
+        MD_TRY(md_cuda_check_launch("batchnorm_fwd (statistics)"));
+        k_bn_apply<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
+            total, a->c, a->hw, nhwc, (const T *)a->x, (T *)a->y, stats, stats + a->c, 0, a->eps, a->gamma,
+            a->beta_p, relu);
+        return md_cuda_check_launch("batchnorm_fwd");
+    });
+    return MD_OK;
+}
+
+__global__ void k_bn_bwd_sums(int c, int splits, const float *part, float *sums, float *dgamma, float *dbeta,
+                              float beta)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int s = 0; s < splits; s++) {
+        s1 += part[((size_t)s * c + ch) * 2];
+        s2 += part[((size_t)s * c + ch) * 2 + 1];
+    }
+    sums[ch] = s1;
+    sums[c + ch] = s2;
+    if (dbeta) dbeta[ch] = beta != 0.0f ? s1 + beta * dbeta[ch] : s1;
+    if (dgamma) dgamma[ch] = beta != 0.0f ? s2 + beta * dgamma[ch] : s2;
+}
+
+/* dx = gamma * invstd / m * (m * g - sum(g) - xhat * sum(g * xhat)) + beta * dx */
+template <class T>
+__global__ void k_bn_bwd_dx(size_t total, int c, int hw, int nhwc, float m, const T *x, const T *y, const T *dy,
+                            T *dx, const float *mean, const float *invstd, const float *gamma, const float *sums,
+                            int relu, float beta)
+{
+    GRID_STRIDE(i, total)
+    {
+        int ch = chan_of(i, c, hw, nhwc);
+        float g = tof(dy[i]);
+        if (relu && !(tof(y[i]) > 0.0f)) g = 0.0f;
+        float inv = invstd[ch];
+        float xhat = (tof(x[i]) - mean[ch]) * inv;
+        float gm = gamma ? gamma[ch] : 1.0f;
+        float v = gm * inv * (g - sums[ch] / m - xhat * sums[c + ch] / m);
+        if (beta != 0.0f) v += beta * tof(dx[i]);
+        dx[i] = fromf<T>(v);
+    }
+}
+
+md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a)
+{
+    struct md_cuda_dev *cd = md_cuda_impl(dev);
+    if (a->act != MD_ACT_NONE && a->act != MD_ACT_RELU)
+        return md_errf(MD_ERR_UNSUPPORTED, "cuda batchnorm_bwd: fused activation %d is not supported", a->act);
+    if (!a->save_mean || !a->save_invstd)
+        return md_errf(MD_ERR_INTERNAL, "cuda batchnorm_bwd: save_mean/save_invstd are required");
+    size_t total = (size_t)a->n * a->c * a->hw;
+    if (!total) return MD_OK;
+    int nhwc = a->layout == MD_NHWC, relu = a->act == MD_ACT_RELU;
+    MD_CU_DISPATCH(a->dtype, "batchnorm_bwd", {
+        red_in in = {a->x, a->y, a->dy, a->save_mean, a->save_invstd, relu};
+        float *part, *sums;
+        int splits;
+        MD_TRY((chan_reduce<T, RED_BWD>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)2 * a->c, &part, &sums,
+                                        &splits)));
+        k_bn_bwd_sums<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, splits, part, sums, a->dgamma, a->dbeta,
+                                                                   a->beta);
+        MD_TRY(md_cuda_check_launch("batchnorm_bwd (sums)"));
+        if (a->dx) {
+            k_bn_bwd_dx<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
+                total, a->c, a->hw, nhwc, (float)((double)a->n * a->hw), (const T *)a->x, (const T *)a->y,
+                (const T *)a->dy, (T *)a->dx, a->save_mean, a->save_invstd, a->gamma, sums, relu, a->beta);
+            MD_TRY(md_cuda_check_launch("batchnorm_bwd"));
+        }
+    });
+    return MD_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * Bias
+ * ------------------------------------------------------------------------- */
+
+template <class T>
+__global__ void k_bias_add(size_t total, int c, int hw, int nhwc, T *y, const float *bias)
+{
+    GRID_STRIDE(i, total) { y[i] = fromf<T>(tof(y[i]) + bias[chan_of(i, c, hw, nhwc)]); }
+}
+
+md_status md_cuda_bias_add(md_device *dev, const struct md_bias_args *a)
+{
+    size_t total = (size_t)a->n * a->c * a->hw;
+    if (!total) return MD_OK;
+    MD_CU_DISPATCH(a->dtype, "bias_add", {
+        k_bias_add<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+            total, a->c, a->hw, a->layout == MD_NHWC, (T *)a->y, a->bias);
+    });
+    return md_cuda_check_launch("bias_add");
+}
+
+__global__ void k_bias_fin(int c, int splits, const float *part, float *dbias, float beta)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    float s1 = 0.0f;
+    for (int s = 0; s < splits; s++) s1 += part[((size_t)s * c + ch) * 2];
+    dbias[ch] = beta != 0.0f ? s1 + beta * dbias[ch] : s1;
+}
+
+md_status md_cuda_bias_grad(md_device *dev, const struct md_bias_args *a)
+{
+    struct md_cuda_dev *cd = md_cuda_impl(dev);
+    if (a->c <= 0) return MD_OK;
+    if ((size_t)a->n * a->hw == 0) {
+        if (a->beta == 0.0f) MD_CU_TRY(cudaMemsetAsync(a->dbias, 0, (size_t)a->c * 4, cd->stream), "bias_grad");
+        return MD_OK;
+    }
+    MD_CU_DISPATCH(a->dtype, "bias_grad", {
+        red_in in = {NULL, NULL, a->dy, NULL, NULL, 0};
+        float *part, *unused;
+        int splits;
+        MD_TRY((chan_reduce<T, RED_BIAS>(dev, in, a->n, a->c, a->hw, a->layout, 0, &part, &unused, &splits)));
+        k_bias_fin<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, splits, part, a->dbias, a->beta);
+    });
+    return md_cuda_check_launch("bias_grad");
+}
+
+/* ---------------------------------------------------------------------------
+ * Global average pooling: (n, c, hw) -> (n, c)
+ * ------------------------------------------------------------------------- */
+
+/* NCHW: one warp per (n, c) row of hw contiguous values. */
+template <class T>
+__global__ void k_gap_nchw(int rows, int hw, const T *x, T *y)
+{
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (warp >= rows) return;
+    const T *p = x + (size_t)warp * hw;
+    float s = 0.0f;
+    for (int j = lane; j < hw; j += 32) s += tof(p[j]);
+    s = warp_sum(s);
+    if (lane == 0) y[warp] = fromf<T>(s / (float)hw);
+}
+
+/* NHWC: a thread per (n, c), reading hw values c apart (coalesced across c). */
+template <class T>
+__global__ void k_gap_nhwc(int n, int c, int hw, const T *x, T *y)
+{
+    GRID_STRIDE(i, (size_t)n * c)
+    {
+        size_t b = i / c, ch = i % c;
+        const T *p = x + b * hw * c + ch;
+        float s = 0.0f;
+        for (int j = 0; j < hw; j++) s += tof(p[(size_t)j * c]);
+        y[i] = fromf<T>(s / (float)hw);
+    }
+}
+
+md_status md_cuda_gap_fwd(md_device *dev, const struct md_gap_args *a)
+{
+    cudaStream_t s = md_cuda_impl(dev)->stream;
+    int rows = a->n * a->c;
+    if (!rows || a->hw <= 0) return MD_OK;
+    MD_CU_DISPATCH(a->dtype, "gap_fwd", {
+        if (a->layout == MD_NHWC)
+            k_gap_nhwc<T><<<md_cu_blocks(dev, (size_t)rows), MD_THREADS, 0, s>>>(a->n, a->c, a->hw, (const T *)a->x,
+                                                                                (T *)a->y);
+        else
+            k_gap_nchw<T><<<(rows + 7) / 8, 256, 0, s>>>(rows, a->hw, (const T *)a->x, (T *)a->y);
+    });
+    return md_cuda_check_launch("gap_fwd");
+}
+
+template <class T>
+__global__ void k_gap_bwd(size_t total, int c, int hw, int nhwc, const T *dy, T *dx, float beta)
+{
+    GRID_STRIDE(i, total)
+    {
+        size_t b = nhwc ? i / ((size_t)hw * c) : i / ((size_t)hw * c);
+        int ch = chan_of(i, c, hw, nhwc);
+        float v = tof(dy[b * c + ch]) / (float)hw;
+        if (beta != 0.0f) v += beta * tof(dx[i]);
+        dx[i] = fromf<T>(v);
+    }
+}
+
+md_status md_cuda_gap_bwd(md_device *dev, const struct md_gap_args *a)
+{
+    size_t total = (size_t)a->n * a->c * a->hw;
+    if (!total) return MD_OK;
+    MD_CU_DISPATCH(a->dtype, "gap_bwd", {
+        k_gap_bwd<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+            total, a->c, a->hw, a->layout == MD_NHWC, (const T *)a->dy, (T *)a->dx, a->beta);
+    });
+    return md_cuda_check_launch("gap_bwd");
+}
+
+/* ---------------------------------------------------------------------------
+ * 2-D pooling
+ * ------------------------------------------------------------------------- */
+
+struct pool_geo {
+    int n, c, h, w, p, q, kh, kw, sh, sw, ph, pw, include_pad, nhwc;
+};
+
+__device__ __forceinline__ size_t pidx(const pool_geo &g, int b, int ch, int y, int x, int hh, int ww)
+{
+    return g.nhwc ? (((size_t)b * hh + y) * ww + x) * g.c + ch : (((size_t)b * g.c + ch) * hh + y) * ww + x;
+}
+
+/* Position of the first maximal element of window (oy, ox), as y*w+x; NaN wins. */
+template <class T>
+__device__ __forceinline__ int window_argmax(const pool_geo &g, const T *x, int b, int ch, int oy, int ox, float *mv)
+{
+    int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+    int ys = max(y0, 0), ye = min(y0 + g.kh, g.h), xs = max(x0, 0), xe = min(x0 + g.kw, g.w);
+    float m = -INFINITY;
+    int arg = ys * g.w + xs;
+    for (int yy = ys; yy < ye; yy++)
+        for (int xx = xs; xx < xe; xx++) {
+            float v = tof(x[pidx(g, b, ch, yy, xx, g.h, g.w)]);
+            if (v > m || isnan(v)) {
+                m = v;
+                arg = yy * g.w + xx;
+                if (isnan(v)) {
+                    *mv = m;
+                    return arg;
+                }
+            }
+        }
+    *mv = m;
+    return arg;
+}
+
+__device__ __forceinline__ float avg_div(const pool_geo &g, int oy, int ox)
+{
+    if (g.include_pad) return (float)(g.kh * g.kw);
+    int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+    int ys = max(y0, 0), ye = min(y0 + g.kh, g.h), xs = max(x0, 0), xe = min(x0 + g.kw, g.w);
+    return (float)((ye - ys) * (xe - xs));
+}
+
+template <class T>
+__global__ void k_pool_fwd(pool_geo g, int kind, const T *x, T *y)
+{
+    size_t total = (size_t)g.n * g.c * g.p * g.q;
+    GRID_STRIDE(i, total)
+    {
+        int b, ch, oy, ox;
+        size_t r = i;
+        if (g.nhwc) {
+            ch = (int)(r % g.c); r /= g.c;
+            ox = (int)(r % g.q); r /= g.q;
+            oy = (int)(r % g.p); b = (int)(r / g.p);
+        } else {
+            ox = (int)(r % g.q); r /= g.q;
+            oy = (int)(r % g.p); r /= g.p;
+            ch = (int)(r % g.c); b = (int)(r / g.c);
+        }
+        float v;
+        if (kind == MD_POOL_MAX) {
+            window_argmax<T>(g, x, b, ch, oy, ox, &v);
+        } else {
+            int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+            int ys = max(y0, 0), ye = min(y0 + g.kh, g.h), xs = max(x0, 0), xe = min(x0 + g.kw, g.w);
+            float s = 0.0f;
+            for (int yy = ys; yy < ye; yy++)
+                for (int xx = xs; xx < xe; xx++) s += tof(x[pidx(g, b, ch, yy, xx, g.h, g.w)]);
+            v = s / avg_div(g, oy, ox);
+        }
+        y[i] = fromf<T>(v);
+    }
+}
+
+/* A thread per input element gathers from every window that covers it. */
+template <class T>
+__global__ void k_pool_bwd(pool_geo g, int kind, const T *x, const T *dy, T *dx, float beta)
+{
+    size_t total = (size_t)g.n * g.c * g.h * g.w;
+    GRID_STRIDE(i, total)
+    {
+        int b, ch, iy, ix;
+        size_t r = i;
+        if (g.nhwc) {
+            ch = (int)(r % g.c); r /= g.c;
+            ix = (int)(r % g.w); r /= g.w;
+            iy = (int)(r % g.h); b = (int)(r / g.h);
+        } else {
+            ix = (int)(r % g.w); r /= g.w;
+            iy = (int)(r % g.h); r /= g.h;
+            ch = (int)(r % g.c); b = (int)(r / g.c);
+        }
+        /* windows oy with oy*sh - ph <= iy < oy*sh - ph + kh */
+        int oy0 = iy + g.ph - g.kh + 1, ox0 = ix + g.pw - g.kw + 1;
+        oy0 = oy0 <= 0 ? 0 : (oy0 + g.sh - 1) / g.sh;
+        ox0 = ox0 <= 0 ? 0 : (ox0 + g.sw - 1) / g.sw;
+        int oy1 = min((iy + g.ph) / g.sh, g.p - 1), ox1 = min((ix + g.pw) / g.sw, g.q - 1);
+        float s = 0.0f;
+        for (int oy = oy0; oy <= oy1; oy++)
+            for (int ox = ox0; ox <= ox1; ox++) {
+                float d = tof(dy[pidx(g, b, ch, oy, ox, g.p, g.q)]);
+                if (kind == MD_POOL_MAX) {
+                    float mv;
+                    if (window_argmax<T>(g, x, b, ch, oy, ox, &mv) == iy * g.w + ix) s += d;
+                } else {
+                    s += d / avg_div(g, oy, ox);
+                }
+            }
+        if (beta != 0.0f) s += beta * tof(dx[i]);
+        dx[i] = fromf<T>(s);
+    }
+}
+
+static pool_geo geo_of(const struct md_pool2d_args *a)
+{
+    pool_geo g = {a->n, a->c, a->h, a->w, a->p, a->q, a->kh, a->kw, a->stride_h, a->stride_w,
+                  a->pad_h, a->pad_w, a->count_include_pad, a->layout == MD_NHWC};
+    return g;
+}
+
+md_status md_cuda_pool2d_fwd(md_device *dev, const struct md_pool2d_args *a)
+{
+    size_t total = (size_t)a->n * a->c * a->p * a->q;
+    if (!total) return MD_OK;
+    pool_geo g = geo_of(a);
+    MD_CU_DISPATCH(a->dtype, "pool2d_fwd", {
+        k_pool_fwd<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+            g, a->kind, (const T *)a->x, (T *)a->y_out);
+    });
+    return md_cuda_check_launch("pool2d_fwd");
+}
+
+md_status md_cuda_pool2d_bwd(md_device *dev, const struct md_pool2d_args *a)
+{
+    size_t total = (size_t)a->n * a->c * a->h * a->w;
+    if (!total) return MD_OK;
+    pool_geo g = geo_of(a);
+    MD_CU_DISPATCH(a->dtype, "pool2d_bwd", {
+        k_pool_bwd<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+            g, a->kind, (const T *)a->x, (const T *)a->dy, (T *)a->dx, a->beta);
+    });
+    return md_cuda_check_launch("pool2d_bwd");
+}
