@@ -52,9 +52,14 @@ __device__ __forceinline__ float act_d(int act, float x, float alpha)
     }
 }
 
-template <class T> __global__ void k_act_fwd(int act, float alpha, size_t n, const T *x, T *y)
+template <class T> __global__ void k_act_fwd(int act, float alpha, size_t n, const T *x, T *y, float beta)
 {
-    GRID_STRIDE(i, n) { y[i] = fromf<T>(act_f(act, tof(x[i]), alpha)); }
+    GRID_STRIDE(i, n)
+    {
+        float v = act_f(act, tof(x[i]), alpha);
+        if (beta != 0.0f) v += beta * tof(y[i]);
+        y[i] = fromf<T>(v);
+    }
 }
 
 template <class T>
@@ -81,7 +86,7 @@ md_status md_cuda_act_fwd(md_device *dev, const struct md_act_args *a)
     if (!a->n) return MD_OK;
     MD_CU_DISPATCH(a->dtype, "act_fwd", {
         k_act_fwd<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
-            a->act, a->alpha, a->n, (const T *)a->x, (T *)a->y);
+            a->act, a->alpha, a->n, (const T *)a->x, (T *)a->y, a->beta);
     });
     return md_cuda_check_launch("act_fwd");
 }
@@ -104,12 +109,14 @@ md_status md_cuda_act_bwd(md_device *dev, const struct md_act_args *a)
 
 template <class T>
 __global__ void k_dropout_fwd(size_t n, float p, float scale, uint64_t seed, uint64_t off, const T *x, T *y,
-                              uint8_t *mask)
+                              uint8_t *mask, float beta)
 {
     GRID_STRIDE(i, n)
     {
         int keep = !(md_rng_uniform(seed, off + i) < p);
-        y[i] = fromf<T>(keep ? tof(x[i]) * scale : 0.0f);
+        float v = keep ? tof(x[i]) * scale : 0.0f;
+        if (beta != 0.0f) v += beta * tof(y[i]);
+        y[i] = fromf<T>(v);
         if (mask) mask[i] = (uint8_t)keep;
     }
 }
@@ -134,7 +141,7 @@ md_status md_cuda_dropout_fwd(md_device *dev, const struct md_dropout_args *a)
     if (!a->n) return MD_OK;
     MD_CU_DISPATCH(a->dtype, "dropout_fwd", {
         k_dropout_fwd<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
-            a->n, a->p, dropout_scale(a->p), a->seed, a->offset, (const T *)a->x, (T *)a->y, a->mask);
+            a->n, a->p, dropout_scale(a->p), a->seed, a->offset, (const T *)a->x, (T *)a->y, a->mask, a->beta);
     });
     return md_cuda_check_launch("dropout_fwd");
 }

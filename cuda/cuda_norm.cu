@@ -16,9 +16,24 @@ enum { RED_STATS = 0, RED_BWD, RED_BIAS };
 
 struct red_in {
     const void *x, *y, *dy;
-    const float *mean, *invstd; /* RED_BWD: batch statistics */
+    const float *mean, *invstd; /* RED_BWD: the statistics normalising x */
+    const float *gamma, *beta;  /* RED_BWD with ReLU and no y: the mask from x */
     int relu;
 };
+
+/* dy masked by the fused ReLU: no gradient where the output was <= 0 (from y
+ * when given, else recomputed from x-hat). */
+template <class T>
+__device__ __forceinline__ float bn_masked_dy(const red_in &in, size_t i, int c, float xhat)
+{
+    float g = tof(((const T *)in.dy)[i]);
+    if (in.relu) {
+        float out = in.y ? tof(((const T *)in.y)[i])
+                         : xhat * (in.gamma ? in.gamma[c] : 1.0f) + (in.beta ? in.beta[c] : 0.0f);
+        if (out <= 0.0f) g = 0.0f;
+    }
+    return g;
+}
 
 /* The two values element i contributes to channel c's sums. The shift (the
  * channel's first element) keeps sum/sum-of-squares from cancelling. */
@@ -30,10 +45,10 @@ __device__ __forceinline__ void red_vals(const red_in &in, size_t i, int c, floa
         v1 = d;
         v2 = d * d;
     } else if (MODE == RED_BWD) {
-        float g = tof(((const T *)in.dy)[i]);
-        if (in.relu && !(tof(((const T *)in.y)[i]) > 0.0f)) g = 0.0f;
+        float xhat = (tof(((const T *)in.x)[i]) - in.mean[c]) * in.invstd[c];
+        float g = bn_masked_dy<T>(in, i, c, xhat);
         v1 = g;
-        v2 = g * (tof(((const T *)in.x)[i]) - in.mean[c]) * in.invstd[c];
+        v2 = g * xhat;
     } else {
         v1 = tof(((const T *)in.dy)[i]);
         v2 = 0.0f;
@@ -162,7 +177,7 @@ __global__ void k_bn_stats(const T *x, int c, int hw, int nhwc, long long m, int
 template <class T>
 __global__ void k_bn_apply(size_t total, int c, int hw, int nhwc, const T *x, T *y, const float *mean,
                            const float *second, int is_var, float eps, const float *gamma, const float *beta,
-                           int relu)
+                           int relu, float obeta)
 {
     GRID_STRIDE(i, total)
     {
@@ -171,6 +186,7 @@ __global__ void k_bn_apply(size_t total, int c, int hw, int nhwc, const T *x, T 
         float g = gamma ? gamma[ch] : 1.0f, b = beta ? beta[ch] : 0.0f;
         float v = (tof(x[i]) - mean[ch]) * inv * g + b;
         if (relu) v = fmaxf(v, 0.0f);
+        if (obeta != 0.0f) v += obeta * tof(y[i]);
         y[i] = fromf<T>(v);
     }
 }
@@ -187,10 +203,10 @@ md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *
         if (!a->training) {
             k_bn_apply<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
                 total, a->c, a->hw, nhwc, (const T *)a->x, (T *)a->y, a->running_mean, a->running_var, 1, a->eps,
-                a->gamma, a->beta_p, relu);
+                a->gamma, a->beta_p, relu, a->beta);
             return md_cuda_check_launch("batchnorm_fwd (inference)");
         }
-        red_in in = {a->x, NULL, NULL, NULL, NULL, 0};
+        red_in in = {a->x, NULL, NULL, NULL, NULL, NULL, NULL, 0};
         float *part, *stats;
         int splits;
         MD_TRY((chan_reduce<T, RED_STATS>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)2 * a->c, &part, &stats,
@@ -201,7 +217,7 @@ md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *
         MD_TRY(md_cuda_check_launch("batchnorm_fwd (statistics)"));
         k_bn_apply<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
             total, a->c, a->hw, nhwc, (const T *)a->x, (T *)a->y, stats, stats + a->c, 0, a->eps, a->gamma,
-            a->beta_p, relu);
+            a->beta_p, relu, a->beta);
         return md_cuda_check_launch("batchnorm_fwd");
     });
     return MD_OK;
@@ -223,24 +239,32 @@ __global__ void k_bn_bwd_sums(int c, int splits, const float *part, float *sums,
     if (dgamma) dgamma[ch] = beta != 0.0f ? s2 + beta * dgamma[ch] : s2;
 }
 
-/* dx = gamma * invstd / m * (m * g - sum(g) - xhat * sum(g * xhat)) + beta * dx */
+/* training: dx = gamma * invstd / m * (m * g - sum(g) - xhat * sum(g * xhat)) + beta * dx
+ * inference (running statistics are constants): dx = gamma * invstd * g + beta * dx */
 template <class T>
-__global__ void k_bn_bwd_dx(size_t total, int c, int hw, int nhwc, float m, const T *x, const T *y, const T *dy,
-                            T *dx, const float *mean, const float *invstd, const float *gamma, const float *sums,
-                            int relu, float beta)
+__global__ void k_bn_bwd_dx(size_t total, int c, int hw, int nhwc, float m, int training, red_in in, T *dx,
+                            const float *sums, float beta)
 {
     GRID_STRIDE(i, total)
     {
         int ch = chan_of(i, c, hw, nhwc);
-        float g = tof(dy[i]);
-        if (relu && !(tof(y[i]) > 0.0f)) g = 0.0f;
-        float inv = invstd[ch];
-        float xhat = (tof(x[i]) - mean[ch]) * inv;
-        float gm = gamma ? gamma[ch] : 1.0f;
-        float v = gm * inv * (g - sums[ch] / m - xhat * sums[c + ch] / m);
+        float inv = in.invstd[ch];
+        float xhat = (tof(((const T *)in.x)[i]) - in.mean[ch]) * inv;
+        float g = bn_masked_dy<T>(in, i, ch, xhat);
+        float gm = in.gamma ? in.gamma[ch] : 1.0f;
+        float v = training ? gm * inv * (g - sums[ch] / m - xhat * sums[c + ch] / m) : gm * inv * g;
         if (beta != 0.0f) v += beta * tof(dx[i]);
         dx[i] = fromf<T>(v);
     }
+}
+
+/* Inference statistics: mean and 1/sqrt(var + eps) from the running ones. */
+__global__ void k_bn_running(int c, const float *rm, const float *rv, float eps, float *stats)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    stats[ch] = rm[ch];
+    stats[c + ch] = 1.0f / sqrtf(rv[ch] + eps);
 }
 
 md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a)
@@ -248,28 +272,46 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
     struct md_cuda_dev *cd = md_cuda_impl(dev);
     if (a->act != MD_ACT_NONE && a->act != MD_ACT_RELU)
         return md_errf(MD_ERR_UNSUPPORTED, "cuda batchnorm_bwd: fused activation %d is not supported", a->act);
-    if (!a->save_mean || !a->save_invstd)
-        return md_errf(MD_ERR_INTERNAL, "cuda batchnorm_bwd: save_mean/save_invstd are required");
     size_t total = (size_t)a->n * a->c * a->hw;
     if (!total) return MD_OK;
     int nhwc = a->layout == MD_NHWC, relu = a->act == MD_ACT_RELU;
+    int have_saved = a->training && a->save_mean && a->save_invstd;
+    float *tmp = NULL; /* (2, c): mean, invstd when not saved by the forward */
+    md_status st = MD_OK;
+    if (!have_saved) MD_TRY(md_dev_alloc(dev, (size_t)a->c * 2 * sizeof(float), (void **)&tmp, "batchnorm statistics"));
     MD_CU_DISPATCH(a->dtype, "batchnorm_bwd", {
-        red_in in = {a->x, a->y, a->dy, a->save_mean, a->save_invstd, relu};
+        const float *mean = a->save_mean, *invstd = a->save_invstd;
         float *part, *sums;
         int splits;
-        MD_TRY((chan_reduce<T, RED_BWD>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)2 * a->c, &part, &sums,
-                                        &splits)));
+        if (!a->training) {
+            k_bn_running<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, a->running_mean, a->running_var, a->eps,
+                                                                      tmp);
+            mean = tmp;
+            invstd = tmp + a->c;
+        } else if (!have_saved) {
+            red_in sin = {a->x, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+            st = chan_reduce<T, RED_STATS>(dev, sin, a->n, a->c, a->hw, a->layout, (size_t)2 * a->c, &part, &sums,
+                                           &splits);
+            if (st != MD_OK) goto done;
+            k_bn_stats<T><<<(a->c + 127) / 128, 128, 0, cd->stream>>>(
+                (const T *)a->x, a->c, a->hw, nhwc, (long long)a->n * a->hw, splits, part, a->eps, 0.0f, tmp, NULL,
+                NULL, NULL, NULL);
+            mean = tmp;
+            invstd = tmp + a->c;
+        }
+        red_in in = {a->x, a->y, a->dy, mean, invstd, a->gamma, a->beta_p, relu};
+        st = chan_reduce<T, RED_BWD>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)2 * a->c, &part, &sums, &splits);
+        if (st != MD_OK) goto done;
         k_bn_bwd_sums<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, splits, part, sums, a->dgamma, a->dbeta,
                                                                    a->beta);
-        MD_TRY(md_cuda_check_launch("batchnorm_bwd (sums)"));
-        if (a->dx) {
+        if (a->dx)
             k_bn_bwd_dx<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
-                total, a->c, a->hw, nhwc, (float)((double)a->n * a->hw), (const T *)a->x, (const T *)a->y,
-                (const T *)a->dy, (T *)a->dx, a->save_mean, a->save_invstd, a->gamma, sums, relu, a->beta);
-            MD_TRY(md_cuda_check_launch("batchnorm_bwd"));
-        }
+                total, a->c, a->hw, nhwc, (float)((double)a->n * a->hw), a->training, in, (T *)a->dx, sums, a->beta);
+        st = md_cuda_check_launch("batchnorm_bwd");
     });
-    return MD_OK;
+done:
+    md_dev_free(dev, tmp); /* stream-ordered reuse: the cache hands it out to later work on the same stream */
+    return st;
 }
 
 /* ---------------------------------------------------------------------------
@@ -311,7 +353,7 @@ md_status md_cuda_bias_grad(md_device *dev, const struct md_bias_args *a)
         return MD_OK;
     }
     MD_CU_DISPATCH(a->dtype, "bias_grad", {
-        red_in in = {NULL, NULL, a->dy, NULL, NULL, 0};
+        red_in in = {NULL, NULL, a->dy, NULL, NULL, NULL, NULL, 0};
         float *part, *unused;
         int splits;
         MD_TRY((chan_reduce<T, RED_BIAS>(dev, in, a->n, a->c, a->hw, a->layout, 0, &part, &unused, &splits)));
@@ -326,7 +368,7 @@ md_status md_cuda_bias_grad(md_device *dev, const struct md_bias_args *a)
 
 /* NCHW: one warp per (n, c) row of hw contiguous values. */
 template <class T>
-__global__ void k_gap_nchw(int rows, int hw, const T *x, T *y)
+__global__ void k_gap_nchw(int rows, int hw, const T *x, T *y, float beta)
 {
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (warp >= rows) return;
@@ -334,12 +376,12 @@ __global__ void k_gap_nchw(int rows, int hw, const T *x, T *y)
     float s = 0.0f;
     for (int j = lane; j < hw; j += 32) s += tof(p[j]);
     s = warp_sum(s);
-    if (lane == 0) y[warp] = fromf<T>(s / (float)hw);
+    if (lane == 0) y[warp] = fromf<T>(s / (float)hw + (beta != 0.0f ? beta * tof(y[warp]) : 0.0f));
 }
 
 /* NHWC: a thread per (n, c), reading hw values c apart (coalesced across c). */
 template <class T>
-__global__ void k_gap_nhwc(int n, int c, int hw, const T *x, T *y)
+__global__ void k_gap_nhwc(int n, int c, int hw, const T *x, T *y, float beta)
 {
     GRID_STRIDE(i, (size_t)n * c)
     {
@@ -347,7 +389,7 @@ __global__ void k_gap_nhwc(int n, int c, int hw, const T *x, T *y)
         const T *p = x + b * hw * c + ch;
         float s = 0.0f;
         for (int j = 0; j < hw; j++) s += tof(p[(size_t)j * c]);
-        y[i] = fromf<T>(s / (float)hw);
+        y[i] = fromf<T>(s / (float)hw + (beta != 0.0f ? beta * tof(y[i]) : 0.0f));
     }
 }
 
@@ -359,9 +401,9 @@ md_status md_cuda_gap_fwd(md_device *dev, const struct md_gap_args *a)
     MD_CU_DISPATCH(a->dtype, "gap_fwd", {
         if (a->layout == MD_NHWC)
             k_gap_nhwc<T><<<md_cu_blocks(dev, (size_t)rows), MD_THREADS, 0, s>>>(a->n, a->c, a->hw, (const T *)a->x,
-                                                                                (T *)a->y);
+                                                                                (T *)a->y, a->beta);
         else
-            k_gap_nchw<T><<<(rows + 7) / 8, 256, 0, s>>>(rows, a->hw, (const T *)a->x, (T *)a->y);
+            k_gap_nchw<T><<<(rows + 7) / 8, 256, 0, s>>>(rows, a->hw, (const T *)a->x, (T *)a->y, a->beta);
     });
     return md_cuda_check_launch("gap_fwd");
 }
@@ -403,24 +445,21 @@ __device__ __forceinline__ size_t pidx(const pool_geo &g, int b, int ch, int y, 
     return g.nhwc ? (((size_t)b * hh + y) * ww + x) * g.c + ch : (((size_t)b * g.c + ch) * hh + y) * ww + x;
 }
 
-/* Position of the first maximal element of window (oy, ox), as y*w+x; NaN wins. */
+/* Position (y*w+x) of the first maximal element of window (oy, ox), -1 when
+ * the window lies entirely in the padding (then the output is 0). */
 template <class T>
 __device__ __forceinline__ int window_argmax(const pool_geo &g, const T *x, int b, int ch, int oy, int ox, float *mv)
 {
     int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
     int ys = max(y0, 0), ye = min(y0 + g.kh, g.h), xs = max(x0, 0), xe = min(x0 + g.kw, g.w);
-    float m = -INFINITY;
-    int arg = ys * g.w + xs;
+    float m = 0.0f;
+    int arg = -1;
     for (int yy = ys; yy < ye; yy++)
         for (int xx = xs; xx < xe; xx++) {
             float v = tof(x[pidx(g, b, ch, yy, xx, g.h, g.w)]);
-            if (v > m || isnan(v)) {
+            if (arg < 0 || v > m) {
                 m = v;
                 arg = yy * g.w + xx;
-                if (isnan(v)) {
-                    *mv = m;
-                    return arg;
-                }
             }
         }
     *mv = m;
@@ -436,7 +475,7 @@ __device__ __forceinline__ float avg_div(const pool_geo &g, int oy, int ox)
 }
 
 template <class T>
-__global__ void k_pool_fwd(pool_geo g, int kind, const T *x, T *y)
+__global__ void k_pool_fwd(pool_geo g, int kind, const T *x, T *y, float beta)
 {
     size_t total = (size_t)g.n * g.c * g.p * g.q;
     GRID_STRIDE(i, total)
@@ -461,8 +500,10 @@ __global__ void k_pool_fwd(pool_geo g, int kind, const T *x, T *y)
             float s = 0.0f;
             for (int yy = ys; yy < ye; yy++)
                 for (int xx = xs; xx < xe; xx++) s += tof(x[pidx(g, b, ch, yy, xx, g.h, g.w)]);
-            v = s / avg_div(g, oy, ox);
+            float dv = avg_div(g, oy, ox);
+            v = dv > 0.0f ? s / dv : 0.0f;
         }
+        if (beta != 0.0f) v += beta * tof(y[i]);
         y[i] = fromf<T>(v);
     }
 }
@@ -498,7 +539,8 @@ __global__ void k_pool_bwd(pool_geo g, int kind, const T *x, const T *dy, T *dx,
                     float mv;
                     if (window_argmax<T>(g, x, b, ch, oy, ox, &mv) == iy * g.w + ix) s += d;
                 } else {
-                    s += d / avg_div(g, oy, ox);
+                    float dv = avg_div(g, oy, ox);
+                    if (dv > 0.0f) s += d / dv;
                 }
             }
         if (beta != 0.0f) s += beta * tof(dx[i]);
@@ -520,7 +562,7 @@ md_status md_cuda_pool2d_fwd(md_device *dev, const struct md_pool2d_args *a)
     pool_geo g = geo_of(a);
     MD_CU_DISPATCH(a->dtype, "pool2d_fwd", {
         k_pool_fwd<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
-            g, a->kind, (const T *)a->x, (T *)a->y_out);
+            g, a->kind, (const T *)a->x, (T *)a->y_out, a->beta);
     });
     return md_cuda_check_launch("pool2d_fwd");
 }
