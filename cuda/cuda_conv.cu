@@ -25,7 +25,7 @@ struct dir_choice {
     int ready, n, cur;  /* candidates in order of preference; cur = the one in use */
     int algo[MAX_ALGOS];
     cudnnMathType_t math[MAX_ALGOS];
-    size_t ws[MAX_ALGOS];
+    size_t ws[MAX_ALGOS];     /* workspace bytes per candidate, asked once (-1: refused) */
 };
 
 struct md_cuda_conv_entry {
@@ -34,6 +34,7 @@ struct md_cuda_conv_entry {
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd;
     struct dir_choice dir[3]; /* fwd, bwd data, bwd filter */
+    int math_set;             /* the math type last set on cd (host calls cost microseconds) */
     struct md_cuda_conv_entry *next;
 };
 
@@ -118,10 +119,8 @@ static md_status get_entry(md_device *dev, const struct md_conv2d_args *a, struc
                                             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
             "convolution descriptor");
     DNN_TRY(cudnnSetConvolutionGroupCount(e->cd, key.g), "group count");
-    DNN_TRY(cudnnSetConvolutionMathType(e->cd, a->dtype != MD_F32 ? CUDNN_TENSOR_OP_MATH
-                                               : c->tf32          ? CUDNN_DEFAULT_MATH
-                                                                  : CUDNN_FMA_MATH),
-            "math type");
+    e->math_set = (int)(a->dtype != MD_F32 ? CUDNN_TENSOR_OP_MATH : c->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+    DNN_TRY(cudnnSetConvolutionMathType(e->cd, (cudnnMathType_t)e->math_set), "math type");
     DNN_TRY(cudnnGetConvolution2dForwardOutputDim(e->cd, e->xd, e->wd, &on, &oc, &oh, &ow), "output size");
     if (on != key.n || oc != key.k || oh != key.p || ow != key.q) {
         st = md_errf(MD_ERR_INTERNAL, "cuda conv2d: output (%d, %d, %d, %d) given, cuDNN computes (%d, %d, %d, %d)",
@@ -213,6 +212,23 @@ static md_status choose(md_device *dev, struct md_cuda_conv_entry *e, int dir)
                     "backward-filter algorithm heuristics");
         FILL_CANDIDATES(perf, cnt);
     }
+    for (int i = 0; i < d->n; i++) {
+        size_t need = 0;
+        cudnnStatus_t s = cudnnSetConvolutionMathType(e->cd, d->math[i]);
+        e->math_set = (int)d->math[i];
+        if (s == CUDNN_STATUS_SUCCESS) {
+            if (dir == DIR_FWD)
+                s = cudnnGetConvolutionForwardWorkspaceSize(c->dnn, e->xd, e->wd, e->cd, e->yd,
+                                                            (cudnnConvolutionFwdAlgo_t)d->algo[i], &need);
+            else if (dir == DIR_BWD_DATA)
+                s = cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, e->wd, e->yd, e->cd, e->xd,
+                                                                 (cudnnConvolutionBwdDataAlgo_t)d->algo[i], &need);
+            else
+                s = cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, e->xd, e->yd, e->cd, e->wd,
+                                                                   (cudnnConvolutionBwdFilterAlgo_t)d->algo[i], &need);
+        }
+        d->ws[i] = s == CUDNN_STATUS_SUCCESS ? need : (size_t)-1;
+    }
     if (d->n == 0) {
         const struct conv_key *k = &e->key;
         return md_errf(MD_ERR_UNSUPPORTED,
@@ -238,19 +254,14 @@ static md_status run(md_device *dev, const struct md_conv2d_args *a, int dir)
     float alpha = 1.0f, beta = a->beta;
     for (; d->cur < d->n; d->cur++) {
         int i = d->cur;
-        cudnnStatus_t s = cudnnSetConvolutionMathType(e->cd, d->math[i]);
-        if (s != CUDNN_STATUS_SUCCESS) return md_cuda_dnn_err(s, "math type");
-        size_t need = 0;
-        if (dir == DIR_FWD)
-            s = cudnnGetConvolutionForwardWorkspaceSize(c->dnn, e->xd, e->wd, e->cd, e->yd,
-                                                        (cudnnConvolutionFwdAlgo_t)d->algo[i], &need);
-        else if (dir == DIR_BWD_DATA)
-            s = cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, e->wd, e->yd, e->cd, e->xd,
-                                                             (cudnnConvolutionBwdDataAlgo_t)d->algo[i], &need);
-        else
-            s = cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, e->xd, e->yd, e->cd, e->wd,
-                                                               (cudnnConvolutionBwdFilterAlgo_t)d->algo[i], &need);
-        if (s != CUDNN_STATUS_SUCCESS) continue;
+        cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+        if (e->math_set != (int)d->math[i]) {
+            s = cudnnSetConvolutionMathType(e->cd, d->math[i]);
+            if (s != CUDNN_STATUS_SUCCESS) return md_cuda_dnn_err(s, "math type");
+            e->math_set = (int)d->math[i];
+        }
+        if (d->ws[i] == (size_t)-1) continue;
+        size_t need = d->ws[i];
         void *ws = NULL;
         size_t wsb = 0;
         if (need) {

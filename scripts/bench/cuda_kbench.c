@@ -1,0 +1,262 @@
+/* cuda_kbench.c - kernel-level timings of mpsdiag's CUDA backend, for
+ * scripts/bench/cuda_vs_torch.sh (which runs the same shapes through
+ * PyTorch and prints the ratio table).
+ *
+ * Built against mpsdiag's objects (not part of `make`):
+ *   cc -O2 -std=c11 -Isrc scripts/bench/cuda_kbench.c <build/obj/src/... minus main.o> \
+ *      metal stub, libs, -rdynamic -o kbench
+ * Output: one tab-separated line per case: name, dtype, median ms, TFLOP/s (or GB/s).
+ * Inputs are random (never zeros); each case is warmed up, then every
+ * iteration is timed with device events and the median is printed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/kernels_call.h"
+#include "core/rng.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/timer.h"
+
+static md_device *dev;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "kbench: %s: %s\n", what, md_errmsg());
+    exit(1);
+}
+#define CK(x, what)                                                            \
+    do {                                                                       \
+        if ((x) != MD_OK) die(what);                                           \
+    } while (0)
+
+/* A device buffer of n random elements of type t in [-1, 1). */
+static void *rnd(size_t n, md_dtype t, uint64_t seed)
+{
+    size_t es = md_dtype_size(t);
+    void *h = malloc(n * es), *d = NULL;
+    for (size_t i = 0; i < n; i++) md_store_f(h, t, i, 2.0f * md_rng_uniform(seed, i) - 1.0f);
+    CK(md_dev_alloc(dev, n * es, &d, "bench"), "alloc");
+    CK(md_dev_upload(dev, d, h, n * es), "upload");
+    CK(md_dev_sync(dev), "sync");
+    free(h);
+    return d;
+}
+
+static int cmpf(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef md_status (*step_fn)(void *ctx);
+static void *graph_tmp;
+static md_status graph_tmp_step(void *ctx)
+{
+    (void)ctx;
+    return md_dev_graph_launch(dev, graph_tmp);
+}
+static float time_it(step_fn f, void *ctx, int warm, int iters);
+
+static float time_it(step_fn f, void *ctx, int warm, int iters)
+{
+    md_event *e[2];
+    float ms[256];
+    if (iters > 256) iters = 256;
+    CK(md_event_create(dev, &e[0]), "event");
+    CK(md_event_create(dev, &e[1]), "event");
+    for (int i = 0; i < warm; i++) CK(f(ctx), "warm-up");
+    for (int i = 0; i < iters; i++) {
+        CK(md_event_record(dev, e[0]), "record");
+        CK(f(ctx), "run");
+        CK(md_event_record(dev, e[1]), "record");
+        CK(md_event_elapsed_ms(dev, e[0], e[1], &ms[i]), "elapsed");
+    }
+    md_event_destroy(dev, e[0]);
+    md_event_destroy(dev, e[1]);
+    qsort(ms, (size_t)iters, sizeof ms[0], cmpf);
+    return ms[iters / 2];
+}
+
+/* Host time per call (enqueue only) and device time per call when 10 calls
+ * are captured into a graph and replayed (no host work in between). */
+static void host_and_graph(step_fn f, void *ctx, const char *name, md_dtype t, double flops)
+{
+    CK(md_dev_sync(dev), "sync");
+    double t0 = md_now();
+    for (int i = 0; i < 20; i++) CK(f(ctx), "run");
+    double host_ms = (md_now() - t0) * 1e3 / 20;
+    CK(md_dev_sync(dev), "sync");
+    void *g = NULL;
+    CK(md_dev_capture_begin(dev), "capture");
+    for (int i = 0; i < 10; i++) CK(f(ctx), "capture run");
+    CK(md_dev_capture_end(dev, &g), "capture end");
+    void *saved = graph_tmp;
+    graph_tmp = g;
+    float ms = time_it(graph_tmp_step, NULL, 2, 10) / 10;
+    graph_tmp = saved;
+    md_dev_graph_destroy(dev, g);
+    printf("%s_graph\t%s\t%.4f\t%.1f\n", name, md_dtype_name(t), ms, flops / (ms * 1e-3) / 1e12);
+    printf("%s_host\t%s\t%.4f\t0\n", name, md_dtype_name(t), host_ms);
+}
+
+static md_status gemm_step(void *ctx) { return md_k_gemm(dev, (const struct md_gemm_args *)ctx); }
+static md_status conv_fwd_step(void *ctx) { return md_k_conv2d_fwd(dev, (const struct md_conv2d_args *)ctx); }
+static md_status conv_bd_step(void *ctx) { return md_k_conv2d_bwd_data(dev, (const struct md_conv2d_args *)ctx); }
+static md_status conv_bf_step(void *ctx) { return md_k_conv2d_bwd_filter(dev, (const struct md_conv2d_args *)ctx); }
+
+static void bench_gemm(int m, int n, int k, md_dtype t)
+{
+    void *a = rnd((size_t)m * k, t, 1), *b = rnd((size_t)k * n, t, 2), *c = rnd((size_t)m * n, t, 3);
+    struct md_gemm_args g = {.m = m, .n = n, .k = k, .alpha = 1, .a = a, .lda = k, .b = b, .ldb = n, .c = c,
+                             .ldc = n, .batch = 1, .dtype = t};
+    float ms = time_it(gemm_step, &g, 3, 20);
+    printf("gemm_%dx%dx%d\t%s\t%.4f\t%.1f\n", m, n, k, md_dtype_name(t), ms, 2.0 * m * n * k / (ms * 1e-3) / 1e12);
+    md_dev_free(dev, a);
+    md_dev_free(dev, b);
+    md_dev_free(dev, c);
+}
+
+struct cshape { const char *name; int n, c, h, w, k, r, s, stride, pad; };
+
+static void bench_conv(const struct cshape *cs, md_dtype t)
+{
+    int p = md_conv_out(cs->h, cs->r, cs->stride, cs->pad, 1), q = md_conv_out(cs->w, cs->s, cs->stride, cs->pad, 1);
+    size_t nx = (size_t)cs->n * cs->c * cs->h * cs->w, nw = (size_t)cs->k * cs->c * cs->r * cs->s;
+    size_t ny = (size_t)cs->n * cs->k * p * q;
+    void *x = rnd(nx, t, 4), *w = rnd(nw, t, 5), *y = rnd(ny, t, 6), *dy = rnd(ny, t, 7), *dx = rnd(nx, t, 8),
+         *dw = rnd(nw, t, 9);
+    struct md_conv2d_args a = {.n = cs->n, .c = cs->c, .h = cs->h, .w = cs->w, .k = cs->k, .r = cs->r, .s = cs->s,
+                               .p = p, .q = q, .stride_h = cs->stride, .stride_w = cs->stride, .pad_h = cs->pad,
+                               .pad_w = cs->pad, .dil_h = 1, .dil_w = 1, .groups = 1, .layout = MD_NHWC, .dtype = t,
+                               .x = x, .wt = w, .y = y, .dx = dx, .dwt = dw, .dy = dy};
+    double fl = 2.0 * ny * cs->c * cs->r * cs->s;
+    float f = time_it(conv_fwd_step, &a, 3, 20);
+    float bd = time_it(conv_bd_step, &a, 3, 20);
+    float bf = time_it(conv_bf_step, &a, 3, 20);
+    printf("conv_%s_fwd\t%s\t%.4f\t%.1f\n", cs->name, md_dtype_name(t), f, fl / (f * 1e-3) / 1e12);
+    printf("conv_%s_bwd_data\t%s\t%.4f\t%.1f\n", cs->name, md_dtype_name(t), bd, fl / (bd * 1e-3) / 1e12);
+    printf("conv_%s_bwd_filter\t%s\t%.4f\t%.1f\n", cs->name, md_dtype_name(t), bf, fl / (bf * 1e-3) / 1e12);
+    char nm[128];
+    snprintf(nm, sizeof nm, "conv_%s_fwd", cs->name);
+    host_and_graph(conv_fwd_step, &a, nm, t, fl);
+    snprintf(nm, sizeof nm, "conv_%s_bwd_data", cs->name);
+    host_and_graph(conv_bd_step, &a, nm, t, fl);
+    snprintf(nm, sizeof nm, "conv_%s_bwd_filter", cs->name);
+    host_and_graph(conv_bf_step, &a, nm, t, fl);
+    md_dev_free(dev, x);
+    md_dev_free(dev, w);
+    md_dev_free(dev, y);
+    md_dev_free(dev, dy);
+    md_dev_free(dev, dx);
+    md_dev_free(dev, dw);
+}
+
+struct bn_ctx { struct md_batchnorm_args a; };
+static md_status bn_step(void *ctx)
+{
+    struct md_batchnorm_args *a = (struct md_batchnorm_args *)ctx;
+    MD_TRY(md_k_batchnorm_fwd(dev, a));
+    return md_k_batchnorm_bwd(dev, a);
+}
+
+static void bench_bn(int n, int c, int hw, md_dtype t)
+{
+    size_t nx = (size_t)n * c * hw;
+    void *x = rnd(nx, t, 10), *y = rnd(nx, t, 11), *dy = rnd(nx, t, 12), *dx = rnd(nx, t, 13);
+    float *g = rnd(c, MD_F32, 14), *b = rnd(c, MD_F32, 15), *rm = rnd(c, MD_F32, 16), *rv = rnd(c, MD_F32, 17);
+    float *sm = rnd(c, MD_F32, 18), *si = rnd(c, MD_F32, 19), *dg = rnd(c, MD_F32, 20), *db = rnd(c, MD_F32, 21);
+    struct md_batchnorm_args a = {.n = n, .c = c, .hw = hw, .layout = MD_NHWC, .dtype = t, .training = 1,
+                                  .eps = 1e-5f, .momentum = 0.1f, .act = MD_ACT_RELU, .x = x, .y = y, .gamma = g,
+                                  .beta_p = b, .running_mean = rm, .running_var = rv, .save_mean = sm,
+                                  .save_invstd = si, .dy = dy, .dx = dx, .dgamma = dg, .dbeta = db};
+    float ms = time_it(bn_step, &a, 3, 20);
+    char nm[96];
+    snprintf(nm, sizeof nm, "bn_relu_fwd_bwd_%dx%dx%d", n, c, hw);
+    host_and_graph(bn_step, &a, nm, t, 0);
+    /* fewest bytes: fwd reads x twice, writes y; bwd reads x, y, dy twice, writes dx */
+    double bytes = (double)nx * md_dtype_size(t) * 9;
+    printf("bn_relu_fwd_bwd_%dx%dx%d\t%s\t%.4f\t%.0f\n", n, c, hw, md_dtype_name(t), ms, bytes / (ms * 1e-3) / 1e9);
+}
+
+/* Launch-bound: 200 small element-wise kernels eagerly vs one replayed graph. */
+static void *small_a, *small_b;
+static md_status small_step(void *ctx)
+{
+    (void)ctx;
+    struct md_ew_args e = {.op = MD_EW_AXPBY, .n = 4096, .dtype = MD_F32, .alpha = 1.0f, .beta = 0.999f,
+                           .a = small_a, .b = small_b, .y = small_b};
+    for (int i = 0; i < 200; i++) MD_TRY(md_k_ew(dev, &e));
+    return MD_OK;
+}
+static void *graph;
+static md_status graph_step(void *ctx)
+{
+    (void)ctx;
+    return md_dev_graph_launch(dev, graph);
+}
+
+static void bench_launch(void)
+{
+    small_a = rnd(4096, MD_F32, 22);
+    small_b = rnd(4096, MD_F32, 23);
+    float eager = time_it(small_step, NULL, 3, 20);
+    CK(md_dev_capture_begin(dev), "capture");
+    CK(small_step(NULL), "capture step");
+    CK(md_dev_capture_end(dev, &graph), "capture end");
+    float rep = time_it(graph_step, NULL, 3, 20);
+    printf("launch_200_small_eager\tfp32\t%.4f\t%.2f\n", eager, eager * 1e3 / 200);
+    printf("launch_200_small_graph\tfp32\t%.4f\t%.2f\n", rep, rep * 1e3 / 200);
+    md_dev_graph_destroy(dev, graph);
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : "all";
+    struct md_device_opts o = {.allow_tf32 = 1};
+    const md_backend *b = md_backend_find("cuda");
+    const struct md_probe *p = md_backend_probe(b);
+    if (!p->available) {
+        fprintf(stderr, "kbench: cuda unavailable: %s\n", p->reason);
+        return 4;
+    }
+    CK(md_device_open(b, 0, &o, &dev), "open");
+    const struct md_device_info *in = md_device_get_info(dev);
+    fprintf(stderr, "kbench: %s, %d SMs, %s, %s\n", in->name, in->compute_units, in->blas, in->dnn);
+    if (!strcmp(only, "all") || !strcmp(only, "gemm")) {
+        bench_gemm(8192, 8192, 8192, MD_BF16);
+        bench_gemm(4096, 4096, 4096, MD_BF16);
+        bench_gemm(8192, 8192, 8192, MD_F32);
+        bench_gemm(4096, 4096, 4096, MD_F32);
+        bench_gemm(128, 1000, 2048, MD_BF16);
+    }
+    if (!strcmp(only, "all") || !strcmp(only, "conv")) {
+        static const struct cshape cs[] = {
+            {"r50_conv1_7x7s2", 128, 3, 224, 224, 64, 7, 7, 2, 3},
+            {"r50_l1_3x3", 128, 64, 56, 56, 64, 3, 3, 1, 1},
+            {"r50_l1_1x1_64to256", 128, 64, 56, 56, 256, 1, 1, 1, 0},
+            {"r50_l2_3x3", 128, 128, 28, 28, 128, 3, 3, 1, 1},
+            {"r50_l3_3x3", 128, 256, 14, 14, 256, 3, 3, 1, 1},
+            {"r50_l3_1x1_1024to256", 128, 1024, 14, 14, 256, 1, 1, 1, 0},
+            {"r50_l4_3x3", 128, 512, 7, 7, 512, 3, 3, 1, 1},
+            {"r18c_l1_3x3", 256, 64, 32, 32, 64, 3, 3, 1, 1},
+        };
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+            bench_conv(&cs[i], MD_BF16);
+            bench_conv(&cs[i], MD_F32);
+        }
+    }
+    if (!strcmp(only, "all") || !strcmp(only, "bn")) {
+        bench_bn(128, 64, 56 * 56, MD_BF16);
+        bench_bn(128, 256, 56 * 56, MD_BF16);
+        bench_bn(128, 64, 56 * 56, MD_F32);
+    }
+    if (!strcmp(only, "all") || !strcmp(only, "launch")) bench_launch();
+    struct md_mem_stats ms;
+    md_dev_mem_stats(dev, &ms);
+    fprintf(stderr, "kbench: memory current %lld peak %lld reserved %lld\n", ms.current, ms.peak, ms.reserved);
+    md_device_close(dev);
+    return 0;
+}
