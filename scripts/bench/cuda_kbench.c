@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/timer.h"
+#include "nn/model.h"
 
 static md_device *dev;
 
@@ -212,11 +213,109 @@ static void bench_launch(void)
     md_dev_graph_destroy(dev, graph);
 }
 
+/* ---- whole training step: forward, loss, backward, SGD (momentum 0.9, wd on
+ * the decayed part), eagerly and as one replayed CUDA graph ---- */
+struct step_ctx {
+    md_model *m;
+    int batch;
+    int32_t *labels;
+    float *loss;
+    float *mom;
+    long long t;
+};
+
+static md_status train_step(void *ctx)
+{
+    struct step_ctx *c = (struct step_ctx *)ctx;
+    md_model *m = c->m;
+    MD_TRY(md_model_forward(m, c->batch, 1));
+    MD_TRY(md_model_loss(m, c->labels, 0.0f, 1.0f / (float)c->batch, c->loss, NULL));
+    MD_TRY(md_model_backward(m));
+    size_t nd = md_model_ndecay(m), np = md_model_nparams(m);
+    void *half = md_model_params_half(m);
+    md_dtype ht = md_model_get_opts(m)->compute_dtype;
+    struct md_optim_args o = {.kind = MD_OPT_SGD, .n = nd, .lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f,
+                              .step = c->t + 2, .grad_scale = 1.0f, .params = md_model_params(m),
+                              .grads = md_model_grads(m), .m = c->mom, .params_half = half, .half_dtype = ht};
+    MD_TRY(md_k_optim(dev, &o));
+    o.n = np - nd;
+    o.weight_decay = 0;
+    o.params += nd;
+    o.grads += nd;
+    o.m += nd;
+    if (half) o.params_half = (char *)half + nd * md_dtype_size(ht);
+    return o.n ? md_k_optim(dev, &o) : MD_OK;
+}
+
+static md_status graph_step_replay(void *ctx)
+{
+    (void)ctx;
+    return md_dev_graph_launch(dev, graph_tmp);
+}
+
+static void bench_step(const char *model, int batch, md_dtype t)
+{
+    struct md_model_opts o;
+    md_model_opts_default(&o);
+    o.layout = MD_NHWC;
+    o.compute_dtype = t;
+    o.compile = 1;
+    struct step_ctx c = {.batch = batch};
+    CK(md_model_load(model, NULL, &o, &c.m), "model load");
+    CK(md_model_bind(c.m, dev, batch), "model bind");
+    int ch, h, w;
+    md_model_input_shape(c.m, 0, &ch, &h, &w);
+    size_t nin = (size_t)batch * ch * h * w;
+    float *in = malloc(nin * sizeof *in);
+    for (size_t i = 0; i < nin; i++) in[i] = 2.0f * md_rng_uniform(99, i) - 1.0f;
+    CK(md_dev_upload(dev, md_model_input_buffer(c.m, 0), in, nin * sizeof *in), "upload input");
+    free(in);
+    int32_t *lab = malloc((size_t)batch * sizeof *lab);
+    int classes = md_model_num_classes(c.m);
+    for (int i = 0; i < batch; i++) lab[i] = (int32_t)(md_rng_hash(7, (uint64_t)i) % (uint64_t)classes);
+    CK(md_dev_alloc(dev, (size_t)batch * 4, (void **)&c.labels, "labels"), "labels");
+    CK(md_dev_upload(dev, c.labels, lab, (size_t)batch * 4), "labels");
+    free(lab);
+    CK(md_dev_alloc(dev, 4, (void **)&c.loss, "loss"), "loss");
+    CK(md_dev_memset0(dev, c.loss, 4), "loss");
+    CK(md_dev_alloc(dev, md_model_nparams(c.m) * 4, (void **)&c.mom, "momentum"), "momentum");
+    CK(md_dev_memset0(dev, c.mom, md_model_nparams(c.m) * 4), "momentum");
+    double fl = md_model_flops_train(c.m) * batch;
+    float eager = time_it(train_step, &c, 3, 20);
+    double t0 = md_now();
+    md_status st = md_dev_capture_begin(dev), st2 = MD_OK;
+    void *g = NULL;
+    if (st == MD_OK) {
+        st = train_step(&c);
+        st2 = md_dev_capture_end(dev, &g);
+    }
+    double cap_ms = (md_now() - t0) * 1e3;
+    if (st != MD_OK || st2 != MD_OK) {
+        fprintf(stderr, "kbench: %s: capture failed: %s\n", model, md_errmsg());
+    } else {
+        graph_tmp = g;
+        float rep = time_it(graph_step_replay, NULL, 3, 20);
+        printf("step_%s_b%d_graph\t%s\t%.4f\t%.1f\n", model, batch, md_dtype_name(t), rep, fl / (rep * 1e-3) / 1e12);
+        fprintf(stderr, "kbench: %s %s capture+instantiate %.1f ms\n", model, md_dtype_name(t), cap_ms);
+        md_dev_graph_destroy(dev, g);
+    }
+    printf("step_%s_b%d\t%s\t%.4f\t%.1f\n", model, batch, md_dtype_name(t), eager, fl / (eager * 1e-3) / 1e12);
+    fflush(stdout);
+    float loss = 0;
+    CK(md_dev_download(dev, &loss, c.loss, 4), "loss");
+    if (!(loss == loss)) fprintf(stderr, "kbench: %s: loss is NaN\n", model);
+    md_dev_free(dev, c.labels);
+    md_dev_free(dev, c.loss);
+    md_dev_free(dev, c.mom);
+    md_model_free(c.m);
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : "all";
     struct md_device_opts o = {.allow_tf32 = 1};
-    const md_backend *b = md_backend_find("cuda");
+    const char *devname = getenv("KBENCH_DEVICE"); /* "cpu" for a dry run of the step code */
+    const md_backend *b = md_backend_find(devname && *devname ? devname : "cuda");
     const struct md_probe *p = md_backend_probe(b);
     if (!p->available) {
         fprintf(stderr, "kbench: cuda unavailable: %s\n", p->reason);
@@ -254,6 +353,15 @@ int main(int argc, char **argv)
         bench_bn(128, 64, 56 * 56, MD_F32);
     }
     if (!strcmp(only, "all") || !strcmp(only, "launch")) bench_launch();
+    if (!strcmp(only, "all") || !strcmp(only, "step")) {
+        static const struct { const char *name; int batch; } ms[] = {
+            {"small_cnn", 256}, {"resnet18_cifar", 256}, {"resnet50", 128}};
+        int nb = argc > 2 ? atoi(argv[2]) : 0, nm = argc > 3 ? atoi(argv[3]) : 3;
+        for (int i = 0; i < nm; i++) {
+            bench_step(ms[i].name, nb > 0 ? nb : ms[i].batch, MD_F32);
+            bench_step(ms[i].name, nb > 0 ? nb : ms[i].batch, MD_BF16);
+        }
+    }
     struct md_mem_stats ms;
     md_dev_mem_stats(dev, &ms);
     fprintf(stderr, "kbench: memory current %lld peak %lld reserved %lld\n", ms.current, ms.peak, ms.reserved);

@@ -103,6 +103,70 @@ def bench_torch():
     print(f"launch_200_small_graph\tfp32\t{rep:.4f}\t{rep * 1e3 / 200:.2f}")
 
 
+def bench_torch_steps(root):
+    """Whole training steps (forward, cross-entropy, backward, SGD) of the three models."""
+    import json
+    import os
+
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import torchvision
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = True
+
+    def classes(name):
+        with open(os.path.join(root, "configs", "models", name + ".json")) as f:
+            return int(json.load(f).get("num_classes", 10))
+
+    def small_cnn(c):
+        return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                             nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64),
+                             nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
+                             nn.Dropout(0.25), nn.Linear(128, c))
+
+    def resnet18_cifar(c):
+        m = torchvision.models.resnet18(num_classes=c)
+        m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        m.maxpool = nn.Identity()
+        return m
+
+    cases = [("small_cnn", 256, (1, 28, 28), small_cnn), ("resnet18_cifar", 256, (3, 32, 32), resnet18_cifar),
+             ("resnet50", 128, (3, 224, 224), lambda c: torchvision.models.resnet50(num_classes=c))]
+    for name, batch, shape, make in cases:
+        for d in ("fp32", "bf16"):
+            c = classes(name)
+            model = make(c).cuda().to(memory_format=torch.channels_last)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+            x = torch.rand(batch, *shape, device="cuda").mul_(2).sub_(1).contiguous(memory_format=torch.channels_last)
+            y = torch.randint(0, c, (batch,), device="cuda")
+
+            def step():
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=d == "bf16"):
+                    loss = F.cross_entropy(model(x), y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+
+            for _ in range(5):
+                step()
+            torch.cuda.synchronize()
+            ms = []
+            for _ in range(20):
+                s = torch.cuda.Event(enable_timing=True)
+                e = torch.cuda.Event(enable_timing=True)
+                s.record()
+                step()
+                e.record()
+                e.synchronize()
+                ms.append(s.elapsed_time(e))
+            print(f"step_{name}_b{batch}\t{d}\t{statistics.median(ms):.4f}\t0", flush=True)
+            del model, opt, x, y
+            torch.cuda.empty_cache()
+
+
 def load(path):
     rows = {}
     try:
@@ -141,6 +205,7 @@ def table(hpath, apath, tpath):
             print(f"| {name} | {dtype} | {h[0]:.3f} | {a[0] if a else float('nan'):.3f} | - | - | - | - |")
             continue
         unit = ("GB/s" if base.startswith("bn") and not name.endswith("_graph") else
+                "samples/s" if False else
                 "us/kernel" if base.startswith("launch") else "TFLOP/s")
         frac = f"{100.0 * rate / peak:.0f}%" if peak and unit == "TFLOP/s" and rate > 0 else "-"
         ratio = f"{t[0] / (h[0] if base.startswith('launch') else best):.2f}" if t else "-"
@@ -152,6 +217,8 @@ def table(hpath, apath, tpath):
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "torch":
         bench_torch()
+    elif len(sys.argv) >= 2 and sys.argv[1] == "torch-steps":
+        bench_torch_steps(sys.argv[2] if len(sys.argv) > 2 else ".")
     elif len(sys.argv) == 5 and sys.argv[1] == "table":
         table(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
