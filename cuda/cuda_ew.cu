@@ -74,6 +74,52 @@ __global__ void k_act_bwd(int act, float alpha, size_t n, const T *x, const T *d
     }
 }
 
+/* 16-byte vector versions (V = 16 / sizeof(T) elements per load), used when
+ * n is a multiple of V and every pointer is 16-byte aligned. */
+template <class T> struct vwe { enum { V = 16 / sizeof(T) }; };
+static inline int al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+template <class T>
+__global__ void k_act_fwd_v(int act, float alpha, size_t nv, const T *x, T *y, float beta)
+{
+    const int V = vwe<T>::V;
+    GRID_STRIDE(i, nv)
+    {
+        uint4 u = ((const uint4 *)x)[i], o, uy = u;
+        if (beta != 0.0f) uy = ((const uint4 *)y)[i];
+        const T *e = (const T *)&u, *ey = (const T *)&uy;
+        T *oe = (T *)&o;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float v = act_f(act, tof(e[k]), alpha);
+            if (beta != 0.0f) v += beta * tof(ey[k]);
+            oe[k] = fromf<T>(v);
+        }
+        ((uint4 *)y)[i] = o;
+    }
+}
+
+template <class T>
+__global__ void k_act_bwd_v(int act, float alpha, size_t nv, const T *x, const T *dy, T *dx, float beta)
+{
+    const int V = vwe<T>::V;
+    GRID_STRIDE(i, nv)
+    {
+        uint4 ux = ((const uint4 *)x)[i], ug = ((const uint4 *)dy)[i], ud = ug, o;
+        if (beta != 0.0f) ud = ((const uint4 *)dx)[i];
+        const T *ex = (const T *)&ux, *eg = (const T *)&ug, *ed = (const T *)&ud;
+        T *oe = (T *)&o;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float xv = tof(ex[k]);
+            float v = act == MD_ACT_RELU ? (xv > 0.0f ? tof(eg[k]) : 0.0f) : act_d(act, xv, alpha) * tof(eg[k]);
+            if (beta != 0.0f) v += beta * tof(ed[k]);
+            oe[k] = fromf<T>(v);
+        }
+        ((uint4 *)dx)[i] = o;
+    }
+}
+
 static md_status check_act(int act, const char *op)
 {
     if (act < 0 || act >= MD_ACT_COUNT) return md_errf(MD_ERR_INTERNAL, "cuda %s: unknown activation %d", op, act);
@@ -85,6 +131,12 @@ md_status md_cuda_act_fwd(md_device *dev, const struct md_act_args *a)
     MD_TRY(check_act(a->act, "act_fwd"));
     if (!a->n) return MD_OK;
     MD_CU_DISPATCH(a->dtype, "act_fwd", {
+        if (a->n % vwe<T>::V == 0 && al16(a->x) && al16(a->y)) {
+            size_t nv = a->n / vwe<T>::V;
+            k_act_fwd_v<T><<<md_cu_blocks(dev, nv), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+                a->act, a->alpha, nv, (const T *)a->x, (T *)a->y, a->beta);
+            return md_cuda_check_launch("act_fwd");
+        }
         k_act_fwd<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
             a->act, a->alpha, a->n, (const T *)a->x, (T *)a->y, a->beta);
     });
@@ -96,6 +148,12 @@ md_status md_cuda_act_bwd(md_device *dev, const struct md_act_args *a)
     MD_TRY(check_act(a->act, "act_bwd"));
     if (!a->n) return MD_OK;
     MD_CU_DISPATCH(a->dtype, "act_bwd", {
+        if (a->n % vwe<T>::V == 0 && al16(a->x) && al16(a->dy) && al16(a->dx)) {
+            size_t nv = a->n / vwe<T>::V;
+            k_act_bwd_v<T><<<md_cu_blocks(dev, nv), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+                a->act, a->alpha, nv, (const T *)a->x, (const T *)a->dy, (T *)a->dx, a->beta);
+            return md_cuda_check_launch("act_bwd");
+        }
         k_act_bwd<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
             a->act, a->alpha, a->n, (const T *)a->x, (const T *)a->dy, (T *)a->dx, a->beta);
     });
@@ -177,6 +235,27 @@ __global__ void k_ew(int op, size_t n, float alpha, float beta, const float *sca
     }
 }
 
+template <class T>
+__global__ void k_ew_v(int op, size_t nv, float alpha, float beta, const float *scale, const T *a, const T *b, T *y)
+{
+    const int V = vwe<T>::V;
+    float al = scale ? alpha * *scale : alpha;
+    GRID_STRIDE(i, nv)
+    {
+        uint4 ua = ((const uint4 *)a)[i], ub = ua, o;
+        if (op == MD_EW_MUL || (op == MD_EW_AXPBY && beta != 0.0f)) ub = ((const uint4 *)b)[i];
+        const T *ea = (const T *)&ua, *eb = (const T *)&ub;
+        T *oe = (T *)&o;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float v = op == MD_EW_MUL ? tof(ea[k]) * tof(eb[k])
+                                      : al * tof(ea[k]) + (beta != 0.0f ? beta * tof(eb[k]) : 0.0f);
+            oe[k] = fromf<T>(v);
+        }
+        ((uint4 *)y)[i] = o;
+    }
+}
+
 md_status md_cuda_ew(md_device *dev, const struct md_ew_args *a)
 {
     if (a->op < 0 || a->op >= MD_EW_COUNT) return md_errf(MD_ERR_INTERNAL, "cuda ew: unknown op %d", a->op);
@@ -187,6 +266,13 @@ md_status md_cuda_ew(md_device *dev, const struct md_ew_args *a)
         return MD_OK;
     }
     MD_CU_DISPATCH(a->dtype, "ew", {
+        if ((a->op == MD_EW_AXPBY || a->op == MD_EW_MUL) && a->n % vwe<T>::V == 0 && al16(a->a) && al16(a->y) &&
+            (a->op == MD_EW_AXPBY && a->beta == 0.0f ? 1 : al16(a->b))) {
+            size_t nv = a->n / vwe<T>::V;
+            k_ew_v<T><<<md_cu_blocks(dev, nv), MD_THREADS, 0, s>>>(a->op, nv, a->alpha, a->beta, a->scale_dev,
+                                                                  (const T *)a->a, (const T *)a->b, (T *)a->y);
+            return md_cuda_check_launch("ew");
+        }
         k_ew<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, s>>>(a->op, a->n, a->alpha, a->beta, a->scale_dev,
                                                               (const T *)a->a, (const T *)a->b, (T *)a->y);
     });

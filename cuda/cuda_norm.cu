@@ -109,6 +109,78 @@ __global__ void k_chred_nhwc(red_in in, size_t rows, int c, int splits, float *p
     }
 }
 
+/* ---- vectorised NHWC paths: 16-byte loads, V channels per thread ------------ */
+
+template <class T> struct vw { enum { V = 16 / sizeof(T) }; };
+
+static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* NHWC, c % V == 0, 16-byte aligned: block (TW, RY) with TW channel vectors of
+ * V channels across and RY rows down; grid (ceil(CV/TW), S). */
+template <class T, int MODE>
+__global__ void k_chred_nhwc_v(red_in in, size_t rows, int c, int splits, float *part)
+{
+    const int V = vw<T>::V;
+    __shared__ float sh[256 * 8];
+    int CV = c / V, TW = blockDim.x, RY = blockDim.y;
+    int cv = blockIdx.x * TW + threadIdx.x, sp = blockIdx.y;
+    float s1[V], s2[V], shift[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) s1[k] = s2[k] = shift[k] = 0.0f;
+    if (cv < CV) {
+        int c0 = cv * V;
+        if (MODE == RED_STATS) {
+#pragma unroll
+            for (int k = 0; k < V; k++) shift[k] = tof(((const T *)in.x)[c0 + k]);
+        }
+        for (size_t r = (size_t)sp * RY + threadIdx.y; r < rows; r += (size_t)splits * RY) {
+            size_t off = r * c + c0;
+            if (MODE == RED_STATS) {
+                uint4 u = *(const uint4 *)((const T *)in.x + off);
+                const T *e = (const T *)&u;
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    float d = tof(e[k]) - shift[k];
+                    s1[k] += d;
+                    s2[k] += d * d;
+                }
+            } else if (MODE == RED_BWD) {
+                uint4 ug = *(const uint4 *)((const T *)in.dy + off), ux = *(const uint4 *)((const T *)in.x + off);
+                uint4 uy = ug;
+                if (in.relu) uy = *(const uint4 *)((const T *)in.y + off);
+                const T *eg = (const T *)&ug, *ex = (const T *)&ux, *ey = (const T *)&uy;
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    float g = tof(eg[k]);
+                    if (in.relu && tof(ey[k]) <= 0.0f) g = 0.0f;
+                    float xhat = (tof(ex[k]) - in.mean[c0 + k]) * in.invstd[c0 + k];
+                    s1[k] += g;
+                    s2[k] += g * xhat;
+                }
+            } else {
+                uint4 u = *(const uint4 *)((const T *)in.dy + off);
+                const T *e = (const T *)&u;
+#pragma unroll
+                for (int k = 0; k < V; k++) s1[k] += tof(e[k]);
+            }
+        }
+    }
+    /* columns tx*V + k, rows ty: the first TW*V threads each add one column */
+    int tid = threadIdx.y * TW + threadIdx.x, cols = TW * V;
+    for (int pass = 0; pass < 2; pass++) {
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < V; k++) sh[threadIdx.y * cols + threadIdx.x * V + k] = pass ? s2[k] : s1[k];
+        __syncthreads();
+        if (tid < cols) {
+            float t = 0.0f;
+            for (int y = 0; y < RY; y++) t += sh[y * cols + tid];
+            int ch = blockIdx.x * TW * V + tid;
+            if (ch < c) part[((size_t)sp * c + ch) * 2 + pass] = t;
+        }
+    }
+}
+
 /* Stage 1 into the scratch; returns the split count. `extra` floats after the
  * partials are reserved for the caller (statistics). */
 template <class T, int MODE>
@@ -130,7 +202,20 @@ static md_status chan_reduce(md_device *dev, const red_in &in, int n, int c, int
     if (s < 1) s = 1;
     MD_TRY(md_cuda_scratch_get(dev, &cd->red_ws, ((size_t)s * c * 2 + extra) * sizeof(float), "reduction scratch"));
     float *p = (float *)cd->red_ws.ptr;
-    if (layout == MD_NHWC)
+    const int V = vw<T>::V;
+    int vec = layout == MD_NHWC && c % V == 0 && (!in.x || aligned16(in.x)) && (!in.y || aligned16(in.y)) &&
+              (!in.dy || aligned16(in.dy)) && (MODE != RED_BWD || !in.relu || in.y);
+    if (vec) {
+        int CV = c / V, TW = CV < 32 ? CV : 32, RY = 256 / TW, gx = (CV + TW - 1) / TW;
+        int sv = (target + gx - 1) / gx;
+        size_t maxs = (rows + RY - 1) / RY;
+        if ((size_t)sv > maxs) sv = (int)maxs;
+        if (sv < 1) sv = 1;
+        s = sv;
+        MD_TRY(md_cuda_scratch_get(dev, &cd->red_ws, ((size_t)s * c * 2 + extra) * sizeof(float), "reduction scratch"));
+        p = (float *)cd->red_ws.ptr;
+        k_chred_nhwc_v<T, MODE><<<dim3(gx, s), dim3(TW, RY), 0, cd->stream>>>(in, rows, c, s, p);
+    } else if (layout == MD_NHWC)
         k_chred_nhwc<T, MODE><<<dim3((c + 31) / 32, s), dim3(32, 8), 0, cd->stream>>>(in, rows, c, s, p);
     else
         k_chred_nchw<T, MODE><<<dim3(c, s), MD_THREADS, 0, cd->stream>>>(in, n, c, hw, s, p);
@@ -191,6 +276,56 @@ __global__ void k_bn_apply(size_t total, int c, int hw, int nhwc, const T *x, T 
     }
 }
 
+/* NHWC apply, V channels per thread; a thread's channel vector advances by the
+ * grid stride modulo CV, so no division per element. */
+template <class T>
+__global__ void k_bn_apply_v(size_t nvec, int c, const T *x, T *y, const float *mean, const float *second, int is_var,
+                             float eps, const float *gamma, const float *beta, int relu, float obeta)
+{
+    const int V = vw<T>::V;
+    int CV = c / V;
+    size_t v = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    int cv = (int)(v % CV), inc = (int)(stride % CV);
+    for (; v < nvec; v += stride) {
+        uint4 u = ((const uint4 *)x)[v], o = u, yo = u;
+        if (obeta != 0.0f) yo = ((const uint4 *)y)[v];
+        const T *e = (const T *)&u, *ey = (const T *)&yo;
+        T *oe = (T *)&o;
+        int c0 = cv * V;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            int ch = c0 + k;
+            float inv = is_var ? 1.0f / sqrtf(second[ch] + eps) : second[ch];
+            float g = gamma ? gamma[ch] : 1.0f, b = beta ? beta[ch] : 0.0f;
+            float val = (tof(e[k]) - mean[ch]) * inv * g + b;
+            if (relu) val = fmaxf(val, 0.0f);
+            if (obeta != 0.0f) val += obeta * tof(ey[k]);
+            oe[k] = fromf<T>(val);
+        }
+        ((uint4 *)y)[v] = o;
+        cv += inc;
+        if (cv >= CV) cv -= CV;
+    }
+}
+
+template <class T>
+static void bn_apply(md_device *dev, const struct md_batchnorm_args *a, const float *mean, const float *second,
+                     int is_var)
+{
+    struct md_cuda_dev *cd = md_cuda_impl(dev);
+    size_t total = (size_t)a->n * a->c * a->hw;
+    const int V = vw<T>::V;
+    int relu = a->act == MD_ACT_RELU;
+    if (a->layout == MD_NHWC && a->c % V == 0 && aligned16(a->x) && aligned16(a->y))
+        k_bn_apply_v<T><<<md_cu_blocks(dev, total / V), MD_THREADS, 0, cd->stream>>>(
+            total / V, a->c, (const T *)a->x, (T *)a->y, mean, second, is_var, a->eps, a->gamma, a->beta_p, relu,
+            a->beta);
+    else
+        k_bn_apply<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
+            total, a->c, a->hw, a->layout == MD_NHWC, (const T *)a->x, (T *)a->y, mean, second, is_var, a->eps,
+            a->gamma, a->beta_p, relu, a->beta);
+}
+
 md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a)
 {
     struct md_cuda_dev *cd = md_cuda_impl(dev);
@@ -198,12 +333,10 @@ md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *
         return md_errf(MD_ERR_UNSUPPORTED, "cuda batchnorm_fwd: fused activation %d is not supported", a->act);
     size_t total = (size_t)a->n * a->c * a->hw;
     if (!total) return MD_OK;
-    int nhwc = a->layout == MD_NHWC, relu = a->act == MD_ACT_RELU;
+    int nhwc = a->layout == MD_NHWC;
     MD_CU_DISPATCH(a->dtype, "batchnorm_fwd", {
         if (!a->training) {
-            k_bn_apply<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
-                total, a->c, a->hw, nhwc, (const T *)a->x, (T *)a->y, a->running_mean, a->running_var, 1, a->eps,
-                a->gamma, a->beta_p, relu, a->beta);
+            bn_apply<T>(dev, a, a->running_mean, a->running_var, 1);
             return md_cuda_check_launch("batchnorm_fwd (inference)");
         }
         red_in in = {a->x, NULL, NULL, NULL, NULL, NULL, NULL, 0};
@@ -215,9 +348,7 @@ md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *
             (const T *)a->x, a->c, a->hw, nhwc, (long long)a->n * a->hw, splits, part, a->eps, a->momentum, stats,
             a->save_mean, a->save_invstd, a->running_mean, a->running_var);
         MD_TRY(md_cuda_check_launch("batchnorm_fwd (statistics)"));
-        k_bn_apply<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
-            total, a->c, a->hw, nhwc, (const T *)a->x, (T *)a->y, stats, stats + a->c, 0, a->eps, a->gamma,
-            a->beta_p, relu, a->beta);
+        bn_apply<T>(dev, a, stats, stats + a->c, 0);
         return md_cuda_check_launch("batchnorm_fwd");
     });
     return MD_OK;
@@ -255,6 +386,39 @@ __global__ void k_bn_bwd_dx(size_t total, int c, int hw, int nhwc, float m, int 
         float v = training ? gm * inv * (g - sums[ch] / m - xhat * sums[c + ch] / m) : gm * inv * g;
         if (beta != 0.0f) v += beta * tof(dx[i]);
         dx[i] = fromf<T>(v);
+    }
+}
+
+template <class T>
+__global__ void k_bn_bwd_dx_v(size_t nvec, int c, float m, int training, red_in in, T *dx, const float *sums,
+                              float beta)
+{
+    const int V = vw<T>::V;
+    int CV = c / V;
+    size_t v = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    int cv = (int)(v % CV), inc = (int)(stride % CV);
+    for (; v < nvec; v += stride) {
+        uint4 ux = ((const uint4 *)in.x)[v], ug = ((const uint4 *)in.dy)[v], uy = ug, ud = ug, o;
+        if (in.relu) uy = ((const uint4 *)in.y)[v];
+        if (beta != 0.0f) ud = ((const uint4 *)dx)[v];
+        const T *ex = (const T *)&ux, *eg = (const T *)&ug, *ey = (const T *)&uy, *ed = (const T *)&ud;
+        T *oe = (T *)&o;
+        int c0 = cv * V;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            int ch = c0 + k;
+            float g = tof(eg[k]);
+            if (in.relu && tof(ey[k]) <= 0.0f) g = 0.0f;
+            float inv = in.invstd[ch];
+            float xhat = (tof(ex[k]) - in.mean[ch]) * inv;
+            float gm = in.gamma ? in.gamma[ch] : 1.0f;
+            float val = training ? gm * inv * (g - sums[ch] / m - xhat * sums[c + ch] / m) : gm * inv * g;
+            if (beta != 0.0f) val += beta * tof(ed[k]);
+            oe[k] = fromf<T>(val);
+        }
+        ((uint4 *)dx)[v] = o;
+        cv += inc;
+        if (cv >= CV) cv -= CV;
     }
 }
 
@@ -304,7 +468,12 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
         if (st != MD_OK) goto done;
         k_bn_bwd_sums<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, splits, part, sums, a->dgamma, a->dbeta,
                                                                    a->beta);
-        if (a->dx)
+        const int V = vw<T>::V;
+        if (a->dx && nhwc && a->c % V == 0 && aligned16(a->x) && aligned16(a->dy) && aligned16(a->dx) &&
+            (!relu || (a->y && aligned16(a->y))))
+            k_bn_bwd_dx_v<T><<<md_cu_blocks(dev, total / V), MD_THREADS, 0, cd->stream>>>(
+                total / V, a->c, (float)((double)a->n * a->hw), a->training, in, (T *)a->dx, sums, a->beta);
+        else if (a->dx)
             k_bn_bwd_dx<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
                 total, a->c, a->hw, nhwc, (float)((double)a->n * a->hw), a->training, in, (T *)a->dx, sums, a->beta);
         st = md_cuda_check_launch("batchnorm_bwd");

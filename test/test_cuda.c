@@ -379,8 +379,9 @@ Test(cuda, activations_dropout_ew_reduce_cast)
         double tl = tol_for(t, 1e-5);
         size_t n = 3001;
         for (int act = 0; act < MD_ACT_COUNT; act++)
-            for (int bi = 0; bi < 2; bi++) {
-                float beta = bi ? 1.0f : 0.0f;
+            for (int bi = 0; bi < 4; bi++) { /* odd n: scalar kernels; n = 4096: 16-byte vector kernels */
+                float beta = bi & 1 ? 1.0f : 0.0f;
+                n = bi < 2 ? 3001 : 4096;
                 buf X = mk(n, t, -3, 3), DY = mk(n, t, -1, 1), Y = out(n, t, beta), DX = out(n, t, beta);
                 struct md_act_args ra = {.act = act, .alpha = 0.1f, .n = n, .dtype = t, .x = X.h, .y = Y.h,
                                          .dy = DY.h, .dx = DX.h, .beta = beta};
@@ -414,7 +415,9 @@ Test(cuda, activations_dropout_ew_reduce_cast)
             drop(&X); drop(&DY); drop(&Y); drop(&DX); drop(&M);
         }
         /* ew */
-        for (int op = 0; op < MD_EW_COUNT; op++) {
+        for (int op2 = 0; op2 < 2 * MD_EW_COUNT; op2++) {
+            int op = op2 % MD_EW_COUNT;
+            n = op2 < MD_EW_COUNT ? 3001 : 4096;
             buf A = mk(n, t, -1, 1), B = mk(n, t, -1, 1), Y = out(n, t, 0), S = mk(1, MD_F32, 0.5f, 2);
             struct md_ew_args ra = {.op = op, .n = n, .dtype = t, .alpha = 0.7f, .beta = 0.3f,
                                     .scale_dev = op == MD_EW_AXPBY ? S.h : NULL, .a = A.h, .b = B.h, .y = Y.h};
