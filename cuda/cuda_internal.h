@@ -43,6 +43,7 @@ struct md_cuda_dev {
     struct md_cuda_scratch blas_ws;   /* cuBLAS workspace (fixed at open) */
     struct md_cuda_scratch conv_ws;   /* cuDNN workspace, grows */
     struct md_cuda_scratch red_ws;    /* partial sums of reductions, grows */
+    struct md_cuda_scratch aux_ws;    /* fp32 copies for half convolutions cuDNN runs slowly, BN statistics */
     void *retired[64];                /* grown-out scratch, freed at close */
     int n_retired;
 

@@ -129,9 +129,16 @@ __global__ void k_chred_nhwc_v(red_in in, size_t rows, int c, int splits, float 
     for (int k = 0; k < V; k++) s1[k] = s2[k] = shift[k] = 0.0f;
     if (cv < CV) {
         int c0 = cv * V;
+        float inv_r[V];
         if (MODE == RED_STATS) {
 #pragma unroll
             for (int k = 0; k < V; k++) shift[k] = tof(((const T *)in.x)[c0 + k]);
+        } else if (MODE == RED_BWD) { /* shift holds the mean: loop-invariant, kept in registers */
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                shift[k] = in.mean[c0 + k];
+                inv_r[k] = in.invstd[c0 + k];
+            }
         }
         for (size_t r = (size_t)sp * RY + threadIdx.y; r < rows; r += (size_t)splits * RY) {
             size_t off = r * c + c0;
@@ -153,7 +160,7 @@ __global__ void k_chred_nhwc_v(red_in in, size_t rows, int c, int splits, float 
                 for (int k = 0; k < V; k++) {
                     float g = tof(eg[k]);
                     if (in.relu && tof(ey[k]) <= 0.0f) g = 0.0f;
-                    float xhat = (tof(ex[k]) - in.mean[c0 + k]) * in.invstd[c0 + k];
+                    float xhat = (tof(ex[k]) - shift[k]) * inv_r[k];
                     s1[k] += g;
                     s2[k] += g * xhat;
                 }
@@ -229,10 +236,13 @@ static md_status chan_reduce(md_device *dev, const red_in &in, int n, int c, int
  * Batch norm
  * ------------------------------------------------------------------------- */
 
+/* Per-channel statistics area "st" (4c floats): mean, invstd, and the affine
+ * folded in, scale = gamma * invstd and shift = beta - mean * scale, so the
+ * apply pass is one multiply-add per element. */
 template <class T>
 __global__ void k_bn_stats(const T *x, int c, int hw, int nhwc, long long m, int splits, const float *part, float eps,
-                           float momentum, float *stats, float *save_mean, float *save_invstd, float *run_mean,
-                           float *run_var)
+                           float momentum, const float *gamma, const float *beta, float *st, float *save_mean,
+                           float *save_invstd, float *run_mean, float *run_var)
 {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
@@ -246,8 +256,11 @@ __global__ void k_bn_stats(const T *x, int c, int hw, int nhwc, long long m, int
     float var = fmaxf(s2 / (float)m - dm * dm, 0.0f);
     float mean = shift + dm;
     float invstd = 1.0f / sqrtf(var + eps);
-    stats[ch] = mean;
-    stats[c + ch] = invstd;
+    float sc = (gamma ? gamma[ch] : 1.0f) * invstd;
+    st[ch] = mean;
+    st[c + ch] = invstd;
+    st[2 * c + ch] = sc;
+    st[3 * c + ch] = (beta ? beta[ch] : 0.0f) - mean * sc;
     if (save_mean) save_mean[ch] = mean;
     if (save_invstd) save_invstd[ch] = invstd;
     if (run_mean) run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * mean;
@@ -257,30 +270,53 @@ __global__ void k_bn_stats(const T *x, int c, int hw, int nhwc, long long m, int
     }
 }
 
-/* y = act(gamma * (x - mean) * invstd + beta); `is_var`: second array is the
- * running variance (inference), else the inverse std. */
+/* The same area from the running statistics (inference). */
+__global__ void k_bn_running(int c, const float *rm, const float *rv, float eps, const float *gamma,
+                             const float *beta, float *st)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    float mean = rm[ch], invstd = 1.0f / sqrtf(rv[ch] + eps);
+    float sc = (gamma ? gamma[ch] : 1.0f) * invstd;
+    st[ch] = mean;
+    st[c + ch] = invstd;
+    st[2 * c + ch] = sc;
+    st[3 * c + ch] = (beta ? beta[ch] : 0.0f) - mean * sc;
+}
+
+/* y = act(x * scale + shift) + obeta * y */
 template <class T>
-__global__ void k_bn_apply(size_t total, int c, int hw, int nhwc, const T *x, T *y, const float *mean,
-                           const float *second, int is_var, float eps, const float *gamma, const float *beta,
-                           int relu, float obeta)
+__global__ void k_bn_apply(size_t total, int c, int hw, int nhwc, const T *x, T *y, const float *scale,
+                           const float *shift, int relu, float obeta)
 {
     GRID_STRIDE(i, total)
     {
         int ch = chan_of(i, c, hw, nhwc);
-        float inv = is_var ? 1.0f / sqrtf(second[ch] + eps) : second[ch];
-        float g = gamma ? gamma[ch] : 1.0f, b = beta ? beta[ch] : 0.0f;
-        float v = (tof(x[i]) - mean[ch]) * inv * g + b;
+        float v = tof(x[i]) * scale[ch] + shift[ch];
         if (relu) v = fmaxf(v, 0.0f);
         if (obeta != 0.0f) v += obeta * tof(y[i]);
         y[i] = fromf<T>(v);
     }
 }
 
+/* V consecutive channels' coefficients of an aligned per-channel array. */
+template <int V> __device__ __forceinline__ void load_ch(const float *p, int c0, float (&out)[V])
+{
+#pragma unroll
+    for (int k = 0; k < V; k += 4) {
+        float4 f = *(const float4 *)(p + c0 + k);
+        out[k] = f.x;
+        out[k + 1] = f.y;
+        out[k + 2] = f.z;
+        out[k + 3] = f.w;
+    }
+}
+
 /* NHWC apply, V channels per thread; a thread's channel vector advances by the
  * grid stride modulo CV, so no division per element. */
 template <class T>
-__global__ void k_bn_apply_v(size_t nvec, int c, const T *x, T *y, const float *mean, const float *second, int is_var,
-                             float eps, const float *gamma, const float *beta, int relu, float obeta)
+__global__ void k_bn_apply_v(size_t nvec, int c, const T *x, T *y, const float *scale, const float *shift, int relu,
+                             float obeta)
 {
     const int V = vw<T>::V;
     int CV = c / V;
@@ -291,13 +327,12 @@ __global__ void k_bn_apply_v(size_t nvec, int c, const T *x, T *y, const float *
         if (obeta != 0.0f) yo = ((const uint4 *)y)[v];
         const T *e = (const T *)&u, *ey = (const T *)&yo;
         T *oe = (T *)&o;
-        int c0 = cv * V;
+        float sc[V], sh[V];
+        load_ch<V>(scale, cv * V, sc);
+        load_ch<V>(shift, cv * V, sh);
 #pragma unroll
         for (int k = 0; k < V; k++) {
-            int ch = c0 + k;
-            float inv = is_var ? 1.0f / sqrtf(second[ch] + eps) : second[ch];
-            float g = gamma ? gamma[ch] : 1.0f, b = beta ? beta[ch] : 0.0f;
-            float val = (tof(e[k]) - mean[ch]) * inv * g + b;
+            float val = tof(e[k]) * sc[k] + sh[k];
             if (relu) val = fmaxf(val, 0.0f);
             if (obeta != 0.0f) val += obeta * tof(ey[k]);
             oe[k] = fromf<T>(val);
@@ -308,22 +343,19 @@ __global__ void k_bn_apply_v(size_t nvec, int c, const T *x, T *y, const float *
     }
 }
 
-template <class T>
-static void bn_apply(md_device *dev, const struct md_batchnorm_args *a, const float *mean, const float *second,
-                     int is_var)
+template <class T> static void bn_apply(md_device *dev, const struct md_batchnorm_args *a, const float *st)
 {
     struct md_cuda_dev *cd = md_cuda_impl(dev);
     size_t total = (size_t)a->n * a->c * a->hw;
     const int V = vw<T>::V;
     int relu = a->act == MD_ACT_RELU;
-    if (a->layout == MD_NHWC && a->c % V == 0 && aligned16(a->x) && aligned16(a->y))
+    if (a->layout == MD_NHWC && a->c % V == 0 && aligned16(a->x) && aligned16(a->y) && aligned16(st))
         k_bn_apply_v<T><<<md_cu_blocks(dev, total / V), MD_THREADS, 0, cd->stream>>>(
-            total / V, a->c, (const T *)a->x, (T *)a->y, mean, second, is_var, a->eps, a->gamma, a->beta_p, relu,
-            a->beta);
+            total / V, a->c, (const T *)a->x, (T *)a->y, st + 2 * a->c, st + 3 * a->c, relu, a->beta);
     else
         k_bn_apply<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
-            total, a->c, a->hw, a->layout == MD_NHWC, (const T *)a->x, (T *)a->y, mean, second, is_var, a->eps,
-            a->gamma, a->beta_p, relu, a->beta);
+            total, a->c, a->hw, a->layout == MD_NHWC, (const T *)a->x, (T *)a->y, st + 2 * a->c, st + 3 * a->c,
+            relu, a->beta);
 }
 
 md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a)
@@ -336,25 +368,35 @@ md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *
     int nhwc = a->layout == MD_NHWC;
     MD_CU_DISPATCH(a->dtype, "batchnorm_fwd", {
         if (!a->training) {
-            bn_apply<T>(dev, a, a->running_mean, a->running_var, 1);
+            MD_TRY(md_cuda_scratch_get(dev, &cd->red_ws, (size_t)4 * a->c * sizeof(float), "reduction scratch"));
+            float *st = (float *)cd->red_ws.ptr;
+            k_bn_running<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, a->running_mean, a->running_var, a->eps,
+                                                                      a->gamma, a->beta_p, st);
+            bn_apply<T>(dev, a, st);
             return md_cuda_check_launch("batchnorm_fwd (inference)");
         }
         red_in in = {a->x, NULL, NULL, NULL, NULL, NULL, NULL, 0};
-        float *part, *stats;
+        float *part, *st;
         int splits;
-        MD_TRY((chan_reduce<T, RED_STATS>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)2 * a->c, &part, &stats,
+        MD_TRY((chan_reduce<T, RED_STATS>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &st,
                                           &splits)));
         k_bn_stats<T><<<(a->c + 127) / 128, 128, 0, cd->stream>>>(
-            (const T *)a->x, a->c, a->hw, nhwc, (long long)a->n * a->hw, splits, part, a->eps, a->momentum, stats,
-            a->save_mean, a->save_invstd, a->running_mean, a->running_var);
+            (const T *)a->x, a->c, a->hw, nhwc, (long long)a->n * a->hw, splits, part, a->eps, a->momentum, a->gamma,
+            a->beta_p, st, a->save_mean, a->save_invstd, a->running_mean, a->running_var);
         MD_TRY(md_cuda_check_launch("batchnorm_fwd (statistics)"));
-        bn_apply<T>(dev, a, stats, stats + a->c, 0);
+        bn_apply<T>(dev, a, st);
         return md_cuda_check_launch("batchnorm_fwd");
     });
     return MD_OK;
 }
 
-__global__ void k_bn_bwd_sums(int c, int splits, const float *part, float *sums, float *dgamma, float *dbeta,
+/* Backward coefficients "co" (4c floats): A = gamma * invstd, s1m = sum(g)/m,
+ * C = gamma * invstd^2 * sum(g * xhat)/m, mean; then
+ *   training:  dx = A * (g - s1m) - C * (x - mean)
+ *   inference: dx = A * g            (s1m = C = 0)
+ * which is the reference's gamma*invstd/m * (m*g - sum(g) - xhat*sum(g*xhat)). */
+__global__ void k_bn_bwd_sums(int c, int splits, const float *part, float m, int training, const float *mean,
+                              const float *invstd, const float *gamma, float *co, float *dgamma, float *dbeta,
                               float beta)
 {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
@@ -364,34 +406,31 @@ __global__ void k_bn_bwd_sums(int c, int splits, const float *part, float *sums,
         s1 += part[((size_t)s * c + ch) * 2];
         s2 += part[((size_t)s * c + ch) * 2 + 1];
     }
-    sums[ch] = s1;
-    sums[c + ch] = s2;
+    float inv = invstd[ch], A = (gamma ? gamma[ch] : 1.0f) * inv;
+    co[ch] = A;
+    co[c + ch] = training ? s1 / m : 0.0f;
+    co[2 * c + ch] = training ? A * inv * (s2 / m) : 0.0f;
+    co[3 * c + ch] = mean[ch];
     if (dbeta) dbeta[ch] = beta != 0.0f ? s1 + beta * dbeta[ch] : s1;
     if (dgamma) dgamma[ch] = beta != 0.0f ? s2 + beta * dgamma[ch] : s2;
 }
 
-/* training: dx = gamma * invstd / m * (m * g - sum(g) - xhat * sum(g * xhat)) + beta * dx
- * inference (running statistics are constants): dx = gamma * invstd * g + beta * dx */
 template <class T>
-__global__ void k_bn_bwd_dx(size_t total, int c, int hw, int nhwc, float m, int training, red_in in, T *dx,
-                            const float *sums, float beta)
+__global__ void k_bn_bwd_dx(size_t total, int c, int hw, int nhwc, red_in in, T *dx, const float *co, float beta)
 {
     GRID_STRIDE(i, total)
     {
         int ch = chan_of(i, c, hw, nhwc);
-        float inv = in.invstd[ch];
-        float xhat = (tof(((const T *)in.x)[i]) - in.mean[ch]) * inv;
-        float g = bn_masked_dy<T>(in, i, ch, xhat);
-        float gm = in.gamma ? in.gamma[ch] : 1.0f;
-        float v = training ? gm * inv * (g - sums[ch] / m - xhat * sums[c + ch] / m) : gm * inv * g;
+        float xv = tof(((const T *)in.x)[i]);
+        float g = bn_masked_dy<T>(in, i, ch, (xv - in.mean[ch]) * in.invstd[ch]);
+        float v = co[ch] * (g - co[c + ch]) - co[2 * c + ch] * (xv - co[3 * c + ch]);
         if (beta != 0.0f) v += beta * tof(dx[i]);
         dx[i] = fromf<T>(v);
     }
 }
 
 template <class T>
-__global__ void k_bn_bwd_dx_v(size_t nvec, int c, float m, int training, red_in in, T *dx, const float *sums,
-                              float beta)
+__global__ void k_bn_bwd_dx_v(size_t nvec, int c, red_in in, T *dx, const float *co, float beta)
 {
     const int V = vw<T>::V;
     int CV = c / V;
@@ -403,16 +442,17 @@ __global__ void k_bn_bwd_dx_v(size_t nvec, int c, float m, int training, red_in 
         if (beta != 0.0f) ud = ((const uint4 *)dx)[v];
         const T *ex = (const T *)&ux, *eg = (const T *)&ug, *ey = (const T *)&uy, *ed = (const T *)&ud;
         T *oe = (T *)&o;
+        float A[V], S[V], C[V], M[V];
         int c0 = cv * V;
+        load_ch<V>(co, c0, A);
+        load_ch<V>(co + c, c0, S);
+        load_ch<V>(co + 2 * c, c0, C);
+        load_ch<V>(co + 3 * c, c0, M);
 #pragma unroll
         for (int k = 0; k < V; k++) {
-            int ch = c0 + k;
             float g = tof(eg[k]);
             if (in.relu && tof(ey[k]) <= 0.0f) g = 0.0f;
-            float inv = in.invstd[ch];
-            float xhat = (tof(ex[k]) - in.mean[ch]) * inv;
-            float gm = in.gamma ? in.gamma[ch] : 1.0f;
-            float val = training ? gm * inv * (g - sums[ch] / m - xhat * sums[c + ch] / m) : gm * inv * g;
+            float val = A[k] * (g - S[k]) - C[k] * (tof(ex[k]) - M[k]);
             if (beta != 0.0f) val += beta * tof(ed[k]);
             oe[k] = fromf<T>(val);
         }
@@ -420,15 +460,6 @@ __global__ void k_bn_bwd_dx_v(size_t nvec, int c, float m, int training, red_in 
         cv += inc;
         if (cv >= CV) cv -= CV;
     }
-}
-
-/* Inference statistics: mean and 1/sqrt(var + eps) from the running ones. */
-__global__ void k_bn_running(int c, const float *rm, const float *rv, float eps, float *stats)
-{
-    int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= c) return;
-    stats[ch] = rm[ch];
-    stats[c + ch] = 1.0f / sqrtf(rv[ch] + eps);
 }
 
 md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a)
@@ -440,46 +471,49 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
     if (!total) return MD_OK;
     int nhwc = a->layout == MD_NHWC, relu = a->act == MD_ACT_RELU;
     int have_saved = a->training && a->save_mean && a->save_invstd;
-    float *tmp = NULL; /* (2, c): mean, invstd when not saved by the forward */
+    float *tmp = NULL; /* (4, c): the statistics area when the forward saved none */
     md_status st = MD_OK;
-    if (!have_saved) MD_TRY(md_dev_alloc(dev, (size_t)a->c * 2 * sizeof(float), (void **)&tmp, "batchnorm statistics"));
+    if (!have_saved) { /* a scratch, not an allocation: a captured graph keeps pointing at it */
+        MD_TRY(md_cuda_scratch_get(dev, &cd->aux_ws, (size_t)a->c * 4 * sizeof(float), "batchnorm statistics"));
+        tmp = (float *)cd->aux_ws.ptr;
+    }
     MD_CU_DISPATCH(a->dtype, "batchnorm_bwd", {
         const float *mean = a->save_mean, *invstd = a->save_invstd;
-        float *part, *sums;
+        float *part, *co;
         int splits;
         if (!a->training) {
             k_bn_running<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, a->running_mean, a->running_var, a->eps,
-                                                                      tmp);
+                                                                      a->gamma, a->beta_p, tmp);
             mean = tmp;
             invstd = tmp + a->c;
         } else if (!have_saved) {
             red_in sin = {a->x, NULL, NULL, NULL, NULL, NULL, NULL, 0};
-            st = chan_reduce<T, RED_STATS>(dev, sin, a->n, a->c, a->hw, a->layout, (size_t)2 * a->c, &part, &sums,
+            st = chan_reduce<T, RED_STATS>(dev, sin, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &co,
                                            &splits);
             if (st != MD_OK) goto done;
             k_bn_stats<T><<<(a->c + 127) / 128, 128, 0, cd->stream>>>(
-                (const T *)a->x, a->c, a->hw, nhwc, (long long)a->n * a->hw, splits, part, a->eps, 0.0f, tmp, NULL,
-                NULL, NULL, NULL);
+                (const T *)a->x, a->c, a->hw, nhwc, (long long)a->n * a->hw, splits, part, a->eps, 0.0f, a->gamma,
+                a->beta_p, tmp, NULL, NULL, NULL, NULL);
             mean = tmp;
             invstd = tmp + a->c;
         }
         red_in in = {a->x, a->y, a->dy, mean, invstd, a->gamma, a->beta_p, relu};
-        st = chan_reduce<T, RED_BWD>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)2 * a->c, &part, &sums, &splits);
+        st = chan_reduce<T, RED_BWD>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &co, &splits);
         if (st != MD_OK) goto done;
-        k_bn_bwd_sums<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, splits, part, sums, a->dgamma, a->dbeta,
-                                                                   a->beta);
+        k_bn_bwd_sums<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, splits, part, (float)((double)a->n * a->hw),
+                                                                   a->training, mean, invstd, a->gamma, co, a->dgamma,
+                                                                   a->dbeta, a->beta);
         const int V = vw<T>::V;
         if (a->dx && nhwc && a->c % V == 0 && aligned16(a->x) && aligned16(a->dy) && aligned16(a->dx) &&
-            (!relu || (a->y && aligned16(a->y))))
-            k_bn_bwd_dx_v<T><<<md_cu_blocks(dev, total / V), MD_THREADS, 0, cd->stream>>>(
-                total / V, a->c, (float)((double)a->n * a->hw), a->training, in, (T *)a->dx, sums, a->beta);
+            aligned16(co) && (!relu || (a->y && aligned16(a->y))))
+            k_bn_bwd_dx_v<T><<<md_cu_blocks(dev, total / V), MD_THREADS, 0, cd->stream>>>(total / V, a->c, in,
+                                                                                        (T *)a->dx, co, a->beta);
         else if (a->dx)
             k_bn_bwd_dx<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
-                total, a->c, a->hw, nhwc, (float)((double)a->n * a->hw), a->training, in, (T *)a->dx, sums, a->beta);
+                total, a->c, a->hw, nhwc, in, (T *)a->dx, co, a->beta);
         st = md_cuda_check_launch("batchnorm_bwd");
     });
 done:
-    md_dev_free(dev, tmp); /* stream-ordered reuse: the cache hands it out to later work on the same stream */
     return st;
 }
 
@@ -609,14 +643,32 @@ struct pool_geo {
     int n, c, h, w, p, q, kh, kw, sh, sw, ph, pw, include_pad, nhwc;
 };
 
-__device__ __forceinline__ size_t pidx(const pool_geo &g, int b, int ch, int y, int x, int hh, int ww)
+/* Index arithmetic in I (32-bit when the tensor allows: 64-bit division and
+ * modulo cost tens of instructions per element). */
+template <class I>
+__device__ __forceinline__ I pidx(const pool_geo &g, int b, int ch, int y, int x, int hh, int ww)
 {
-    return g.nhwc ? (((size_t)b * hh + y) * ww + x) * g.c + ch : (((size_t)b * g.c + ch) * hh + y) * ww + x;
+    return g.nhwc ? (((I)b * hh + y) * ww + x) * g.c + ch : (((I)b * g.c + ch) * hh + y) * ww + x;
 }
 
-/* Position (y*w+x) of the first maximal element of window (oy, ox), -1 when
- * the window lies entirely in the padding (then the output is 0). */
-template <class T>
+/* Splits a flat index of an (n, c, hh, ww) tensor in the layout's order. */
+template <class I>
+__device__ __forceinline__ void unflat(const pool_geo &g, I r, int hh, int ww, int &b, int &ch, int &y, int &x)
+{
+    if (g.nhwc) {
+        ch = (int)(r % (I)g.c); r /= (I)g.c;
+        x = (int)(r % (I)ww); r /= (I)ww;
+        y = (int)(r % (I)hh); b = (int)(r / (I)hh);
+    } else {
+        x = (int)(r % (I)ww); r /= (I)ww;
+        y = (int)(r % (I)hh); r /= (I)hh;
+        ch = (int)(r % (I)g.c); b = (int)(r / (I)g.c);
+    }
+}
+
+/* Offset (ky*kw + kx) of the first maximal element of window (oy, ox), -1
+ * when the window lies entirely in the padding (then the output is 0). */
+template <class T, class I>
 __device__ __forceinline__ int window_argmax(const pool_geo &g, const T *x, int b, int ch, int oy, int ox, float *mv)
 {
     int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
@@ -625,10 +677,10 @@ __device__ __forceinline__ int window_argmax(const pool_geo &g, const T *x, int 
     int arg = -1;
     for (int yy = ys; yy < ye; yy++)
         for (int xx = xs; xx < xe; xx++) {
-            float v = tof(x[pidx(g, b, ch, yy, xx, g.h, g.w)]);
+            float v = tof(x[pidx<I>(g, b, ch, yy, xx, g.h, g.w)]);
             if (arg < 0 || v > m) {
                 m = v;
-                arg = yy * g.w + xx;
+                arg = (yy - y0) * g.kw + (xx - x0);
             }
         }
     *mv = m;
@@ -643,32 +695,24 @@ __device__ __forceinline__ float avg_div(const pool_geo &g, int oy, int ox)
     return (float)((ye - ys) * (xe - xs));
 }
 
-template <class T>
-__global__ void k_pool_fwd(pool_geo g, int kind, const T *x, T *y, float beta)
+template <class T, class I>
+__global__ void k_pool_fwd(pool_geo g, int kind, const T *x, T *y, float beta, uint8_t *argmax)
 {
-    size_t total = (size_t)g.n * g.c * g.p * g.q;
-    GRID_STRIDE(i, total)
-    {
+    I total = (I)g.n * g.c * g.p * g.q;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
         int b, ch, oy, ox;
-        size_t r = i;
-        if (g.nhwc) {
-            ch = (int)(r % g.c); r /= g.c;
-            ox = (int)(r % g.q); r /= g.q;
-            oy = (int)(r % g.p); b = (int)(r / g.p);
-        } else {
-            ox = (int)(r % g.q); r /= g.q;
-            oy = (int)(r % g.p); r /= g.p;
-            ch = (int)(r % g.c); b = (int)(r / g.c);
-        }
+        unflat<I>(g, i, g.p, g.q, b, ch, oy, ox);
         float v;
         if (kind == MD_POOL_MAX) {
-            window_argmax<T>(g, x, b, ch, oy, ox, &v);
+            int arg = window_argmax<T, I>(g, x, b, ch, oy, ox, &v);
+            if (argmax) argmax[i] = (uint8_t)(arg < 0 ? 255 : arg);
+            if (!y) continue;
         } else {
             int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
             int ys = max(y0, 0), ye = min(y0 + g.kh, g.h), xs = max(x0, 0), xe = min(x0 + g.kw, g.w);
             float s = 0.0f;
             for (int yy = ys; yy < ye; yy++)
-                for (int xx = xs; xx < xe; xx++) s += tof(x[pidx(g, b, ch, yy, xx, g.h, g.w)]);
+                for (int xx = xs; xx < xe; xx++) s += tof(x[pidx<I>(g, b, ch, yy, xx, g.h, g.w)]);
             float dv = avg_div(g, oy, ox);
             v = dv > 0.0f ? s / dv : 0.0f;
         }
@@ -677,24 +721,15 @@ __global__ void k_pool_fwd(pool_geo g, int kind, const T *x, T *y, float beta)
     }
 }
 
-/* A thread per input element gathers from every window that covers it. */
-template <class T>
-__global__ void k_pool_bwd(pool_geo g, int kind, const T *x, const T *dy, T *dx, float beta)
+/* A thread per input element gathers from every window that covers it; max
+ * pooling reads each window's argmax from the first pass (no recomputation). */
+template <class T, class I>
+__global__ void k_pool_bwd(pool_geo g, int kind, const uint8_t *argmax, const T *dy, T *dx, float beta)
 {
-    size_t total = (size_t)g.n * g.c * g.h * g.w;
-    GRID_STRIDE(i, total)
-    {
+    I total = (I)g.n * g.c * g.h * g.w;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
         int b, ch, iy, ix;
-        size_t r = i;
-        if (g.nhwc) {
-            ch = (int)(r % g.c); r /= g.c;
-            ix = (int)(r % g.w); r /= g.w;
-            iy = (int)(r % g.h); b = (int)(r / g.h);
-        } else {
-            ix = (int)(r % g.w); r /= g.w;
-            iy = (int)(r % g.h); r /= g.h;
-            ch = (int)(r % g.c); b = (int)(r / g.c);
-        }
+        unflat<I>(g, i, g.h, g.w, b, ch, iy, ix);
         /* windows oy with oy*sh - ph <= iy < oy*sh - ph + kh */
         int oy0 = iy + g.ph - g.kh + 1, ox0 = ix + g.pw - g.kw + 1;
         oy0 = oy0 <= 0 ? 0 : (oy0 + g.sh - 1) / g.sh;
@@ -703,13 +738,13 @@ __global__ void k_pool_bwd(pool_geo g, int kind, const T *x, const T *dy, T *dx,
         float s = 0.0f;
         for (int oy = oy0; oy <= oy1; oy++)
             for (int ox = ox0; ox <= ox1; ox++) {
-                float d = tof(dy[pidx(g, b, ch, oy, ox, g.p, g.q)]);
+                I o = pidx<I>(g, b, ch, oy, ox, g.p, g.q);
                 if (kind == MD_POOL_MAX) {
-                    float mv;
-                    if (window_argmax<T>(g, x, b, ch, oy, ox, &mv) == iy * g.w + ix) s += d;
+                    int me = (iy - (oy * g.sh - g.ph)) * g.kw + (ix - (ox * g.sw - g.pw));
+                    if (argmax[o] == me) s += tof(dy[o]);
                 } else {
                     float dv = avg_div(g, oy, ox);
-                    if (dv > 0.0f) s += d / dv;
+                    if (dv > 0.0f) s += tof(dy[o]) / dv;
                 }
             }
         if (beta != 0.0f) s += beta * tof(dx[i]);
@@ -724,26 +759,60 @@ static pool_geo geo_of(const struct md_pool2d_args *a)
     return g;
 }
 
+/* 32-bit indices when every flat index of input and output fits. */
+static int small_index(const struct md_pool2d_args *a)
+{
+    size_t in = (size_t)a->n * a->c * a->h * a->w, out = (size_t)a->n * a->c * a->p * a->q;
+    return in < 0x7fffffffu && out < 0x7fffffffu;
+}
+
 md_status md_cuda_pool2d_fwd(md_device *dev, const struct md_pool2d_args *a)
 {
     size_t total = (size_t)a->n * a->c * a->p * a->q;
     if (!total) return MD_OK;
     pool_geo g = geo_of(a);
+    cudaStream_t s = md_cuda_impl(dev)->stream;
+    unsigned blocks = md_cu_blocks(dev, total);
     MD_CU_DISPATCH(a->dtype, "pool2d_fwd", {
-        k_pool_fwd<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
-            g, a->kind, (const T *)a->x, (T *)a->y_out, a->beta);
+        if (small_index(a))
+            k_pool_fwd<T, unsigned><<<blocks, MD_THREADS, 0, s>>>(g, a->kind, (const T *)a->x, (T *)a->y_out, a->beta,
+                                                                NULL);
+        else
+            k_pool_fwd<T, size_t><<<blocks, MD_THREADS, 0, s>>>(g, a->kind, (const T *)a->x, (T *)a->y_out, a->beta,
+                                                              NULL);
     });
     return md_cuda_check_launch("pool2d_fwd");
 }
 
 md_status md_cuda_pool2d_bwd(md_device *dev, const struct md_pool2d_args *a)
 {
-    size_t total = (size_t)a->n * a->c * a->h * a->w;
+    struct md_cuda_dev *cd = md_cuda_impl(dev);
+    size_t total = (size_t)a->n * a->c * a->h * a->w, nout = (size_t)a->n * a->c * a->p * a->q;
     if (!total) return MD_OK;
+    if (a->kind == MD_POOL_MAX && a->kh * a->kw > 254)
+        return md_errf(MD_ERR_UNSUPPORTED, "cuda pool2d_bwd: max-pool window %dx%d above 254 elements", a->kh, a->kw);
     pool_geo g = geo_of(a);
+    uint8_t *arg = NULL;
+    if (a->kind == MD_POOL_MAX && nout) {
+        MD_TRY(md_cuda_scratch_get(dev, &cd->red_ws, nout, "reduction scratch"));
+        arg = (uint8_t *)cd->red_ws.ptr;
+    }
+    int small = small_index(a);
     MD_CU_DISPATCH(a->dtype, "pool2d_bwd", {
-        k_pool_bwd<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
-            g, a->kind, (const T *)a->x, (const T *)a->dy, (T *)a->dx, a->beta);
+        if (arg) {
+            if (small)
+                k_pool_fwd<T, unsigned><<<md_cu_blocks(dev, nout), MD_THREADS, 0, cd->stream>>>(
+                    g, a->kind, (const T *)a->x, NULL, 0.0f, arg);
+            else
+                k_pool_fwd<T, size_t><<<md_cu_blocks(dev, nout), MD_THREADS, 0, cd->stream>>>(
+                    g, a->kind, (const T *)a->x, NULL, 0.0f, arg);
+        }
+        if (small)
+            k_pool_bwd<T, unsigned><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
+                g, a->kind, arg, (const T *)a->dy, (T *)a->dx, a->beta);
+        else
+            k_pool_bwd<T, size_t><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
+                g, a->kind, arg, (const T *)a->dy, (T *)a->dx, a->beta);
     });
     return md_cuda_check_launch("pool2d_bwd");
 }
