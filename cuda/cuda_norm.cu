@@ -140,6 +140,7 @@ __global__ void k_chred_nhwc_v(red_in in, size_t rows, int c, int splits, float 
                 inv_r[k] = in.invstd[c0 + k];
             }
         }
+#pragma unroll 4
         for (size_t r = (size_t)sp * RY + threadIdx.y; r < rows; r += (size_t)splits * RY) {
             size_t off = r * c + c0;
             if (MODE == RED_STATS) {
@@ -195,7 +196,7 @@ static md_status chan_reduce(md_device *dev, const red_in &in, int n, int c, int
                              size_t extra, float **part, float **extra_p, int *splits)
 {
     struct md_cuda_dev *cd = md_cuda_impl(dev);
-    int target = cd->sm_count * 4, s;
+    int target = cd->sm_count * 8, s;
     size_t rows = (size_t)n * hw;
     if (layout == MD_NHWC) {
         int tiles = (c + 31) / 32;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/backend_impl.h"
 #include "backend/kernels_call.h"
 #include "core/rng.h"
 #include "core/status.h"
@@ -134,6 +135,15 @@ static void bench_conv(const struct cshape *cs, md_dtype t)
                                .pad_w = cs->pad, .dil_h = 1, .dil_w = 1, .groups = 1, .layout = MD_NHWC, .dtype = t,
                                .x = x, .wt = w, .y = y, .dx = dx, .dwt = dw, .dy = dy};
     double fl = 2.0 * ny * cs->c * cs->r * cs->s;
+    if (getenv("KBENCH_BETA1")) { /* accumulate into the outputs, as a tensor feeding two layers */
+        char nm[128];
+        a.beta = 1.0f;
+        snprintf(nm, sizeof nm, "conv_%s_bwd_data_beta1", cs->name);
+        host_and_graph(conv_bd_step, &a, nm, t, fl);
+        snprintf(nm, sizeof nm, "conv_%s_fwd_beta1", cs->name);
+        host_and_graph(conv_fwd_step, &a, nm, t, fl);
+        a.beta = 0.0f;
+    }
     float f = time_it(conv_fwd_step, &a, 3, 20);
     float bd = time_it(conv_bd_step, &a, 3, 20);
     float bf = time_it(conv_bf_step, &a, 3, 20);
@@ -310,6 +320,143 @@ static void bench_step(const char *model, int batch, md_dtype t)
     md_model_free(c.m);
 }
 
+/* ---- per-kernel profile of one eager step: every entry of the device's
+ * kernel table is wrapped with two events (a benchmarking hack: the table is
+ * patched in place) and GPU time is summed per kernel ---- */
+#define PROF_MAX 4096
+static struct md_kernels prof_orig;
+static md_event *prof_ev[PROF_MAX][2];
+static int prof_kind[PROF_MAX], prof_n;
+static double prof_ms[MD_KERNEL_COUNT];
+static struct md_conv2d_args prof_conv[PROF_MAX]; /* shapes of the convolution calls */
+static int prof_calls[MD_KERNEL_COUNT];
+
+#define PROF_WRAP(op, argt, idx)                                                                     \
+    static md_status prof_##op(md_device *d, const struct argt *a)                                   \
+    {                                                                                                \
+        int i = prof_n < PROF_MAX ? prof_n++ : -1;                                                   \
+        if (i >= 0) {                                                                                \
+            prof_kind[i] = idx;                                                                      \
+            md_event_record(d, prof_ev[i][0]);                                                       \
+        }                                                                                            \
+        md_status st = prof_orig.op(d, a);                                                           \
+        if (i >= 0) md_event_record(d, prof_ev[i][1]);                                               \
+        return st;                                                                                   \
+    }
+PROF_WRAP(gemm, md_gemm_args, 0)
+#define PROF_WRAP_CONV(op, idx)                                                                      \
+    static md_status prof_##op(md_device *d, const struct md_conv2d_args *a)                         \
+    {                                                                                                \
+        if (prof_n < PROF_MAX) prof_conv[prof_n] = *a;                                               \
+        int i = prof_n < PROF_MAX ? prof_n++ : -1;                                                   \
+        if (i >= 0) {                                                                                \
+            prof_kind[i] = idx;                                                                      \
+            md_event_record(d, prof_ev[i][0]);                                                       \
+        }                                                                                            \
+        md_status st = prof_orig.op(d, a);                                                           \
+        if (i >= 0) md_event_record(d, prof_ev[i][1]);                                               \
+        return st;                                                                                   \
+    }
+PROF_WRAP_CONV(conv2d_fwd, 1)
+PROF_WRAP_CONV(conv2d_bwd_data, 2)
+PROF_WRAP_CONV(conv2d_bwd_filter, 3)
+PROF_WRAP(batchnorm_fwd, md_batchnorm_args, 4)
+PROF_WRAP(batchnorm_bwd, md_batchnorm_args, 5)
+PROF_WRAP(act_fwd, md_act_args, 6)
+PROF_WRAP(act_bwd, md_act_args, 7)
+PROF_WRAP(pool2d_fwd, md_pool2d_args, 8)
+PROF_WRAP(pool2d_bwd, md_pool2d_args, 9)
+PROF_WRAP(gap_fwd, md_gap_args, 10)
+PROF_WRAP(gap_bwd, md_gap_args, 11)
+PROF_WRAP(bias_add, md_bias_args, 12)
+PROF_WRAP(bias_grad, md_bias_args, 13)
+PROF_WRAP(dropout_fwd, md_dropout_args, 14)
+PROF_WRAP(dropout_bwd, md_dropout_args, 15)
+PROF_WRAP(ew, md_ew_args, 16)
+PROF_WRAP(reduce, md_reduce_args, 17)
+PROF_WRAP(chslice, md_chslice_args, 18)
+PROF_WRAP(xent, md_xent_args, 19)
+PROF_WRAP(cast, md_cast_args, 20)
+PROF_WRAP(permute, md_permute_args, 21)
+PROF_WRAP(optim, md_optim_args, 22)
+
+static void bench_profile(const char *model, int batch, md_dtype t)
+{
+    struct md_backend_ops *ops = (struct md_backend_ops *)(uintptr_t)dev->ops;
+    prof_orig = ops->kernels;
+    struct md_kernels *k = &ops->kernels;
+    k->gemm = prof_gemm; k->conv2d_fwd = prof_conv2d_fwd; k->conv2d_bwd_data = prof_conv2d_bwd_data;
+    k->conv2d_bwd_filter = prof_conv2d_bwd_filter; k->batchnorm_fwd = prof_batchnorm_fwd;
+    k->batchnorm_bwd = prof_batchnorm_bwd; k->act_fwd = prof_act_fwd; k->act_bwd = prof_act_bwd;
+    k->pool2d_fwd = prof_pool2d_fwd; k->pool2d_bwd = prof_pool2d_bwd; k->gap_fwd = prof_gap_fwd;
+    k->gap_bwd = prof_gap_bwd; k->bias_add = prof_bias_add; k->bias_grad = prof_bias_grad;
+    k->dropout_fwd = prof_dropout_fwd; k->dropout_bwd = prof_dropout_bwd; k->ew = prof_ew; k->reduce = prof_reduce;
+    k->chslice = prof_chslice; k->xent = prof_xent; k->cast = prof_cast; k->permute = prof_permute;
+    k->optim = prof_optim;
+    for (int i = 0; i < PROF_MAX; i++) {
+        CK(md_event_create(dev, &prof_ev[i][0]), "event");
+        CK(md_event_create(dev, &prof_ev[i][1]), "event");
+    }
+    struct md_model_opts o;
+    md_model_opts_default(&o);
+    o.layout = MD_NHWC;
+    o.compute_dtype = t;
+    struct step_ctx c = {.batch = batch};
+    CK(md_model_load(model, NULL, &o, &c.m), "model load");
+    CK(md_model_bind(c.m, dev, batch), "model bind");
+    CK(md_dev_alloc(dev, (size_t)batch * 4, (void **)&c.labels, "labels"), "labels");
+    CK(md_dev_memset0(dev, c.labels, (size_t)batch * 4), "labels");
+    CK(md_dev_alloc(dev, 4, (void **)&c.loss, "loss"), "loss");
+    CK(md_dev_alloc(dev, md_model_nparams(c.m) * 4, (void **)&c.mom, "momentum"), "momentum");
+    CK(md_dev_memset0(dev, c.mom, md_model_nparams(c.m) * 4), "momentum");
+    for (int w = 0; w < 3; w++) {
+        prof_n = 0;
+        CK(train_step(&c), "step");
+    }
+
+    prof_n = 0;
+    memset(prof_ms, 0, sizeof prof_ms);
+    memset(prof_calls, 0, sizeof prof_calls);
+    /* ~80 ms of matrix products queued first keep the GPU busy while the host
+     * enqueues the whole step, so each event pair measures device time only. */
+    int bn = 8192;
+    void *ba = rnd((size_t)bn * bn, MD_BF16, 31), *bb = rnd((size_t)bn * bn, MD_BF16, 32), *bc = rnd((size_t)bn * bn, MD_BF16, 33);
+    struct md_gemm_args bg = {.m = bn, .n = bn, .k = bn, .alpha = 1, .a = ba, .lda = bn, .b = bb, .ldb = bn, .c = bc,
+                              .ldc = bn, .batch = 1, .dtype = MD_BF16};
+    for (int i = 0; i < 60; i++) CK(prof_orig.gemm(dev, &bg), "busy gemm");
+    CK(train_step(&c), "step");
+    CK(md_dev_sync(dev), "sync");
+    md_dev_free(dev, ba);
+    md_dev_free(dev, bb);
+    md_dev_free(dev, bc);
+    double total = 0;
+    for (int i = 0; i < prof_n; i++) {
+        float ms = 0;
+        CK(md_event_elapsed_ms(dev, prof_ev[i][0], prof_ev[i][1], &ms), "elapsed");
+        prof_ms[prof_kind[i]] += ms;
+        if (prof_kind[i] >= 1 && prof_kind[i] <= 3 && ms > 0.08f) {
+            const struct md_conv2d_args *q = &prof_conv[i];
+            printf("# slow %s %.3f ms: n%d c%d %dx%d k%d %dx%d s%d p%d beta %g\n", md_kernel_names[prof_kind[i]], ms,
+                   q->n, q->c, q->h, q->w, q->k, q->r, q->s, q->stride_h, q->pad_h, q->beta);
+        }
+        prof_calls[prof_kind[i]]++;
+        total += ms;
+    }
+    printf("# profile %s b%d %s: %d kernel calls, %.3f ms summed\n", model, batch, md_dtype_name(t), prof_n, total);
+    for (int i = 0; i < MD_KERNEL_COUNT; i++)
+        if (prof_calls[i])
+            printf("prof_%s_%s\t%s\t%.4f\t%d\n", model, md_kernel_names[i], md_dtype_name(t), prof_ms[i], prof_calls[i]);
+    md_dev_free(dev, c.labels);
+    md_dev_free(dev, c.loss);
+    md_dev_free(dev, c.mom);
+    md_model_free(c.m);
+    for (int i = 0; i < PROF_MAX; i++) {
+        md_event_destroy(dev, prof_ev[i][0]);
+        md_event_destroy(dev, prof_ev[i][1]);
+    }
+    ops->kernels = prof_orig;
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : "all";
@@ -347,12 +494,27 @@ int main(int argc, char **argv)
             bench_conv(&cs[i], MD_F32);
         }
     }
+    if (!strcmp(only, "conv18")) {
+        static const struct cshape cs[] = {
+            {"r18c_l1_3x3", 256, 64, 32, 32, 64, 3, 3, 1, 1},
+            {"r18c_l2_3x3s2", 256, 64, 32, 32, 128, 3, 3, 2, 1},
+            {"r18c_l2_1x1s2", 256, 64, 32, 32, 128, 1, 1, 2, 0},
+            {"r18c_l3_3x3", 256, 256, 8, 8, 256, 3, 3, 1, 1},
+        };
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) bench_conv(&cs[i], MD_BF16);
+    }
     if (!strcmp(only, "all") || !strcmp(only, "bn")) {
         bench_bn(128, 64, 56 * 56, MD_BF16);
         bench_bn(128, 256, 56 * 56, MD_BF16);
         bench_bn(128, 64, 56 * 56, MD_F32);
     }
     if (!strcmp(only, "all") || !strcmp(only, "launch")) bench_launch();
+    if (!strcmp(only, "profile")) {
+        bench_profile("resnet50", 128, MD_BF16);
+        bench_profile("resnet18_cifar", 256, MD_BF16);
+        bench_profile("small_cnn", 256, MD_BF16);
+        bench_profile("small_cnn", 256, MD_F32);
+    }
     if (!strcmp(only, "all") || !strcmp(only, "step")) {
         static const struct { const char *name; int batch; } ms[] = {
             {"small_cnn", 256}, {"resnet18_cifar", 256}, {"resnet50", 128}};
