@@ -753,6 +753,108 @@ __global__ void k_pool_bwd(pool_geo g, int kind, const uint8_t *argmax, const T 
     }
 }
 
+/* NHWC with c % V == 0: a thread per (position, V channels), 16-byte loads.
+ * fwd writes y (when non-NULL) and/or the per-window argmax bytes. */
+template <class T>
+__global__ void k_pool_fwd_v(pool_geo g, int kind, const T *x, T *y, float beta, uint8_t *argmax)
+{
+    const int V = vw<T>::V;
+    unsigned CV = (unsigned)g.c / V, total = (unsigned)g.n * g.p * g.q * CV;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        unsigned cv = i % CV, pos = i / CV;
+        int ox = (int)(pos % (unsigned)g.q), oy = (int)((pos / (unsigned)g.q) % (unsigned)g.p);
+        int b = (int)(pos / ((unsigned)g.q * g.p));
+        int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+        int ys = max(y0, 0), ye = min(y0 + g.kh, g.h), xs = max(x0, 0), xe = min(x0 + g.kw, g.w);
+        float acc[V];
+        int arg[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            acc[k] = 0.0f;
+            arg[k] = -1;
+        }
+        for (int yy = ys; yy < ye; yy++)
+            for (int xx = xs; xx < xe; xx++) {
+                uint4 u = *(const uint4 *)(x + (((size_t)b * g.h + yy) * g.w + xx) * g.c + cv * V);
+                const T *e = (const T *)&u;
+                int off = (yy - y0) * g.kw + (xx - x0);
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    float v = tof(e[k]);
+                    if (kind == MD_POOL_MAX) {
+                        if (arg[k] < 0 || v > acc[k]) {
+                            acc[k] = v;
+                            arg[k] = off;
+                        }
+                    } else {
+                        acc[k] += v;
+                    }
+                }
+            }
+        size_t o = (size_t)pos * g.c + cv * V;
+        if (argmax) {
+#pragma unroll
+            for (int k = 0; k < V; k++) argmax[o + k] = (uint8_t)(arg[k] < 0 ? 255 : arg[k]);
+        }
+        if (!y) continue;
+        float dv = kind == MD_POOL_AVG ? avg_div(g, oy, ox) : 1.0f;
+        uint4 old = beta != 0.0f ? *(const uint4 *)(y + o) : make_uint4(0, 0, 0, 0), out;
+        const T *eo = (const T *)&old;
+        T *ew = (T *)&out;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float v = kind == MD_POOL_AVG ? (dv > 0.0f ? acc[k] / dv : 0.0f) : acc[k];
+            if (beta != 0.0f) v += beta * tof(eo[k]);
+            ew[k] = fromf<T>(v);
+        }
+        *(uint4 *)(y + o) = out;
+    }
+}
+
+template <class T>
+__global__ void k_pool_bwd_v(pool_geo g, int kind, const uint8_t *argmax, const T *dy, T *dx, float beta)
+{
+    const int V = vw<T>::V;
+    unsigned CV = (unsigned)g.c / V, total = (unsigned)g.n * g.h * g.w * CV;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        unsigned cv = i % CV, pos = i / CV;
+        int ix = (int)(pos % (unsigned)g.w), iy = (int)((pos / (unsigned)g.w) % (unsigned)g.h);
+        int b = (int)(pos / ((unsigned)g.w * g.h));
+        int oy0 = iy + g.ph - g.kh + 1, ox0 = ix + g.pw - g.kw + 1;
+        oy0 = oy0 <= 0 ? 0 : (oy0 + g.sh - 1) / g.sh;
+        ox0 = ox0 <= 0 ? 0 : (ox0 + g.sw - 1) / g.sw;
+        int oy1 = min((iy + g.ph) / g.sh, g.p - 1), ox1 = min((ix + g.pw) / g.sw, g.q - 1);
+        float s[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) s[k] = 0.0f;
+        for (int oy = oy0; oy <= oy1; oy++)
+            for (int ox = ox0; ox <= ox1; ox++) {
+                size_t o = (((size_t)b * g.p + oy) * g.q + ox) * g.c + cv * V;
+                uint4 u = *(const uint4 *)(dy + o);
+                const T *e = (const T *)&u;
+                if (kind == MD_POOL_MAX) {
+                    int me = (iy - (oy * g.sh - g.ph)) * g.kw + (ix - (ox * g.sw - g.pw));
+#pragma unroll
+                    for (int k = 0; k < V; k++)
+                        if (argmax[o + k] == me) s[k] += tof(e[k]);
+                } else {
+                    float dv = avg_div(g, oy, ox);
+                    if (dv > 0.0f) {
+#pragma unroll
+                        for (int k = 0; k < V; k++) s[k] += tof(e[k]) / dv;
+                    }
+                }
+            }
+        size_t d = (size_t)pos * g.c + cv * V;
+        uint4 old = beta != 0.0f ? *(const uint4 *)(dx + d) : make_uint4(0, 0, 0, 0), out;
+        const T *eo = (const T *)&old;
+        T *ew = (T *)&out;
+#pragma unroll
+        for (int k = 0; k < V; k++) ew[k] = fromf<T>(beta != 0.0f ? s[k] + beta * tof(eo[k]) : s[k]);
+        *(uint4 *)(dx + d) = out;
+    }
+}
+
 static pool_geo geo_of(const struct md_pool2d_args *a)
 {
     pool_geo g = {a->n, a->c, a->h, a->w, a->p, a->q, a->kh, a->kw, a->stride_h, a->stride_w,
@@ -767,6 +869,12 @@ static int small_index(const struct md_pool2d_args *a)
     return in < 0x7fffffffu && out < 0x7fffffffu;
 }
 
+template <class T> static int pool_vec(const struct md_pool2d_args *a)
+{
+    return a->layout == MD_NHWC && a->c % vw<T>::V == 0 && small_index(a) && aligned16(a->x) &&
+           aligned16(a->y_out) && aligned16(a->dy) && aligned16(a->dx);
+}
+
 md_status md_cuda_pool2d_fwd(md_device *dev, const struct md_pool2d_args *a)
 {
     size_t total = (size_t)a->n * a->c * a->p * a->q;
@@ -775,6 +883,11 @@ md_status md_cuda_pool2d_fwd(md_device *dev, const struct md_pool2d_args *a)
     cudaStream_t s = md_cuda_impl(dev)->stream;
     unsigned blocks = md_cu_blocks(dev, total);
     MD_CU_DISPATCH(a->dtype, "pool2d_fwd", {
+        if (pool_vec<T>(a)) {
+            k_pool_fwd_v<T><<<md_cu_blocks(dev, total / vw<T>::V), MD_THREADS, 0, s>>>(g, a->kind, (const T *)a->x,
+                                                                                    (T *)a->y_out, a->beta, NULL);
+            return md_cuda_check_launch("pool2d_fwd");
+        }
         if (small_index(a))
             k_pool_fwd<T, unsigned><<<blocks, MD_THREADS, 0, s>>>(g, a->kind, (const T *)a->x, (T *)a->y_out, a->beta,
                                                                 NULL);
@@ -800,6 +913,16 @@ md_status md_cuda_pool2d_bwd(md_device *dev, const struct md_pool2d_args *a)
     }
     int small = small_index(a);
     MD_CU_DISPATCH(a->dtype, "pool2d_bwd", {
+        if (pool_vec<T>(a)) {
+            const int V = vw<T>::V;
+            if (arg)
+                k_pool_fwd_v<T><<<md_cu_blocks(dev, nout / V), MD_THREADS, 0, cd->stream>>>(g, a->kind, (const T *)a->x,
+                                                                                          NULL, 0.0f, arg);
+            k_pool_bwd_v<T><<<md_cu_blocks(dev, total / V), MD_THREADS, 0, cd->stream>>>(g, a->kind, arg,
+                                                                                       (const T *)a->dy, (T *)a->dx,
+                                                                                       a->beta);
+            return md_cuda_check_launch("pool2d_bwd");
+        }
         if (arg) {
             if (small)
                 k_pool_fwd<T, unsigned><<<md_cu_blocks(dev, nout), MD_THREADS, 0, cd->stream>>>(

@@ -478,9 +478,9 @@ Test(cuda, pooling_gap_bias_chslice_permute)
         for (int di = 0; di < 2; di++) /* max pooling ties in bf16 would make the routing ambiguous */
             for (int ci = 0; ci < 3; ci++)
                 for (int kind = 0; kind < 2; kind++)
-                    for (int inc = 0; inc < 2; inc++) {
+                    for (int inc = 0; inc < 4; inc++) { /* c = 5: scalar kernels; c = 16: NHWC vector kernels */
                         md_dtype t = FT[di];
-                        int n = 2, c = 5, h = pc[ci][4], w = pc[ci][5];
+                        int n = 2, c = inc < 2 ? 5 : 16, h = pc[ci][4], w = pc[ci][5];
                         int p = md_conv_out(h, pc[ci][0], pc[ci][2], pc[ci][3], 1);
                         int q = md_conv_out(w, pc[ci][1], pc[ci][2], pc[ci][3], 1);
                         size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * p * q;
@@ -493,7 +493,7 @@ Test(cuda, pooling_gap_bias_chslice_permute)
                         struct md_pool2d_args ra = {.kind = kind, .n = n, .c = c, .h = h, .w = w, .p = p, .q = q,
                                                     .kh = pc[ci][0], .kw = pc[ci][1], .stride_h = pc[ci][2],
                                                     .stride_w = pc[ci][2], .pad_h = pc[ci][3], .pad_w = pc[ci][3],
-                                                    .count_include_pad = inc, .layout = lay ? MD_NHWC : MD_NCHW,
+                                                    .count_include_pad = inc & 1, .layout = lay ? MD_NHWC : MD_NCHW,
                                                     .dtype = t, .x = X.h, .y = Y.h, .y_out = Y.h, .dy = DY.h,
                                                     .dx = DX.h};
                         struct md_pool2d_args ca = ra;
