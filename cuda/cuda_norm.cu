@@ -322,15 +322,18 @@ __global__ void k_bn_apply_v(size_t nvec, int c, const T *x, T *y, const float *
     const int V = vw<T>::V;
     int CV = c / V;
     size_t v = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-    int cv = (int)(v % CV), inc = (int)(stride % CV);
+    int cv = (int)(v % CV), inc = (int)(stride % CV), loaded = -1;
+    float sc[V], sh[V];
     for (; v < nvec; v += stride) {
         uint4 u = ((const uint4 *)x)[v], o = u, yo = u;
         if (obeta != 0.0f) yo = ((const uint4 *)y)[v];
         const T *e = (const T *)&u, *ey = (const T *)&yo;
         T *oe = (T *)&o;
-        float sc[V], sh[V];
-        load_ch<V>(scale, cv * V, sc);
-        load_ch<V>(shift, cv * V, sh);
+        if (cv != loaded) { /* usually once: the grid stride is a multiple of CV */
+            load_ch<V>(scale, cv * V, sc);
+            load_ch<V>(shift, cv * V, sh);
+            loaded = cv;
+        }
 #pragma unroll
         for (int k = 0; k < V; k++) {
             float val = tof(e[k]) * sc[k] + sh[k];
@@ -436,19 +439,22 @@ __global__ void k_bn_bwd_dx_v(size_t nvec, int c, red_in in, T *dx, const float 
     const int V = vw<T>::V;
     int CV = c / V;
     size_t v = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-    int cv = (int)(v % CV), inc = (int)(stride % CV);
+    int cv = (int)(v % CV), inc = (int)(stride % CV), loaded = -1;
+    float A[V], S[V], C[V], M[V];
     for (; v < nvec; v += stride) {
         uint4 ux = ((const uint4 *)in.x)[v], ug = ((const uint4 *)in.dy)[v], uy = ug, ud = ug, o;
         if (in.relu) uy = ((const uint4 *)in.y)[v];
         if (beta != 0.0f) ud = ((const uint4 *)dx)[v];
         const T *ex = (const T *)&ux, *eg = (const T *)&ug, *ey = (const T *)&uy, *ed = (const T *)&ud;
         T *oe = (T *)&o;
-        float A[V], S[V], C[V], M[V];
-        int c0 = cv * V;
-        load_ch<V>(co, c0, A);
-        load_ch<V>(co + c, c0, S);
-        load_ch<V>(co + 2 * c, c0, C);
-        load_ch<V>(co + 3 * c, c0, M);
+        if (cv != loaded) { /* usually once: the grid stride is a multiple of CV */
+            int c0 = cv * V;
+            load_ch<V>(co, c0, A);
+            load_ch<V>(co + c, c0, S);
+            load_ch<V>(co + 2 * c, c0, C);
+            load_ch<V>(co + 3 * c, c0, M);
+            loaded = cv;
+        }
 #pragma unroll
         for (int k = 0; k < V; k++) {
             float g = tof(eg[k]);
