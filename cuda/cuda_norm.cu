@@ -623,7 +623,7 @@ __global__ void k_gap_bwd(size_t total, int c, int hw, int nhwc, const T *dy, T 
 {
     GRID_STRIDE(i, total)
     {
-        size_t b = nhwc ? i / ((size_t)hw * c) : i / ((size_t)hw * c);
+        size_t b = i / ((size_t)hw * c); /* the sample, in either layout */
         int ch = chan_of(i, c, hw, nhwc);
         float v = tof(dy[b * c + ch]) / (float)hw;
         if (beta != 0.0f) v += beta * tof(dx[i]);
