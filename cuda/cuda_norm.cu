@@ -237,6 +237,24 @@ static md_status chan_reduce(md_device *dev, const red_in &in, int n, int c, int
  * Batch norm
  * ------------------------------------------------------------------------- */
 
+/* Stage 2: a warp per channel adds the channel's split partials (lanes take
+ * every 32nd split, then a fixed shuffle tree: deterministic). Launch with
+ * FIN_BLOCKS(c) blocks of 128 threads; returns -1 except in lane 0 of a channel. */
+#define FIN_BLOCKS(c) (((c) + 3) / 4)
+__device__ __forceinline__ int fin_sums(const float *part, int c, int splits, float *s1, float *s2)
+{
+    int ch = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    float a = 0.0f, b = 0.0f;
+    if (ch < c)
+        for (int sp = lane; sp < splits; sp += 32) {
+            a += part[((size_t)sp * c + ch) * 2];
+            b += part[((size_t)sp * c + ch) * 2 + 1];
+        }
+    *s1 = warp_sum(a);
+    *s2 = warp_sum(b);
+    return ch < c && lane == 0 ? ch : -1;
+}
+
 /* Per-channel statistics area "st" (4c floats): mean, invstd, and the affine
  * folded in, scale = gamma * invstd and shift = beta - mean * scale, so the
  * apply pass is one multiply-add per element. */
@@ -245,13 +263,9 @@ __global__ void k_bn_stats(const T *x, int c, int hw, int nhwc, long long m, int
                            float momentum, const float *gamma, const float *beta, float *st, float *save_mean,
                            float *save_invstd, float *run_mean, float *run_var)
 {
-    int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= c) return;
-    float s1 = 0.0f, s2 = 0.0f;
-    for (int s = 0; s < splits; s++) {
-        s1 += part[((size_t)s * c + ch) * 2];
-        s2 += part[((size_t)s * c + ch) * 2 + 1];
-    }
+    float s1, s2;
+    int ch = fin_sums(part, c, splits, &s1, &s2);
+    if (ch < 0) return;
     float shift = tof(x[nhwc ? (size_t)ch : (size_t)ch * hw]);
     float dm = s1 / (float)m;
     float var = fmaxf(s2 / (float)m - dm * dm, 0.0f);
@@ -384,7 +398,7 @@ md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *
         int splits;
         MD_TRY((chan_reduce<T, RED_STATS>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &st,
                                           &splits)));
-        k_bn_stats<T><<<(a->c + 127) / 128, 128, 0, cd->stream>>>(
+        k_bn_stats<T><<<FIN_BLOCKS(a->c), 128, 0, cd->stream>>>(
             (const T *)a->x, a->c, a->hw, nhwc, (long long)a->n * a->hw, splits, part, a->eps, a->momentum, a->gamma,
             a->beta_p, st, a->save_mean, a->save_invstd, a->running_mean, a->running_var);
         MD_TRY(md_cuda_check_launch("batchnorm_fwd (statistics)"));
@@ -403,13 +417,9 @@ __global__ void k_bn_bwd_sums(int c, int splits, const float *part, float m, int
                               const float *invstd, const float *gamma, float *co, float *dgamma, float *dbeta,
                               float beta)
 {
-    int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= c) return;
-    float s1 = 0.0f, s2 = 0.0f;
-    for (int s = 0; s < splits; s++) {
-        s1 += part[((size_t)s * c + ch) * 2];
-        s2 += part[((size_t)s * c + ch) * 2 + 1];
-    }
+    float s1, s2;
+    int ch = fin_sums(part, c, splits, &s1, &s2);
+    if (ch < 0) return;
     float inv = invstd[ch], A = (gamma ? gamma[ch] : 1.0f) * inv;
     co[ch] = A;
     co[c + ch] = training ? s1 / m : 0.0f;
@@ -498,7 +508,7 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
             st = chan_reduce<T, RED_STATS>(dev, sin, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &co,
                                            &splits);
             if (st != MD_OK) goto done;
-            k_bn_stats<T><<<(a->c + 127) / 128, 128, 0, cd->stream>>>(
+            k_bn_stats<T><<<FIN_BLOCKS(a->c), 128, 0, cd->stream>>>(
                 (const T *)a->x, a->c, a->hw, nhwc, (long long)a->n * a->hw, splits, part, a->eps, 0.0f, a->gamma,
                 a->beta_p, tmp, NULL, NULL, NULL, NULL);
             mean = tmp;
@@ -507,7 +517,7 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
         red_in in = {a->x, a->y, a->dy, mean, invstd, a->gamma, a->beta_p, relu};
         st = chan_reduce<T, RED_BWD>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &co, &splits);
         if (st != MD_OK) goto done;
-        k_bn_bwd_sums<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, splits, part, (float)((double)a->n * a->hw),
+        k_bn_bwd_sums<<<FIN_BLOCKS(a->c), 128, 0, cd->stream>>>(a->c, splits, part, (float)((double)a->n * a->hw),
                                                                    a->training, mean, invstd, a->gamma, co, a->dgamma,
                                                                    a->dbeta, a->beta);
         const int V = vw<T>::V;
@@ -547,10 +557,9 @@ md_status md_cuda_bias_add(md_device *dev, const struct md_bias_args *a)
 
 __global__ void k_bias_fin(int c, int splits, const float *part, float *dbias, float beta)
 {
-    int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= c) return;
-    float s1 = 0.0f;
-    for (int s = 0; s < splits; s++) s1 += part[((size_t)s * c + ch) * 2];
+    float s1, s2;
+    int ch = fin_sums(part, c, splits, &s1, &s2);
+    if (ch < 0) return;
     dbias[ch] = beta != 0.0f ? s1 + beta * dbias[ch] : s1;
 }
 
@@ -567,7 +576,7 @@ md_status md_cuda_bias_grad(md_device *dev, const struct md_bias_args *a)
         float *part, *unused;
         int splits;
         MD_TRY((chan_reduce<T, RED_BIAS>(dev, in, a->n, a->c, a->hw, a->layout, 0, &part, &unused, &splits)));
-        k_bias_fin<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, splits, part, a->dbias, a->beta);
+        k_bias_fin<<<FIN_BLOCKS(a->c), 128, 0, cd->stream>>>(a->c, splits, part, a->dbias, a->beta);
     });
     return md_cuda_check_launch("bias_grad");
 }
