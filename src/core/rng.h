@@ -14,7 +14,14 @@
 extern "C" {
 #endif
 
-static inline uint64_t md_rng_hash(uint64_t seed, uint64_t counter)
+/* The CUDA plug-in calls the two pure functions from device code. */
+#if defined(__CUDACC__)
+#define MD_RNG_HD __host__ __device__
+#else
+#define MD_RNG_HD
+#endif
+
+static inline MD_RNG_HD uint64_t md_rng_hash(uint64_t seed, uint64_t counter)
 {
     uint64_t z = seed * 0x9e3779b97f4a7c15ull + counter + 0x632be59bd9b4e019ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -23,7 +30,7 @@ static inline uint64_t md_rng_hash(uint64_t seed, uint64_t counter)
 }
 
 /* Uniform in [0, 1) with 24 bits of precision (exact in fp32). */
-static inline float md_rng_uniform(uint64_t seed, uint64_t counter)
+static inline MD_RNG_HD float md_rng_uniform(uint64_t seed, uint64_t counter)
 {
     return (float)(md_rng_hash(seed, counter) >> 40) * (1.0f / 16777216.0f);
 }

@@ -1,0 +1,630 @@
+/* cuda_ew.cu - element-wise and small kernels: activations, dropout,
+ * arithmetic, reductions, channel slices, the fused softmax cross-entropy,
+ * casts, NCHW<->NHWC and the fused optimizer step.
+ *
+ * Memory-bound loops are grid-stride with consecutive threads on consecutive
+ * elements (coalesced); reductions are two-stage with a fixed grid and a
+ * fixed combination order, so results repeat bit for bit.
+ */
+#include <math.h>
+
+#include "core/rng.h"
+#include "cuda_device.cuh"
+
+/* ---------------------------------------------------------------------------
+ * Activations
+ * ------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float act_f(int act, float x, float alpha)
+{
+    switch (act) {
+    case MD_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case MD_ACT_LEAKY_RELU: return x > 0.0f ? x : alpha * x;
+    case MD_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case MD_ACT_SILU: return x / (1.0f + expf(-x));
+    case MD_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case MD_ACT_TANH: return tanhf(x);
+    default: return x;
+    }
+}
+
+/* d act / dx at the forward input x. */
+__device__ __forceinline__ float act_d(int act, float x, float alpha)
+{
+    switch (act) {
+    case MD_ACT_RELU: return x > 0.0f ? 1.0f : 0.0f;
+    case MD_ACT_LEAKY_RELU: return x > 0.0f ? 1.0f : alpha;
+    case MD_ACT_GELU:
+        return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
+    case MD_ACT_SILU: {
+        float s = 1.0f / (1.0f + expf(-x));
+        return s * (1.0f + x * (1.0f - s));
+    }
+    case MD_ACT_SIGMOID: {
+        float s = 1.0f / (1.0f + expf(-x));
+        return s * (1.0f - s);
+    }
+    case MD_ACT_TANH: {
+        float t = tanhf(x);
+        return 1.0f - t * t;
+    }
+    default: return 1.0f;
+    }
+}
+
+template <class T> __global__ void k_act_fwd(int act, float alpha, size_t n, const T *x, T *y, float beta)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = act_f(act, tof(x[i]), alpha);
+        if (beta != 0.0f) v += beta * tof(y[i]);
+        y[i] = fromf<T>(v);
+    }
+}
+
+template <class T>
+__global__ void k_act_bwd(int act, float alpha, size_t n, const T *x, const T *dy, T *dx, float beta)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = act == MD_ACT_RELU ? (tof(x[i]) > 0.0f ? tof(dy[i]) : 0.0f)
+                                     : act_d(act, tof(x[i]), alpha) * tof(dy[i]);
+        if (beta != 0.0f) v += beta * tof(dx[i]);
+        dx[i] = fromf<T>(v);
+    }
+}
+
+/* 16-byte vector versions (V = 16 / sizeof(T) elements per load), used when
+ * n is a multiple of V and every pointer is 16-byte aligned. */
+template <class T> struct vwe { enum { V = 16 / sizeof(T) }; };
+static inline int al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+template <class T>
+__global__ void k_act_fwd_v(int act, float alpha, size_t nv, const T *x, T *y, float beta)
+{
+    const int V = vwe<T>::V;
+    GRID_STRIDE(i, nv)
+    {
+        uint4 u = ((const uint4 *)x)[i], o, uy = u;
+        if (beta != 0.0f) uy = ((const uint4 *)y)[i];
+        const T *e = (const T *)&u, *ey = (const T *)&uy;
+        T *oe = (T *)&o;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float v = act_f(act, tof(e[k]), alpha);
+            if (beta != 0.0f) v += beta * tof(ey[k]);
+            oe[k] = fromf<T>(v);
+        }
+        ((uint4 *)y)[i] = o;
+    }
+}
+
+template <class T>
+__global__ void k_act_bwd_v(int act, float alpha, size_t nv, const T *x, const T *dy, T *dx, float beta)
+{
+    const int V = vwe<T>::V;
+    GRID_STRIDE(i, nv)
+    {
+        uint4 ux = ((const uint4 *)x)[i], ug = ((const uint4 *)dy)[i], ud = ug, o;
+        if (beta != 0.0f) ud = ((const uint4 *)dx)[i];
+        const T *ex = (const T *)&ux, *eg = (const T *)&ug, *ed = (const T *)&ud;
+        T *oe = (T *)&o;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float xv = tof(ex[k]);
+            float v = act == MD_ACT_RELU ? (xv > 0.0f ? tof(eg[k]) : 0.0f) : act_d(act, xv, alpha) * tof(eg[k]);
+            if (beta != 0.0f) v += beta * tof(ed[k]);
+            oe[k] = fromf<T>(v);
+        }
+        ((uint4 *)dx)[i] = o;
+    }
+}
+
+static md_status check_act(int act, const char *op)
+{
+    if (act < 0 || act >= MD_ACT_COUNT) return md_errf(MD_ERR_INTERNAL, "cuda %s: unknown activation %d", op, act);
+    return MD_OK;
+}
+
+md_status md_cuda_act_fwd(md_device *dev, const struct md_act_args *a)
+{
+    MD_TRY(check_act(a->act, "act_fwd"));
+    if (!a->n) return MD_OK;
+    MD_CU_DISPATCH(a->dtype, "act_fwd", {
+        if (a->n % vwe<T>::V == 0 && al16(a->x) && al16(a->y)) {
+            size_t nv = a->n / vwe<T>::V;
+            k_act_fwd_v<T><<<md_cu_blocks(dev, nv), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+                a->act, a->alpha, nv, (const T *)a->x, (T *)a->y, a->beta);
+            return md_cuda_check_launch("act_fwd");
+        }
+        k_act_fwd<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+            a->act, a->alpha, a->n, (const T *)a->x, (T *)a->y, a->beta);
+    });
+    return md_cuda_check_launch("act_fwd");
+}
+
+md_status md_cuda_act_bwd(md_device *dev, const struct md_act_args *a)
+{
+    MD_TRY(check_act(a->act, "act_bwd"));
+    if (!a->n) return MD_OK;
+    MD_CU_DISPATCH(a->dtype, "act_bwd", {
+        if (a->n % vwe<T>::V == 0 && al16(a->x) && al16(a->dy) && al16(a->dx)) {
+            size_t nv = a->n / vwe<T>::V;
+            k_act_bwd_v<T><<<md_cu_blocks(dev, nv), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+                a->act, a->alpha, nv, (const T *)a->x, (const T *)a->dy, (T *)a->dx, a->beta);
+            return md_cuda_check_launch("act_bwd");
+        }
+        k_act_bwd<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+            a->act, a->alpha, a->n, (const T *)a->x, (const T *)a->dy, (T *)a->dx, a->beta);
+    });
+    return md_cuda_check_launch("act_bwd");
+}
+
+/* ---------------------------------------------------------------------------
+ * Dropout: the mask is md_rng_uniform(seed, offset + i) >= p, the same
+ * function the CPU runs, so masks agree bit for bit across backends.
+ * ------------------------------------------------------------------------- */
+
+template <class T>
+__global__ void k_dropout_fwd(size_t n, float p, float scale, uint64_t seed, uint64_t off, const T *x, T *y,
+                              uint8_t *mask, float beta)
+{
+    GRID_STRIDE(i, n)
+    {
+        int keep = !(md_rng_uniform(seed, off + i) < p);
+        float v = keep ? tof(x[i]) * scale : 0.0f;
+        if (beta != 0.0f) v += beta * tof(y[i]);
+        y[i] = fromf<T>(v);
+        if (mask) mask[i] = (uint8_t)keep;
+    }
+}
+
+template <class T>
+__global__ void k_dropout_bwd(size_t n, float p, float scale, uint64_t seed, uint64_t off, const uint8_t *mask,
+                              const T *dy, T *dx, float beta)
+{
+    GRID_STRIDE(i, n)
+    {
+        int keep = mask ? mask[i] != 0 : !(md_rng_uniform(seed, off + i) < p);
+        float v = keep ? tof(dy[i]) * scale : 0.0f;
+        if (beta != 0.0f) v += beta * tof(dx[i]);
+        dx[i] = fromf<T>(v);
+    }
+}
+
+static float dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+md_status md_cuda_dropout_fwd(md_device *dev, const struct md_dropout_args *a)
+{
+    if (!a->n) return MD_OK;
+    MD_CU_DISPATCH(a->dtype, "dropout_fwd", {
+        k_dropout_fwd<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+            a->n, a->p, dropout_scale(a->p), a->seed, a->offset, (const T *)a->x, (T *)a->y, a->mask, a->beta);
+    });
+    return md_cuda_check_launch("dropout_fwd");
+}
+
+md_status md_cuda_dropout_bwd(md_device *dev, const struct md_dropout_args *a)
+{
+    if (!a->n) return MD_OK;
+    MD_CU_DISPATCH(a->dtype, "dropout_bwd", {
+        k_dropout_bwd<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+            a->n, a->p, dropout_scale(a->p), a->seed, a->offset, a->mask, (const T *)a->dy, (T *)a->dx, a->beta);
+    });
+    return md_cuda_check_launch("dropout_bwd");
+}
+
+/* ---------------------------------------------------------------------------
+ * Element-wise arithmetic
+ * ------------------------------------------------------------------------- */
+
+template <class T>
+__global__ void k_ew(int op, size_t n, float alpha, float beta, const float *scale, const T *a, const T *b, T *y)
+{
+    float al = scale ? alpha * *scale : alpha;
+    GRID_STRIDE(i, n)
+    {
+        float v;
+        switch (op) {
+        case MD_EW_AXPBY: v = al * tof(a[i]) + (beta != 0.0f ? beta * tof(b[i]) : 0.0f); break;
+        case MD_EW_MUL: v = tof(a[i]) * tof(b[i]); break;
+        case MD_EW_FILL: v = alpha; break;
+        default: v = tof(a[i]); break;
+        }
+        y[i] = fromf<T>(v);
+    }
+}
+
+template <class T>
+__global__ void k_ew_v(int op, size_t nv, float alpha, float beta, const float *scale, const T *a, const T *b, T *y)
+{
+    const int V = vwe<T>::V;
+    float al = scale ? alpha * *scale : alpha;
+    GRID_STRIDE(i, nv)
+    {
+        uint4 ua = ((const uint4 *)a)[i], ub = ua, o;
+        if (op == MD_EW_MUL || (op == MD_EW_AXPBY && beta != 0.0f)) ub = ((const uint4 *)b)[i];
+        const T *ea = (const T *)&ua, *eb = (const T *)&ub;
+        T *oe = (T *)&o;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float v = op == MD_EW_MUL ? tof(ea[k]) * tof(eb[k])
+                                      : al * tof(ea[k]) + (beta != 0.0f ? beta * tof(eb[k]) : 0.0f);
+            oe[k] = fromf<T>(v);
+        }
+        ((uint4 *)y)[i] = o;
+    }
+}
+
+md_status md_cuda_ew(md_device *dev, const struct md_ew_args *a)
+{
+    if (a->op < 0 || a->op >= MD_EW_COUNT) return md_errf(MD_ERR_INTERNAL, "cuda ew: unknown op %d", a->op);
+    if (!a->n) return MD_OK;
+    cudaStream_t s = md_cuda_impl(dev)->stream;
+    if (a->op == MD_EW_COPY && a->y != a->a) {
+        MD_CU_TRY(cudaMemcpyAsync(a->y, a->a, a->n * md_dtype_size(a->dtype), cudaMemcpyDeviceToDevice, s), "ew copy");
+        return MD_OK;
+    }
+    MD_CU_DISPATCH(a->dtype, "ew", {
+        if ((a->op == MD_EW_AXPBY || a->op == MD_EW_MUL) && a->n % vwe<T>::V == 0 && al16(a->a) && al16(a->y) &&
+            (a->op == MD_EW_AXPBY && a->beta == 0.0f ? 1 : al16(a->b))) {
+            size_t nv = a->n / vwe<T>::V;
+            k_ew_v<T><<<md_cu_blocks(dev, nv), MD_THREADS, 0, s>>>(a->op, nv, a->alpha, a->beta, a->scale_dev,
+                                                                  (const T *)a->a, (const T *)a->b, (T *)a->y);
+            return md_cuda_check_launch("ew");
+        }
+        k_ew<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, s>>>(a->op, a->n, a->alpha, a->beta, a->scale_dev,
+                                                              (const T *)a->a, (const T *)a->b, (T *)a->y);
+    });
+    return md_cuda_check_launch("ew");
+}
+
+/* ---------------------------------------------------------------------------
+ * Reductions into one fp32 scalar: a fixed grid of partial sums, then one
+ * block adds them in order.
+ * ------------------------------------------------------------------------- */
+
+#define RED_BLOCKS 512
+
+template <class T> __global__ void k_reduce1(int op, size_t n, const T *a, const T *b, float *part)
+{
+    float s = 0.0f;
+    GRID_STRIDE(i, n)
+    {
+        float v = tof(a[i]);
+        s += op == MD_RED_SUM ? v : op == MD_RED_SUMSQ ? v * v : v * tof(b[i]);
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+__global__ void k_reduce2(int nparts, const float *part, float *out, float beta)
+{
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x) s += part[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0) out[0] = beta != 0.0f ? s + beta * out[0] : s;
+}
+
+md_status md_cuda_reduce(md_device *dev, const struct md_reduce_args *a)
+{
+    struct md_cuda_dev *cd = md_cuda_impl(dev);
+    if (a->op < MD_RED_SUM || a->op > MD_RED_DOT) return md_errf(MD_ERR_INTERNAL, "cuda reduce: unknown op %d", a->op);
+    size_t nb = (a->n + MD_THREADS - 1) / MD_THREADS;
+    int blocks = nb > RED_BLOCKS ? RED_BLOCKS : nb ? (int)nb : 1;
+    MD_TRY(md_cuda_scratch_get(dev, &cd->red_ws, RED_BLOCKS * sizeof(float), "reduction scratch"));
+    float *part = (float *)cd->red_ws.ptr;
+    MD_CU_DISPATCH(a->dtype, "reduce", {
+        k_reduce1<T><<<blocks, MD_THREADS, 0, cd->stream>>>(a->op, a->n, (const T *)a->a, (const T *)a->b, part);
+    });
+    MD_TRY(md_cuda_check_launch("reduce"));
+    k_reduce2<<<1, 512, 0, cd->stream>>>(blocks, part, a->out, a->beta);
+    return md_cuda_check_launch("reduce (final)");
+}
+
+/* ---------------------------------------------------------------------------
+ * Channel slices (concat)
+ * ------------------------------------------------------------------------- */
+
+template <class T>
+__global__ void k_chslice(size_t total, int hw, int cc, int src_c, int src_off, int dst_c, int dst_off, int nhwc,
+                          const T *src, T *dst, float beta)
+{
+    GRID_STRIDE(i, total)
+    {
+        size_t si, di;
+        if (nhwc) {
+            size_t row = i / cc, ch = i % cc;
+            si = row * src_c + src_off + ch;
+            di = row * dst_c + dst_off + ch;
+        } else {
+            size_t b = i / ((size_t)cc * hw), rem = i % ((size_t)cc * hw), ch = rem / hw, s = rem % hw;
+            si = (b * src_c + src_off + ch) * hw + s;
+            di = (b * dst_c + dst_off + ch) * hw + s;
+        }
+        float v = tof(src[si]);
+        if (beta != 0.0f) v += beta * tof(dst[di]);
+        dst[di] = fromf<T>(v);
+    }
+}
+
+md_status md_cuda_chslice(md_device *dev, const struct md_chslice_args *a)
+{
+    size_t total = (size_t)a->n * a->cc * a->hw;
+    if (!total) return MD_OK;
+    MD_CU_DISPATCH(a->dtype, "chslice", {
+        k_chslice<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+            total, a->hw, a->cc, a->src_c, a->src_off, a->dst_c, a->dst_off, a->layout == MD_NHWC,
+            (const T *)a->src, (T *)a->dst, a->beta);
+    });
+    return md_cuda_check_launch("chslice");
+}
+
+/* ---------------------------------------------------------------------------
+ * Softmax cross-entropy: a block per sample writes its loss and hit into the
+ * scratch and its gradient row; one block then adds the batch in order.
+ * ------------------------------------------------------------------------- */
+
+#define XENT_THREADS 128
+
+template <class T>
+__global__ void k_xent_rows(int classes, float smoothing, const T *logits, const int32_t *labels, float *row_loss,
+                            float *row_hit, T *dlogits, float grad_scale)
+{
+    __shared__ float smax[32];
+    __shared__ int sarg[32];
+    int row = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const T *x = logits + (size_t)row * classes;
+    /* max and the lowest index reaching it */
+    float m = -INFINITY;
+    int arg = classes;
+    for (int j = threadIdx.x; j < classes; j += blockDim.x) {
+        float v = tof(x[j]);
+        if (v > m || (v == m && j < arg)) {
+            m = v;
+            arg = j;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float om = __shfl_xor_sync(0xffffffffu, m, o);
+        int oa = __shfl_xor_sync(0xffffffffu, arg, o);
+        if (om > m || (om == m && oa < arg)) {
+            m = om;
+            arg = oa;
+        }
+    }
+    if (lane == 0) {
+        smax[wid] = m;
+        sarg[wid] = arg;
+    }
+    __syncthreads();
+    m = lane < nw ? smax[lane] : -INFINITY;
+    arg = lane < nw ? sarg[lane] : classes;
+    for (int o = 16; o > 0; o >>= 1) {
+        float om = __shfl_xor_sync(0xffffffffu, m, o);
+        int oa = __shfl_xor_sync(0xffffffffu, arg, o);
+        if (om > m || (om == m && oa < arg)) {
+            m = om;
+            arg = oa;
+        }
+    }
+    /* every thread now has the row's max and argmax; a NaN row gives m = -inf
+     * or NaN below, and the loss comes out NaN, which is what the caller checks */
+    float se = 0.0f, sx = 0.0f;
+    for (int j = threadIdx.x; j < classes; j += blockDim.x) {
+        float v = tof(x[j]);
+        se += expf(v - m);
+        sx += v;
+    }
+    se = block_sum(se);
+    sx = block_sum(sx);
+    int label = labels[row];
+    int ok = label >= 0 && label < classes;
+    if (threadIdx.x == 0) {
+        float xl = ok ? tof(x[label]) : NAN;
+        float lse = logf(se) + m;
+        row_loss[row] = lse - ((1.0f - smoothing) * xl + smoothing / (float)classes * sx);
+        row_hit[row] = ok && arg == label ? 1.0f : 0.0f;
+    }
+    if (dlogits) {
+        T *d = dlogits + (size_t)row * classes;
+        float off = smoothing / (float)classes, inv = 1.0f / se;
+        for (int j = threadIdx.x; j < classes; j += blockDim.x) {
+            float p = expf(tof(x[j]) - m) * inv;
+            float t = off + (j == label ? 1.0f - smoothing : 0.0f);
+            d[j] = fromf<T>(grad_scale * (p - t));
+        }
+    }
+}
+
+__global__ void k_xent_sum(int n, const float *row_loss, const float *row_hit, float *loss_sum, int32_t *correct)
+{
+    float s = 0.0f, h = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        s += row_loss[i];
+        h += row_hit[i];
+    }
+    s = block_sum(s);
+    h = block_sum(h);
+    if (threadIdx.x == 0) {
+        if (loss_sum) loss_sum[0] += s;
+        if (correct) correct[0] += (int32_t)(h + 0.5f);
+    }
+}
+
+md_status md_cuda_xent(md_device *dev, const struct md_xent_args *a)
+{
+    struct md_cuda_dev *cd = md_cuda_impl(dev);
+    if (a->n <= 0 || a->classes <= 0) return MD_OK;
+    MD_TRY(md_cuda_scratch_get(dev, &cd->red_ws, (size_t)a->n * 2 * sizeof(float), "reduction scratch"));
+    float *row_loss = (float *)cd->red_ws.ptr, *row_hit = row_loss + a->n;
+    MD_CU_DISPATCH(a->dtype, "xent", {
+        k_xent_rows<T><<<a->n, XENT_THREADS, 0, cd->stream>>>(a->classes, a->smoothing, (const T *)a->logits,
+                                                             a->labels, row_loss, row_hit, (T *)a->dlogits,
+                                                             a->grad_scale);
+    });
+    MD_TRY(md_cuda_check_launch("xent"));
+    k_xent_sum<<<1, 1024, 0, cd->stream>>>(a->n, row_loss, row_hit, a->loss_sum, a->correct);
+    return md_cuda_check_launch("xent (batch sum)");
+}
+
+/* ---------------------------------------------------------------------------
+ * Casts
+ * ------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float load_any(const void *p, int t, size_t i)
+{
+    switch (t) {
+    case MD_F16: return __half2float(((const __half *)p)[i]);
+    case MD_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    case MD_I32: return (float)((const int32_t *)p)[i];
+    case MD_U8: return (float)((const uint8_t *)p)[i];
+    default: return ((const float *)p)[i];
+    }
+}
+
+__global__ void k_cast(size_t n, int st, int dt, const void *src, void *dst)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = load_any(src, st, i);
+        switch (dt) {
+        case MD_F16: ((__half *)dst)[i] = __float2half_rn(v); break;
+        case MD_BF16: ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v); break;
+        default: ((float *)dst)[i] = v; break;
+        }
+    }
+}
+
+md_status md_cuda_cast(md_device *dev, const struct md_cast_args *a)
+{
+    if (a->dst_type != MD_F32 && a->dst_type != MD_F16 && a->dst_type != MD_BF16)
+        return md_errf(MD_ERR_UNSUPPORTED, "cuda cast: to %s is not supported", md_dtype_name(a->dst_type));
+    if (a->src_type < 0 || a->src_type >= MD_DTYPE_COUNT)
+        return md_errf(MD_ERR_INTERNAL, "cuda cast: unknown source type %d", (int)a->src_type);
+    if (!a->n) return MD_OK;
+    cudaStream_t s = md_cuda_impl(dev)->stream;
+    if (a->src_type == a->dst_type) {
+        if (a->src != a->dst)
+            MD_CU_TRY(cudaMemcpyAsync(a->dst, a->src, a->n * md_dtype_size(a->src_type), cudaMemcpyDeviceToDevice, s),
+                      "cast copy");
+        return MD_OK;
+    }
+    k_cast<<<md_cu_blocks(dev, a->n), MD_THREADS, 0, s>>>(a->n, (int)a->src_type, (int)a->dst_type, a->src, a->dst);
+    return md_cuda_check_launch("cast");
+}
+
+/* ---------------------------------------------------------------------------
+ * NCHW <-> NHWC: per sample a (rows, cols) -> (cols, rows) transpose through
+ * a padded 32x32 shared tile (coalesced reads and writes).
+ * ------------------------------------------------------------------------- */
+
+template <class E>
+__global__ void k_transpose(int rows, int cols, const E *src, E *dst)
+{
+    __shared__ E tile[32][33];
+    size_t plane = (size_t)rows * cols;
+    const E *s = src + blockIdx.z * plane;
+    E *d = dst + blockIdx.z * plane;
+    int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+    for (int k = threadIdx.y; k < 32; k += 8) {
+        int r = r0 + k, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[k][threadIdx.x] = s[(size_t)r * cols + c];
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < 32; k += 8) {
+        int c = c0 + k, r = r0 + threadIdx.x;
+        if (r < rows && c < cols) d[(size_t)c * rows + r] = tile[threadIdx.x][k];
+    }
+}
+
+md_status md_cuda_permute(md_device *dev, const struct md_permute_args *a)
+{
+    int hw = a->h * a->w;
+    if (!a->n || !a->c || !hw) return MD_OK;
+    if (a->n > 65535) return md_errf(MD_ERR_UNSUPPORTED, "cuda permute: batch %d above 65535", a->n);
+    int rows = a->to_nhwc ? a->c : hw, cols = a->to_nhwc ? hw : a->c;
+    dim3 grid((cols + 31) / 32, (rows + 31) / 32, a->n), block(32, 8);
+    cudaStream_t s = md_cuda_impl(dev)->stream;
+    size_t es = md_dtype_size(a->dtype);
+    if (es == 4)
+        k_transpose<uint32_t><<<grid, block, 0, s>>>(rows, cols, (const uint32_t *)a->src, (uint32_t *)a->dst);
+    else if (es == 2)
+        k_transpose<uint16_t><<<grid, block, 0, s>>>(rows, cols, (const uint16_t *)a->src, (uint16_t *)a->dst);
+    else if (es == 1)
+        k_transpose<uint8_t><<<grid, block, 0, s>>>(rows, cols, (const uint8_t *)a->src, (uint8_t *)a->dst);
+    else
+        return md_errf(MD_ERR_UNSUPPORTED, "cuda permute: dtype %s", md_dtype_name(a->dtype));
+    return md_cuda_check_launch("permute");
+}
+
+/* ---------------------------------------------------------------------------
+ * Optimizer step over the flat fp32 parameter buffer (PyTorch's formulas).
+ * ------------------------------------------------------------------------- */
+
+template <class H>
+__global__ void k_sgd(size_t n, float lr, float mom, float wd, int nesterov, int first, float gs, const float *gs_dev,
+                      float *p, const float *g, float *buf, H *ph)
+{
+    float scale = gs_dev ? gs * *gs_dev : gs;
+    GRID_STRIDE(i, n)
+    {
+        float w = p[i];
+        float d = g[i] * scale + wd * w;
+        if (buf && mom != 0.0f) {
+            float b = first ? d : mom * buf[i] + d;
+            buf[i] = b;
+            d = nesterov ? d + mom * b : b;
+        }
+        w -= lr * d;
+        p[i] = w;
+        if (ph) ph[i] = fromf<H>(w);
+    }
+}
+
+template <class H>
+__global__ void k_adamw(size_t n, float lr, float b1, float b2, float eps, float wd, float step_size, float bc2_sqrt,
+                        float gs, const float *gs_dev, float *p, const float *g, float *m, float *v, H *ph)
+{
+    float scale = gs_dev ? gs * *gs_dev : gs;
+    GRID_STRIDE(i, n)
+    {
+        float w = p[i] * (1.0f - lr * wd);
+        float gr = g[i] * scale;
+        float mi = b1 * m[i] + (1.0f - b1) * gr;
+        float vi = b2 * v[i] + (1.0f - b2) * gr * gr;
+        m[i] = mi;
+        v[i] = vi;
+        w -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+        p[i] = w;
+        if (ph) ph[i] = fromf<H>(w);
+    }
+}
+
+md_status md_cuda_optim(md_device *dev, const struct md_optim_args *a)
+{
+    if (!a->n) return MD_OK;
+    if (a->kind != MD_OPT_SGD && a->kind != MD_OPT_ADAMW)
+        return md_errf(MD_ERR_INTERNAL, "cuda optim: unknown optimizer %d", a->kind);
+    if (a->kind == MD_OPT_ADAMW && (!a->m || !a->v))
+        return md_errf(MD_ERR_INTERNAL, "cuda optim: AdamW needs m and v");
+    cudaStream_t s = md_cuda_impl(dev)->stream;
+    unsigned blocks = md_cu_blocks(dev, a->n);
+    long long t = a->step > 0 ? a->step : 1;
+    double bc1 = 1.0 - pow((double)a->beta1, (double)t), bc2 = 1.0 - pow((double)a->beta2, (double)t);
+    float step_size = (float)((double)a->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    md_dtype ht = a->params_half ? a->half_dtype : MD_F32;
+    if (a->params_half && ht != MD_F16 && ht != MD_BF16 && ht != MD_F32)
+        return md_errf(MD_ERR_UNSUPPORTED, "cuda optim: half copy of type %s", md_dtype_name(ht));
+    MD_CU_DISPATCH(ht, "optim", {
+        T *ph = (T *)a->params_half;
+        if (a->kind == MD_OPT_SGD)
+            k_sgd<T><<<blocks, MD_THREADS, 0, s>>>(a->n, a->lr, a->momentum, a->weight_decay, a->nesterov, t == 1,
+                                                  a->grad_scale, a->grad_scale_dev, a->params, a->grads, a->m, ph);
+        else
+            k_adamw<T><<<blocks, MD_THREADS, 0, s>>>(a->n, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay,
+                                                    step_size, bc2_sqrt, a->grad_scale, a->grad_scale_dev, a->params,
+                                                    a->grads, a->m, a->v, ph);
+    });
+    return md_cuda_check_launch("optim");
+}

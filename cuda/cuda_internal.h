@@ -1,0 +1,99 @@
+/* cuda_internal.h - state shared by the files of the CUDA plug-in.
+ *
+ * One md_cuda_dev per open device (dev->impl): the stream every kernel and
+ * copy is enqueued on, the library handles bound to it, the cuDNN
+ * convolution cache, and scratch buffers that grow but never shrink while
+ * the device is open (a captured CUDA graph keeps pointing at them; grown-out
+ * buffers are retired, not freed, until close).
+ */
+#ifndef MD_CUDA_INTERNAL_H
+#define MD_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <pthread.h>
+
+#include "backend/backend_impl.h"
+
+struct md_cuda_conv_entry; /* cuda_conv.cu */
+
+/* A device buffer from md_dev_alloc that only grows. */
+struct md_cuda_scratch {
+    void *ptr;
+    size_t bytes;
+};
+
+struct md_cuda_dev {
+    int device;
+    int sm_count;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cublasLtHandle_t blas_lt;
+    cudnnHandle_t dnn;
+    int tf32;
+    int capturing;
+
+    /* caching allocator: free lists per size class (cuda_backend.cu) */
+    pthread_mutex_t alloc_lock;
+    struct md_cuda_block *free_lists[256];
+    long long reserved; /* bytes obtained from cudaMalloc and not yet returned */
+
+    struct md_cuda_scratch blas_ws;   /* cuBLAS workspace (fixed at open) */
+    struct md_cuda_scratch conv_ws;   /* cuDNN workspace, grows */
+    struct md_cuda_scratch red_ws;    /* partial sums of reductions, grows */
+    struct md_cuda_scratch aux_ws;    /* fp32 copies for half convolutions cuDNN runs slowly, BN statistics */
+    void *retired[64];                /* grown-out scratch, freed at close */
+    int n_retired;
+
+    struct md_cuda_conv_entry *convs; /* per-shape descriptors and algorithms */
+    int autotune;                     /* cudnnFind* instead of heuristics */
+};
+
+static inline struct md_cuda_dev *md_cuda_impl(md_device *dev) { return (struct md_cuda_dev *)dev->impl; }
+
+/* Turns a CUDA runtime error into an md_status with a one-line message. */
+md_status md_cuda_err(cudaError_t e, const char *what);
+md_status md_cuda_blas_err(cublasStatus_t e, const char *what);
+md_status md_cuda_dnn_err(cudnnStatus_t e, const char *what);
+/* The last launch's error (cudaGetLastError), as a status naming the kernel. */
+md_status md_cuda_check_launch(const char *kernel);
+
+/* Makes sure s holds at least `bytes` (counted through md_dev_alloc). */
+md_status md_cuda_scratch_get(md_device *dev, struct md_cuda_scratch *s, size_t bytes, const char *what);
+
+/* Kernel families (one file each). */
+md_status md_cuda_gemm(md_device *dev, const struct md_gemm_args *a);
+md_status md_cuda_conv2d_fwd(md_device *dev, const struct md_conv2d_args *a);
+md_status md_cuda_conv2d_bwd_data(md_device *dev, const struct md_conv2d_args *a);
+md_status md_cuda_conv2d_bwd_filter(md_device *dev, const struct md_conv2d_args *a);
+void md_cuda_conv_cache_free(md_device *dev);
+
+md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a);
+md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a);
+md_status md_cuda_act_fwd(md_device *dev, const struct md_act_args *a);
+md_status md_cuda_act_bwd(md_device *dev, const struct md_act_args *a);
+md_status md_cuda_pool2d_fwd(md_device *dev, const struct md_pool2d_args *a);
+md_status md_cuda_pool2d_bwd(md_device *dev, const struct md_pool2d_args *a);
+md_status md_cuda_gap_fwd(md_device *dev, const struct md_gap_args *a);
+md_status md_cuda_gap_bwd(md_device *dev, const struct md_gap_args *a);
+md_status md_cuda_bias_add(md_device *dev, const struct md_bias_args *a);
+md_status md_cuda_bias_grad(md_device *dev, const struct md_bias_args *a);
+md_status md_cuda_dropout_fwd(md_device *dev, const struct md_dropout_args *a);
+md_status md_cuda_dropout_bwd(md_device *dev, const struct md_dropout_args *a);
+md_status md_cuda_ew(md_device *dev, const struct md_ew_args *a);
+md_status md_cuda_reduce(md_device *dev, const struct md_reduce_args *a);
+md_status md_cuda_chslice(md_device *dev, const struct md_chslice_args *a);
+md_status md_cuda_xent(md_device *dev, const struct md_xent_args *a);
+md_status md_cuda_cast(md_device *dev, const struct md_cast_args *a);
+md_status md_cuda_permute(md_device *dev, const struct md_permute_args *a);
+md_status md_cuda_optim(md_device *dev, const struct md_optim_args *a);
+
+#define MD_CU_TRY(call, what)                                                  \
+    do {                                                                       \
+        cudaError_t md_cu_e_ = (call);                                         \
+        if (md_cu_e_ != cudaSuccess) return md_cuda_err(md_cu_e_, what);       \
+    } while (0)
+
+#endif
