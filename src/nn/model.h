@@ -158,9 +158,8 @@ void md_model_set_step(md_model *m, uint64_t step);
  * touching running statistics) and names the first layer whose output has a
  * NaN/Inf ("" and *found = 0 if none). */
 md_status md_model_first_nonfinite(md_model *m, char *layer, size_t n, int *found);
-/* Index of a tensor in md_model_tensor() order whose layer is weighted_add,
- * for the "integration weights" report: iterate md_model_tensor() and pick
- * layer_type == "weighted_add". */
+/* The "integration weights" are the tensors whose layer_type is
+ * "weighted_add" (see md_model_tensor). */
 
 /* ---- weights (safetensors, tensor names as md_model_tensor) ---- */
 /* Host copies of all parameters in PyTorch order (NHWC conv weights are
