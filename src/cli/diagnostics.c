@@ -136,7 +136,8 @@ static md_status split_models(const char *list, char names[][MD_PATH_MAX], int *
 
 /* ---- reading figures back from a model's report ---------------------------------- */
 
-/* Value at a dotted path ("training.best_val_accuracy"), or NULL. */
+/* Value at a dotted path ("training.best.acc"), or NULL. An array on the
+ * way stands for its last element (per-epoch curves: the final value). */
 static const cJSON *at(const cJSON *root, const char *path)
 {
     char key[128];
@@ -146,27 +147,31 @@ static const cJSON *at(const cJSON *root, const char *path)
         size_t len = dot ? (size_t)(dot - path) : strlen(path);
         snprintf(key, sizeof key, "%.*s", (int)len, path);
         cur = cJSON_IsObject(cur) ? cJSON_GetObjectItemCaseSensitive(cur, key) : NULL;
+        if (cJSON_IsArray(cur)) cur = cJSON_GetArrayItem(cur, cJSON_GetArraySize(cur) - 1);
         path += len + (dot ? 1 : 0);
     }
     return cur;
 }
 
-/* First number found among the candidate paths (NULL-terminated); -1 when none. */
+/* First finite number found among the candidate paths (NULL-terminated);
+ * -1 when none (every figure compared here is >= 0). */
 static double num_at(const cJSON *root, const char *const *paths)
 {
     for (; *paths; paths++) {
         const cJSON *v = at(root, *paths);
-        if (cJSON_IsNumber(v)) return v->valuedouble;
+        if (cJSON_IsNumber(v) && v->valuedouble == v->valuedouble && v->valuedouble >= 0) return v->valuedouble;
     }
     return -1;
 }
 
-/* Where the stages put what the comparison needs (README "Report schema"). */
-static const char *const k_params[] = {"model.parameters", NULL};
-static const char *const k_flops[] = {"model.flops_per_sample", NULL};
-static const char *const k_acc[] = {"training.best_val_accuracy", "training.final.val_accuracy", NULL};
-static const char *const k_loss[] = {"training.final.val_loss", "training.final.train_loss", NULL};
-static const char *const k_sps[] = {"benchmark.train.samples_per_s", "training.samples_per_s", NULL};
+/* Where the stages put what the comparison needs: the model summary
+ * (src/nn), the trainer's report (src/train), the benchmark (src/diag). */
+static const char *const k_params[] = {"model.parameters", "model.params", NULL};
+static const char *const k_flops[] = {"model.flops_forward", "model.flops_per_sample", NULL};
+static const char *const k_acc[] = {"training.curves.val_acc", "training.final_val_acc", "training.best.acc", NULL};
+static const char *const k_loss[] = {"training.curves.val_loss", "training.curves.train_loss", NULL};
+static const char *const k_sps[] = {"benchmark.training.samples_per_s", "training.curves.samples_per_s",
+                                    "training.samples_per_s", NULL};
 static const char *const k_peak[] = {"memory.device_peak_bytes", NULL};
 
 /* ---- one model ------------------------------------------------------------------- */
@@ -195,6 +200,14 @@ static md_status run_one(md_job *job, const char *name, int i, int n, cJSON *mod
     char saved_model[MD_PATH_MAX];
     memcpy(saved_model, o->model, sizeof saved_model);
     snprintf(o->model, sizeof o->model, "%s", name);
+    /* One checkpoint folder per model, so best/last of one model do not
+     * overwrite another's. */
+    char saved_ckpt[MD_PATH_MAX], stem[MD_PATH_MAX];
+    memcpy(saved_ckpt, o->checkpoint_dir, sizeof saved_ckpt);
+    snprintf(stem, sizeof stem, "%s", base_name(name));
+    size_t sl = strlen(stem);
+    if (sl > 5 && strcmp(stem + sl - 5, ".json") == 0) stem[sl - 5] = '\0';
+    if (saved_ckpt[0]) snprintf(o->checkpoint_dir, sizeof o->checkpoint_dir, "%s/%s", saved_ckpt, stem);
 
     cJSON *root = job->report, *root_settings = job->settings;
     cJSON *sub = cJSON_CreateObject();
@@ -249,6 +262,7 @@ static md_status run_one(md_job *job, const char *name, int i, int n, cJSON *mod
     job->report = root;
     job->settings = root_settings;
     memcpy(o->model, saved_model, sizeof saved_model);
+    memcpy(o->checkpoint_dir, saved_ckpt, sizeof saved_ckpt);
     cJSON_AddItemToArray(models, sub);
     return st;
 }
