@@ -1,0 +1,180 @@
+/* model.h - a neural network built from a JSON config: the public API.
+ *
+ * Life of a model:
+ *   md_model_load()   parse the config, check it strictly, infer shapes, count
+ *                     parameters and FLOPs. No device memory. Errors name the
+ *                     JSON path ("small_cnn.json: layers[3].kernel: ...").
+ *   md_model_bind()   allocate on a device: ONE flat fp32 parameter buffer,
+ *                     ONE flat fp32 gradient buffer, the half copy of the
+ *                     weights (fp16/bf16 compute), BN statistics, dropout
+ *                     masks and one activation arena planned by lifetime;
+ *                     initialise the parameters (on the host, seeded, the same
+ *                     on every backend) and upload them.
+ *   per step:         upload a batch into md_model_input_buffer(), then
+ *                     md_model_forward(), md_model_loss(), md_model_backward();
+ *                     the trainer runs the optimizer over md_model_params()
+ *                     and md_model_grads().
+ *
+ * Parameters and gradients are always fp32 ("master"). Activations, and the
+ * copy of conv/linear weights used by the matrix kernels, have the compute
+ * dtype (F32, F16 or BF16). The flat buffers put every weight-decayed tensor
+ * (conv and linear weights) first, then the rest (biases, BN gamma/beta,
+ * weighted_add weights): elements [0, ndecay) are decayed, [ndecay, nparams)
+ * are not, so an optimizer needs two calls at most and no per-tensor loop.
+ *
+ * Tensor names follow the config's layer names ("layer1.0.conv1.weight",
+ * "fc.bias"), as torchvision's state dict does for the shipped ResNets.
+ */
+#ifndef MD_MODEL_H
+#define MD_MODEL_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct md_model md_model; /* opaque; == struct md_model of cli/job.h */
+
+struct md_model_opts {
+    md_layout layout;          /* activation layout (NHWC: --channels-last) */
+    md_dtype compute_dtype;    /* MD_F32, MD_F16 or MD_BF16 */
+    int grad_ckpt;             /* keep only segment boundaries; recompute in backward */
+    int compile;               /* fuse BN+ReLU and add+ReLU, share memory by lifetime */
+    uint64_t seed;             /* initialisation and dropout */
+    double dropout;            /* < 0: the config's probabilities */
+    int reduce_architecture;   /* halve the width of every conv/linear (not the classifier) */
+    int num_classes;           /* 0: the config's */
+};
+
+/* Defaults: NCHW, fp32, no checkpointing, compile on, seed 42, dropout -1. */
+void md_model_opts_default(struct md_model_opts *o);
+
+/* Loads a model config. `name_or_path`: a file path (contains '/' or ends in
+ * ".json"), or a name resolved to configs/models/<name>.json, searched in
+ * ./configs/models then <exe_dir>/../configs/models. When `inline_model` is
+ * non-NULL it is used instead of reading a file and `name_or_path` only names
+ * it in messages. Owns nothing of the caller's; *out is freed with
+ * md_model_free. Errors: MD_ERR_CONFIG / MD_ERR_IO with the JSON path. */
+md_status md_model_load(const char *name_or_path, const cJSON *inline_model,
+                        const struct md_model_opts *opts, md_model **out);
+void md_model_free(md_model *m); /* NULL ok; frees device memory too */
+
+/* ---- queries (valid after load) ---- */
+const char *md_model_name(const md_model *m);
+int md_model_num_inputs(const md_model *m);
+const char *md_model_input_name(const md_model *m, int i);
+void md_model_input_shape(const md_model *m, int i, int *c, int *h, int *w);
+int md_model_num_classes(const md_model *m);
+size_t md_model_nparams(const md_model *m);  /* elements of the flat buffers */
+size_t md_model_ndecay(const md_model *m);   /* [0, ndecay) are weight-decayed */
+double md_model_flops_fwd(const md_model *m);   /* per sample, forward */
+double md_model_flops_train(const md_model *m); /* per sample, forward + backward (3x fwd) */
+size_t md_model_param_bytes(const md_model *m); /* fp32 params (+ half copy if any) */
+/* Activation arena bytes for `batch` samples (training: kept for backward,
+ * with checkpointing if on; else forward-only), from the lifetime plan. */
+size_t md_model_activation_bytes(const md_model *m, int batch, int training);
+int md_model_num_layers(const md_model *m);
+const struct md_model_opts *md_model_get_opts(const md_model *m);
+
+/* Per-layer table (darknet style) then "✅ Created <name> - Parameters: N"
+ * with FLOPs and memory, on stdout (md_out). */
+void md_model_print_summary(const md_model *m);
+/* {"name", "inputs":[{name,shape}], "num_classes", "parameters",
+ *  "flops_forward", "flops_train_step", "param_bytes",
+ *  "activation_bytes_per_sample", "layout", "compute_dtype", "grad_ckpt",
+ *  "compile", "fused", "layers":[{name,type,inputs,shape,params,flops}]}.
+ * Caller owns the result. */
+cJSON *md_model_summary_json(const md_model *m);
+
+/* One parameter tensor: a view into the flat buffers. */
+struct md_param_info {
+    const char *name;        /* "conv1.weight" */
+    size_t offset, numel;    /* in elements of the flat buffers */
+    int ndim, shape[4];      /* PyTorch shape: conv (K, C/g, R, S), linear (out, in) */
+    int decay;               /* 1 for conv/linear weights */
+    const char *layer_type;  /* "conv2d", "batchnorm", "linear", "weighted_add" */
+};
+int md_model_num_tensors(const md_model *m);
+const struct md_param_info *md_model_tensor(const md_model *m, int i);
+/* Index of the tensor named `name`, or -1. */
+int md_model_find_tensor(const md_model *m, const char *name);
+
+/* ---- device ---- */
+/* Allocates everything for batches of up to max_batch samples on `dev` and
+ * initialises the parameters. Errors: MD_ERR_OOM with the figures. Binding
+ * again (other device or batch) releases the previous binding first. */
+md_status md_model_bind(md_model *m, md_device *dev, int max_batch);
+md_device *md_model_device(const md_model *m);
+int md_model_max_batch(const md_model *m);
+
+/* Flat device buffers (NULL before bind). Borrowed. */
+float *md_model_params(md_model *m);      /* (nparams) fp32 */
+float *md_model_grads(md_model *m);       /* (nparams) fp32 */
+void *md_model_params_half(md_model *m);  /* (nparams) compute dtype, NULL if fp32 */
+/* Recasts params into the half copy; call after writing params directly
+ * (loading weights). The optimizer kernel keeps the copy itself. */
+md_status md_model_params_changed(md_model *m);
+/* BN running statistics: one device block (2 * sum of BN channels, fp32),
+ * named "<bn>.running_mean" / "<bn>.running_var" in md_model_buffers. */
+float *md_model_bn_stats(md_model *m);
+size_t md_model_bn_stats_count(const md_model *m);
+int md_model_num_buffers(const md_model *m);
+const struct md_param_info *md_model_buffer(const md_model *m, int i); /* offsets into bn_stats */
+
+/* Device buffer of input i: (max_batch, c, h, w) fp32 in the model's layout;
+ * the trainer uploads a batch there (cast to the compute dtype inside). */
+void *md_model_input_buffer(md_model *m, int i);
+
+/* Forward over the first `batch` samples of the input buffers. training=1
+ * uses batch statistics (and updates the running ones), dropout, and keeps
+ * what backward needs. */
+md_status md_model_forward(md_model *m, int batch, int training);
+/* Logits of the last forward: (batch, num_classes), compute dtype. Borrowed. */
+const void *md_model_logits(md_model *m);
+/* Fused softmax cross-entropy over the last forward's logits: adds the summed
+ * loss to *loss_sum_dev and the number of correct arg-maxes to *correct_dev
+ * (optional), both device scalars. After a training forward it also writes
+ * d(loss)/d(logits) = grad_scale * (softmax - target) for backward (grad_scale:
+ * 1/batch for a mean loss, times the loss scale). labels_dev: (batch) int32. */
+md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing, float grad_scale,
+                        float *loss_sum_dev, int32_t *correct_dev);
+/* Backward after a training forward and md_model_loss: overwrites the fp32
+ * gradient buffer (no accumulation across calls). */
+md_status md_model_backward(md_model *m);
+/* Dropout masks depend on (seed, layer, step): set the step before forward. */
+void md_model_set_step(md_model *m, uint64_t step);
+
+/* ---- diagnostics ---- */
+/* After a non-finite loss: reruns the last forward layer by layer (without
+ * touching running statistics) and names the first layer whose output has a
+ * NaN/Inf ("" and *found = 0 if none). */
+md_status md_model_first_nonfinite(md_model *m, char *layer, size_t n, int *found);
+/* Index of a tensor in md_model_tensor() order whose layer is weighted_add,
+ * for the "integration weights" report: iterate md_model_tensor() and pick
+ * layer_type == "weighted_add". */
+
+/* ---- weights (safetensors, tensor names as md_model_tensor) ---- */
+/* Reads every parameter (and BN running statistics when present) from a
+ * safetensors file; names and shapes must match. After bind. */
+md_status md_model_load_weights(md_model *m, const char *path);
+/* One training step on the batch already in the input buffers, then writes
+ * "input.<name>", "logits", "loss" (mean, scalar), "labels" and
+ * "grad.<tensor name>" for every parameter as fp32 to `path`. */
+md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch, const char *path);
+
+/* ---- graph capture ----
+ * The step (forward, loss, backward) is a fixed sequence of kernel calls with
+ * fixed pointers once bound, so a backend that can capture (md_dev_can_capture)
+ * may record it once between md_dev_capture_begin/end and replay it. */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
