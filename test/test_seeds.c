@@ -108,3 +108,77 @@ Test(seeds, continuous_integration_has_integration_weights)
     cr_expect_eq(found, 4);
     md_model_free(m);
 }
+
+/* ---- the diagnostics run, through the built binary ---------------------------- */
+
+Test(seeds, models_list_errors)
+{
+    static const struct { const char *args, *needle; } cases[] = {
+        {"--device cpu --quiet --models base_multi_channel,,custom_cnn", "--models 'base_multi_channel,,custom_cnn': empty name"},
+        {"--device cpu --quiet --models custom_cnn,", "empty name"},
+        {"--device cpu --quiet --models custom_cnn,custom_cnn", "--models: 'custom_cnn' is listed twice"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out, *err;
+        int rc = th_run(cases[i].args, &out, &err);
+        cr_expect_eq(rc, 2, "%s: exit %d, stderr %s", cases[i].args, rc, err);
+        cr_expect(strstr(err, cases[i].needle), "%s: stderr '%s' lacks '%s'", cases[i].args, err, cases[i].needle);
+        free(out);
+        free(err);
+    }
+}
+
+static cJSON *load_json(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f != NULL, "no report at %s", path);
+    static char buf[1 << 22];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert(j != NULL, "report is not JSON");
+    return j;
+}
+
+/* Without CIFAR-100 where asked, the run says where it goes, uses synthetic
+ * data, and still gives every model its report section and a comparison row. */
+Test(seeds, diagnostics_run_without_cifar_uses_synthetic, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char args[2048], report[1100];
+    snprintf(report, sizeof report, "%s/r.json", dir);
+    snprintf(args, sizeof args,
+             "--device cpu --data-dir %s/cifar-100 --models base_multi_channel,custom_cnn --reduce-architecture "
+             "--epochs 0 --bench-iters 2 --warmup-iters 1 --batch-size 2 --checkpoint-dir %s/ckpt --report %s",
+             dir, dir, report);
+    char *out, *err;
+    int rc = th_run(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d\nstdout: %s\nstderr: %s", rc, out, err);
+    cr_expect(strstr(err, "CIFAR-100 not found in") && strstr(err, "cifar-100-binary.tar.gz") &&
+                  strstr(err, "using synthetic CIFAR-shaped data"),
+              "stderr: %s", err);
+    cr_expect(strstr(out, "Diagnostics 1/2: base_multi_channel") && strstr(out, "Diagnostics 2/2: custom_cnn"),
+              "%s", out);
+    cr_expect(strstr(out, "== Comparison"), "%s", out);
+
+    cJSON *r = load_json(report);
+    const cJSON *diag = cJSON_GetObjectItem(r, "diagnostics");
+    cr_expect_str_eq(cJSON_GetObjectItem(diag, "data")->valuestring, "synthetic");
+    const cJSON *models = cJSON_GetObjectItem(r, "models");
+    cr_assert_eq(cJSON_GetArraySize(models), 2);
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(models, 0), "name")->valuestring, "base_multi_channel");
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(models, 1), "name")->valuestring, "custom_cnn");
+    const cJSON *rows = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "comparison"), "rows");
+    cr_assert_eq(cJSON_GetArraySize(rows), 2);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *row = cJSON_GetArrayItem(rows, i);
+        cr_expect_str_eq(cJSON_GetObjectItem(row, "status")->valuestring, "ok");
+        cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(row, "peak_memory_bytes")));
+    }
+    cJSON_Delete(r);
+    free(out);
+    free(err);
+    th_rmtree(dir);
+    free(dir);
+}
