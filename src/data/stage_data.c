@@ -1,16 +1,222 @@
-/* stage_data.c - the data stage: open the dataset, split, start the loader.
- * Not built yet: lands with issue 4. */
+/* stage_data.c - the data stage: loader defaults per device, open the
+ * dataset for the model, measure the loader briefly, print the Data section
+ * and fill report["data"]. */
+#include <stdio.h>
+#include <string.h>
+
 #include "cli/job.h"
 #include "core/log.h"
+#include "core/mem.h"
+#include "core/platform.h"
+#include "core/timer.h"
+#include "data/data.h"
 
-const char *md_data_pending(void) { return "datasets and the loader are not built yet (issue 4)"; }
+#define PROBE_SECONDS 0.5
+#define PROBE_MAX_BATCHES 20
+
+const char *md_data_pending(void) { return NULL; }
+
+/* --num-workers and --pin-memory when not given: per device, with reasons. */
+static void loader_defaults(md_job *job)
+{
+    md_options *o = job->opts;
+    char v[32];
+    md_backend_kind kind = job->dev ? md_device_kind(job->dev) : MD_BACKEND_CPU;
+    const struct md_device_info *info = job->dev ? md_device_get_info(job->dev) : NULL;
+    if (o->num_workers < 0) {
+        const char *why;
+        if (kind == MD_BACKEND_METAL) {
+            o->num_workers = 0;
+            why = "Metal/MPS: loading in the main thread works best on unified memory";
+        } else if (kind == MD_BACKEND_CUDA) {
+            o->num_workers = 4;
+            why = "CUDA: 4 threads keep the GPU fed while it computes";
+        } else {
+            int cores = md_cpu_logical_cores();
+            o->num_workers = cores - 1 < 2 ? (cores - 1 > 0 ? cores - 1 : 0) : 2;
+            why = "CPU: the kernels use the cores; min(2, cores - 1) loader threads overlap loading with compute";
+        }
+        snprintf(v, sizeof v, "%d", o->num_workers);
+        md_job_setting(job, "num_workers", v, why);
+    } else {
+        snprintf(v, sizeof v, "%d", o->num_workers);
+        md_job_setting(job, "num_workers", v, "--num-workers");
+    }
+    int benefits = info && info->benefits_from_pinned;
+    if (o->pin_memory < 0) {
+        o->pin_memory = benefits;
+        md_job_setting(job, "pin_memory", benefits ? "on" : "off",
+                       benefits ? "page-locked batches make host-to-device copies faster and asynchronous"
+                       : kind == MD_BACKEND_METAL ? "not beneficial on Metal/MPS (unified memory)"
+                                                   : "the device reads host memory directly; pinning buys nothing");
+    } else if (o->pin_memory && !benefits) {
+        o->pin_memory = 0;
+        md_job_setting(job, "pin_memory", "off",
+                       "--pin-memory ignored: this device does not benefit from page-locked memory");
+    } else {
+        md_job_setting(job, "pin_memory", o->pin_memory ? "on" : "off",
+                       o->pin_memory ? "--pin-memory" : "--no-pin-memory");
+    }
+}
+
+/* The model's needs. TODO(nn merge): take the inputs from job->model; until
+ * then one image input of the dataset's shape, in the requested layout. */
+static void request_from_options(const md_job *job, struct md_data_request *req)
+{
+    memset(req, 0, sizeof *req);
+    req->layout = job->opts->channels_last ? MD_NHWC : MD_NCHW;
+}
+
+static cJSON *floats(const float *v, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i]));
+    return a;
+}
+
+/* A short run of the train loader: what it sustains on this machine. */
+static md_status probe(md_job *job, struct md_loader_stats *ls, int *batch)
+{
+    const md_options *o = job->opts;
+    struct md_loader *l = NULL;
+    struct md_loader_opts lo = {
+        .split = MD_SPLIT_TRAIN,
+        .batch_size = o->batch_size > 0 ? o->batch_size : 64,
+        .shuffle = 1,
+        .augment = o->augment,
+        .num_workers = o->num_workers,
+        .prefetch = o->prefetch,
+        .seed = o->seed,
+        .pin_dev = o->pin_memory ? job->dev : NULL,
+    };
+    *batch = lo.batch_size;
+    MD_TRY(md_loader_create(job->data, &lo, &l));
+    md_status st = md_loader_start_epoch(l, 0);
+    double t0 = md_now();
+    for (int i = 0; st == MD_OK && i < PROBE_MAX_BATCHES && md_now() - t0 < PROBE_SECONDS; i++) {
+        struct md_batch *b = NULL;
+        st = md_loader_next(l, &b);
+        if (!b) break;
+        md_loader_release(l, b);
+    }
+    md_loader_stats(l, ls);
+    md_loader_free(l);
+    return st;
+}
 
 md_status md_stage_data(md_job *job)
 {
-    (void)job;
+    md_options *o = job->opts;
+    loader_defaults(job);
+    struct md_data_request req;
+    request_from_options(job, &req);
+    md_status st = md_data_open(o, &req, &job->data);
+    if (st != MD_OK) return st;
+    struct md_data *d = job->data;
+
+    struct md_loader_stats ls;
+    int pbatch = 0;
+    MD_TRY(probe(job, &ls, &pbatch));
+
+    char a[32], b[32];
+    int c, h, w;
+    md_data_source_shape(d, &c, &h, &w);
     md_section("Data");
-    md_out("  not built yet: datasets and the loader land with issue 4\n");
+    md_out("  %-14s %s (%s)\n", "dataset", md_data_name(d), md_data_format(d));
+    md_out("  %-14s %s\n", "source", md_data_source(d)[0] ? md_data_source(d) : "generated");
+    for (int s = 0; s < MD_SPLIT_COUNT; s++)
+        md_out("  %-14s %-8s %s\n", md_data_split_name((md_split)s),
+               md_fmt_thousands(md_data_count(d, (md_split)s), a, sizeof a), md_data_split_origin(d, (md_split)s));
+    int nc = md_data_num_classes(d);
+    md_out("  %-14s %d:", "classes", nc);
+    for (int k = 0; k < nc && k < 10; k++) md_out(" %s%s", md_data_class_name(d, k), k + 1 < nc ? "," : "");
+    md_out("%s\n", nc > 10 ? " ..." : "");
+    md_out("  %-14s %d x %d x %d (stored)\n", "image", c, h, w);
+    for (int i = 0; i < md_data_num_inputs(d); i++) {
+        const struct md_data_input *in = md_data_input(d, i);
+        md_out("  %-14s %s: %d x %d x %d %s, %s\n", i ? "" : "inputs", in->name, in->c, in->h, in->w,
+               md_layout_name(md_data_layout(d)), in->kind == MD_INPUT_LUMA ? "brightness" : "image");
+    }
+    const float *mean = md_data_mean(d, 0), *sd = md_data_std(d, 0);
+    md_out("  %-14s mean %.4f std %.4f%s (%s)\n", "normalise", (double)mean[0], (double)sd[0],
+           md_data_input(d, 0)->c > 1 ? " (channel 0)" : "", md_data_norm_known(d) ? "published" : "computed");
+    if (o->augment)
+        md_out("  %-14s random crop (pad %d)%s; train only\n", "augmentation", md_data_aug_pad(d),
+               md_data_aug_flip(d) ? " + horizontal flip" : " (no flip for digits)");
+    else md_out("  %-14s off (--no-augment)\n", "augmentation");
+    md_out("  %-14s %d workers, prefetch %d, %s memory\n", "loader", o->num_workers, o->prefetch,
+           o->pin_memory ? "pinned" : "ordinary");
+    if (o->cache_images && md_data_cache_estimate(d) > 0)
+        md_out("  %-14s up to %s for decoded images\n", "cache", md_fmt_bytes((double)md_data_cache_estimate(d), a, sizeof a));
+    else if (o->cache_images)
+        md_out("  %-14s not needed: %s images are held in memory (%s)\n", "cache", md_data_format(d),
+               md_fmt_bytes((double)md_data_resident_bytes(d), b, sizeof b));
+    if (md_data_skipped(d))
+        md_out("  %-14s %lld bad samples skipped (first: %s)\n", "skipped", md_data_skipped(d), md_data_first_bad(d));
+    md_out("  %-14s %.0f samples/s delivered (batch %d, %lld batches), %.0f samples/s decode capacity\n",
+           "loader probe", ls.samples_per_s, pbatch, ls.batches, ls.decode_per_s);
+
+    /* report["data"] */
+    cJSON *r = cJSON_AddObjectToObject(job->report, "data");
+    cJSON_AddStringToObject(r, "dataset", md_data_name(d));
+    cJSON_AddStringToObject(r, "format", md_data_format(d));
+    cJSON_AddStringToObject(r, "source", md_data_source(d));
+    cJSON *splits = cJSON_AddObjectToObject(r, "splits");
+    for (int s = 0; s < MD_SPLIT_COUNT; s++) {
+        cJSON *so = cJSON_AddObjectToObject(splits, md_data_split_name((md_split)s));
+        cJSON_AddNumberToObject(so, "count", (double)md_data_count(d, (md_split)s));
+        cJSON_AddStringToObject(so, "origin", md_data_split_origin(d, (md_split)s));
+        cJSON *pc = cJSON_AddArrayToObject(so, "per_class");
+        for (int k = 0; k < nc; k++)
+            cJSON_AddItemToArray(pc, cJSON_CreateNumber((double)md_data_class_count(d, (md_split)s, k)));
+    }
+    cJSON *cls = cJSON_AddArrayToObject(r, "classes");
+    for (int k = 0; k < nc; k++) cJSON_AddItemToArray(cls, cJSON_CreateString(md_data_class_name(d, k)));
+    cJSON *shape = cJSON_AddArrayToObject(r, "image_shape");
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber(c));
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber(h));
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber(w));
+    cJSON *ins = cJSON_AddArrayToObject(r, "inputs");
+    for (int i = 0; i < md_data_num_inputs(d); i++) {
+        const struct md_data_input *in = md_data_input(d, i);
+        cJSON *io = cJSON_CreateObject();
+        cJSON_AddStringToObject(io, "name", in->name);
+        cJSON_AddStringToObject(io, "kind", in->kind == MD_INPUT_LUMA ? "brightness" : "image");
+        int sh[3] = {in->c, in->h, in->w};
+        cJSON_AddItemToObject(io, "shape", cJSON_CreateIntArray(sh, 3));
+        cJSON_AddItemToObject(io, "mean", floats(md_data_mean(d, i), in->c));
+        cJSON_AddItemToObject(io, "std", floats(md_data_std(d, i), in->c));
+        cJSON_AddItemToArray(ins, io);
+    }
+    cJSON_AddStringToObject(r, "layout", md_layout_name(md_data_layout(d)));
+    cJSON_AddStringToObject(r, "normalisation", md_data_norm_known(d) ? "published" : "computed");
+    cJSON *aug = cJSON_AddObjectToObject(r, "augmentation");
+    cJSON_AddBoolToObject(aug, "enabled", o->augment);
+    cJSON_AddNumberToObject(aug, "crop_padding", md_data_aug_pad(d));
+    cJSON_AddBoolToObject(aug, "flip", md_data_aug_flip(d));
+    cJSON_AddNumberToObject(r, "num_workers", o->num_workers);
+    cJSON_AddNumberToObject(r, "prefetch", o->prefetch);
+    cJSON_AddBoolToObject(r, "pin_memory", o->pin_memory);
+    cJSON *cache = cJSON_AddObjectToObject(r, "cache");
+    cJSON_AddBoolToObject(cache, "enabled", o->cache_images);
+    cJSON_AddNumberToObject(cache, "estimate_bytes", (double)md_data_cache_estimate(d));
+    cJSON_AddNumberToObject(cache, "bytes", (double)md_data_cache_bytes(d));
+    cJSON_AddNumberToObject(r, "resident_bytes", (double)md_data_resident_bytes(d));
+    cJSON_AddNumberToObject(r, "skipped", (double)md_data_skipped(d));
+    if (md_data_first_bad(d)[0]) cJSON_AddStringToObject(r, "first_skipped", md_data_first_bad(d));
+    else cJSON_AddNullToObject(r, "first_skipped");
+    cJSON *pr = cJSON_AddObjectToObject(r, "loader_probe");
+    cJSON_AddNumberToObject(pr, "batch_size", pbatch);
+    cJSON_AddNumberToObject(pr, "batches", (double)ls.batches);
+    cJSON_AddNumberToObject(pr, "samples_per_s", ls.samples_per_s);
+    cJSON_AddNumberToObject(pr, "batches_per_s", ls.batches_per_s);
+    cJSON_AddNumberToObject(pr, "decode_per_s", ls.decode_per_s);
+    cJSON_AddNumberToObject(pr, "wait_s", ls.wait_s);
     return MD_OK;
 }
 
-void md_stage_data_cleanup(md_job *job) { (void)job; }
+void md_stage_data_cleanup(md_job *job)
+{
+    md_data_free(job->data);
+    job->data = NULL;
+}

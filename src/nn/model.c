@@ -285,6 +285,7 @@ static md_status expand_entry(struct build *b, const cJSON *entry, const char *p
     const char *cur_prev = *prev;
     for (int r = 0; r < repeat; r++) {
         char iname[512], ipath[600];
+        if (!sc) b->group++; /* each top-level instance is a checkpoint segment */
         if (repeat > 1) snprintf(iname, sizeof iname, "%s%s.%d", sc ? sc->prefix : "", lname, r);
         else snprintf(iname, sizeof iname, "%s%s", sc ? sc->prefix : "", lname);
         if (repeat > 1) snprintf(ipath, sizeof ipath, "%s (repeat %d)", path, r);
@@ -462,10 +463,10 @@ static md_status check_keys(const cJSON *o, const char *path, const char *const 
     return MD_OK;
 }
 
-static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer *L)
+static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer *L, int is_last)
 {
     const cJSON *o = s->obj;
-    const char *path = s->path;
+    const char *path = L->path;
     const char *type = cJSON_GetObjectItemCaseSensitive(o, "type")->valuestring;
     int kind = -1;
     for (size_t i = 0; i < sizeof layer_types / sizeof layer_types[0]; i++)
@@ -587,6 +588,7 @@ static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer
         MD_TRY(md_json_int(o, "out", path, 1, 1, 1 << 24, &L->k));
         L->bias = 1;
         MD_TRY(md_json_bool(o, "bias", path, 0, &L->bias));
+        if (m->opts.reduce_architecture && !is_last && L->k > 1) L->k = (L->k + 1) / 2;
         if (hi != 1 || wi != 1)
             return md_errf(MD_ERR_CONFIG, "%s.inputs: linear needs a flat input (C, 1, 1), got (%d, %d, %d): add a "
                            "flatten or global_avgpool layer", path, ci, hi, wi);
@@ -671,6 +673,7 @@ static md_status build_tensors(struct md_model *m)
         if (L->kind == MD_L_CONV) {
             int sh[4] = {L->k, ci / L->groups, L->r, L->s};
             MD_TRY(add_tensor(m, L, "weight", 4, sh, 1, &L->tw));
+            m->tensors[L->tw].khwc = m->opts.layout == MD_NHWC;
         } else if (L->kind == MD_L_LINEAR) {
             int sh[2] = {L->k, ci};
             MD_TRY(add_tensor(m, L, "weight", 2, sh, 1, &L->tw));
@@ -833,9 +836,7 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
     for (const cJSON *l = layers->child; l; l = l->next, li++) {
         char p[64];
         snprintf(p, sizeof p, "layers[%d]", li);
-        b->group = li;
         if ((st = expand_entry(b, l, p, NULL, NULL, &prev, 0)) != MD_OK) return st;
-        b->group = li;
     }
     /* layers: inputs, then the specs */
     m->nlayers = m->ninputs + b->nspecs;
@@ -875,7 +876,7 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
             L->in[j] = found;
             m->layers[found].nconsumers++;
         }
-        if ((st = parse_layer(m, s, L)) != MD_OK) goto pfx;
+        if ((st = parse_layer(m, s, L, i == b->nspecs - 1)) != MD_OK) goto pfx;
     }
     /* the classifier */
     const struct md_layer *last = &m->layers[m->nlayers - 1];
@@ -1012,6 +1013,7 @@ static const char *fmt_flops(double f, char *buf, size_t n)
 {
     if (f >= 1e9) snprintf(buf, n, "%.2f GFLOPs", f / 1e9);
     else if (f >= 1e6) snprintf(buf, n, "%.2f MFLOPs", f / 1e6);
+    else if (f >= 1e3) snprintf(buf, n, "%.2f KFLOPs", f / 1e3);
     else snprintf(buf, n, "%.0f FLOPs", f);
     return buf;
 }

@@ -100,6 +100,8 @@ struct md_param_info {
     int ndim, shape[4];      /* PyTorch shape: conv (K, C/g, R, S), linear (out, in) */
     int decay;               /* 1 for conv/linear weights */
     const char *layer_type;  /* "conv2d", "batchnorm", "linear", "weighted_add" */
+    int khwc;                /* conv weight of an NHWC model: stored (K, R, S, C/g) on the
+                              * device; shape[] and files keep PyTorch's (K, C/g, R, S) */
 };
 int md_model_num_tensors(const md_model *m);
 const struct md_param_info *md_model_tensor(const md_model *m, int i);
@@ -161,13 +163,26 @@ md_status md_model_first_nonfinite(md_model *m, char *layer, size_t n, int *foun
  * layer_type == "weighted_add". */
 
 /* ---- weights (safetensors, tensor names as md_model_tensor) ---- */
-/* Reads every parameter (and BN running statistics when present) from a
- * safetensors file; names and shapes must match. After bind. */
+/* Host copies of all parameters in PyTorch order (NHWC conv weights are
+ * permuted back to (K, C/g, R, S)); dst/src hold nparams floats. After bind. */
+md_status md_model_get_params_host(md_model *m, float *dst);
+md_status md_model_set_params_host(md_model *m, const float *src); /* also refreshes the half copy */
+/* The same for the gradients (after backward). */
+md_status md_model_get_grads_host(md_model *m, float *dst);
+/* Reads every parameter (F32, PyTorch shapes; extra tensors such as
+ * "num_batches_tracked" are ignored) and the BN running statistics when
+ * present from a safetensors file. Names and shapes must match; nothing is
+ * changed on a mismatch. After bind. */
 md_status md_model_load_weights(md_model *m, const char *path);
-/* One training step on the batch already in the input buffers, then writes
- * "input.<name>", "logits", "loss" (mean, scalar), "labels" and
- * "grad.<tensor name>" for every parameter as fp32 to `path`. */
-md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch, const char *path);
+/* One training step (forward, loss with `smoothing`, backward; no optimizer)
+ * on the first `batch` samples already in the input buffers with labels_host,
+ * then writes as F32 (NCHW, PyTorch shapes) to `path`:
+ *   "input.<input name>" (batch, c, h, w), "labels" I32 (batch),
+ *   "logits" (batch, classes), "loss" (scalar, batch mean),
+ *   "param.<tensor>" and "grad.<tensor>" for every parameter,
+ *   "buffer.<bn>.running_mean|running_var" as they were before the step. */
+md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch, float smoothing,
+                              const char *path);
 
 /* ---- graph capture ----
  * The step (forward, loss, backward) is a fixed sequence of kernel calls with

@@ -1,28 +1,202 @@
-/* model_exec.c - binding a model to a device, the activation plan, forward
- * and backward. First cut: planning and freeing; execution lands next. */
+/* model_exec.c - a model on a device: binding, parameter initialisation, the
+ * activation plan (one arena, buffers placed by lifetime), forward, loss,
+ * backward with gradient checkpointing, diagnostics.
+ *
+ * Timeline used by the planner (one tick per kernel group):
+ *   forward:   layer i at tick i (inputs first), the loss at tick L;
+ *   backward:  layers in reverse; with --grad-ckpt, segment by segment
+ *              (a segment = one top-level config entry, e.g. one residual
+ *              block): first the segment's layers whose outputs were not kept
+ *              are recomputed, then its backward runs.
+ * A buffer lives from the tick that writes it to the last tick that reads it;
+ * buffers whose lifetimes do not overlap share memory (greedy, largest first).
+ * Without compile every buffer gets its own memory.
+ */
 #include "nn/model_impl.h"
 
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "backend/kernels_call.h"
+#include "core/log.h"
 #include "core/mem.h"
+#include "core/rng.h"
+#include "core/safetensors.h"
 
 void md_model_free_host(struct md_model *m);
 
-static md_status not_yet(const char *what)
+#define NONE SIZE_MAX
+#define ALIGN 256
+
+static size_t numel(const struct md_layer *L) { return (size_t)L->c * L->h * L->w; }
+
+/* Layers whose backward reads their input activations / their own output. */
+static int needs_x(const struct md_layer *L)
 {
-    return md_errf(MD_ERR_UNSUPPORTED, "model: %s is not built yet (issue 3)", what);
+    return L->kind == MD_L_CONV || L->kind == MD_L_BN || L->kind == MD_L_ACT || L->kind == MD_L_MAXPOOL ||
+           L->kind == MD_L_LINEAR || L->kind == MD_L_WADD;
+}
+static int needs_y(const struct md_layer *L)
+{
+    return (L->kind == MD_L_BN && L->act == MD_ACT_RELU) || L->kind == MD_L_MAXPOOL ||
+           (L->kind == MD_L_ADD && L->act == MD_ACT_RELU);
+}
+
+static int has_act(const struct md_model *m, int i)
+{
+    const struct md_layer *L = &m->layers[i];
+    if (L->alias >= 0) return 0;
+    return L->kind != MD_L_INPUT || m->opts.compute_dtype != MD_F32;
+}
+
+/* ---- planning ---------------------------------------------------------------------- */
+
+struct pbuf { size_t size, off; int t0, t1; size_t *dst; };
+
+static int pbuf_cmp(const void *a, const void *b)
+{
+    const struct pbuf *x = *(const struct pbuf *const *)a, *y = *(const struct pbuf *const *)b;
+    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    return x->t0 - y->t0;
+}
+static int off_cmp(const void *a, const void *b)
+{
+    const struct pbuf *x = *(const struct pbuf *const *)a, *y = *(const struct pbuf *const *)b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* A tensor whose consumers all sit in its own checkpoint segment is
+ * "internal": with --grad-ckpt it is dropped after forward and recomputed. */
+static int internal(const struct md_model *m, int t, int ckpt)
+{
+    const struct md_layer *L = &m->layers[t];
+    if (!ckpt || L->kind == MD_L_INPUT || t == md_model_tensor_of(m, m->nlayers - 1)) return 0;
+    for (int j = t + 1; j < m->nlayers; j++) {
+        const struct md_layer *C = &m->layers[j];
+        if (C->alias >= 0) continue;
+        for (int k = 0; k < C->nin; k++)
+            if (md_model_tensor_of(m, C->in[k]) == t && C->group != L->group) return 0;
+    }
+    return 1;
+}
+
+/* Ticks: F (forward), R (recompute, -1 if none), B (backward). */
+static md_status ticks(const struct md_model *m, int ckpt, int *F, int *R, int *B, int *loss_tick)
+{
+    int L = m->nlayers, t = 0;
+    for (int i = 0; i < L; i++) { F[i] = t++; R[i] = -1; B[i] = -1; }
+    *loss_tick = t++;
+    int hi = L - 1;
+    while (hi >= m->ninputs) {
+        int lo = hi;
+        if (ckpt)
+            while (lo - 1 >= m->ninputs && m->layers[lo - 1].group == m->layers[hi].group) lo--;
+        for (int i = lo; i <= hi; i++)
+            if (has_act(m, i) && internal(m, i, ckpt)) R[i] = t++;
+        for (int i = hi; i >= lo; i--) B[i] = t++;
+        hi = lo - 1;
+    }
+    for (int i = 0; i < m->ninputs; i++) B[i] = t;
+    return MD_OK;
 }
 
 md_status md_model_plan_make(const struct md_model *m, int batch, int training, struct md_model_plan *plan)
 {
-    (void)training;
-    memset(plan, 0, sizeof *plan);
+    md_status st = MD_OK;
+    int L = m->nlayers;
+    int ckpt = training && m->opts.grad_ckpt;
     size_t es = md_dtype_size(m->opts.compute_dtype);
-    for (int i = m->ninputs; i < m->nlayers; i++) {
-        const struct md_layer *L = &m->layers[i];
-        if (L->alias < 0) plan->bytes += 2 * (size_t)batch * L->c * L->h * L->w * es;
+    int *F = md_calloc((size_t)L * 3, sizeof *F);
+    struct pbuf *bufs = md_calloc((size_t)L * 3, sizeof *bufs);
+    struct pbuf **order = md_calloc((size_t)L * 3, sizeof *order);
+    struct pbuf **live = md_calloc((size_t)L * 3, sizeof *live);
+    memset(plan, 0, sizeof *plan);
+    plan->off_fwd = md_malloc((size_t)L * sizeof(size_t));
+    plan->off_bwd = md_malloc((size_t)L * sizeof(size_t));
+    plan->goff = md_malloc((size_t)L * sizeof(size_t));
+    if (!F || !bufs || !order || !live || !plan->off_fwd || !plan->off_bwd || !plan->goff) {
+        st = md_errf(MD_ERR_OOM, "model: out of host memory while planning");
+        goto fail;
     }
-    return MD_OK;
+    int *R = F + L, *B = F + 2 * L, loss_tick;
+    ticks(m, ckpt, F, R, B, &loss_tick);
+    int last = md_model_tensor_of(m, L - 1);
+    int nb = 0;
+    for (int t = 0; t < L; t++) {
+        plan->off_fwd[t] = plan->off_bwd[t] = plan->goff[t] = NONE;
+        const struct md_layer *T = &m->layers[t];
+        if (T->alias >= 0) continue;
+        size_t bytes = ((size_t)batch * numel(T) * es + ALIGN - 1) / ALIGN * ALIGN;
+        /* readers of t */
+        int lastF = F[t], lastR = -1, lastB = -1, firstB = -1;
+        for (int j = t + 1; j < L; j++) {
+            const struct md_layer *C = &m->layers[j];
+            if (C->alias >= 0) continue;
+            int reads = 0;
+            for (int k = 0; k < C->nin; k++) reads |= md_model_tensor_of(m, C->in[k]) == t;
+            if (!reads) continue;
+            if (F[j] > lastF) lastF = F[j];
+            if (R[j] > lastR) lastR = R[j];
+            if (needs_x(C) && B[j] > lastB) lastB = B[j];
+            if (firstB < 0 || B[j] < firstB) firstB = B[j];
+        }
+        if (t == last) lastF = loss_tick;
+        if (has_act(m, t)) {
+            if (!training) {
+                bufs[nb++] = (struct pbuf){bytes, 0, F[t], lastF, &plan->off_fwd[t]};
+            } else if (R[t] >= 0) {
+                bufs[nb++] = (struct pbuf){bytes, 0, F[t], lastF, &plan->off_fwd[t]};
+                int e = R[t];
+                if (lastR > e) e = lastR;
+                if (lastB > e) e = lastB;
+                if (needs_y(T) && B[t] > e) e = B[t];
+                bufs[nb++] = (struct pbuf){bytes, 0, R[t], e, &plan->off_bwd[t]};
+            } else {
+                int e = lastF;
+                if (lastB > e) e = lastB;
+                if (needs_y(T) && B[t] > e) e = B[t];
+                bufs[nb++] = (struct pbuf){bytes, 0, F[t], e, &plan->off_fwd[t]};
+            }
+        }
+        if (training) {
+            int s = t == last ? loss_tick : (firstB >= 0 ? firstB : B[t]);
+            bufs[nb++] = (struct pbuf){bytes, 0, s, B[t], &plan->goff[t]};
+        }
+    }
+    for (int i = 0; i < nb; i++) order[i] = &bufs[i];
+    qsort(order, (size_t)nb, sizeof *order, pbuf_cmp);
+    size_t total = 0;
+    for (int i = 0; i < nb; i++) {
+        struct pbuf *b = order[i];
+        size_t off = 0;
+        if (m->opts.compile) {
+            int nl = 0;
+            for (int j = 0; j < i; j++)
+                if (order[j]->t0 <= b->t1 && b->t0 <= order[j]->t1) live[nl++] = order[j];
+            qsort(live, (size_t)nl, sizeof *live, off_cmp);
+            for (int j = 0; j < nl; j++) {
+                if (live[j]->off >= off + b->size) break;
+                if (live[j]->off + live[j]->size > off) off = live[j]->off + live[j]->size;
+            }
+        } else {
+            off = total;
+        }
+        b->off = off;
+        if (off + b->size > total) total = off + b->size;
+    }
+    for (int i = 0; i < nb; i++) *bufs[i].dst = bufs[i].off;
+    for (int t = 0; t < L; t++)
+        if (plan->off_bwd[t] == NONE) plan->off_bwd[t] = plan->off_fwd[t];
+    plan->bytes = total;
+fail:
+    md_free(F);
+    md_free(bufs);
+    md_free(order);
+    md_free(live);
+    if (st != MD_OK) md_model_plan_free(plan);
+    return st;
 }
 
 void md_model_plan_free(struct md_model_plan *plan)
@@ -33,23 +207,887 @@ void md_model_plan_free(struct md_model_plan *plan)
     memset(plan, 0, sizeof *plan);
 }
 
-void md_model_free(md_model *m) { md_model_free_host(m); }
-md_status md_model_bind(md_model *m, md_device *dev, int max_batch) { (void)m; (void)dev; (void)max_batch; return not_yet("binding"); }
+/* ---- binding ------------------------------------------------------------------------ */
+
+static void unbind(struct md_model *m)
+{
+    if (!m->dev) return;
+    md_device *d = m->dev;
+    md_dev_free(d, m->params);
+    md_dev_free(d, m->grads);
+    md_dev_free(d, m->params_half);
+    md_dev_free(d, m->grads_half);
+    md_dev_free(d, m->bn_stats);
+    md_dev_free(d, m->bn_save);
+    md_dev_free(d, m->masks);
+    md_dev_free(d, m->scratch);
+    md_dev_free(d, m->arena);
+    for (int i = 0; m->inputs && i < m->ninputs; i++) md_dev_free(d, m->inputs[i]);
+    md_free(m->inputs);
+    md_free(m->written);
+    md_model_plan_free(&m->plan_train);
+    md_model_plan_free(&m->plan_eval);
+    m->params = m->grads = m->bn_stats = m->bn_save = m->scratch = NULL;
+    m->params_half = m->grads_half = NULL;
+    m->masks = NULL;
+    m->arena = NULL;
+    m->inputs = NULL;
+    m->written = NULL;
+    m->dev = NULL;
+    m->max_batch = 0;
+}
+
+void md_model_free(md_model *m)
+{
+    if (!m) return;
+    unbind(m);
+    md_model_free_host(m);
+}
+
+/* Host initial values of every parameter, as PyTorch/torchvision: conv
+ * weights kaiming_normal(fan_out, relu), conv/linear biases and linear
+ * weights U(+-1/sqrt(fan_in)), BN gamma 1 (0 for zero_init BNs when the model
+ * asks) and beta 0, weighted_add weights 1/k. Each tensor draws from its own
+ * counter-based stream, so values do not depend on the device. Writes the
+ * PyTorch order; NHWC conv weights are permuted after. */
+static void init_host(const struct md_model *m, float *p)
+{
+    for (int i = m->ninputs; i < m->nlayers; i++) {
+        const struct md_layer *L = &m->layers[i];
+        int cin = m->layers[L->in[0]].c;
+        if (L->kind == MD_L_CONV || L->kind == MD_L_LINEAR) {
+            const struct md_param_info *t = &m->tensors[L->tw];
+            md_rng r;
+            md_rng_init(&r, md_rng_hash(m->opts.seed, (uint64_t)L->tw));
+            double fan_in = L->kind == MD_L_CONV ? (double)(cin / L->groups) * L->r * L->s : cin;
+            if (L->kind == MD_L_CONV) {
+                double sd = sqrt(2.0 / ((double)L->k * L->r * L->s));
+                for (size_t e = 0; e < t->numel; e++) p[t->offset + e] = (float)(sd * md_rng_normal(&r));
+            } else {
+                double bound = 1.0 / sqrt(fan_in);
+                for (size_t e = 0; e < t->numel; e++)
+                    p[t->offset + e] = (float)(bound * (2.0 * (double)md_rng_next_uniform(&r) - 1.0));
+            }
+            if (L->tb >= 0) {
+                const struct md_param_info *b = &m->tensors[L->tb];
+                md_rng_init(&r, md_rng_hash(m->opts.seed, (uint64_t)L->tb));
+                double bound = 1.0 / sqrt(fan_in);
+                for (size_t e = 0; e < b->numel; e++)
+                    p[b->offset + e] = (float)(bound * (2.0 * (double)md_rng_next_uniform(&r) - 1.0));
+            }
+            if (t->khwc) {
+                /* (K, C, R, S) -> (K, R, S, C) */
+                int K = t->shape[0], C = t->shape[1], RS = t->shape[2] * t->shape[3];
+                float *tmp = md_malloc((size_t)C * RS * sizeof *tmp);
+                MD_ASSERT(tmp);
+                for (int k = 0; k < K; k++) {
+                    float *w = p + t->offset + (size_t)k * C * RS;
+                    memcpy(tmp, w, (size_t)C * RS * sizeof *tmp);
+                    for (int c = 0; c < C; c++)
+                        for (int rs = 0; rs < RS; rs++) w[(size_t)rs * C + c] = tmp[(size_t)c * RS + rs];
+                }
+                md_free(tmp);
+            }
+        } else if (L->kind == MD_L_BN) {
+            float g = L->zero_init && m->zero_init_residual ? 0.0f : 1.0f;
+            for (int c = 0; c < L->c; c++) {
+                p[m->tensors[L->tw].offset + (size_t)c] = g;
+                p[m->tensors[L->tb].offset + (size_t)c] = 0.0f;
+            }
+        } else if (L->kind == MD_L_WADD) {
+            for (int k = 0; k < L->nin; k++) p[m->tensors[L->tw].offset + (size_t)k] = 1.0f / (float)L->nin;
+        }
+    }
+}
+
+md_status md_model_params_changed(md_model *m)
+{
+    if (!m->dev) return md_errf(MD_ERR_INTERNAL, "model: not bound to a device");
+    if (!m->params_half) return MD_OK;
+    struct md_cast_args c = {m->nparams, MD_F32, m->opts.compute_dtype, m->params, m->params_half};
+    return md_k_cast(m->dev, &c);
+}
+
+static md_status upload_initial(struct md_model *m)
+{
+    md_status st = MD_OK;
+    float *host = md_calloc(m->nparams + 2 * m->nstats + 1, sizeof *host);
+    if (!host) return md_errf(MD_ERR_OOM, "model %s: out of host memory for initial parameters", m->name);
+    init_host(m, host);
+    if ((st = md_dev_upload(m->dev, m->params, host, m->nparams * sizeof *host)) != MD_OK) goto fail;
+    float *stats = host + m->nparams;
+    memset(stats, 0, m->nstats * sizeof *stats);
+    for (int i = m->ninputs; i < m->nlayers; i++) {
+        const struct md_layer *L = &m->layers[i];
+        if (L->kind == MD_L_BN)
+            for (int c = 0; c < L->c; c++) stats[(size_t)L->stat_off + (size_t)L->c + (size_t)c] = 1.0f;
+    }
+    if (m->nstats && (st = md_dev_upload(m->dev, m->bn_stats, stats, m->nstats * sizeof *stats)) != MD_OK) goto fail;
+    if ((st = md_dev_memset0(m->dev, m->grads, m->nparams * sizeof(float))) != MD_OK) goto fail;
+    st = md_model_params_changed(m);
+fail:
+    md_free(host);
+    return st;
+}
+
+static md_status dalloc(struct md_model *m, size_t bytes, void **p, const char *what)
+{
+    char w[160];
+    snprintf(w, sizeof w, "model %s: %s", m->name, what);
+    return md_dev_alloc(m->dev, bytes ? bytes : 1, p, w);
+}
+
+md_status md_model_bind(md_model *m, md_device *dev, int max_batch)
+{
+    md_status st = MD_OK;
+    if (max_batch < 1) return md_errf(MD_ERR_USAGE, "model %s: batch size must be at least 1", m->name);
+    unbind(m);
+    m->dev = dev;
+    m->max_batch = max_batch;
+    size_t es = md_dtype_size(m->opts.compute_dtype);
+    int half = m->opts.compute_dtype != MD_F32;
+    if ((st = md_model_plan_make(m, max_batch, 1, &m->plan_train)) != MD_OK) goto fail;
+    if ((st = md_model_plan_make(m, max_batch, 0, &m->plan_eval)) != MD_OK) goto fail;
+    m->inputs = md_calloc((size_t)m->ninputs, sizeof *m->inputs);
+    m->written = md_calloc((size_t)m->nlayers, sizeof *m->written);
+    if (!m->inputs || !m->written) { st = md_errf(MD_ERR_OOM, "model: out of host memory"); goto fail; }
+    if ((st = dalloc(m, m->nparams * 4, (void **)&m->params, "parameters")) != MD_OK) goto fail;
+    if ((st = dalloc(m, m->nparams * 4, (void **)&m->grads, "gradients")) != MD_OK) goto fail;
+    if (half) {
+        if ((st = dalloc(m, m->nparams * es, &m->params_half, "half weights")) != MD_OK) goto fail;
+        if ((st = dalloc(m, m->ndecay * es, &m->grads_half, "half weight gradients")) != MD_OK) goto fail;
+    }
+    if ((st = dalloc(m, m->nstats * 4, (void **)&m->bn_stats, "BN running statistics")) != MD_OK) goto fail;
+    if ((st = dalloc(m, m->nstats * 4, (void **)&m->bn_save, "BN batch statistics")) != MD_OK) goto fail;
+    if ((st = dalloc(m, m->mask_per_sample * (size_t)max_batch, (void **)&m->masks, "dropout masks")) != MD_OK)
+        goto fail;
+    if ((st = dalloc(m, 16 * sizeof(float), (void **)&m->scratch, "scratch")) != MD_OK) goto fail;
+    for (int i = 0; i < m->ninputs; i++)
+        if ((st = dalloc(m, (size_t)max_batch * numel(&m->layers[i]) * 4, &m->inputs[i], "input batch")) != MD_OK)
+            goto fail;
+    size_t arena = m->plan_train.bytes > m->plan_eval.bytes ? m->plan_train.bytes : m->plan_eval.bytes;
+    if ((st = dalloc(m, arena, (void **)&m->arena, "activations")) != MD_OK) goto fail;
+    if ((st = upload_initial(m)) != MD_OK) goto fail;
+    m->last_batch = 0;
+    m->have_loss = 0;
+    return MD_OK;
+fail:
+    unbind(m);
+    return st;
+}
+
 md_device *md_model_device(const md_model *m) { return m->dev; }
 int md_model_max_batch(const md_model *m) { return m->max_batch; }
 float *md_model_params(md_model *m) { return m->params; }
 float *md_model_grads(md_model *m) { return m->grads; }
 void *md_model_params_half(md_model *m) { return m->params_half; }
 float *md_model_bn_stats(md_model *m) { return m->bn_stats; }
-md_status md_model_params_changed(md_model *m) { (void)m; return not_yet("binding"); }
 void *md_model_input_buffer(md_model *m, int i) { return m->inputs ? m->inputs[i] : NULL; }
-md_status md_model_forward(md_model *m, int batch, int training) { (void)m; (void)batch; (void)training; return not_yet("forward"); }
-const void *md_model_logits(md_model *m) { (void)m; return NULL; }
+void md_model_set_step(md_model *m, uint64_t step) { m->step = step; }
+
+/* ---- execution ---------------------------------------------------------------------- */
+
+struct run {
+    struct md_model *m;
+    const struct md_model_plan *plan;
+    int n;           /* batch */
+    int training;
+    int bwd_phase;   /* use the backward-phase (recomputed) buffers */
+    int recompute;   /* forward again for checkpointing: leave running statistics alone */
+};
+
+static void *act_ptr(const struct run *r, int i)
+{
+    int t = md_model_tensor_of(r->m, i);
+    const struct md_layer *T = &r->m->layers[t];
+    if (T->kind == MD_L_INPUT && r->m->opts.compute_dtype == MD_F32) return r->m->inputs[t];
+    size_t off = r->bwd_phase ? r->plan->off_bwd[t] : r->plan->off_fwd[t];
+    MD_ASSERT(off != NONE);
+    return r->m->arena + off;
+}
+
+static void *grad_ptr(const struct run *r, int i)
+{
+    int t = md_model_tensor_of(r->m, i);
+    MD_ASSERT(r->plan->goff[t] != NONE);
+    return r->m->arena + r->plan->goff[t];
+}
+
+static void *w_ptr(struct md_model *m, int t)
+{
+    size_t off = m->tensors[t].offset;
+    if (m->params_half) return (char *)m->params_half + off * md_dtype_size(m->opts.compute_dtype);
+    return m->params + off;
+}
+static void *dw_ptr(struct md_model *m, int t)
+{
+    size_t off = m->tensors[t].offset;
+    if (m->grads_half) return (char *)m->grads_half + off * md_dtype_size(m->opts.compute_dtype);
+    return m->grads + off;
+}
+static float *p32(struct md_model *m, int t) { return m->params + m->tensors[t].offset; }
+static float *g32(struct md_model *m, int t) { return m->grads + m->tensors[t].offset; }
+
+/* y = alpha * s * a + beta * b, reading b only when beta != 0. */
+static md_status axpby(struct md_model *m, size_t n, float alpha, const float *s, const void *a, float beta,
+                       const void *b, void *y)
+{
+    struct md_ew_args e;
+    memset(&e, 0, sizeof e);
+    e.n = n;
+    e.dtype = m->opts.compute_dtype;
+    if (beta == 0.0f && !s && alpha == 1.0f) {
+        e.op = MD_EW_COPY;
+        e.a = a;
+        e.y = y;
+        return md_k_ew(m->dev, &e);
+    }
+    e.op = MD_EW_AXPBY;
+    e.alpha = alpha;
+    e.beta = beta;
+    e.scale_dev = s;
+    e.a = a;
+    e.b = beta == 0.0f ? a : b;
+    e.y = y;
+    return md_k_ew(m->dev, &e);
+}
+
+static void conv_args(const struct run *r, const struct md_layer *L, struct md_conv2d_args *c)
+{
+    const struct md_layer *X = &r->m->layers[L->in[0]];
+    memset(c, 0, sizeof *c);
+    c->n = r->n; c->c = X->c; c->h = X->h; c->w = X->w;
+    c->k = L->k; c->r = L->r; c->s = L->s; c->p = L->h; c->q = L->w;
+    c->stride_h = L->stride_h; c->stride_w = L->stride_w;
+    c->pad_h = L->pad_h; c->pad_w = L->pad_w;
+    c->dil_h = L->dil_h; c->dil_w = L->dil_w;
+    c->groups = L->groups;
+    c->layout = r->m->opts.layout;
+    c->dtype = r->m->opts.compute_dtype;
+    c->algo_hint = (int)(L - r->m->layers) + 1;
+}
+
+static void bn_args(const struct run *r, int i, struct md_batchnorm_args *b)
+{
+    struct md_model *m = r->m;
+    const struct md_layer *L = &m->layers[i];
+    memset(b, 0, sizeof *b);
+    b->n = r->n; b->c = L->c; b->hw = L->h * L->w;
+    b->layout = m->opts.layout;
+    b->dtype = m->opts.compute_dtype;
+    b->training = r->training;
+    b->eps = L->eps;
+    b->momentum = r->recompute ? 0.0f : L->momentum;
+    b->act = L->act;
+    b->x = act_ptr(r, L->in[0]);
+    b->y = act_ptr(r, i);
+    b->gamma = p32(m, L->tw);
+    b->beta_p = p32(m, L->tb);
+    b->running_mean = m->bn_stats + L->stat_off;
+    b->running_var = m->bn_stats + L->stat_off + L->c;
+    b->save_mean = m->bn_save + L->stat_off;
+    b->save_invstd = m->bn_save + L->stat_off + L->c;
+}
+
+static void pool_args(const struct run *r, int i, struct md_pool2d_args *p)
+{
+    const struct md_layer *L = &r->m->layers[i];
+    const struct md_layer *X = &r->m->layers[L->in[0]];
+    memset(p, 0, sizeof *p);
+    p->kind = L->kind == MD_L_MAXPOOL ? MD_POOL_MAX : MD_POOL_AVG;
+    p->n = r->n; p->c = X->c; p->h = X->h; p->w = X->w; p->p = L->h; p->q = L->w;
+    p->kh = L->r; p->kw = L->s; p->stride_h = L->stride_h; p->stride_w = L->stride_w;
+    p->pad_h = L->pad_h; p->pad_w = L->pad_w;
+    p->count_include_pad = L->count_include_pad;
+    p->layout = r->m->opts.layout;
+    p->dtype = r->m->opts.compute_dtype;
+    p->x = act_ptr(r, L->in[0]);
+}
+
+static uint64_t drop_seed(const struct md_model *m, int i) { return md_rng_hash(m->opts.seed ^ 0xd409u, (uint64_t)i); }
+
+static md_status fwd_layer(const struct run *r, int i)
+{
+    struct md_model *m = r->m;
+    md_device *d = m->dev;
+    const struct md_layer *L = &m->layers[i];
+    md_dtype dt = m->opts.compute_dtype;
+    size_t ne = (size_t)r->n * numel(L);
+    void *y = L->kind == MD_L_INPUT && dt == MD_F32 ? NULL : act_ptr(r, i);
+    const void *x = L->kind == MD_L_INPUT ? NULL : act_ptr(r, L->in[0]);
+    switch (L->kind) {
+    case MD_L_INPUT: {
+        if (dt == MD_F32) return MD_OK;
+        struct md_cast_args c = {ne, MD_F32, dt, m->inputs[i], y};
+        return md_k_cast(d, &c);
+    }
+    case MD_L_CONV: {
+        struct md_conv2d_args c;
+        conv_args(r, L, &c);
+        c.x = x; c.wt = w_ptr(m, L->tw); c.y = y; c.beta = 0;
+        MD_TRY(md_k_conv2d_fwd(d, &c));
+        if (L->tb < 0) return MD_OK;
+        struct md_bias_args b = {r->n, L->k, L->h * L->w, m->opts.layout, dt, y, p32(m, L->tb), NULL, NULL, 0};
+        return md_k_bias_add(d, &b);
+    }
+    case MD_L_BN: {
+        struct md_batchnorm_args b;
+        bn_args(r, i, &b);
+        return md_k_batchnorm_fwd(d, &b);
+    }
+    case MD_L_ACT: {
+        struct md_act_args a = {L->act, L->alpha, ne, dt, x, y, NULL, NULL, 0};
+        return md_k_act_fwd(d, &a);
+    }
+    case MD_L_MAXPOOL:
+    case MD_L_AVGPOOL: {
+        struct md_pool2d_args p;
+        pool_args(r, i, &p);
+        p.y_out = y;
+        return md_k_pool2d_fwd(d, &p);
+    }
+    case MD_L_GAP: {
+        const struct md_layer *X = &m->layers[L->in[0]];
+        struct md_gap_args g = {r->n, X->c, X->h * X->w, m->opts.layout, dt, x, y, NULL, NULL, 0};
+        return md_k_gap_fwd(d, &g);
+    }
+    case MD_L_FLATTEN: {
+        const struct md_layer *X = &m->layers[L->in[0]];
+        if (m->opts.layout == MD_NHWC && X->h * X->w > 1) {
+            /* features in PyTorch's (C, H, W) order, so weights mean the same in both layouts */
+            struct md_permute_args p = {r->n, X->c, X->h, X->w, 0, dt, x, y};
+            return md_k_permute(d, &p);
+        }
+        return axpby(m, ne, 1.0f, NULL, x, 0.0f, NULL, y);
+    }
+    case MD_L_LINEAR: {
+        const struct md_layer *X = &m->layers[L->in[0]];
+        struct md_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.trans_b = 1;
+        g.m = r->n; g.n = L->k; g.k = X->c;
+        g.alpha = 1.0f;
+        g.a = x; g.lda = X->c;
+        g.b = w_ptr(m, L->tw); g.ldb = X->c;
+        g.c = y; g.ldc = L->k;
+        g.batch = 1;
+        g.dtype = dt;
+        MD_TRY(md_k_gemm(d, &g));
+        if (L->tb < 0) return MD_OK;
+        struct md_bias_args b = {r->n, L->k, 1, MD_NCHW, dt, y, p32(m, L->tb), NULL, NULL, 0};
+        return md_k_bias_add(d, &b);
+    }
+    case MD_L_DROPOUT: {
+        if (!r->training || L->p == 0.0f) return axpby(m, ne, 1.0f, NULL, x, 0.0f, NULL, y);
+        struct md_dropout_args a;
+        memset(&a, 0, sizeof a);
+        a.n = ne; a.p = L->p; a.seed = drop_seed(m, i); a.offset = m->step << 32;
+        a.dtype = dt; a.x = x; a.y = y;
+        a.mask = m->masks + L->mask_off * (size_t)m->max_batch;
+        return md_k_dropout_fwd(d, &a);
+    }
+    case MD_L_ADD: {
+        MD_TRY(axpby(m, ne, 1.0f, NULL, x, 1.0f, act_ptr(r, L->in[1]), y));
+        for (int k = 2; k < L->nin; k++) MD_TRY(axpby(m, ne, 1.0f, NULL, act_ptr(r, L->in[k]), 1.0f, y, y));
+        if (L->act == MD_ACT_NONE) return MD_OK;
+        /* in place: relu'(x) == relu'(relu(x)), so backward can use y */
+        struct md_act_args a = {L->act, 0.0f, ne, dt, y, y, NULL, NULL, 0};
+        return md_k_act_fwd(d, &a);
+    }
+    case MD_L_CONCAT: {
+        int off = 0;
+        for (int k = 0; k < L->nin; k++) {
+            const struct md_layer *X = &m->layers[L->in[k]];
+            struct md_chslice_args c = {r->n, L->h * L->w, X->c, X->c, 0, L->c, off, m->opts.layout, dt,
+                                        act_ptr(r, L->in[k]), y, 0.0f};
+            MD_TRY(md_k_chslice(d, &c));
+            off += X->c;
+        }
+        return MD_OK;
+    }
+    case MD_L_WADD: {
+        const float *w = p32(m, L->tw);
+        MD_TRY(axpby(m, ne, 1.0f, w, x, 0.0f, NULL, y));
+        for (int k = 1; k < L->nin; k++) MD_TRY(axpby(m, ne, 1.0f, w + k, act_ptr(r, L->in[k]), 1.0f, y, y));
+        return MD_OK;
+    }
+    default: MD_ASSERT(0);
+    }
+    return MD_OK;
+}
+
+/* Where layer i writes the gradient of its k-th input; *beta 1 when that
+ * buffer already holds a contribution (a tensor feeding several layers). */
+static void *dx_for(const struct run *r, int i, int k, float *beta)
+{
+    int t = md_model_tensor_of(r->m, r->m->layers[i].in[k]);
+    *beta = r->m->written[t] ? 1.0f : 0.0f;
+    r->m->written[t] = 1;
+    return grad_ptr(r, t);
+}
+
+static md_status bwd_layer(const struct run *r, int i)
+{
+    struct md_model *m = r->m;
+    md_device *d = m->dev;
+    const struct md_layer *L = &m->layers[i];
+    md_dtype dt = m->opts.compute_dtype;
+    size_t ne = (size_t)r->n * numel(L);
+    void *dy = grad_ptr(r, i);
+    if (!m->written[i]) {
+        /* nothing downstream used this output: its gradient is zero */
+        MD_TRY(md_dev_memset0(d, dy, ne * md_dtype_size(dt)));
+        m->written[i] = 1;
+    }
+    const void *x = act_ptr(r, L->in[0]);
+    const void *y = act_ptr(r, i);
+    int x_is_input = m->layers[L->in[0]].kind == MD_L_INPUT;
+    float beta;
+    switch (L->kind) {
+    case MD_L_CONV: {
+        if (L->tb >= 0) {
+            struct md_bias_args b = {r->n, L->k, L->h * L->w, m->opts.layout, dt, NULL, NULL, dy, g32(m, L->tb), 0};
+            MD_TRY(md_k_bias_grad(d, &b));
+        }
+        struct md_conv2d_args c;
+        conv_args(r, L, &c);
+        c.x = x; c.dy = dy; c.dwt = dw_ptr(m, L->tw); c.beta = 0;
+        MD_TRY(md_k_conv2d_bwd_filter(d, &c));
+        if (x_is_input) return MD_OK;
+        conv_args(r, L, &c);
+        c.dy = dy; c.wt = w_ptr(m, L->tw); c.dx = dx_for(r, i, 0, &beta); c.beta = beta;
+        return md_k_conv2d_bwd_data(d, &c);
+    }
+    case MD_L_BN: {
+        struct md_batchnorm_args b;
+        bn_args(r, i, &b);
+        b.training = 1;
+        b.dy = dy;
+        b.dx = dx_for(r, i, 0, &beta);
+        b.beta = beta;
+        b.dgamma = g32(m, L->tw);
+        b.dbeta = g32(m, L->tb);
+        return md_k_batchnorm_bwd(d, &b);
+    }
+    case MD_L_ACT: {
+        struct md_act_args a = {L->act, L->alpha, ne, dt, x, NULL, dy, NULL, 0};
+        a.dx = dx_for(r, i, 0, &beta);
+        a.beta = beta;
+        return md_k_act_bwd(d, &a);
+    }
+    case MD_L_MAXPOOL:
+    case MD_L_AVGPOOL: {
+        struct md_pool2d_args p;
+        pool_args(r, i, &p);
+        p.y = y;
+        p.dy = dy;
+        p.dx = dx_for(r, i, 0, &beta);
+        p.beta = beta;
+        return md_k_pool2d_bwd(d, &p);
+    }
+    case MD_L_GAP: {
+        const struct md_layer *X = &m->layers[L->in[0]];
+        struct md_gap_args g = {r->n, X->c, X->h * X->w, m->opts.layout, dt, NULL, NULL, dy, NULL, 0};
+        g.dx = dx_for(r, i, 0, &beta);
+        g.beta = beta;
+        return md_k_gap_bwd(d, &g);
+    }
+    case MD_L_FLATTEN: {
+        const struct md_layer *X = &m->layers[L->in[0]];
+        void *dx = dx_for(r, i, 0, &beta);
+        if (m->opts.layout == MD_NHWC && X->h * X->w > 1) {
+            if (beta != 0.0f)
+                return md_errf(MD_ERR_UNSUPPORTED, "model %s: %s: with channels-last, the input of a flatten may "
+                               "feed no other layer", m->name, L->name);
+            struct md_permute_args p = {r->n, X->c, X->h, X->w, 1, dt, dy, dx};
+            return md_k_permute(d, &p);
+        }
+        return axpby(m, ne, 1.0f, NULL, dy, beta, dx, dx);
+    }
+    case MD_L_LINEAR: {
+        const struct md_layer *X = &m->layers[L->in[0]];
+        if (L->tb >= 0) {
+            struct md_bias_args b = {r->n, L->k, 1, MD_NCHW, dt, NULL, NULL, dy, g32(m, L->tb), 0};
+            MD_TRY(md_k_bias_grad(d, &b));
+        }
+        struct md_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.trans_a = 1;                      /* dW (out, in) = dy^T (out, n) @ x (n, in) */
+        g.m = L->k; g.n = X->c; g.k = r->n;
+        g.alpha = 1.0f;
+        g.a = dy; g.lda = L->k;
+        g.b = x; g.ldb = X->c;
+        g.c = dw_ptr(m, L->tw); g.ldc = X->c;
+        g.batch = 1;
+        g.dtype = dt;
+        MD_TRY(md_k_gemm(d, &g));
+        if (x_is_input) return MD_OK;
+        memset(&g, 0, sizeof g);            /* dx (n, in) = dy (n, out) @ W (out, in) */
+        g.m = r->n; g.n = X->c; g.k = L->k;
+        g.alpha = 1.0f;
+        g.a = dy; g.lda = L->k;
+        g.b = w_ptr(m, L->tw); g.ldb = X->c;
+        g.c = dx_for(r, i, 0, &beta); g.ldc = X->c;
+        g.beta = beta;
+        g.batch = 1;
+        g.dtype = dt;
+        return md_k_gemm(d, &g);
+    }
+    case MD_L_DROPOUT: {
+        void *dx = dx_for(r, i, 0, &beta);
+        if (L->p == 0.0f) return axpby(m, ne, 1.0f, NULL, dy, beta, dx, dx);
+        struct md_dropout_args a;
+        memset(&a, 0, sizeof a);
+        a.n = ne; a.p = L->p; a.seed = drop_seed(m, i); a.offset = m->step << 32;
+        a.dtype = dt;
+        a.mask = m->masks + L->mask_off * (size_t)m->max_batch;
+        a.dy = dy; a.dx = dx; a.beta = beta;
+        return md_k_dropout_bwd(d, &a);
+    }
+    case MD_L_ADD: {
+        if (L->act != MD_ACT_NONE) {
+            struct md_act_args a = {L->act, 0.0f, ne, dt, y, NULL, dy, dy, 0};
+            MD_TRY(md_k_act_bwd(d, &a));
+        }
+        for (int k = 0; k < L->nin; k++) {
+            void *dx = dx_for(r, i, k, &beta);
+            MD_TRY(axpby(m, ne, 1.0f, NULL, dy, beta, dx, dx));
+        }
+        return MD_OK;
+    }
+    case MD_L_CONCAT: {
+        int off = 0;
+        for (int k = 0; k < L->nin; k++) {
+            const struct md_layer *X = &m->layers[L->in[k]];
+            void *dx = dx_for(r, i, k, &beta);
+            struct md_chslice_args c = {r->n, L->h * L->w, X->c, L->c, off, X->c, 0, m->opts.layout, dt, dy, dx, beta};
+            MD_TRY(md_k_chslice(d, &c));
+            off += X->c;
+        }
+        return MD_OK;
+    }
+    case MD_L_WADD: {
+        const float *w = p32(m, L->tw);
+        float *dw = g32(m, L->tw);
+        for (int k = 0; k < L->nin; k++) {
+            struct md_reduce_args rd = {MD_RED_DOT, ne, dt, dy, act_ptr(r, L->in[k]), dw + k, 0.0f};
+            MD_TRY(md_k_reduce(d, &rd));
+            void *dx = dx_for(r, i, k, &beta);
+            MD_TRY(axpby(m, ne, 1.0f, w + k, dy, beta, dx, dx));
+        }
+        return MD_OK;
+    }
+    default: MD_ASSERT(0);
+    }
+    return MD_OK;
+}
+
+static md_status check_bound(const struct md_model *m, int batch)
+{
+    if (!m->dev) return md_errf(MD_ERR_INTERNAL, "model %s: not bound to a device", m->name);
+    if (batch < 1 || batch > m->max_batch)
+        return md_errf(MD_ERR_INTERNAL, "model %s: batch %d outside 1..%d (bound size)", m->name, batch, m->max_batch);
+    return MD_OK;
+}
+
+md_status md_model_forward(md_model *m, int batch, int training)
+{
+    MD_TRY(check_bound(m, batch));
+    struct run r = {m, training ? &m->plan_train : &m->plan_eval, batch, training, 0, 0};
+    m->last_batch = batch;
+    m->last_training = training;
+    m->have_loss = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        if (m->layers[i].alias >= 0) continue;
+        md_status st = fwd_layer(&r, i);
+        if (st != MD_OK) {
+            md_err_prefix("model %s: forward of %s", m->name, m->layers[i].name);
+            return st;
+        }
+    }
+    return MD_OK;
+}
+
+const void *md_model_logits(md_model *m)
+{
+    if (!m->dev || !m->last_batch) return NULL;
+    struct run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch, m->last_training, 0, 0};
+    return act_ptr(&r, m->nlayers - 1);
+}
+
 md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing, float grad_scale,
                         float *loss_sum_dev, int32_t *correct_dev)
-{ (void)m; (void)labels_dev; (void)smoothing; (void)grad_scale; (void)loss_sum_dev; (void)correct_dev; return not_yet("loss"); }
-md_status md_model_backward(md_model *m) { (void)m; return not_yet("backward"); }
-void md_model_set_step(md_model *m, uint64_t step) { m->step = step; }
-md_status md_model_first_nonfinite(md_model *m, char *layer, size_t n, int *found) { (void)m; (void)layer; (void)n; *found = 0; return not_yet("the non-finite check"); }
-md_status md_model_load_weights(md_model *m, const char *path) { (void)m; (void)path; return not_yet("--init-from"); }
-md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch, const char *path) { (void)m; (void)labels_host; (void)batch; (void)path; return not_yet("--dump-grads"); }
+{
+    MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
+    if (!m->last_batch) return md_errf(MD_ERR_INTERNAL, "model %s: loss before forward", m->name);
+    struct run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch, m->last_training, 0, 0};
+    struct md_xent_args x;
+    memset(&x, 0, sizeof x);
+    x.n = m->last_batch;
+    x.classes = m->num_classes;
+    x.smoothing = smoothing;
+    x.dtype = m->opts.compute_dtype;
+    x.logits = act_ptr(&r, m->nlayers - 1);
+    x.labels = labels_dev;
+    x.loss_sum = loss_sum_dev;
+    x.correct = correct_dev;
+    x.dlogits = m->last_training ? grad_ptr(&r, m->nlayers - 1) : NULL;
+    x.grad_scale = grad_scale;
+    MD_TRY(md_k_xent(m->dev, &x));
+    m->have_loss = m->last_training;
+    return MD_OK;
+}
+
+md_status md_model_backward(md_model *m)
+{
+    md_status st = MD_OK;
+    if (!m->have_loss)
+        return md_errf(MD_ERR_INTERNAL, "model %s: backward needs a training forward and md_model_loss", m->name);
+    struct run r = {m, &m->plan_train, m->last_batch, 1, 1, 0};
+    int ckpt = m->opts.grad_ckpt;
+    memset(m->written, 0, (size_t)m->nlayers * sizeof *m->written);
+    m->written[md_model_tensor_of(m, m->nlayers - 1)] = 1;
+    if (m->nparams > m->ndecay)
+        MD_TRY(md_dev_memset0(m->dev, m->grads + m->ndecay, (m->nparams - m->ndecay) * sizeof(float)));
+    int hi = m->nlayers - 1, i = 0;
+    while (hi >= m->ninputs) {
+        int lo = hi;
+        if (ckpt)
+            while (lo - 1 >= m->ninputs && m->layers[lo - 1].group == m->layers[hi].group) lo--;
+        if (ckpt) {
+            struct run rr = r;
+            rr.recompute = 1;
+            for (i = lo; i <= hi; i++)
+                if (has_act(m, i) && internal(m, i, 1) && (st = fwd_layer(&rr, i)) != MD_OK) goto fail;
+        }
+        for (i = hi; i >= lo; i--)
+            if (m->layers[i].alias < 0 && (st = bwd_layer(&r, i)) != MD_OK) goto fail;
+        hi = lo - 1;
+    }
+    if (m->grads_half) {
+        struct md_cast_args c = {m->ndecay, m->opts.compute_dtype, MD_F32, m->grads_half, m->grads};
+        if ((st = md_k_cast(m->dev, &c)) != MD_OK) goto fail;
+    }
+    m->have_loss = 0;
+    return MD_OK;
+fail:
+    md_err_prefix("model %s: backward of %s", m->name, m->layers[i].name);
+    return st;
+}
+
+/* ---- diagnostics -------------------------------------------------------------------- */
+
+md_status md_model_first_nonfinite(md_model *m, char *layer, size_t n, int *found)
+{
+    *found = 0;
+    if (n) layer[0] = 0;
+    MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
+    if (!m->last_batch) return MD_OK;
+    struct run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch, m->last_training, 0, 1};
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct md_layer *L = &m->layers[i];
+        if (L->alias >= 0) continue;
+        MD_TRY(fwd_layer(&r, i));
+        const void *y = L->kind == MD_L_INPUT && m->opts.compute_dtype == MD_F32 ? m->inputs[i] : act_ptr(&r, i);
+        md_dtype dt = L->kind == MD_L_INPUT && m->opts.compute_dtype == MD_F32 ? MD_F32 : m->opts.compute_dtype;
+        struct md_reduce_args rd = {MD_RED_SUM, (size_t)r.n * numel(L), dt, y, NULL, m->scratch, 0.0f};
+        MD_TRY(md_k_reduce(m->dev, &rd));
+        float s = 0;
+        MD_TRY(md_dev_download(m->dev, &s, m->scratch, sizeof s));
+        if (!isfinite(s)) {
+            /* the layer named is the one the user wrote (a fused ReLU reports its producer) */
+            snprintf(layer, n, "%s", L->name);
+            *found = 1;
+            return MD_OK;
+        }
+    }
+    return MD_OK;
+}
+
+/* ---- weights in and out --------------------------------------------------------------- */
+
+/* (K, C, RS) <-> (K, RS, C) for NHWC conv weights, in place through tmp. */
+static void permute_w(const struct md_param_info *t, float *w, float *tmp, int to_khwc)
+{
+    int K = t->shape[0], C = t->shape[1], RS = t->shape[2] * t->shape[3];
+    for (int k = 0; k < K; k++) {
+        float *v = w + (size_t)k * C * RS;
+        memcpy(tmp, v, (size_t)C * RS * sizeof *tmp);
+        for (int c = 0; c < C; c++)
+            for (int rs = 0; rs < RS; rs++) {
+                if (to_khwc) v[(size_t)rs * C + c] = tmp[(size_t)c * RS + rs];
+                else v[(size_t)c * RS + rs] = tmp[(size_t)rs * C + c];
+            }
+    }
+}
+
+static md_status host_order(md_model *m, float *buf, int to_khwc)
+{
+    if (m->opts.layout != MD_NHWC) return MD_OK;
+    size_t most = 1;
+    for (int t = 0; t < m->ntensors; t++)
+        if (m->tensors[t].khwc && m->tensors[t].numel > most) most = m->tensors[t].numel;
+    float *tmp = md_malloc(most * sizeof *tmp);
+    if (!tmp) return md_errf(MD_ERR_OOM, "model %s: out of host memory", m->name);
+    for (int t = 0; t < m->ntensors; t++)
+        if (m->tensors[t].khwc) permute_w(&m->tensors[t], buf + m->tensors[t].offset, tmp, to_khwc);
+    md_free(tmp);
+    return MD_OK;
+}
+
+md_status md_model_get_params_host(md_model *m, float *dst)
+{
+    MD_TRY(check_bound(m, 1));
+    MD_TRY(md_dev_download(m->dev, dst, m->params, m->nparams * sizeof *dst));
+    return host_order(m, dst, 0);
+}
+
+md_status md_model_get_grads_host(md_model *m, float *dst)
+{
+    MD_TRY(check_bound(m, 1));
+    MD_TRY(md_dev_download(m->dev, dst, m->grads, m->nparams * sizeof *dst));
+    return host_order(m, dst, 0);
+}
+
+md_status md_model_set_params_host(md_model *m, const float *src)
+{
+    md_status st = MD_OK;
+    MD_TRY(check_bound(m, 1));
+    float *tmp = md_malloc(m->nparams * sizeof *tmp + 4);
+    if (!tmp) return md_errf(MD_ERR_OOM, "model %s: out of host memory", m->name);
+    memcpy(tmp, src, m->nparams * sizeof *tmp);
+    if ((st = host_order(m, tmp, 1)) == MD_OK && (st = md_dev_upload(m->dev, m->params, tmp, m->nparams * 4)) == MD_OK)
+        st = md_model_params_changed(m);
+    md_free(tmp);
+    return st;
+}
+
+md_status md_model_load_weights(md_model *m, const char *path)
+{
+    md_status st = MD_OK;
+    md_st_file *f = NULL;
+    float *host = NULL, *stats = NULL;
+    MD_TRY(check_bound(m, 1));
+    if ((st = md_st_open(path, &f)) != MD_OK) goto fail;
+    host = md_malloc(m->nparams * sizeof *host + 4);
+    stats = md_malloc(m->nstats * sizeof *stats + 4);
+    if (!host || !stats) { st = md_errf(MD_ERR_OOM, "%s: out of host memory", path); goto fail; }
+    for (int t = 0; t < m->ntensors; t++) {
+        const struct md_param_info *ti = &m->tensors[t];
+        long long shape[4];
+        for (int k = 0; k < ti->ndim; k++) shape[k] = ti->shape[k];
+        if ((st = md_st_copy(f, ti->name, MD_F32, ti->ndim, shape, host + ti->offset)) != MD_OK) goto fail;
+    }
+    if ((st = md_dev_download(m->dev, stats, m->bn_stats, m->nstats * 4)) != MD_OK) goto fail;
+    for (int b = 0; b < m->nbuffers; b++) {
+        const struct md_param_info *bi = &m->buffers[b];
+        if (!md_st_find(f, bi->name)) continue;
+        long long shape[1] = {bi->shape[0]};
+        if ((st = md_st_copy(f, bi->name, MD_F32, 1, shape, stats + bi->offset)) != MD_OK) goto fail;
+    }
+    if ((st = md_model_set_params_host(m, host)) != MD_OK) goto fail;
+    st = md_dev_upload(m->dev, m->bn_stats, stats, m->nstats * 4);
+fail:
+    if (st != MD_OK) md_err_prefix("--init-from");
+    md_free(host);
+    md_free(stats);
+    md_st_close(f);
+    return st;
+}
+
+md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch, float smoothing, const char *path)
+{
+    md_status st = MD_OK;
+    md_st_writer *w = NULL;
+    float *params = NULL, *grads = NULL, *stats = NULL, *logits = NULL, *inputs = NULL, loss = 0;
+    void *raw = NULL;
+    int32_t *labels_dev = NULL;
+    float *loss_dev = NULL;
+    char name[700];
+    MD_TRY(check_bound(m, batch));
+    md_device *d = m->dev;
+    size_t in_total = 0;
+    for (int i = 0; i < m->ninputs; i++) in_total += (size_t)batch * numel(&m->layers[i]);
+    size_t es = md_dtype_size(m->opts.compute_dtype);
+    params = md_malloc(m->nparams * 4 + 4);
+    grads = md_malloc(m->nparams * 4 + 4);
+    stats = md_malloc(m->nstats * 4 + 4);
+    logits = md_malloc((size_t)batch * m->num_classes * 4);
+    raw = md_malloc((size_t)batch * m->num_classes * es);
+    inputs = md_malloc(in_total * 4 * 2);
+    if (!params || !grads || !stats || !logits || !raw || !inputs) {
+        st = md_errf(MD_ERR_OOM, "--dump-grads: out of host memory");
+        goto fail;
+    }
+    if ((st = md_dev_alloc(d, (size_t)batch * 4, (void **)&labels_dev, "dump labels")) != MD_OK) goto fail;
+    if ((st = md_dev_alloc(d, 4, (void **)&loss_dev, "dump loss")) != MD_OK) goto fail;
+    if ((st = md_dev_upload(d, labels_dev, labels_host, (size_t)batch * 4)) != MD_OK) goto fail;
+    if ((st = md_dev_memset0(d, loss_dev, 4)) != MD_OK) goto fail;
+    if ((st = md_model_get_params_host(m, params)) != MD_OK) goto fail;
+    if ((st = md_dev_download(d, stats, m->bn_stats, m->nstats * 4)) != MD_OK) goto fail;
+    if ((st = md_model_forward(m, batch, 1)) != MD_OK) goto fail;
+    if ((st = md_model_loss(m, labels_dev, smoothing, 1.0f / (float)batch, loss_dev, NULL)) != MD_OK) goto fail;
+    if ((st = md_dev_download(d, raw, md_model_logits(m), (size_t)batch * m->num_classes * es)) != MD_OK) goto fail;
+    if ((st = md_model_backward(m)) != MD_OK) goto fail;
+    if ((st = md_model_get_grads_host(m, grads)) != MD_OK) goto fail;
+    if ((st = md_dev_download(d, &loss, loss_dev, 4)) != MD_OK) goto fail;
+    loss /= (float)batch;
+    for (size_t i = 0; i < (size_t)batch * m->num_classes; i++) logits[i] = md_load_f(raw, m->opts.compute_dtype, i);
+
+    if ((st = md_st_writer_new(&w)) != MD_OK) goto fail;
+    float *in = inputs;
+    for (int i = 0; i < m->ninputs; i++) {
+        const struct md_layer *L = &m->layers[i];
+        size_t n = (size_t)batch * numel(L);
+        float *tmp = inputs + in_total;
+        if ((st = md_dev_download(d, tmp, m->inputs[i], n * 4)) != MD_OK) goto fail;
+        if (m->opts.layout == MD_NHWC) {
+            size_t hw = (size_t)L->h * L->w;
+            for (int b = 0; b < batch; b++)
+                for (int c = 0; c < L->c; c++)
+                    for (size_t p = 0; p < hw; p++)
+                        in[((size_t)b * L->c + c) * hw + p] = tmp[((size_t)b * hw + p) * L->c + c];
+        } else {
+            memcpy(in, tmp, n * 4);
+        }
+        long long shape[4] = {batch, L->c, L->h, L->w};
+        snprintf(name, sizeof name, "input.%s", L->name);
+        if ((st = md_st_writer_add(w, name, MD_F32, 4, shape, in)) != MD_OK) goto fail;
+        in += n;
+    }
+    long long ls[1] = {batch}, lg[2] = {batch, m->num_classes};
+    if ((st = md_st_writer_add(w, "labels", MD_I32, 1, ls, labels_host)) != MD_OK) goto fail;
+    if ((st = md_st_writer_add(w, "logits", MD_F32, 2, lg, logits)) != MD_OK) goto fail;
+    if ((st = md_st_writer_add(w, "loss", MD_F32, 0, NULL, &loss)) != MD_OK) goto fail;
+    for (int t = 0; t < m->ntensors; t++) {
+        const struct md_param_info *ti = &m->tensors[t];
+        long long shape[4];
+        for (int k = 0; k < ti->ndim; k++) shape[k] = ti->shape[k];
+        snprintf(name, sizeof name, "param.%s", ti->name);
+        if ((st = md_st_writer_add(w, name, MD_F32, ti->ndim, shape, params + ti->offset)) != MD_OK) goto fail;
+        snprintf(name, sizeof name, "grad.%s", ti->name);
+        if ((st = md_st_writer_add(w, name, MD_F32, ti->ndim, shape, grads + ti->offset)) != MD_OK) goto fail;
+    }
+    for (int b = 0; b < m->nbuffers; b++) {
+        const struct md_param_info *bi = &m->buffers[b];
+        long long shape[1] = {bi->shape[0]};
+        snprintf(name, sizeof name, "buffer.%s", bi->name);
+        if ((st = md_st_writer_add(w, name, MD_F32, 1, shape, stats + bi->offset)) != MD_OK) goto fail;
+    }
+    if ((st = md_st_writer_meta(w, "model", m->name)) != MD_OK) goto fail;
+    if ((st = md_st_writer_meta(w, "compute_dtype", md_dtype_name(m->opts.compute_dtype))) != MD_OK) goto fail;
+    if ((st = md_st_writer_meta(w, "layout", md_layout_name(m->opts.layout))) != MD_OK) goto fail;
+    st = md_st_writer_write(w, path);
+fail:
+    if (st != MD_OK) md_err_prefix("--dump-grads %s", path);
+    md_st_writer_free(w);
+    md_dev_free(m->dev, labels_dev);
+    md_dev_free(m->dev, loss_dev);
+    md_free(params);
+    md_free(grads);
+    md_free(stats);
+    md_free(logits);
+    md_free(raw);
+    md_free(inputs);
+    return st;
+}

@@ -1,12 +1,154 @@
-/* cpu_kernels.c - the CPU kernel table and thread setting.
- * Entries are filled as kernels land (NULL = unsupported, see kernels.h). */
+/* cpu_kernels.c - the CPU kernel table, thread setting, scratch buffers and
+ * GEMM (OpenBLAS; fp16/bf16 converted to fp32 scratch). */
 #include "backend/cpu/cpu_kernels.h"
+
+#include <cblas.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "core/mem.h"
 
 static int cpu_threads = 1;
 
-void md_cpu_set_threads(int n) { cpu_threads = n > 0 ? n : 1; }
+void md_cpu_set_threads(int n)
+{
+    cpu_threads = n > 0 ? n : 1;
+    md_threadpool_set_size(cpu_threads);
+}
 int md_cpu_threads(void) { return cpu_threads; }
 
+/* ---- scratch ------------------------------------------------------------------- */
+
+static pthread_mutex_t cpu_mutex = PTHREAD_MUTEX_INITIALIZER;
+static void *scratch[CPU_SCR_COUNT];
+static size_t scratch_bytes[CPU_SCR_COUNT];
+
+void md_cpu_lock(void) { pthread_mutex_lock(&cpu_mutex); }
+void md_cpu_unlock(void) { pthread_mutex_unlock(&cpu_mutex); }
+
+void *md_cpu_scratch(int slot, size_t bytes)
+{
+    if (bytes <= scratch_bytes[slot]) return scratch[slot];
+    md_free(scratch[slot]);
+    /* grow by half again, so a slowly growing size does not reallocate each call */
+    size_t want = bytes + bytes / 2;
+    scratch[slot] = md_malloc(want);
+    scratch_bytes[slot] = scratch[slot] ? want : 0;
+    if (!scratch[slot]) md_errf(MD_ERR_OOM, "cpu kernels: cannot allocate %zu bytes of scratch", want);
+    return scratch[slot];
+}
+
+void md_cpu_scratch_release(void)
+{
+    md_cpu_lock();
+    for (int i = 0; i < CPU_SCR_COUNT; i++) {
+        md_free(scratch[i]);
+        scratch[i] = NULL;
+        scratch_bytes[i] = 0;
+    }
+    md_cpu_unlock();
+}
+
+struct conv_ctx { const void *src; md_dtype t; float *dst; };
+
+static void to_f32_range(void *vctx, long long b, long long e)
+{
+    struct conv_ctx *c = vctx;
+    const uint16_t *s = c->src;
+    if (c->t == MD_BF16)
+        for (long long i = b; i < e; i++) c->dst[i] = md_bf16_to_f32(s[i]);
+    else
+        for (long long i = b; i < e; i++) c->dst[i] = md_f16_to_f32(s[i]);
+}
+
+const float *md_cpu_to_f32(const void *src, md_dtype t, size_t n, float *dst)
+{
+    if (t == MD_F32) return src;
+    struct conv_ctx c = {src, t, dst};
+    md_parallel_for((long long)n, CPU_GRAIN, to_f32_range, &c);
+    return dst;
+}
+
+/* ---- GEMM ------------------------------------------------------------------------ */
+
+static size_t gemm_extent(int batch, long long stride, int rows, int ld, int cols)
+{
+    if (rows <= 0 || cols <= 0) return 0;
+    return (size_t)((long long)(batch - 1) * stride + (long long)(rows - 1) * ld + cols);
+}
+
+static void sgemm_batch(const struct md_gemm_args *a, const float *A, const float *B, float *C, float beta)
+{
+    for (int bi = 0; bi < a->batch; bi++)
+        cblas_sgemm(CblasRowMajor, a->trans_a ? CblasTrans : CblasNoTrans, a->trans_b ? CblasTrans : CblasNoTrans,
+                    a->m, a->n, a->k, a->alpha, A + bi * a->stride_a, a->lda, B + bi * a->stride_b, a->ldb, beta,
+                    C + bi * a->stride_c, a->ldc);
+}
+
+md_status md_cpu_gemm(md_device *dev, const struct md_gemm_args *a)
+{
+    (void)dev;
+    if (!md_cpu_float_type(a->dtype))
+        return md_errf(MD_ERR_UNSUPPORTED, "cpu gemm: dtype %s is not supported", md_dtype_name(a->dtype));
+    if (a->m <= 0 || a->n <= 0 || a->batch <= 0) return MD_OK;
+    if (a->dtype == MD_F32) {
+        sgemm_batch(a, a->a, a->b, a->c, a->beta);
+        return MD_OK;
+    }
+    /* fp16/bf16: storage only; convert to fp32, multiply, convert back */
+    size_t na = gemm_extent(a->batch, a->stride_a, a->trans_a ? a->k : a->m, a->lda, a->trans_a ? a->m : a->k);
+    size_t nb = gemm_extent(a->batch, a->stride_b, a->trans_b ? a->n : a->k, a->ldb, a->trans_b ? a->k : a->n);
+    size_t nc = gemm_extent(a->batch, a->stride_c, a->m, a->ldc, a->n);
+    md_status st = MD_OK;
+    md_cpu_lock();
+    float *A = md_cpu_scratch(CPU_SCR_X32, (na ? na : 1) * 4);
+    float *B = md_cpu_scratch(CPU_SCR_W32, (nb ? nb : 1) * 4);
+    float *C = md_cpu_scratch(CPU_SCR_Y32, nc * 4);
+    if (!A || !B || !C) {
+        st = MD_ERR_OOM;
+        goto done;
+    }
+    md_cpu_to_f32(a->a, a->dtype, na, A);
+    md_cpu_to_f32(a->b, a->dtype, nb, B);
+    for (int bi = 0; bi < a->batch; bi++)
+        for (int i = 0; i < a->m; i++) {
+            size_t o = (size_t)(bi * a->stride_c) + (size_t)i * a->ldc;
+            for (int j = 0; j < a->n; j++) C[o + j] = a->beta != 0.0f ? md_load_f(a->c, a->dtype, o + j) : 0.0f;
+        }
+    sgemm_batch(a, A, B, C, a->beta);
+    for (int bi = 0; bi < a->batch; bi++)
+        for (int i = 0; i < a->m; i++) {
+            size_t o = (size_t)(bi * a->stride_c) + (size_t)i * a->ldc;
+            for (int j = 0; j < a->n; j++) md_store_f(a->c, a->dtype, o + j, C[o + j]);
+        }
+done:
+    md_cpu_unlock();
+    return st;
+}
+
 const struct md_kernels md_cpu_kernels = {
-    .gemm = 0,
+    .gemm = md_cpu_gemm,
+    .conv2d_fwd = md_cpu_conv2d_fwd,
+    .conv2d_bwd_data = md_cpu_conv2d_bwd_data,
+    .conv2d_bwd_filter = md_cpu_conv2d_bwd_filter,
+    .batchnorm_fwd = md_cpu_batchnorm_fwd,
+    .batchnorm_bwd = md_cpu_batchnorm_bwd,
+    .act_fwd = md_cpu_act_fwd,
+    .act_bwd = md_cpu_act_bwd,
+    .pool2d_fwd = md_cpu_pool2d_fwd,
+    .pool2d_bwd = md_cpu_pool2d_bwd,
+    .gap_fwd = md_cpu_gap_fwd,
+    .gap_bwd = md_cpu_gap_bwd,
+    .bias_add = md_cpu_bias_add,
+    .bias_grad = md_cpu_bias_grad,
+    .dropout_fwd = md_cpu_dropout_fwd,
+    .dropout_bwd = md_cpu_dropout_bwd,
+    .ew = md_cpu_ew,
+    .reduce = md_cpu_reduce,
+    .chslice = md_cpu_chslice,
+    .xent = md_cpu_xent,
+    .cast = md_cpu_cast,
+    .permute = md_cpu_permute,
+    .optim = md_cpu_optim,
 };

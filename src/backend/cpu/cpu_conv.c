@@ -1,0 +1,518 @@
+/* cpu_conv.c - 2-D convolution forward, backward-data and backward-filter on
+ * the CPU: im2col / col2im (threaded with the pool) around OpenBLAS sgemm
+ * (threaded by OpenBLAS; never both at once).
+ *
+ * NCHW, per group g and a chunk of nb images:
+ *   col (Cg*R*S, nb*P*Q)  <- im2col(x)
+ *   fwd:    tmp (Kg, nb*P*Q) = W_g (Kg, Cg*R*S) @ col, scattered into y (n, K, P*Q)
+ *   data:   col = W_g^T @ dy_g (gathered to (Kg, nb*P*Q)); dx += col2im(col)
+ *   filter: dW_g += dy_g @ col^T
+ * NHWC, per group and a chunk of rows (n*P*Q rows):
+ *   col (rows, R*S*Cg)  <- im2col(x)
+ *   fwd:    y[rows, g*Kg:] = col @ W_g^T          (W_g is (Kg, R*S*Cg): KRSC)
+ *   data:   col = dy[rows, g*Kg:] @ W_g; dx += col2im(col)
+ *   filter: dW_g += dy[rows, g*Kg:]^T @ col
+ * A 1x1, stride-1, unpadded convolution skips im2col (x is its own col).
+ * Chunks keep the col buffer under COL_BYTES; big chunks keep the GEMMs big.
+ * fp16/bf16 are converted to fp32 scratch and back (storage types on the CPU).
+ */
+#include <cblas.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "core/mem.h"
+
+#define COL_BYTES ((size_t)32 << 20)
+
+struct geom {
+    int n, c, h, w, k, r, s, p, q;
+    int sh, sw, ph, pw, dh, dw, g, cg, kg;
+    int crs, pq;
+    int is_1x1; /* 1x1, stride 1, no padding */
+};
+
+static md_status geom_init(const char *op, const struct md_conv2d_args *a, struct geom *o)
+{
+    if (!md_cpu_float_type(a->dtype))
+        return md_errf(MD_ERR_UNSUPPORTED, "cpu %s: dtype %s is not supported", op, md_dtype_name(a->dtype));
+    if (a->groups < 1 || a->c % a->groups || a->k % a->groups)
+        return md_errf(MD_ERR_INTERNAL, "cpu %s: groups %d must divide c %d and k %d", op, a->groups, a->c, a->k);
+    if (a->p != md_conv_out(a->h, a->r, a->stride_h, a->pad_h, a->dil_h) ||
+        a->q != md_conv_out(a->w, a->s, a->stride_w, a->pad_w, a->dil_w) || a->p <= 0 || a->q <= 0)
+        return md_errf(MD_ERR_INTERNAL, "cpu %s: output %dx%d does not match input %dx%d", op, a->p, a->q, a->h,
+                       a->w);
+    *o = (struct geom){a->n, a->c, a->h, a->w, a->k, a->r, a->s, a->p, a->q, a->stride_h, a->stride_w, a->pad_h,
+                       a->pad_w, a->dil_h, a->dil_w, a->groups, a->c / a->groups, a->k / a->groups, 0, 0, 0};
+    o->crs = o->cg * o->r * o->s;
+    o->pq = o->p * o->q;
+    o->is_1x1 = o->r == 1 && o->s == 1 && o->sh == 1 && o->sw == 1 && o->ph == 0 && o->pw == 0;
+    return MD_OK;
+}
+
+static void sgemm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta,
+                  float *C, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, A,
+                lda, B, ldb, beta, C, ldc);
+}
+
+/* Valid output range [lo, hi) along one axis for filter tap `t`:
+ * in = o*stride - pad + t*dil must lie in [0, size). */
+static void valid_range(int out, int size, int stride, int pad, int t, int dil, int *lo, int *hi)
+{
+    int off = t * dil - pad; /* in = o*stride + off */
+    int l = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    int h = size - off <= 0 ? 0 : (size - off + stride - 1) / stride; /* first o with in >= size */
+    if (h > out) h = out;
+    if (l > h) l = h;
+    *lo = l;
+    *hi = h;
+}
+
+/* ================= NCHW ================================================== */
+
+struct nchw_ctx {
+    const struct geom *g;
+    const float *x;  /* (n, c, h, w) */
+    float *col;      /* (crs, ld) */
+    int ld, n0, grp;
+    float *dx;       /* col2im target */
+    float beta;
+    /* scatter / gather */
+    float *y; const float *tmp; float *dst;
+};
+
+/* im2col for one (image, channel-of-group) pair: rows (cg*R + r)*S + s. */
+static void im2col_nchw_range(void *vc, long long b, long long e)
+{
+    const struct nchw_ctx *c = vc;
+    const struct geom *g = c->g;
+    for (long long t = b; t < e; t++) {
+        int img = (int)(t / g->cg), cg = (int)(t % g->cg);
+        const float *xp = c->x + ((size_t)(c->n0 + img) * g->c + (size_t)c->grp * g->cg + cg) * g->h * g->w;
+        for (int r = 0; r < g->r; r++) {
+            int plo, phi;
+            valid_range(g->p, g->h, g->sh, g->ph, r, g->dh, &plo, &phi);
+            for (int s = 0; s < g->s; s++) {
+                int qlo, qhi;
+                valid_range(g->q, g->w, g->sw, g->pw, s, g->dw, &qlo, &qhi);
+                float *row = c->col + (size_t)((cg * g->r + r) * g->s + s) * c->ld + (size_t)img * g->pq;
+                for (int p = 0; p < g->p; p++) {
+                    float *o = row + (size_t)p * g->q;
+                    if (p < plo || p >= phi) {
+                        memset(o, 0, sizeof(float) * (size_t)g->q);
+                        continue;
+                    }
+                    const float *xr = xp + (size_t)(p * g->sh - g->ph + r * g->dh) * g->w;
+                    int off = s * g->dw - g->pw; /* wi = q*sw + off, >= 0 for q >= qlo */
+                    for (int q = 0; q < qlo; q++) o[q] = 0.0f;
+                    if (g->sw == 1 && qhi > qlo)
+                        memcpy(o + qlo, xr + qlo + off, sizeof(float) * (size_t)(qhi - qlo));
+                    else
+                        for (int q = qlo; q < qhi; q++) o[q] = xr[q * g->sw + off];
+                    for (int q = qhi; q < g->q; q++) o[q] = 0.0f;
+                }
+            }
+        }
+    }
+}
+
+/* col2im for one (image, channel-of-group) pair: dx plane = beta*dx + sum. */
+static void col2im_nchw_range(void *vc, long long b, long long e)
+{
+    const struct nchw_ctx *c = vc;
+    const struct geom *g = c->g;
+    size_t hw = (size_t)g->h * g->w;
+    for (long long t = b; t < e; t++) {
+        int img = (int)(t / g->cg), cg = (int)(t % g->cg);
+        float *dp = c->dx + ((size_t)(c->n0 + img) * g->c + (size_t)c->grp * g->cg + cg) * hw;
+        if (c->beta == 0.0f)
+            memset(dp, 0, sizeof(float) * hw);
+        else if (c->beta != 1.0f)
+            for (size_t i = 0; i < hw; i++) dp[i] *= c->beta;
+        for (int r = 0; r < g->r; r++) {
+            int plo, phi;
+            valid_range(g->p, g->h, g->sh, g->ph, r, g->dh, &plo, &phi);
+            for (int s = 0; s < g->s; s++) {
+                int qlo, qhi;
+                valid_range(g->q, g->w, g->sw, g->pw, s, g->dw, &qlo, &qhi);
+                const float *row = c->col + (size_t)((cg * g->r + r) * g->s + s) * c->ld + (size_t)img * g->pq;
+                for (int p = plo; p < phi; p++) {
+                    const float *o = row + (size_t)p * g->q;
+                    float *xr = dp + (size_t)(p * g->sh - g->ph + r * g->dh) * g->w;
+                    int off = s * g->dw - g->pw;
+                    if (g->sw == 1)
+                        for (int q = qlo; q < qhi; q++) xr[q + off] += o[q];
+                    else
+                        for (int q = qlo; q < qhi; q++) xr[q * g->sw + off] += o[q];
+                }
+            }
+        }
+    }
+}
+
+/* y[(n0+img), grp*kg + k, :] = tmp[k, img*pq : ] + beta * y, per (img, k). */
+static void scatter_nchw_range(void *vc, long long b, long long e)
+{
+    const struct nchw_ctx *c = vc;
+    const struct geom *g = c->g;
+    for (long long t = b; t < e; t++) {
+        int img = (int)(t / g->kg), k = (int)(t % g->kg);
+        float *yp = c->y + ((size_t)(c->n0 + img) * g->k + (size_t)c->grp * g->kg + k) * g->pq;
+        const float *tp = c->tmp + (size_t)k * c->ld + (size_t)img * g->pq;
+        if (c->beta == 0.0f)
+            memcpy(yp, tp, sizeof(float) * (size_t)g->pq);
+        else
+            for (int i = 0; i < g->pq; i++) yp[i] = tp[i] + c->beta * yp[i];
+    }
+}
+
+/* dst[k, img*pq :] = y[(n0+img), k, :] for all K channels, per (img, k). */
+static void gather_nchw_range(void *vc, long long b, long long e)
+{
+    const struct nchw_ctx *c = vc;
+    const struct geom *g = c->g;
+    for (long long t = b; t < e; t++) {
+        int img = (int)(t / g->k), k = (int)(t % g->k);
+        memcpy(c->dst + (size_t)k * c->ld + (size_t)img * g->pq, c->y + ((size_t)(c->n0 + img) * g->k + k) * g->pq,
+               sizeof(float) * (size_t)g->pq);
+    }
+}
+
+static int chunk_images(const struct geom *g, size_t per_image_floats)
+{
+    size_t nb = COL_BYTES / 4 / (per_image_floats ? per_image_floats : 1);
+    if (nb < 1) nb = 1;
+    if (nb > (size_t)g->n) nb = (size_t)g->n;
+    return (int)nb;
+}
+
+static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
+{
+    if (g->is_1x1) {
+        for (int i = 0; i < g->n; i++)
+            for (int grp = 0; grp < g->g; grp++)
+                sgemm(0, 0, g->kg, g->pq, g->cg, w + (size_t)grp * g->kg * g->cg, g->cg,
+                      x + ((size_t)i * g->c + (size_t)grp * g->cg) * g->pq, g->pq, beta,
+                      y + ((size_t)i * g->k + (size_t)grp * g->kg) * g->pq, g->pq);
+        return MD_OK;
+    }
+    int nb = chunk_images(g, (size_t)g->crs * g->pq);
+    int ld = nb * g->pq;
+    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)g->crs * ld);
+    float *tmp = md_cpu_scratch(CPU_SCR_TMP, sizeof(float) * (size_t)g->kg * ld);
+    if (!col || !tmp) return MD_ERR_OOM;
+    for (int n0 = 0; n0 < g->n; n0 += nb) {
+        int cnt = g->n - n0 < nb ? g->n - n0 : nb;
+        for (int grp = 0; grp < g->g; grp++) {
+            struct nchw_ctx c = {.g = g, .x = x, .col = col, .ld = ld, .n0 = n0, .grp = grp, .beta = beta,
+                                 .y = y, .tmp = tmp};
+            md_parallel_for((long long)cnt * g->cg, 1, im2col_nchw_range, &c);
+            if (cnt == 1) {
+                sgemm(0, 0, g->kg, g->pq, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, col, ld, beta,
+                      y + ((size_t)n0 * g->k + (size_t)grp * g->kg) * g->pq, g->pq);
+                continue;
+            }
+            sgemm(0, 0, g->kg, cnt * g->pq, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, col, ld, 0.0f, tmp, ld);
+            md_parallel_for((long long)cnt * g->kg, 4, scatter_nchw_range, &c);
+        }
+    }
+    return MD_OK;
+}
+
+static md_status data_nchw(const struct geom *g, const float *dy, const float *w, float *dx, float beta)
+{
+    if (g->is_1x1) {
+        for (int i = 0; i < g->n; i++)
+            for (int grp = 0; grp < g->g; grp++)
+                sgemm(1, 0, g->cg, g->pq, g->kg, w + (size_t)grp * g->kg * g->cg, g->cg,
+                      dy + ((size_t)i * g->k + (size_t)grp * g->kg) * g->pq, g->pq, beta,
+                      dx + ((size_t)i * g->c + (size_t)grp * g->cg) * g->pq, g->pq);
+        return MD_OK;
+    }
+    int nb = chunk_images(g, (size_t)(g->crs + g->k) * g->pq);
+    int ld = nb * g->pq;
+    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)g->crs * ld);
+    float *dyb = md_cpu_scratch(CPU_SCR_DY, sizeof(float) * (size_t)g->k * ld);
+    if (!col || !dyb) return MD_ERR_OOM;
+    for (int n0 = 0; n0 < g->n; n0 += nb) {
+        int cnt = g->n - n0 < nb ? g->n - n0 : nb;
+        struct nchw_ctx c = {.g = g, .col = col, .ld = ld, .n0 = n0, .dx = dx, .beta = beta,
+                             .y = (float *)dy, .dst = dyb};
+        const float *src = dy + (size_t)n0 * g->k * g->pq;
+        int lds = g->pq;
+        if (cnt > 1) {
+            md_parallel_for((long long)cnt * g->k, 4, gather_nchw_range, &c);
+            src = dyb;
+            lds = ld;
+        }
+        for (int grp = 0; grp < g->g; grp++) {
+            c.grp = grp;
+            sgemm(1, 0, g->crs, cnt * g->pq, g->kg, w + (size_t)grp * g->kg * g->crs, g->crs,
+                  src + (size_t)grp * g->kg * lds, lds, 0.0f, col, ld);
+            md_parallel_for((long long)cnt * g->cg, 1, col2im_nchw_range, &c);
+        }
+    }
+    return MD_OK;
+}
+
+static md_status filter_nchw(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
+{
+    if (g->is_1x1) {
+        for (int i = 0; i < g->n; i++)
+            for (int grp = 0; grp < g->g; grp++)
+                sgemm(0, 1, g->kg, g->cg, g->pq, dy + ((size_t)i * g->k + (size_t)grp * g->kg) * g->pq, g->pq,
+                      x + ((size_t)i * g->c + (size_t)grp * g->cg) * g->pq, g->pq, i == 0 ? beta : 1.0f,
+                      dw + (size_t)grp * g->kg * g->cg, g->cg);
+        return MD_OK;
+    }
+    int nb = chunk_images(g, (size_t)(g->crs + g->k) * g->pq);
+    int ld = nb * g->pq;
+    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)g->crs * ld);
+    float *dyb = md_cpu_scratch(CPU_SCR_DY, sizeof(float) * (size_t)g->k * ld);
+    if (!col || !dyb) return MD_ERR_OOM;
+    for (int n0 = 0; n0 < g->n; n0 += nb) {
+        int cnt = g->n - n0 < nb ? g->n - n0 : nb;
+        struct nchw_ctx c = {.g = g, .x = x, .col = col, .ld = ld, .n0 = n0, .y = (float *)dy, .dst = dyb};
+        const float *src = dy + (size_t)n0 * g->k * g->pq;
+        int lds = g->pq;
+        if (cnt > 1) {
+            md_parallel_for((long long)cnt * g->k, 4, gather_nchw_range, &c);
+            src = dyb;
+            lds = ld;
+        }
+        for (int grp = 0; grp < g->g; grp++) {
+            c.grp = grp;
+            md_parallel_for((long long)cnt * g->cg, 1, im2col_nchw_range, &c);
+            sgemm(0, 1, g->kg, g->crs, cnt * g->pq, src + (size_t)grp * g->kg * lds, lds, col, ld,
+                  n0 == 0 ? beta : 1.0f, dw + (size_t)grp * g->kg * g->crs, g->crs);
+        }
+    }
+    return MD_OK;
+}
+
+/* ================= NHWC ================================================== */
+
+struct nhwc_ctx {
+    const struct geom *g;
+    const float *x;   /* (n, h, w, c) */
+    float *col;       /* (rows, rsc) */
+    long long r0;     /* first row (n*P*Q index) */
+    int n0, grp, rsc;
+    float *dx;
+    float beta;
+};
+
+/* im2col for rows [b, e) of the chunk: each row is R*S runs of Cg channels. */
+static void im2col_nhwc_range(void *vc, long long b, long long e)
+{
+    const struct nhwc_ctx *c = vc;
+    const struct geom *g = c->g;
+    for (long long t = b; t < e; t++) {
+        long long row = c->r0 + t;
+        int img = (int)(row / g->pq), pq = (int)(row % g->pq), p = pq / g->q, q = pq % g->q;
+        float *o = c->col + (size_t)t * c->rsc;
+        for (int r = 0; r < g->r; r++) {
+            int hi = p * g->sh - g->ph + r * g->dh;
+            for (int s = 0; s < g->s; s++, o += g->cg) {
+                int wi = q * g->sw - g->pw + s * g->dw;
+                if (hi < 0 || hi >= g->h || wi < 0 || wi >= g->w) {
+                    memset(o, 0, sizeof(float) * (size_t)g->cg);
+                    continue;
+                }
+                memcpy(o, c->x + (((size_t)img * g->h + hi) * g->w + wi) * g->c + (size_t)c->grp * g->cg,
+                       sizeof(float) * (size_t)g->cg);
+            }
+        }
+    }
+}
+
+/* dx images [n0+b, n0+e): scale by beta (only once, grp 0) and add col rows. */
+static void col2im_nhwc_range(void *vc, long long b, long long e)
+{
+    const struct nhwc_ctx *c = vc;
+    const struct geom *g = c->g;
+    size_t img_elems = (size_t)g->h * g->w * g->c;
+    for (long long t = b; t < e; t++) {
+        int img = c->n0 + (int)t;
+        float *dp = c->dx + (size_t)img * img_elems;
+        if (c->grp == 0) {
+            if (c->beta == 0.0f)
+                memset(dp, 0, sizeof(float) * img_elems);
+            else if (c->beta != 1.0f)
+                for (size_t i = 0; i < img_elems; i++) dp[i] *= c->beta;
+        }
+        for (int pq = 0; pq < g->pq; pq++) {
+            int p = pq / g->q, q = pq % g->q;
+            const float *o = c->col + ((size_t)(img - c->n0) * g->pq + pq) * c->rsc;
+            for (int r = 0; r < g->r; r++) {
+                int hi = p * g->sh - g->ph + r * g->dh;
+                for (int s = 0; s < g->s; s++, o += g->cg) {
+                    int wi = q * g->sw - g->pw + s * g->dw;
+                    if (hi < 0 || hi >= g->h || wi < 0 || wi >= g->w) continue;
+                    float *xr = dp + ((size_t)hi * g->w + wi) * g->c + (size_t)c->grp * g->cg;
+                    for (int k = 0; k < g->cg; k++) xr[k] += o[k];
+                }
+            }
+        }
+    }
+}
+
+static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, float *y, float beta)
+{
+    long long rows = (long long)g->n * g->pq;
+    if (g->is_1x1) {
+        for (int grp = 0; grp < g->g; grp++)
+            sgemm(0, 1, (int)rows, g->kg, g->cg, x + (size_t)grp * g->cg, g->c, w + (size_t)grp * g->kg * g->cg,
+                  g->cg, beta, y + (size_t)grp * g->kg, g->k);
+        return MD_OK;
+    }
+    long long mb = (long long)(COL_BYTES / 4 / (size_t)g->crs);
+    if (mb < 1) mb = 1;
+    if (mb > rows) mb = rows;
+    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)mb * g->crs);
+    if (!col) return MD_ERR_OOM;
+    for (long long r0 = 0; r0 < rows; r0 += mb) {
+        long long cnt = rows - r0 < mb ? rows - r0 : mb;
+        for (int grp = 0; grp < g->g; grp++) {
+            struct nhwc_ctx c = {.g = g, .x = x, .col = col, .r0 = r0, .grp = grp, .rsc = g->crs};
+            md_parallel_for(cnt, 16, im2col_nhwc_range, &c);
+            sgemm(0, 1, (int)cnt, g->kg, g->crs, col, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, beta,
+                  y + (size_t)r0 * g->k + (size_t)grp * g->kg, g->k);
+        }
+    }
+    return MD_OK;
+}
+
+static md_status data_nhwc(const struct geom *g, const float *dy, const float *w, float *dx, float beta)
+{
+    long long rows = (long long)g->n * g->pq;
+    if (g->is_1x1) {
+        for (int grp = 0; grp < g->g; grp++)
+            sgemm(0, 0, (int)rows, g->cg, g->kg, dy + (size_t)grp * g->kg, g->k, w + (size_t)grp * g->kg * g->cg,
+                  g->cg, beta, dx + (size_t)grp * g->cg, g->c);
+        return MD_OK;
+    }
+    int nb = chunk_images(g, (size_t)g->crs * g->pq);
+    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)nb * g->pq * g->crs);
+    if (!col) return MD_ERR_OOM;
+    for (int n0 = 0; n0 < g->n; n0 += nb) {
+        int cnt = g->n - n0 < nb ? g->n - n0 : nb;
+        for (int grp = 0; grp < g->g; grp++) {
+            sgemm(0, 0, cnt * g->pq, g->crs, g->kg, dy + (size_t)n0 * g->pq * g->k + (size_t)grp * g->kg, g->k,
+                  w + (size_t)grp * g->kg * g->crs, g->crs, 0.0f, col, g->crs);
+            struct nhwc_ctx c = {.g = g, .col = col, .n0 = n0, .grp = grp, .rsc = g->crs, .dx = dx, .beta = beta};
+            md_parallel_for(cnt, 1, col2im_nhwc_range, &c);
+        }
+    }
+    return MD_OK;
+}
+
+static md_status filter_nhwc(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
+{
+    long long rows = (long long)g->n * g->pq;
+    if (g->is_1x1) {
+        for (int grp = 0; grp < g->g; grp++)
+            sgemm(1, 0, g->kg, g->cg, (int)rows, dy + (size_t)grp * g->kg, g->k, x + (size_t)grp * g->cg, g->c, beta,
+                  dw + (size_t)grp * g->kg * g->cg, g->cg);
+        return MD_OK;
+    }
+    long long mb = (long long)(COL_BYTES / 4 / (size_t)g->crs);
+    if (mb < 1) mb = 1;
+    if (mb > rows) mb = rows;
+    float *col = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)mb * g->crs);
+    if (!col) return MD_ERR_OOM;
+    for (long long r0 = 0; r0 < rows; r0 += mb) {
+        long long cnt = rows - r0 < mb ? rows - r0 : mb;
+        for (int grp = 0; grp < g->g; grp++) {
+            struct nhwc_ctx c = {.g = g, .x = x, .col = col, .r0 = r0, .grp = grp, .rsc = g->crs};
+            md_parallel_for(cnt, 16, im2col_nhwc_range, &c);
+            sgemm(1, 0, g->kg, g->crs, (int)cnt, dy + (size_t)r0 * g->k + (size_t)grp * g->kg, g->k, col, g->crs,
+                  r0 == 0 ? beta : 1.0f, dw + (size_t)grp * g->kg * g->crs, g->crs);
+        }
+    }
+    return MD_OK;
+}
+
+/* ================= entry points ============================================ */
+
+enum { CONV_FWD, CONV_DATA, CONV_FILTER };
+
+static md_status run_f32(int which, const struct geom *g, md_layout layout, const float *x, const float *w,
+                         const float *dy, float *out, float beta)
+{
+    int nhwc = layout == MD_NHWC;
+    switch (which) {
+    case CONV_FWD: return nhwc ? fwd_nhwc(g, x, w, out, beta) : fwd_nchw(g, x, w, out, beta);
+    case CONV_DATA: return nhwc ? data_nhwc(g, dy, w, out, beta) : data_nchw(g, dy, w, out, beta);
+    default: return nhwc ? filter_nhwc(g, x, dy, out, beta) : filter_nchw(g, x, dy, out, beta);
+    }
+}
+
+struct store_ctx { float *src; void *dst; md_dtype t; float beta; };
+
+static void store_range(void *vc, long long b, long long e)
+{
+    const struct store_ctx *c = vc;
+    for (long long i = b; i < e; i++) {
+        float v = c->src[i];
+        if (c->beta != 0.0f) v += c->beta * md_load_f(c->dst, c->t, (size_t)i);
+        md_store_f(c->dst, c->t, (size_t)i, v);
+    }
+}
+
+static md_status conv_run(const char *op, int which, const struct md_conv2d_args *a)
+{
+    struct geom g;
+    MD_TRY(geom_init(op, a, &g));
+    size_t nx = (size_t)g.n * g.c * g.h * g.w, nw = (size_t)g.k * g.crs, ny = (size_t)g.n * g.k * g.pq;
+    md_status st = MD_OK;
+    md_cpu_lock();
+    if (a->dtype == MD_F32) {
+        float *out = which == CONV_FWD ? a->y : which == CONV_DATA ? a->dx : a->dwt;
+        st = run_f32(which, &g, a->layout, a->x, a->wt, a->dy, out, a->beta);
+    } else {
+        /* storage-only halves: inputs to fp32 scratch, result back with beta */
+        float *x32 = NULL, *w32 = NULL, *y32 = NULL, *out32;
+        size_t nout = which == CONV_FWD ? ny : which == CONV_DATA ? nx : nw;
+        if (which != CONV_DATA && !(x32 = md_cpu_scratch(CPU_SCR_X32, nx * 4))) goto oom;
+        if (which != CONV_FILTER && !(w32 = md_cpu_scratch(CPU_SCR_W32, nw * 4))) goto oom;
+        if (which != CONV_FWD && !(y32 = md_cpu_scratch(CPU_SCR_Y32, ny * 4))) goto oom;
+        if (x32) md_cpu_to_f32(a->x, a->dtype, nx, x32);
+        if (w32) md_cpu_to_f32(a->wt, a->dtype, nw, w32);
+        if (y32) md_cpu_to_f32(a->dy, a->dtype, ny, y32);
+        /* the output goes to whichever scratch is not an input of this pass */
+        out32 = md_cpu_scratch(which == CONV_FWD ? CPU_SCR_Y32 : which == CONV_DATA ? CPU_SCR_X32 : CPU_SCR_W32,
+                               nout * 4);
+        if (!out32) goto oom;
+        st = run_f32(which, &g, a->layout, x32, w32, y32, out32, 0.0f);
+        if (st == MD_OK) {
+            struct store_ctx c = {out32, which == CONV_FWD ? a->y : which == CONV_DATA ? a->dx : a->dwt, a->dtype,
+                                  a->beta};
+            md_parallel_for((long long)nout, CPU_GRAIN, store_range, &c);
+        }
+    }
+    md_cpu_unlock();
+    return st;
+oom:
+    md_cpu_unlock();
+    return MD_ERR_OOM;
+}
+
+md_status md_cpu_conv2d_fwd(md_device *dev, const struct md_conv2d_args *a)
+{
+    (void)dev;
+    return conv_run("conv2d_fwd", CONV_FWD, a);
+}
+
+md_status md_cpu_conv2d_bwd_data(md_device *dev, const struct md_conv2d_args *a)
+{
+    (void)dev;
+    return conv_run("conv2d_bwd_data", CONV_DATA, a);
+}
+
+md_status md_cpu_conv2d_bwd_filter(md_device *dev, const struct md_conv2d_args *a)
+{
+    (void)dev;
+    return conv_run("conv2d_bwd_filter", CONV_FILTER, a);
+}

@@ -1,0 +1,542 @@
+/* cpu_eltwise.c - element-wise CPU kernels: activations, dropout, ew, reduce,
+ * cast, bias, channel slices, permute, optimizer and the fused softmax
+ * cross-entropy. Threaded over element ranges; fp32 has plain loops the
+ * compiler vectorises, fp16/bf16 go through md_load_f/md_store_f. The
+ * conventions (beta, masks) are those of src/backend/ref/ref_kernels.c. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "backend/ref/ref_math.h"
+#include "core/mem.h"
+#include "core/rng.h"
+
+static md_status dtype_check(const char *op, md_dtype t)
+{
+    if (md_cpu_float_type(t)) return MD_OK;
+    return md_errf(MD_ERR_UNSUPPORTED, "cpu %s: dtype %s is not supported (fp32, fp16, bf16)", op, md_dtype_name(t));
+}
+
+/* out[i] = v + beta * out[i] (old value unread when beta == 0). */
+static inline void st_beta(void *p, md_dtype t, size_t i, float v, float beta)
+{
+    if (beta != 0.0f) v += beta * md_load_f(p, t, i);
+    md_store_f(p, t, i, v);
+}
+
+/* ---- activations --------------------------------------------------------------------- */
+
+static inline float act_f(int act, float x, float alpha)
+{
+    switch (act) {
+    case MD_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case MD_ACT_LEAKY_RELU: return x > 0.0f ? x : alpha * x;
+    case MD_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case MD_ACT_SILU: return x / (1.0f + expf(-x));
+    case MD_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case MD_ACT_TANH: return tanhf(x);
+    default: return x;
+    }
+}
+
+static inline float act_grad_f(int act, float x, float alpha)
+{
+    switch (act) {
+    case MD_ACT_RELU: return x > 0.0f ? 1.0f : 0.0f;
+    case MD_ACT_LEAKY_RELU: return x > 0.0f ? 1.0f : alpha;
+    case MD_ACT_GELU:
+        return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
+    case MD_ACT_SILU: {
+        float s = 1.0f / (1.0f + expf(-x));
+        return s * (1.0f + x * (1.0f - s));
+    }
+    case MD_ACT_SIGMOID: {
+        float s = 1.0f / (1.0f + expf(-x));
+        return s * (1.0f - s);
+    }
+    case MD_ACT_TANH: {
+        float t = tanhf(x);
+        return 1.0f - t * t;
+    }
+    default: return 1.0f;
+    }
+}
+
+static void act_fwd_range(void *vc, long long b, long long e)
+{
+    const struct md_act_args *a = vc;
+    if (a->dtype == MD_F32 && a->beta == 0.0f) {
+        const float *x = a->x;
+        float *y = a->y;
+        switch (a->act) {
+        case MD_ACT_RELU:
+            for (long long i = b; i < e; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+            return;
+        case MD_ACT_NONE:
+            if (x != y) memmove(y + b, x + b, sizeof(float) * (size_t)(e - b));
+            return;
+        default:
+            for (long long i = b; i < e; i++) y[i] = act_f(a->act, x[i], a->alpha);
+            return;
+        }
+    }
+    for (long long i = b; i < e; i++)
+        st_beta(a->y, a->dtype, (size_t)i, act_f(a->act, md_load_f(a->x, a->dtype, (size_t)i), a->alpha), a->beta);
+}
+
+static void act_bwd_range(void *vc, long long b, long long e)
+{
+    const struct md_act_args *a = vc;
+    if (a->dtype == MD_F32) {
+        const float *x = a->x, *dy = a->dy;
+        float *dx = a->dx;
+        float beta = a->beta;
+        if (a->act == MD_ACT_RELU) {
+            if (beta == 0.0f)
+                for (long long i = b; i < e; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+            else
+                for (long long i = b; i < e; i++) dx[i] = (x[i] > 0.0f ? dy[i] : 0.0f) + beta * dx[i];
+            return;
+        }
+        if (beta == 0.0f)
+            for (long long i = b; i < e; i++) dx[i] = act_grad_f(a->act, x[i], a->alpha) * dy[i];
+        else
+            for (long long i = b; i < e; i++) dx[i] = act_grad_f(a->act, x[i], a->alpha) * dy[i] + beta * dx[i];
+        return;
+    }
+    for (long long i = b; i < e; i++)
+        st_beta(a->dx, a->dtype, (size_t)i,
+                act_grad_f(a->act, md_load_f(a->x, a->dtype, (size_t)i), a->alpha) * md_load_f(a->dy, a->dtype, (size_t)i),
+                a->beta);
+}
+
+static md_status act_check(const char *op, const struct md_act_args *a)
+{
+    MD_TRY(dtype_check(op, a->dtype));
+    if (a->act < 0 || a->act >= MD_ACT_COUNT) return md_errf(MD_ERR_INTERNAL, "cpu %s: unknown activation %d", op, a->act);
+    return MD_OK;
+}
+
+md_status md_cpu_act_fwd(md_device *dev, const struct md_act_args *a)
+{
+    (void)dev;
+    MD_TRY(act_check("act_fwd", a));
+    md_parallel_for((long long)a->n, CPU_GRAIN, act_fwd_range, (void *)a);
+    return MD_OK;
+}
+
+md_status md_cpu_act_bwd(md_device *dev, const struct md_act_args *a)
+{
+    (void)dev;
+    MD_TRY(act_check("act_bwd", a));
+    md_parallel_for((long long)a->n, CPU_GRAIN, act_bwd_range, (void *)a);
+    return MD_OK;
+}
+
+/* ---- dropout ------------------------------------------------------------------------------ */
+
+static float drop_scale(float p) { return p < 1.0f ? (float)(1.0 / (1.0 - (double)p)) : 0.0f; }
+
+static void dropout_fwd_range(void *vc, long long b, long long e)
+{
+    const struct md_dropout_args *a = vc;
+    float scale = drop_scale(a->p);
+    for (long long i = b; i < e; i++) {
+        int keep = !(md_rng_uniform(a->seed, a->offset + (uint64_t)i) < a->p);
+        if (a->mask) a->mask[i] = (uint8_t)keep;
+        st_beta(a->y, a->dtype, (size_t)i, keep ? md_load_f(a->x, a->dtype, (size_t)i) * scale : 0.0f, a->beta);
+    }
+}
+
+static void dropout_bwd_range(void *vc, long long b, long long e)
+{
+    const struct md_dropout_args *a = vc;
+    float scale = drop_scale(a->p);
+    for (long long i = b; i < e; i++) {
+        int keep = a->mask ? a->mask[i] != 0 : !(md_rng_uniform(a->seed, a->offset + (uint64_t)i) < a->p);
+        st_beta(a->dx, a->dtype, (size_t)i, keep ? md_load_f(a->dy, a->dtype, (size_t)i) * scale : 0.0f, a->beta);
+    }
+}
+
+md_status md_cpu_dropout_fwd(md_device *dev, const struct md_dropout_args *a)
+{
+    (void)dev;
+    MD_TRY(dtype_check("dropout_fwd", a->dtype));
+    md_parallel_for((long long)a->n, CPU_GRAIN, dropout_fwd_range, (void *)a);
+    return MD_OK;
+}
+
+md_status md_cpu_dropout_bwd(md_device *dev, const struct md_dropout_args *a)
+{
+    (void)dev;
+    MD_TRY(dtype_check("dropout_bwd", a->dtype));
+    md_parallel_for((long long)a->n, CPU_GRAIN, dropout_bwd_range, (void *)a);
+    return MD_OK;
+}
+
+/* ---- ew ------------------------------------------------------------------------------------- */
+
+/* alpha: a->alpha times *scale_dev (AXPBY only; FILL writes a->alpha) */
+struct ew_ctx { const struct md_ew_args *a; float alpha; };
+
+static void ew_range(void *vc, long long b, long long e)
+{
+    const struct ew_ctx *c = vc;
+    const struct md_ew_args *a = c->a;
+    md_dtype t = a->dtype;
+    if (t == MD_F32) {
+        const float *x = a->a, *z = a->b;
+        float *y = a->y, al = c->alpha, be = a->beta;
+        switch (a->op) {
+        case MD_EW_AXPBY:
+            if (be == 0.0f)
+                for (long long i = b; i < e; i++) y[i] = al * x[i];
+            else
+                for (long long i = b; i < e; i++) y[i] = al * x[i] + be * z[i];
+            return;
+        case MD_EW_MUL: for (long long i = b; i < e; i++) y[i] = x[i] * z[i]; return;
+        case MD_EW_FILL: for (long long i = b; i < e; i++) y[i] = a->alpha; return;
+        default:
+            if (x != y) memmove(y + b, x + b, sizeof(float) * (size_t)(e - b));
+            return;
+        }
+    }
+    for (long long i = b; i < e; i++) {
+        size_t k = (size_t)i;
+        float v;
+        switch (a->op) {
+        case MD_EW_AXPBY:
+            v = c->alpha * md_load_f(a->a, t, k);
+            if (a->beta != 0.0f) v += a->beta * md_load_f(a->b, t, k);
+            break;
+        case MD_EW_MUL: v = md_load_f(a->a, t, k) * md_load_f(a->b, t, k); break;
+        case MD_EW_FILL: v = a->alpha; break;
+        default: v = md_load_f(a->a, t, k); break;
+        }
+        md_store_f(a->y, t, k, v);
+    }
+}
+
+md_status md_cpu_ew(md_device *dev, const struct md_ew_args *a)
+{
+    (void)dev;
+    MD_TRY(dtype_check("ew", a->dtype));
+    if (a->op < 0 || a->op >= MD_EW_COUNT) return md_errf(MD_ERR_INTERNAL, "cpu ew: unknown op %d", a->op);
+    struct ew_ctx c = {a, a->alpha * (a->scale_dev ? *a->scale_dev : 1.0f)};
+    md_parallel_for((long long)a->n, CPU_GRAIN, ew_range, &c);
+    return MD_OK;
+}
+
+/* ---- reduce: fixed chunks, partials combined in chunk order (thread-count independent) ---- */
+
+#define RED_CHUNK 65536
+
+struct red_ctx { const struct md_reduce_args *a; double *part; };
+
+static void reduce_range(void *vc, long long b, long long e)
+{
+    const struct red_ctx *c = vc;
+    const struct md_reduce_args *a = c->a;
+    double s = 0.0;
+    if (a->dtype == MD_F32) {
+        const float *x = a->a, *z = a->b;
+        switch (a->op) {
+        case MD_RED_SUM: for (long long i = b; i < e; i++) s += (double)x[i]; break;
+        case MD_RED_SUMSQ: for (long long i = b; i < e; i++) s += (double)x[i] * (double)x[i]; break;
+        default: for (long long i = b; i < e; i++) s += (double)x[i] * (double)z[i]; break;
+        }
+    } else {
+        for (long long i = b; i < e; i++) {
+            double v = (double)md_load_f(a->a, a->dtype, (size_t)i);
+            s += a->op == MD_RED_SUM ? v : a->op == MD_RED_SUMSQ ? v * v : v * (double)md_load_f(a->b, a->dtype, (size_t)i);
+        }
+    }
+    c->part[b / RED_CHUNK] = s;
+}
+
+md_status md_cpu_reduce(md_device *dev, const struct md_reduce_args *a)
+{
+    (void)dev;
+    MD_TRY(dtype_check("reduce", a->dtype));
+    if (a->op < MD_RED_SUM || a->op > MD_RED_DOT) return md_errf(MD_ERR_INTERNAL, "cpu reduce: unknown op %d", a->op);
+    size_t nchunks = (a->n + RED_CHUNK - 1) / RED_CHUNK;
+    double one = 0.0, *part = nchunks > 1 ? md_calloc(nchunks, sizeof *part) : &one;
+    if (!part) return MD_ERR_OOM;
+    struct red_ctx c = {a, part};
+    md_parallel_for((long long)a->n, RED_CHUNK, reduce_range, &c);
+    double s = 0.0;
+    for (size_t i = 0; i < nchunks; i++) s += part[i];
+    if (part != &one) md_free(part);
+    if (a->beta != 0.0f) s += (double)a->beta * (double)*a->out;
+    *a->out = (float)s;
+    return MD_OK;
+}
+
+/* ---- cast --------------------------------------------------------------------------------------- */
+
+static void cast_range(void *vc, long long b, long long e)
+{
+    const struct md_cast_args *a = vc;
+    if (a->src_type == a->dst_type) {
+        size_t es = md_dtype_size(a->src_type);
+        memmove((char *)a->dst + (size_t)b * es, (const char *)a->src + (size_t)b * es, (size_t)(e - b) * es);
+        return;
+    }
+    for (long long i = b; i < e; i++) md_store_f(a->dst, a->dst_type, (size_t)i, md_load_f(a->src, a->src_type, (size_t)i));
+}
+
+md_status md_cpu_cast(md_device *dev, const struct md_cast_args *a)
+{
+    (void)dev;
+    MD_TRY(dtype_check("cast", a->src_type));
+    MD_TRY(dtype_check("cast", a->dst_type));
+    md_parallel_for((long long)a->n, CPU_GRAIN, cast_range, (void *)a);
+    return MD_OK;
+}
+
+/* ---- bias ------------------------------------------------------------------------------------------ */
+
+static void bias_add_range(void *vc, long long b, long long e)
+{
+    const struct md_bias_args *a = vc;
+    /* one task = one image (NHWC: its hw rows of c; NCHW: its c planes of hw) */
+    for (long long ni = b; ni < e; ni++)
+        for (int ci = 0; ci < a->c; ci++)
+            for (int i = 0; i < a->hw; i++) {
+                size_t o = md_nci(a->layout, a->c, a->hw, (int)ni, ci, i);
+                if (a->dtype == MD_F32)
+                    ((float *)a->y)[o] += a->bias[ci];
+                else
+                    md_store_f(a->y, a->dtype, o, md_load_f(a->y, a->dtype, o) + a->bias[ci]);
+            }
+}
+
+md_status md_cpu_bias_add(md_device *dev, const struct md_bias_args *a)
+{
+    (void)dev;
+    MD_TRY(dtype_check("bias_add", a->dtype));
+    long long per = (long long)a->c * a->hw;
+    md_parallel_for(a->n, per >= CPU_GRAIN ? 1 : CPU_GRAIN / (per ? per : 1) + 1, bias_add_range, (void *)a);
+    return MD_OK;
+}
+
+static void bias_grad_range(void *vc, long long b, long long e)
+{
+    const struct md_bias_args *a = vc;
+    for (long long ci = b; ci < e; ci++) {
+        double s = 0.0;
+        for (int ni = 0; ni < a->n; ni++)
+            for (int i = 0; i < a->hw; i++) s += (double)md_load_f(a->dy, a->dtype, md_nci(a->layout, a->c, a->hw, ni, (int)ci, i));
+        if (a->beta != 0.0f) s += (double)a->beta * (double)a->dbias[ci];
+        a->dbias[ci] = (float)s;
+    }
+}
+
+md_status md_cpu_bias_grad(md_device *dev, const struct md_bias_args *a)
+{
+    (void)dev;
+    MD_TRY(dtype_check("bias_grad", a->dtype));
+    long long per = (long long)a->n * a->hw;
+    md_parallel_for(a->c, per >= CPU_GRAIN ? 1 : CPU_GRAIN / (per ? per : 1) + 1, bias_grad_range, (void *)a);
+    return MD_OK;
+}
+
+/* ---- channel slices ------------------------------------------------------------------------------------- */
+
+static void chslice_range(void *vc, long long b, long long e)
+{
+    const struct md_chslice_args *a = vc;
+    size_t es = md_dtype_size(a->dtype);
+    for (long long ni = b; ni < e; ni++) {
+        if (a->layout == MD_NCHW) {
+            /* a contiguous block of cc*hw per image */
+            size_t len = (size_t)a->cc * a->hw;
+            size_t so = ((size_t)ni * a->src_c + a->src_off) * a->hw, d0 = ((size_t)ni * a->dst_c + a->dst_off) * a->hw;
+            if (a->beta == 0.0f) {
+                memcpy((char *)a->dst + d0 * es, (const char *)a->src + so * es, len * es);
+                continue;
+            }
+            for (size_t i = 0; i < len; i++) st_beta(a->dst, a->dtype, d0 + i, md_load_f(a->src, a->dtype, so + i), a->beta);
+        } else {
+            for (int i = 0; i < a->hw; i++) {
+                size_t so = ((size_t)ni * a->hw + i) * a->src_c + a->src_off;
+                size_t d0 = ((size_t)ni * a->hw + i) * a->dst_c + a->dst_off;
+                if (a->beta == 0.0f) {
+                    memcpy((char *)a->dst + d0 * es, (const char *)a->src + so * es, (size_t)a->cc * es);
+                    continue;
+                }
+                for (int k = 0; k < a->cc; k++)
+                    st_beta(a->dst, a->dtype, d0 + k, md_load_f(a->src, a->dtype, so + k), a->beta);
+            }
+        }
+    }
+}
+
+md_status md_cpu_chslice(md_device *dev, const struct md_chslice_args *a)
+{
+    (void)dev;
+    MD_TRY(dtype_check("chslice", a->dtype));
+    md_parallel_for(a->n, 1, chslice_range, (void *)a);
+    return MD_OK;
+}
+
+/* ---- permute: blocked transpose of each image's (c, hw) <-> (hw, c) ----------------------------------------- */
+
+struct perm_ctx { const struct md_permute_args *a; int rows, cols; };
+
+static void permute_range(void *vc, long long b, long long e)
+{
+    const struct perm_ctx *c = vc;
+    const struct md_permute_args *a = c->a;
+    size_t es = md_dtype_size(a->dtype), img = (size_t)c->rows * c->cols;
+    enum { T = 32 };
+    for (long long ni = b; ni < e; ni++) {
+        const char *s = (const char *)a->src + (size_t)ni * img * es;
+        char *d = (char *)a->dst + (size_t)ni * img * es;
+        /* src (rows, cols) -> dst (cols, rows) */
+        for (int r0 = 0; r0 < c->rows; r0 += T)
+            for (int c0 = 0; c0 < c->cols; c0 += T) {
+                int r1 = r0 + T < c->rows ? r0 + T : c->rows, c1 = c0 + T < c->cols ? c0 + T : c->cols;
+                if (es == 4) {
+                    const float *sf = (const float *)s;
+                    float *df = (float *)d;
+                    for (int r = r0; r < r1; r++)
+                        for (int k = c0; k < c1; k++) df[(size_t)k * c->rows + r] = sf[(size_t)r * c->cols + k];
+                } else {
+                    const uint16_t *sh = (const uint16_t *)s;
+                    uint16_t *dh = (uint16_t *)d;
+                    for (int r = r0; r < r1; r++)
+                        for (int k = c0; k < c1; k++) dh[(size_t)k * c->rows + r] = sh[(size_t)r * c->cols + k];
+                }
+            }
+    }
+}
+
+md_status md_cpu_permute(md_device *dev, const struct md_permute_args *a)
+{
+    (void)dev;
+    MD_TRY(dtype_check("permute", a->dtype));
+    int hw = a->h * a->w;
+    struct perm_ctx c = {a, a->to_nhwc ? a->c : hw, a->to_nhwc ? hw : a->c};
+    md_parallel_for(a->n, 1, permute_range, &c);
+    return MD_OK;
+}
+
+/* ---- optimizer --------------------------------------------------------------------------------------------- */
+
+struct opt_ctx { const struct md_optim_args *a; float gs, bc1, bc2; };
+
+static void optim_range(void *vc, long long b, long long e)
+{
+    const struct opt_ctx *c = vc;
+    const struct md_optim_args *a = c->a;
+    float lr = a->lr, wd = a->weight_decay, mom = a->momentum, gs = c->gs;
+    float *p = a->params, *m = a->m, *v = a->v;
+    const float *g = a->grads;
+    if (a->kind == MD_OPT_SGD) {
+        for (long long i = b; i < e; i++) {
+            float gi = g[i] * gs + wd * p[i];
+            if (mom != 0.0f) {
+                float buf = a->step == 1 ? gi : mom * m[i] + gi;
+                m[i] = buf;
+                gi = a->nesterov ? gi + mom * buf : buf;
+            }
+            p[i] -= lr * gi;
+        }
+    } else {
+        float b1 = a->beta1, b2 = a->beta2, eps = a->eps, decay = 1.0f - lr * wd;
+        for (long long i = b; i < e; i++) {
+            float gi = g[i] * gs;
+            float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            p[i] = p[i] * decay - lr * (mi / c->bc1) / (sqrtf(vi / c->bc2) + eps);
+        }
+    }
+    if (a->params_half)
+        for (long long i = b; i < e; i++) md_store_f(a->params_half, a->half_dtype, (size_t)i, p[i]);
+}
+
+md_status md_cpu_optim(md_device *dev, const struct md_optim_args *a)
+{
+    (void)dev;
+    if (a->params_half) MD_TRY(dtype_check("optim", a->half_dtype));
+    if (a->step < 1) return md_errf(MD_ERR_INTERNAL, "cpu optim: step %lld < 1", a->step);
+    if (a->kind != MD_OPT_SGD && a->kind != MD_OPT_ADAMW) return md_errf(MD_ERR_INTERNAL, "cpu optim: unknown kind %d", a->kind);
+    struct opt_ctx c = {a, a->grad_scale * (a->grad_scale_dev ? *a->grad_scale_dev : 1.0f),
+                        (float)(1.0 - pow((double)a->beta1, (double)a->step)),
+                        (float)(1.0 - pow((double)a->beta2, (double)a->step))};
+    md_parallel_for((long long)a->n, CPU_GRAIN, optim_range, &c);
+    return MD_OK;
+}
+
+/* ---- softmax cross-entropy: per-row partials, combined in row order ---------------------------------------- */
+
+struct xent_ctx { const struct md_xent_args *a; double *loss; int *hit; int bad_row; };
+
+static void xent_range(void *vc, long long b, long long e)
+{
+    struct xent_ctx *c = vc;
+    const struct md_xent_args *a = c->a;
+    int C = a->classes;
+    double sm = (double)a->smoothing;
+    for (long long ni = b; ni < e; ni++) {
+        int lab = a->labels[ni];
+        c->loss[ni] = 0.0;
+        c->hit[ni] = 0;
+        if (lab < 0 || lab >= C) continue;
+        size_t row = (size_t)ni * C;
+        float mx = md_load_f(a->logits, a->dtype, row);
+        int arg = 0;
+        for (int j = 1; j < C; j++) {
+            float v = md_load_f(a->logits, a->dtype, row + j);
+            if (v > mx) mx = v, arg = j;
+        }
+        c->hit[ni] = arg == lab;
+        double se = 0.0, sz = 0.0;
+        for (int j = 0; j < C; j++) {
+            double z = (double)md_load_f(a->logits, a->dtype, row + j) - (double)mx;
+            se += exp(z);
+            sz += z;
+        }
+        double lse = log(se); /* relative to mx */
+        double zl = (double)md_load_f(a->logits, a->dtype, row + lab) - (double)mx;
+        /* -sum_j t_j (z_j - lse) with t = (1-sm) onehot + sm/C */
+        c->loss[ni] = -((1.0 - sm) * (zl - lse) + sm / C * (sz - C * lse));
+        if (a->dlogits) {
+            float gsc = a->grad_scale;
+            for (int j = 0; j < C; j++) {
+                double z = (double)md_load_f(a->logits, a->dtype, row + j) - (double)mx;
+                double t = (j == lab ? 1.0 - sm : 0.0) + sm / C;
+                md_store_f(a->dlogits, a->dtype, row + j, gsc * (float)(exp(z - lse) - t));
+            }
+        }
+    }
+}
+
+md_status md_cpu_xent(md_device *dev, const struct md_xent_args *a)
+{
+    (void)dev;
+    MD_TRY(dtype_check("xent", a->dtype));
+    for (int i = 0; i < a->n; i++)
+        if (a->labels[i] < 0 || a->labels[i] >= a->classes)
+            return md_errf(MD_ERR_DATA, "xent: label %d of sample %d is outside [0, %d)", a->labels[i], i, a->classes);
+    double *loss = md_malloc(sizeof(double) * (size_t)(a->n > 0 ? a->n : 1));
+    int *hit = md_malloc(sizeof(int) * (size_t)(a->n > 0 ? a->n : 1));
+    if (!loss || !hit) {
+        md_free(loss);
+        md_free(hit);
+        return MD_ERR_OOM;
+    }
+    struct xent_ctx c = {a, loss, hit, -1};
+    long long per = a->classes > 0 ? a->classes : 1;
+    md_parallel_for(a->n, CPU_GRAIN / per + 1, xent_range, &c);
+    double total = 0.0;
+    int correct = 0;
+    for (int i = 0; i < a->n; i++) total += loss[i], correct += hit[i];
+    if (a->loss_sum) *a->loss_sum = (float)((double)*a->loss_sum + total);
+    if (a->correct) *a->correct += correct;
+    md_free(loss);
+    md_free(hit);
+    return MD_OK;
+}

@@ -1,0 +1,387 @@
+/* cpu_norm.c - batch normalisation forward and backward on the CPU.
+ *
+ * NCHW: one task per channel (its n planes of hw are contiguous runs).
+ * NHWC: fixed chunks of rows produce per-channel partial sums (double),
+ * combined in chunk order, so results do not depend on the thread count;
+ * then one pass over rows writes the output. Statistics in double, the
+ * element-wise passes in fp32. Conventions as the reference (ref_kernels.c). */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "backend/ref/ref_math.h"
+#include "core/mem.h"
+
+#if defined(__GNUC__)
+#define ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define ALWAYS_INLINE inline
+#endif
+
+#define ROW_CHUNK 64
+
+struct bn_ctx {
+    const struct md_batchnorm_args *a;
+    float *scale, *shift;   /* (c): y = x*scale + shift (before ReLU) */
+    double *mean, *invstd;  /* (c) */
+    double *part;           /* (nchunks, 2c) partial sums */
+    double *s1, *s2;        /* (c) combined sums */
+    int pass;
+};
+
+static ALWAYS_INLINE float ldf(const void *p, md_dtype t, size_t i) { return md_load_f(p, t, i); }
+
+/* ---- forward --------------------------------------------------------------------------------- */
+
+static ALWAYS_INLINE void nchw_stats(const struct md_batchnorm_args *a, int ci, md_dtype t, double *mean, double *var)
+{
+    double s = 0.0, ss = 0.0, m = (double)a->n * a->hw;
+    for (int ni = 0; ni < a->n; ni++) {
+        size_t o = ((size_t)ni * a->c + ci) * a->hw;
+        for (int i = 0; i < a->hw; i++) s += (double)ldf(a->x, t, o + i);
+    }
+    double mu = s / m;
+    for (int ni = 0; ni < a->n; ni++) {
+        size_t o = ((size_t)ni * a->c + ci) * a->hw;
+        for (int i = 0; i < a->hw; i++) {
+            double d = (double)ldf(a->x, t, o + i) - mu;
+            ss += d * d;
+        }
+    }
+    *mean = mu;
+    *var = ss / m;
+}
+
+/* Per-channel affine from the statistics; updates running stats in training. */
+static void bn_finalize(const struct md_batchnorm_args *a, int ci, double mean, double var, float *scale, float *shift)
+{
+    double invstd;
+    if (a->training) {
+        double m = (double)a->n * a->hw, mom = (double)a->momentum;
+        invstd = 1.0 / sqrt(var + (double)a->eps);
+        if (a->save_mean) a->save_mean[ci] = (float)mean;
+        if (a->save_invstd) a->save_invstd[ci] = (float)invstd;
+        double unbiased = m > 1.0 ? var * m / (m - 1.0) : var;
+        if (a->running_mean) a->running_mean[ci] = (float)((1.0 - mom) * (double)a->running_mean[ci] + mom * mean);
+        if (a->running_var) a->running_var[ci] = (float)((1.0 - mom) * (double)a->running_var[ci] + mom * unbiased);
+    } else {
+        mean = (double)a->running_mean[ci];
+        invstd = 1.0 / sqrt((double)a->running_var[ci] + (double)a->eps);
+    }
+    double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
+    *scale = (float)(gam * invstd);
+    *shift = (float)(bet - mean * gam * invstd);
+}
+
+static ALWAYS_INLINE void nchw_fwd_channel(const struct md_batchnorm_args *a, int ci, md_dtype t)
+{
+    double mean = 0.0, var = 0.0;
+    float scale, shift;
+    if (a->training) nchw_stats(a, ci, t, &mean, &var);
+    bn_finalize(a, ci, mean, var, &scale, &shift);
+    int relu = a->act == MD_ACT_RELU;
+    for (int ni = 0; ni < a->n; ni++) {
+        size_t o = ((size_t)ni * a->c + ci) * a->hw;
+        if (t == MD_F32 && a->beta == 0.0f) {
+            const float *x = (const float *)a->x + o;
+            float *y = (float *)a->y + o;
+            if (relu)
+                for (int i = 0; i < a->hw; i++) {
+                    float v = x[i] * scale + shift;
+                    y[i] = v > 0.0f ? v : 0.0f;
+                }
+            else
+                for (int i = 0; i < a->hw; i++) y[i] = x[i] * scale + shift;
+            continue;
+        }
+        for (int i = 0; i < a->hw; i++) {
+            float v = ldf(a->x, t, o + i) * scale + shift;
+            if (relu && v < 0.0f) v = 0.0f;
+            if (a->beta != 0.0f) v += a->beta * ldf(a->y, t, o + i);
+            md_store_f(a->y, t, o + i, v);
+        }
+    }
+}
+
+static void nchw_fwd_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    for (long long ci = b; ci < e; ci++) {
+        if (c->a->dtype == MD_F32)
+            nchw_fwd_channel(c->a, (int)ci, MD_F32);
+        else
+            nchw_fwd_channel(c->a, (int)ci, c->a->dtype);
+    }
+}
+
+/* NHWC partial sums over a chunk of rows: pass 0 sum x, pass 1 sum (x-mean)^2;
+ * backward: pass 2 sum dy', sum dy'*xhat (dy' masked by ReLU). */
+static ALWAYS_INLINE void nhwc_part_rows(const struct bn_ctx *c, long long chunk, md_dtype t)
+{
+    const struct md_batchnorm_args *a = c->a;
+    long long rows = (long long)a->n * a->hw, r0 = chunk * ROW_CHUNK, r1 = r0 + ROW_CHUNK < rows ? r0 + ROW_CHUNK : rows;
+    double *p1 = c->part + (size_t)chunk * 2 * a->c, *p2 = p1 + a->c;
+    memset(p1, 0, sizeof(double) * 2 * (size_t)a->c);
+    for (long long r = r0; r < r1; r++) {
+        size_t o = (size_t)r * a->c;
+        if (c->pass == 0) {
+            for (int ci = 0; ci < a->c; ci++) p1[ci] += (double)ldf(a->x, t, o + ci);
+        } else if (c->pass == 1) {
+            for (int ci = 0; ci < a->c; ci++) {
+                double d = (double)ldf(a->x, t, o + ci) - c->mean[ci];
+                p1[ci] += d * d;
+            }
+        } else {
+            for (int ci = 0; ci < a->c; ci++) {
+                float dy = ldf(a->dy, t, o + ci);
+                double xh = ((double)ldf(a->x, t, o + ci) - c->mean[ci]) * c->invstd[ci];
+                if (a->act == MD_ACT_RELU &&
+                    (a->y ? ldf(a->y, t, o + ci) <= 0.0f : xh * (double)c->scale[ci] + (double)c->shift[ci] <= 0.0))
+                    dy = 0.0f;
+                p1[ci] += (double)dy;
+                p2[ci] += (double)dy * xh;
+            }
+        }
+    }
+}
+
+static void nhwc_part_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    for (long long k = b; k < e; k++) {
+        if (c->a->dtype == MD_F32)
+            nhwc_part_rows(c, k, MD_F32);
+        else
+            nhwc_part_rows(c, k, c->a->dtype);
+    }
+}
+
+/* s1/s2 (c) = sums of the chunks' partials, in chunk order. */
+static void nhwc_combine(const struct bn_ctx *c, long long nchunks)
+{
+    int C = c->a->c;
+    memset(c->s1, 0, sizeof(double) * (size_t)C);
+    memset(c->s2, 0, sizeof(double) * (size_t)C);
+    for (long long k = 0; k < nchunks; k++)
+        for (int ci = 0; ci < C; ci++) {
+            c->s1[ci] += c->part[(size_t)k * 2 * C + ci];
+            c->s2[ci] += c->part[(size_t)k * 2 * C + C + ci];
+        }
+}
+
+static ALWAYS_INLINE void nhwc_fwd_rows(const struct bn_ctx *c, long long b, long long e, md_dtype t)
+{
+    const struct md_batchnorm_args *a = c->a;
+    int relu = a->act == MD_ACT_RELU;
+    for (long long r = b; r < e; r++) {
+        size_t o = (size_t)r * a->c;
+        for (int ci = 0; ci < a->c; ci++) {
+            float v = ldf(a->x, t, o + ci) * c->scale[ci] + c->shift[ci];
+            if (relu && v < 0.0f) v = 0.0f;
+            if (a->beta != 0.0f) v += a->beta * ldf(a->y, t, o + ci);
+            md_store_f(a->y, t, o + ci, v);
+        }
+    }
+}
+
+static void nhwc_fwd_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    if (c->a->dtype == MD_F32)
+        nhwc_fwd_rows(c, b, e, MD_F32);
+    else
+        nhwc_fwd_rows(c, b, e, c->a->dtype);
+}
+
+/* Scratch for NHWC: scale, shift (float c), mean, invstd, s1, s2 (double c), partials. */
+static md_status bn_alloc(struct bn_ctx *c, long long nchunks, void **block)
+{
+    int C = c->a->c;
+    size_t bytes = sizeof(double) * ((size_t)C * 4 + (size_t)nchunks * 2 * C) + sizeof(float) * 2 * (size_t)C;
+    char *p = md_malloc(bytes);
+    *block = p;
+    if (!p) return MD_ERR_OOM;
+    c->mean = (double *)p;
+    c->invstd = c->mean + C;
+    c->s1 = c->invstd + C;
+    c->s2 = c->s1 + C;
+    c->part = c->s2 + C;
+    c->scale = (float *)(c->part + (size_t)nchunks * 2 * C);
+    c->shift = c->scale + C;
+    return MD_OK;
+}
+
+static md_status bn_check(const char *op, const struct md_batchnorm_args *a)
+{
+    if (!md_cpu_float_type(a->dtype))
+        return md_errf(MD_ERR_UNSUPPORTED, "cpu %s: dtype %s is not supported", op, md_dtype_name(a->dtype));
+    return MD_OK;
+}
+
+md_status md_cpu_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a)
+{
+    (void)dev;
+    MD_TRY(bn_check("batchnorm_fwd", a));
+    struct bn_ctx c = {.a = a};
+    if (a->layout == MD_NCHW) {
+        md_parallel_for(a->c, 1, nchw_fwd_range, &c);
+        return MD_OK;
+    }
+    long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
+    void *block;
+    MD_TRY(bn_alloc(&c, nchunks, &block));
+    double m = (double)rows;
+    if (a->training) {
+        c.pass = 0;
+        md_parallel_for(nchunks, 1, nhwc_part_range, &c);
+        nhwc_combine(&c, nchunks);
+        for (int ci = 0; ci < a->c; ci++) c.mean[ci] = c.s1[ci] / m;
+        c.pass = 1;
+        md_parallel_for(nchunks, 1, nhwc_part_range, &c);
+        nhwc_combine(&c, nchunks);
+    }
+    for (int ci = 0; ci < a->c; ci++)
+        bn_finalize(a, ci, a->training ? c.mean[ci] : 0.0, a->training ? c.s1[ci] / m : 0.0, &c.scale[ci], &c.shift[ci]);
+    md_parallel_for(rows, md_parallel_grain(rows, 16), nhwc_fwd_range, &c);
+    md_free(block);
+    return MD_OK;
+}
+
+/* ---- backward ---------------------------------------------------------------------------------- */
+
+/* mean/invstd as the forward used them (saved batch stats, or running stats). */
+static void bwd_stats(const struct md_batchnorm_args *a, int ci, double *mean, double *invstd)
+{
+    if (!a->training) {
+        *mean = (double)a->running_mean[ci];
+        *invstd = 1.0 / sqrt((double)a->running_var[ci] + (double)a->eps);
+    } else if (a->save_mean && a->save_invstd) {
+        *mean = (double)a->save_mean[ci];
+        *invstd = (double)a->save_invstd[ci];
+    } else {
+        double var;
+        if (a->layout == MD_NCHW) {
+            if (a->dtype == MD_F32)
+                nchw_stats(a, ci, MD_F32, mean, &var);
+            else
+                nchw_stats(a, ci, a->dtype, mean, &var);
+        } else {
+            double s = 0.0, ss = 0.0, m = (double)a->n * a->hw;
+            size_t rows = (size_t)a->n * a->hw;
+            for (size_t r = 0; r < rows; r++) s += (double)md_load_f(a->x, a->dtype, r * a->c + ci);
+            double mu = s / m;
+            for (size_t r = 0; r < rows; r++) {
+                double d = (double)md_load_f(a->x, a->dtype, r * a->c + ci) - mu;
+                ss += d * d;
+            }
+            *mean = mu;
+            var = ss / m;
+        }
+        *invstd = 1.0 / sqrt(var + (double)a->eps);
+    }
+}
+
+static ALWAYS_INLINE void nchw_bwd_channel(const struct md_batchnorm_args *a, int ci, md_dtype t)
+{
+    double mean, invstd;
+    bwd_stats(a, ci, &mean, &invstd);
+    double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
+    int relu = a->act == MD_ACT_RELU;
+    double sdy = 0.0, sdyx = 0.0, m = (double)a->n * a->hw;
+    float fm = (float)mean, fi = (float)invstd, fg = (float)(gam * invstd), fb = (float)(bet - mean * gam * invstd);
+    for (int ni = 0; ni < a->n; ni++) {
+        size_t o = ((size_t)ni * a->c + ci) * a->hw;
+        for (int i = 0; i < a->hw; i++) {
+            float xv = ldf(a->x, t, o + i), dy = ldf(a->dy, t, o + i);
+            if (relu && (a->y ? ldf(a->y, t, o + i) <= 0.0f : xv * fg + fb <= 0.0f)) dy = 0.0f;
+            sdy += (double)dy;
+            sdyx += (double)dy * (double)((xv - fm) * fi);
+        }
+    }
+    if (a->dx) {
+        /* training: dx = gam*invstd/m * (m*dy - sdy - xhat*sdyx); inference: gam*invstd*dy */
+        float k1 = (float)(gam * invstd), k2 = a->training ? (float)(sdy / m) : 0.0f,
+              k3 = a->training ? (float)(sdyx / m) : 0.0f;
+        for (int ni = 0; ni < a->n; ni++) {
+            size_t o = ((size_t)ni * a->c + ci) * a->hw;
+            for (int i = 0; i < a->hw; i++) {
+                float xv = ldf(a->x, t, o + i), dy = ldf(a->dy, t, o + i);
+                if (relu && (a->y ? ldf(a->y, t, o + i) <= 0.0f : xv * fg + fb <= 0.0f)) dy = 0.0f;
+                float v = k1 * (dy - k2 - (xv - fm) * fi * k3);
+                if (a->beta != 0.0f) v += a->beta * ldf(a->dx, t, o + i);
+                md_store_f(a->dx, t, o + i, v);
+            }
+        }
+    }
+    if (a->dgamma) a->dgamma[ci] = (float)(sdyx + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
+    if (a->dbeta) a->dbeta[ci] = (float)(sdy + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+}
+
+static void nchw_bwd_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    for (long long ci = b; ci < e; ci++) {
+        if (c->a->dtype == MD_F32)
+            nchw_bwd_channel(c->a, (int)ci, MD_F32);
+        else
+            nchw_bwd_channel(c->a, (int)ci, c->a->dtype);
+    }
+}
+
+static ALWAYS_INLINE void nhwc_bwd_rows(const struct bn_ctx *c, long long b, long long e, md_dtype t)
+{
+    const struct md_batchnorm_args *a = c->a;
+    int relu = a->act == MD_ACT_RELU;
+    double m = (double)a->n * a->hw;
+    for (long long r = b; r < e; r++) {
+        size_t o = (size_t)r * a->c;
+        for (int ci = 0; ci < a->c; ci++) {
+            float xv = ldf(a->x, t, o + ci), dy = ldf(a->dy, t, o + ci);
+            if (relu && (a->y ? ldf(a->y, t, o + ci) <= 0.0f : xv * c->scale[ci] + c->shift[ci] <= 0.0f)) dy = 0.0f;
+            float xh = (float)(((double)xv - c->mean[ci]) * c->invstd[ci]);
+            float k1 = (float)((double)c->scale[ci]);
+            float v = a->training ? k1 * (dy - (float)(c->s1[ci] / m) - xh * (float)(c->s2[ci] / m)) : k1 * dy;
+            if (a->beta != 0.0f) v += a->beta * ldf(a->dx, t, o + ci);
+            md_store_f(a->dx, t, o + ci, v);
+        }
+    }
+}
+
+static void nhwc_bwd_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    if (c->a->dtype == MD_F32)
+        nhwc_bwd_rows(c, b, e, MD_F32);
+    else
+        nhwc_bwd_rows(c, b, e, c->a->dtype);
+}
+
+md_status md_cpu_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a)
+{
+    (void)dev;
+    MD_TRY(bn_check("batchnorm_bwd", a));
+    struct bn_ctx c = {.a = a};
+    if (a->layout == MD_NCHW) {
+        md_parallel_for(a->c, 1, nchw_bwd_range, &c);
+        return MD_OK;
+    }
+    long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
+    void *block;
+    MD_TRY(bn_alloc(&c, nchunks, &block));
+    for (int ci = 0; ci < a->c; ci++) {
+        bwd_stats(a, ci, &c.mean[ci], &c.invstd[ci]);
+        double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
+        c.scale[ci] = (float)(gam * c.invstd[ci]);
+        c.shift[ci] = (float)(bet - c.mean[ci] * gam * c.invstd[ci]);
+    }
+    c.pass = 2;
+    md_parallel_for(nchunks, 1, nhwc_part_range, &c);
+    nhwc_combine(&c, nchunks);
+    if (a->dx) md_parallel_for(rows, md_parallel_grain(rows, 16), nhwc_bwd_range, &c);
+    for (int ci = 0; ci < a->c; ci++) {
+        if (a->dgamma) a->dgamma[ci] = (float)(c.s2[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
+        if (a->dbeta) a->dbeta[ci] = (float)(c.s1[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+    }
+    md_free(block);
+    return MD_OK;
+}

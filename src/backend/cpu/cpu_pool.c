@@ -1,0 +1,209 @@
+/* cpu_pool.c - max/average pooling and global average pooling on the CPU.
+ * NCHW: one task per (image, channel) plane; NHWC: one task per image, with
+ * the channel loop innermost. Window clipping, first-maximum routing and
+ * empty windows as the reference (ref_kernels.c). */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "backend/ref/ref_math.h"
+#include "core/mem.h"
+
+#if defined(__GNUC__)
+#define ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define ALWAYS_INLINE inline
+#endif
+
+static ALWAYS_INLINE float ldf(const void *p, md_dtype t, size_t i) { return md_load_f(p, t, i); }
+
+static md_status pool_check(const char *op, const struct md_pool2d_args *a)
+{
+    if (!md_cpu_float_type(a->dtype))
+        return md_errf(MD_ERR_UNSUPPORTED, "cpu %s: dtype %s is not supported", op, md_dtype_name(a->dtype));
+    if (a->p != md_conv_out(a->h, a->kh, a->stride_h, a->pad_h, 1) ||
+        a->q != md_conv_out(a->w, a->kw, a->stride_w, a->pad_w, 1) || a->p <= 0 || a->q <= 0)
+        return md_errf(MD_ERR_INTERNAL, "cpu %s: output %dx%d does not match input %dx%d", op, a->p, a->q, a->h, a->w);
+    return MD_OK;
+}
+
+struct win { int h0, h1, w0, w1; float div; };
+
+static inline struct win window(const struct md_pool2d_args *a, int pi, int qi)
+{
+    int hs = pi * a->stride_h - a->pad_h, ws = qi * a->stride_w - a->pad_w;
+    struct win w = {hs < 0 ? 0 : hs, hs + a->kh > a->h ? a->h : hs + a->kh, ws < 0 ? 0 : ws,
+                    ws + a->kw > a->w ? a->w : ws + a->kw, 0.0f};
+    int cnt = (w.h1 - w.h0) * (w.w1 - w.w0);
+    w.div = a->count_include_pad ? (float)(a->kh * a->kw) : (float)(cnt > 0 ? cnt : 0);
+    return w;
+}
+
+/* ---- one (image, channel) pair, both layouts: strides make the difference ---- */
+
+static ALWAYS_INLINE void pool_fwd_pair(const struct md_pool2d_args *a, int ni, int ci, md_dtype t)
+{
+    for (int pi = 0; pi < a->p; pi++)
+        for (int qi = 0; qi < a->q; qi++) {
+            struct win w = window(a, pi, qi);
+            float v = 0.0f;
+            if (a->kind == MD_POOL_MAX) {
+                int first = 1;
+                for (int hi = w.h0; hi < w.h1; hi++)
+                    for (int wi = w.w0; wi < w.w1; wi++) {
+                        float x = ldf(a->x, t, md_nchw_at(a->layout, a->c, a->h, a->w, ni, ci, hi, wi));
+                        if (first || x > v) v = x, first = 0;
+                    }
+            } else {
+                float s = 0.0f;
+                for (int hi = w.h0; hi < w.h1; hi++)
+                    for (int wi = w.w0; wi < w.w1; wi++) s += ldf(a->x, t, md_nchw_at(a->layout, a->c, a->h, a->w, ni, ci, hi, wi));
+                v = w.div > 0.0f ? s / w.div : 0.0f;
+            }
+            size_t o = md_nchw_at(a->layout, a->c, a->p, a->q, ni, ci, pi, qi);
+            if (a->beta != 0.0f) v += a->beta * ldf(a->y_out, t, o);
+            md_store_f(a->y_out, t, o, v);
+        }
+}
+
+/* dx of one (image, channel) pair: beta-scaled, then every output's share added.
+ * The pair's dx elements belong to this task only. */
+static ALWAYS_INLINE void pool_bwd_pair(const struct md_pool2d_args *a, int ni, int ci, md_dtype t)
+{
+    for (int hi = 0; hi < a->h; hi++)
+        for (int wi = 0; wi < a->w; wi++) {
+            size_t o = md_nchw_at(a->layout, a->c, a->h, a->w, ni, ci, hi, wi);
+            md_store_f(a->dx, t, o, a->beta != 0.0f ? a->beta * ldf(a->dx, t, o) : 0.0f);
+        }
+    for (int pi = 0; pi < a->p; pi++)
+        for (int qi = 0; qi < a->q; qi++) {
+            struct win w = window(a, pi, qi);
+            float d = ldf(a->dy, t, md_nchw_at(a->layout, a->c, a->p, a->q, ni, ci, pi, qi));
+            if (a->kind == MD_POOL_MAX) {
+                long long best = -1;
+                float bv = 0.0f;
+                for (int hi = w.h0; hi < w.h1; hi++)
+                    for (int wi = w.w0; wi < w.w1; wi++) {
+                        size_t o = md_nchw_at(a->layout, a->c, a->h, a->w, ni, ci, hi, wi);
+                        float x = ldf(a->x, t, o);
+                        if (best < 0 || x > bv) best = (long long)o, bv = x;
+                    }
+                if (best >= 0) md_store_f(a->dx, t, (size_t)best, ldf(a->dx, t, (size_t)best) + d);
+            } else if (w.div > 0.0f) {
+                float share = d / w.div;
+                for (int hi = w.h0; hi < w.h1; hi++)
+                    for (int wi = w.w0; wi < w.w1; wi++) {
+                        size_t o = md_nchw_at(a->layout, a->c, a->h, a->w, ni, ci, hi, wi);
+                        md_store_f(a->dx, t, o, ldf(a->dx, t, o) + share);
+                    }
+            }
+        }
+}
+
+/* Tasks are (image, channel) pairs in image-major order, for both layouts;
+ * NHWC pairs of one image touch interleaved but disjoint elements. */
+static void pool_fwd_range(void *vc, long long b, long long e)
+{
+    const struct md_pool2d_args *a = vc;
+    for (long long t = b; t < e; t++) {
+        int ni = (int)(t / a->c), ci = (int)(t % a->c);
+        if (a->dtype == MD_F32)
+            pool_fwd_pair(a, ni, ci, MD_F32);
+        else
+            pool_fwd_pair(a, ni, ci, a->dtype);
+    }
+}
+
+static void pool_bwd_range(void *vc, long long b, long long e)
+{
+    const struct md_pool2d_args *a = vc;
+    for (long long t = b; t < e; t++) {
+        int ni = (int)(t / a->c), ci = (int)(t % a->c);
+        if (a->dtype == MD_F32)
+            pool_bwd_pair(a, ni, ci, MD_F32);
+        else
+            pool_bwd_pair(a, ni, ci, a->dtype);
+    }
+}
+
+static long long pair_grain(const struct md_pool2d_args *a)
+{
+    long long per = (long long)a->h * a->w;
+    return per >= 4096 ? 1 : 4096 / (per ? per : 1) + 1;
+}
+
+md_status md_cpu_pool2d_fwd(md_device *dev, const struct md_pool2d_args *a)
+{
+    (void)dev;
+    MD_TRY(pool_check("pool2d_fwd", a));
+    md_parallel_for((long long)a->n * a->c, pair_grain(a), pool_fwd_range, (void *)a);
+    return MD_OK;
+}
+
+md_status md_cpu_pool2d_bwd(md_device *dev, const struct md_pool2d_args *a)
+{
+    (void)dev;
+    MD_TRY(pool_check("pool2d_bwd", a));
+    md_parallel_for((long long)a->n * a->c, pair_grain(a), pool_bwd_range, (void *)a);
+    return MD_OK;
+}
+
+/* ---- global average pooling: tasks are images ---------------------------------- */
+
+static void gap_fwd_range(void *vc, long long b, long long e)
+{
+    const struct md_gap_args *a = vc;
+    for (long long ni = b; ni < e; ni++)
+        for (int ci = 0; ci < a->c; ci++) {
+            double s = 0.0;
+            if (a->dtype == MD_F32 && a->layout == MD_NCHW) {
+                const float *x = (const float *)a->x + ((size_t)ni * a->c + ci) * a->hw;
+                for (int i = 0; i < a->hw; i++) s += (double)x[i];
+            } else {
+                for (int i = 0; i < a->hw; i++)
+                    s += (double)md_load_f(a->x, a->dtype, md_nci(a->layout, a->c, a->hw, (int)ni, ci, i));
+            }
+            size_t o = (size_t)ni * a->c + ci;
+            float v = (float)(s / a->hw);
+            if (a->beta != 0.0f) v += a->beta * md_load_f(a->y, a->dtype, o);
+            md_store_f(a->y, a->dtype, o, v);
+        }
+}
+
+static void gap_bwd_range(void *vc, long long b, long long e)
+{
+    const struct md_gap_args *a = vc;
+    for (long long ni = b; ni < e; ni++)
+        for (int ci = 0; ci < a->c; ci++) {
+            float d = md_load_f(a->dy, a->dtype, (size_t)ni * a->c + ci) / (float)a->hw;
+            for (int i = 0; i < a->hw; i++) {
+                size_t o = md_nci(a->layout, a->c, a->hw, (int)ni, ci, i);
+                float v = d;
+                if (a->beta != 0.0f) v += a->beta * md_load_f(a->dx, a->dtype, o);
+                md_store_f(a->dx, a->dtype, o, v);
+            }
+        }
+}
+
+static md_status gap_check(const char *op, const struct md_gap_args *a)
+{
+    if (!md_cpu_float_type(a->dtype))
+        return md_errf(MD_ERR_UNSUPPORTED, "cpu %s: dtype %s is not supported", op, md_dtype_name(a->dtype));
+    return MD_OK;
+}
+
+md_status md_cpu_gap_fwd(md_device *dev, const struct md_gap_args *a)
+{
+    (void)dev;
+    MD_TRY(gap_check("gap_fwd", a));
+    md_parallel_for(a->n, 1, gap_fwd_range, (void *)a);
+    return MD_OK;
+}
+
+md_status md_cpu_gap_bwd(md_device *dev, const struct md_gap_args *a)
+{
+    (void)dev;
+    MD_TRY(gap_check("gap_bwd", a));
+    md_parallel_for(a->n, 1, gap_bwd_range, (void *)a);
+    return MD_OK;
+}

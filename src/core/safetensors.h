@@ -1,0 +1,106 @@
+/* safetensors.h - reading and writing safetensors files (checkpoints, weights).
+ *
+ * Format (https://github.com/huggingface/safetensors, so PyTorch and MLX read
+ * our checkpoints):
+ *   8 bytes   N, unsigned little-endian: length of the header
+ *   N bytes   JSON object, UTF-8, padded with spaces to a multiple of 8 bytes:
+ *             {"<name>": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]},
+ *              ..., "__metadata__": {"<key>": "<string>", ...}}
+ *   rest      the byte buffer: tensor data, raw little-endian, row-major;
+ *             [b, e) is relative to the buffer's start, e - b = numel * size,
+ *             and the tensors tile the buffer exactly (no holes, no overlap).
+ * dtypes here: F32, F16, BF16, I32, U8 (md_dtype).
+ *
+ * The writer streams to "<path>.tmp", fsyncs, renames over <path> and fsyncs
+ * the directory, so a crash or a full disk never leaves a torn file and the
+ * previous file stays intact. It orders tensors by element size (largest
+ * first, then in the order added) so every tensor starts aligned to its
+ * element size.
+ *
+ * The reader is strict: anything that does not follow the format exactly is
+ * MD_ERR_DATA with a message naming the file (and tensor).
+ */
+#ifndef MD_SAFETENSORS_H
+#define MD_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MD_ST_MAX_DIMS 8
+
+/* ---- writer ------------------------------------------------------------------ */
+typedef struct md_st_writer md_st_writer;
+
+/* Creates an empty writer (caller frees with md_st_writer_free). */
+md_status md_st_writer_new(md_st_writer **out);
+void md_st_writer_free(md_st_writer *w); /* NULL ok */
+
+/* Adds a tensor. The name is copied; `data` (numel * md_dtype_size(dtype)
+ * host bytes, numel = product of shape, 1 for ndim 0) is BORROWED and must
+ * stay valid until md_st_writer_write returns. Duplicate or empty names and
+ * the reserved "__metadata__" are MD_ERR_INTERNAL (caller bugs surface as errors). */
+md_status md_st_writer_add(md_st_writer *w, const char *name, md_dtype dtype, int ndim,
+                           const long long *shape, const void *data);
+
+/* Adds or replaces a metadata entry (both strings copied). */
+md_status md_st_writer_meta(md_st_writer *w, const char *key, const char *value);
+
+/* Writes the file atomically. Errors: MD_ERR_IO naming the file and the
+ * reason (missing or read-only directory, disk full); the previous file at
+ * `path`, if any, is left as it was and no temporary file remains. */
+md_status md_st_writer_write(md_st_writer *w, const char *path);
+
+/* ---- reader ------------------------------------------------------------------ */
+typedef struct md_st_file md_st_file;
+
+struct md_st_tensor {
+    const char *name;
+    md_dtype dtype;
+    int ndim;
+    long long shape[MD_ST_MAX_DIMS];
+    long long numel;
+    size_t nbytes;
+    /* Into the file's buffer. Files written by mpsdiag have it aligned to the
+     * element size; foreign files may not, so copy with md_st_copy/memcpy
+     * rather than casting. */
+    const void *data;
+};
+
+/* Reads and validates the whole file (caller frees with md_st_close). */
+md_status md_st_open(const char *path, md_st_file **out);
+void md_st_close(md_st_file *f); /* NULL ok */
+
+const char *md_st_path(const md_st_file *f);
+int md_st_count(const md_st_file *f);
+const struct md_st_tensor *md_st_at(const md_st_file *f, int i); /* in file order */
+/* NULL when absent. */
+const struct md_st_tensor *md_st_find(const md_st_file *f, const char *name);
+/* Metadata value or NULL. Borrowed, valid until md_st_close. */
+const char *md_st_meta(const md_st_file *f, const char *key);
+int md_st_meta_count(const md_st_file *f);
+/* i-th metadata entry (file order); returns 0 when out of range. */
+int md_st_meta_at(const md_st_file *f, int i, const char **key, const char **value);
+
+/* Looks up `name` and checks its dtype and shape (ndim < 0: any shape).
+ * MD_ERR_DATA naming the file and tensor when missing or different. */
+md_status md_st_expect(const md_st_file *f, const char *name, md_dtype dtype, int ndim,
+                       const long long *shape, const struct md_st_tensor **out);
+/* md_st_expect, then copies the data into host memory `dst` (t->nbytes). */
+md_status md_st_copy(const md_st_file *f, const char *name, md_dtype dtype, int ndim,
+                     const long long *shape, void *dst);
+
+/* safetensors dtype string ("F32") <-> md_dtype; returns -1 when unknown. */
+const char *md_st_dtype_name(md_dtype t);
+int md_st_dtype_parse(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

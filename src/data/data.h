@@ -1,0 +1,192 @@
+/* data.h - datasets and the loader.
+ *
+ * A dataset (struct md_data, opaque) is opened once for what the model needs
+ * (an md_data_request: its inputs, their shapes and layout, its classes) and
+ * holds three splits: train, val (held out of the training files with
+ * --val-split, seeded, or a val/ folder) and test (where the dataset has one).
+ * Formats: IDX (Fashion-MNIST, MNIST; gzipped or not), CIFAR-10/100 binary,
+ * JPEG class folders (TurboJPEG), synthetic class-conditional patterns.
+ *
+ * A loader (struct md_loader, opaque) delivers batches of one split: float
+ * inputs already converted (channels, size), augmented (train only, when
+ * asked) and normalised with the dataset's mean/std, in NCHW or NHWC, plus
+ * int32 labels. Worker threads fill a ring of ready batches ahead of the
+ * consumer; with 0 workers the batch is made in the caller's thread. The
+ * order and the augmentation depend only on (seed, epoch, position), so the
+ * same seed gives the same batches whatever the number of workers.
+ *
+ * Errors a user can cause (missing or corrupt files, a dataset that cannot
+ * feed the model, too little RAM for --cache-images) return MD_ERR_DATA /
+ * MD_ERR_CONFIG / MD_ERR_OOM with one line naming the file.
+ *
+ * Threading: one md_data may back several loaders (train and val at once);
+ * each loader is used by one consumer thread.
+ */
+#ifndef MD_DATA_H
+#define MD_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "cli/options.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MD_DATA_MAX_INPUTS 4
+#define MD_DATA_NAME_MAX 32
+/* JPEG headers claiming more pixels than this are refused before decoding. */
+#define MD_JPEG_MAX_PIXELS (100LL * 1000 * 1000)
+
+typedef enum md_split { MD_SPLIT_TRAIN = 0, MD_SPLIT_VAL, MD_SPLIT_TEST, MD_SPLIT_COUNT } md_split;
+
+typedef enum md_input_kind {
+    MD_INPUT_IMAGE = 0, /* the image, converted to the requested channel count:
+                           1 -> 3 replicates gray, 3 -> 1 takes luma */
+    MD_INPUT_LUMA,      /* brightness 0.299R + 0.587G + 0.114B (gray stays gray); c must be 1 */
+} md_input_kind;
+
+/* One input of the model, in the order the model takes them. */
+struct md_data_input {
+    char name[MD_DATA_NAME_MAX]; /* the model's name for it ("image", "brightness"); "" = "input<i>" */
+    md_input_kind kind;
+    int c, h, w;                 /* per-sample shape; 0 = the dataset's own (or --image-size) */
+};
+
+/* What the model needs. A zeroed request ({0}) means: one MD_INPUT_IMAGE of
+ * the dataset's own shape, NCHW, the dataset's classes. */
+struct md_data_request {
+    int num_inputs;              /* 0..MD_DATA_MAX_INPUTS (0 = one image input) */
+    struct md_data_input inputs[MD_DATA_MAX_INPUTS];
+    md_layout layout;            /* of every delivered input: MD_NCHW or MD_NHWC */
+    int num_classes;             /* the model's outputs; 0 = the dataset's. Fewer
+                                    than the dataset has is MD_ERR_CONFIG */
+    long long mem_available;     /* bytes for the --cache-images check; 0 = ask the OS
+                                    (md_mem_available_bytes); tests set it */
+};
+
+struct md_data; /* opaque; job.h forward-declares it */
+
+/* Opens the dataset that `o` names (--dataset, --data-dir, --val-split,
+ * --max-samples, --cache-images, --on-bad-sample, --image-size, --seed,
+ * --no-augment) for the model's request. With --dataset auto the format is
+ * detected from --data-dir's contents; without --data-dir the search is
+ * data/fashion-mnist, /usr/share/datasets/fashion-mnist, then the bundled
+ * sample data/fashion-mnist-sample. *out is owned by the caller
+ * (md_data_free). Reads and validates every file it will use (JPEG: headers
+ * only), so bad input fails here rather than mid-epoch. */
+md_status md_data_open(const md_options *o, const struct md_data_request *req, struct md_data **out);
+void md_data_free(struct md_data *d); /* NULL ok */
+
+/* ---- what was opened (borrowed strings, valid while d lives) ---- */
+const char *md_data_name(const struct md_data *d);      /* "fashion-mnist", "cifar100", "jpeg", ... */
+const char *md_data_format(const struct md_data *d);    /* "idx", "idx.gz", "cifar-binary", "jpeg", "synthetic" */
+const char *md_data_source(const struct md_data *d);    /* directory read ("" for synthetic) */
+const char *md_data_split_name(md_split s);             /* "train", "val", "test" */
+/* Where each split came from ("train files minus 10% (seed 42)", "val/ folder", "test files"). */
+const char *md_data_split_origin(const struct md_data *d, md_split s);
+long long md_data_count(const struct md_data *d, md_split s);
+int md_data_num_classes(const struct md_data *d);      /* the dataset's classes */
+const char *md_data_class_name(const struct md_data *d, int k);
+long long md_data_class_count(const struct md_data *d, md_split s, int k);
+/* Shape of the images as stored (after JPEG decode and resize): (c, h, w). */
+void md_data_source_shape(const struct md_data *d, int *c, int *h, int *w);
+
+/* The delivered inputs (the request with 0s resolved). */
+int md_data_num_inputs(const struct md_data *d);
+const struct md_data_input *md_data_input(const struct md_data *d, int i);
+md_layout md_data_layout(const struct md_data *d);
+/* Elements per sample of input i (c*h*w). */
+size_t md_data_input_elems(const struct md_data *d, int i);
+
+/* Normalisation of input i: per-channel mean and std (arrays of c floats),
+ * and whether they are the dataset's published values or computed here. */
+const float *md_data_mean(const struct md_data *d, int i);
+const float *md_data_std(const struct md_data *d, int i);
+int md_data_norm_known(const struct md_data *d);
+
+/* Augmentation applied to the train split when a loader asks for it:
+ * random crop after zero-padding by `pad` pixels, horizontal flip (off for
+ * digits). */
+int md_data_aug_pad(const struct md_data *d);
+int md_data_aug_flip(const struct md_data *d);
+
+/* Decoded-image cache (--cache-images): bytes held (0 when off), and the
+ * estimate checked against available RAM before filling it. In-memory
+ * formats (IDX, CIFAR) always hold their pixels: md_data_resident_bytes. */
+long long md_data_cache_bytes(const struct md_data *d);
+long long md_data_cache_estimate(const struct md_data *d);
+long long md_data_resident_bytes(const struct md_data *d);
+/* Samples dropped as unreadable (--on-bad-sample skip): at open, plus those a
+ * loader met while decoding. md_data_first_bad: the first one's message. */
+long long md_data_skipped(const struct md_data *d);
+const char *md_data_first_bad(const struct md_data *d);
+
+/* ---- loader ---- */
+
+struct md_loader; /* opaque */
+
+struct md_loader_opts {
+    md_split split;
+    int batch_size;     /* > 0 */
+    int shuffle;        /* seeded per epoch */
+    int augment;        /* random crop + flip (use for train only) */
+    int drop_last;      /* 0: the last, partial batch is delivered */
+    int num_workers;    /* 0 = make batches in the consumer's thread */
+    int prefetch;       /* batches prepared ahead (>= 1) */
+    uint64_t seed;
+    md_device *pin_dev; /* non-NULL: batches in md_dev_host_alloc memory
+                           (page-locked where that device benefits) */
+};
+
+/* One batch: host memory owned by the loader, valid until md_loader_release. */
+struct md_batch {
+    int n;                                  /* samples (the last batch may be short,
+                                               and skipped bad samples shorten it) */
+    int num_inputs;
+    float *inputs[MD_DATA_MAX_INPUTS];      /* input i: (n, C, H, W) or (n, H, W, C) */
+    int32_t *labels;                        /* (n) in [0, num_classes) */
+    int64_t *index;                         /* (n) sample index within the split */
+    long long batch;                        /* position in the epoch, from 0 */
+    int epoch;
+    int pinned;                             /* memory is page-locked */
+};
+
+/* Loader statistics since md_loader_create (reset by md_loader_stats_reset). */
+struct md_loader_stats {
+    long long samples;        /* samples prepared (decoded, converted, augmented) */
+    long long batches;        /* batches delivered to the consumer */
+    long long skipped;        /* bad samples dropped by this loader */
+    double prepare_s;         /* seconds of worker (or caller) time spent preparing */
+    double wait_s;            /* seconds the consumer waited inside md_loader_next */
+    double wall_s;            /* seconds from each epoch start to its last batch, summed */
+    double samples_per_s;     /* samples / wall_s: what the loader sustained */
+    double decode_per_s;      /* samples / prepare_s x workers: decode capacity */
+    double batches_per_s;     /* batches / wall_s */
+};
+
+md_status md_loader_create(struct md_data *d, const struct md_loader_opts *lo, struct md_loader **out);
+void md_loader_free(struct md_loader *l); /* NULL ok; stops the workers */
+
+/* Batches per epoch for this loader (with drop_last applied). */
+long long md_loader_num_batches(const struct md_loader *l);
+/* Starts epoch `epoch` (order and augmentation from seed + epoch); an epoch
+ * in progress is abandoned. Workers start here. */
+md_status md_loader_start_epoch(struct md_loader *l, int epoch);
+/* Next batch of the epoch in order, or *b = NULL at its end. Blocks while the
+ * workers are behind (that time counts as wait_s). A worker's error (a bad
+ * file with --on-bad-sample fail) is returned here, naming the file. The
+ * consumer may hold up to `prefetch` batches before releasing. */
+md_status md_loader_next(struct md_loader *l, struct md_batch **b);
+void md_loader_release(struct md_loader *l, struct md_batch *b);
+void md_loader_stats(const struct md_loader *l, struct md_loader_stats *out);
+void md_loader_stats_reset(struct md_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,109 @@
+/* data_impl.h - internals shared by the files of src/data (not for other areas).
+ *
+ * Images inside src/data are uint8, planar (C, H, W), values 0..255. The
+ * parsers work on memory buffers, so the fuzz targets (test/fuzz) call the
+ * same code the loader does.
+ */
+#ifndef MD_DATA_IMPL_H
+#define MD_DATA_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/data.h"
+
+/* ---- files (idx.c) ---- */
+
+/* Reads a whole file, gunzipping it when it is gzip (zlib reads plain files
+ * as they are). Refuses more than max_bytes after decompression. *buf is
+ * md_malloc'd and owned by the caller. Errors name the file. */
+md_status md_idx_read_file(const char *path, size_t max_bytes, uint8_t **buf, size_t *len);
+
+/* ---- IDX (idx.c) ---- */
+
+/* A parsed IDX file: borrowed view into the caller's buffer. */
+typedef struct md_idx {
+    int ndims;          /* 1 (labels) or 3 (images) */
+    uint32_t dims[3];   /* (N) or (N, H, W) */
+    const uint8_t *data; /* N x H x W bytes after the header */
+} md_idx;
+
+/* Checks magic (unsigned bytes, `want_ndims` dimensions), sane dimensions and
+ * that the header's counts match the buffer length exactly. `name` is used in
+ * messages. */
+md_status md_idx_parse(const uint8_t *buf, size_t len, const char *name, int want_ndims, md_idx *out);
+
+/* ---- CIFAR binary (cifar.c) ---- */
+
+#define MD_CIFAR_PIXELS 3072 /* 3 x 32 x 32, planar R, G, B */
+
+/* Validates a CIFAR-10 (1 label byte + 3072) or CIFAR-100 (coarse, fine +
+ * 3072) file: whole records, label ranges; recognises the other layout and
+ * says so. *count receives the records. */
+md_status md_cifar_check(const uint8_t *buf, size_t len, const char *name, int cifar100, long long *count);
+/* Copies `count` records: pixels (count, 3, 32, 32) and labels (count);
+ * CIFAR-100 takes fine labels unless `coarse`. */
+void md_cifar_extract(const uint8_t *buf, long long count, int cifar100, int coarse, uint8_t *pixels,
+                      int32_t *labels);
+
+/* ---- JPEG (jpeg.c), through TurboJPEG ---- */
+
+typedef struct md_jpeg md_jpeg; /* a decoder; one per thread */
+md_status md_jpeg_new(md_jpeg **out);
+void md_jpeg_free(md_jpeg *j);
+/* Reads the header: size and whether the image is colour. Refuses images over
+ * MD_JPEG_MAX_PIXELS and anything that is not a JPEG, naming `name`. */
+md_status md_jpeg_header(md_jpeg *j, const uint8_t *buf, size_t len, const char *name, int *w, int *h);
+/* Decodes into dst (c, oh, ow) planar, c = 1 (gray = luma) or 3 (RGB). Uses
+ * TurboJPEG's DCT scaling to the smallest size not below (oh, ow), then
+ * bilinear resizing. Corrupt data (also what libjpeg calls a warning) fails. */
+md_status md_jpeg_decode(md_jpeg *j, const uint8_t *buf, size_t len, const char *name, int c, int oh, int ow,
+                         uint8_t *dst);
+
+/* ---- images (image.c) ---- */
+
+/* Bilinear resize of planar uint8 (c, h, w) -> (c, oh, ow), half-pixel centres
+ * (as OpenCV INTER_LINEAR and PyTorch align_corners=False), rounded. */
+void md_image_resize_u8(const uint8_t *src, int c, int h, int w, uint8_t *dst, int oh, int ow);
+/* Same for float planes. */
+void md_image_resize_f32(const float *src, int c, int h, int w, float *dst, int oh, int ow);
+/* Interleaved (h, w, c) -> planar (c, h, w). */
+void md_image_hwc_to_chw(const uint8_t *src, int c, int h, int w, uint8_t *dst);
+
+/* ---- synthetic (synth.c) ---- */
+
+/* Sample `index` of the synthetic dataset: a class-conditional pattern
+ * (orientation, frequency and colour per class) with a random phase and
+ * noise, so a model can learn it and cannot memorise it trivially.
+ * dst (c, h, w); the label is index % num_classes. Pure function of its
+ * arguments. */
+void md_synth_sample(uint64_t seed, long long index, int num_classes, int c, int h, int w, uint8_t *dst,
+                     int32_t *label);
+
+/* ---- dataset internals used by the loader (data.c) ---- */
+
+/* Per-thread working memory for fetching and preparing samples. */
+typedef struct md_data_scratch md_data_scratch;
+md_status md_data_scratch_new(const struct md_data *d, md_data_scratch **out);
+void md_data_scratch_free(md_data_scratch *s);
+
+/* Augmentation of one sample: crop offset in the padded image and flip. */
+struct md_aug {
+    int dy, dx;  /* in [0, 2*pad]; pad = no shift */
+    int flip;
+};
+/* The sample's augmentation: a pure function of (seed, epoch, position). */
+struct md_aug md_data_aug_draw(const struct md_data *d, uint64_t seed, int epoch, long long position);
+
+/* Index within the whole dataset of sample `i` of split `s`. */
+long long md_data_split_index(const struct md_data *d, md_split s, long long i);
+
+/* Prepares global sample `gi` into slot `j` of a batch: input i's sample
+ * lands at inputs[i] + j * md_data_input_elems(d, i), in the dataset's
+ * layout. aug may be NULL. Returns MD_ERR_DATA naming the file when the sample cannot be read;
+ * *bad is set when that happened and --on-bad-sample skip says to go on
+ * (the status is then MD_OK and nothing was written). */
+md_status md_data_prepare(struct md_data *d, md_data_scratch *s, long long gi, const struct md_aug *aug,
+                          float *const *inputs, int j, int32_t *label, int *bad);
+
+#endif

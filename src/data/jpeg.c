@@ -1,0 +1,95 @@
+/* jpeg.c - JPEG decoding through libjpeg-turbo's TurboJPEG API: header first
+ * (size limit before any pixel is decoded), DCT scaling towards the target
+ * size, then a bilinear resize to the exact size. */
+#include <string.h>
+#include <turbojpeg.h>
+
+#include "core/mem.h"
+#include "data/data_impl.h"
+
+struct md_jpeg {
+    tjhandle tj;
+};
+
+md_status md_jpeg_new(md_jpeg **out)
+{
+    *out = NULL;
+    md_jpeg *j = md_calloc(1, sizeof *j);
+    if (!j) return MD_ERR_OOM;
+    j->tj = tjInitDecompress();
+    if (!j->tj) {
+        md_free(j);
+        return md_errf(MD_ERR_INTERNAL, "TurboJPEG: cannot create a decompressor: %s", tjGetErrorStr2(NULL));
+    }
+    *out = j;
+    return MD_OK;
+}
+
+void md_jpeg_free(md_jpeg *j)
+{
+    if (!j) return;
+    tjDestroy(j->tj);
+    md_free(j);
+}
+
+md_status md_jpeg_header(md_jpeg *j, const uint8_t *buf, size_t len, const char *name, int *w, int *h)
+{
+    *w = *h = 0;
+    if (len < 4 || buf[0] != 0xFF || buf[1] != 0xD8) {
+        if (len >= 4 && buf[0] == 0x89 && buf[1] == 'P' && buf[2] == 'N' && buf[3] == 'G')
+            return md_errf(MD_ERR_DATA, "%s: not a JPEG (it is a PNG)", name);
+        if (len == 0) return md_errf(MD_ERR_DATA, "%s: not a JPEG (empty file)", name);
+        return md_errf(MD_ERR_DATA, "%s: not a JPEG (no SOI marker at the start)", name);
+    }
+    int ww = 0, hh = 0, subsamp = 0, cs = 0;
+    if (len > (size_t)0x7fffffff ||
+        tjDecompressHeader3(j->tj, buf, (unsigned long)len, &ww, &hh, &subsamp, &cs) != 0)
+        return md_errf(MD_ERR_DATA, "%s: not a readable JPEG: %s", name, tjGetErrorStr2(j->tj));
+    if (ww <= 0 || hh <= 0) return md_errf(MD_ERR_DATA, "%s: JPEG header gives size %dx%d", name, ww, hh);
+    if ((long long)ww * hh > MD_JPEG_MAX_PIXELS)
+        return md_errf(MD_ERR_DATA, "%s: JPEG header claims %dx%d pixels, over the limit of %lld megapixels; refused "
+                       "before decoding",
+                       name, ww, hh, MD_JPEG_MAX_PIXELS / 1000000);
+    *w = ww;
+    *h = hh;
+    return MD_OK;
+}
+
+md_status md_jpeg_decode(md_jpeg *j, const uint8_t *buf, size_t len, const char *name, int c, int oh, int ow,
+                         uint8_t *dst)
+{
+    md_status st = MD_OK;
+    uint8_t *inter = NULL, *planar = NULL;
+    int w, h;
+    MD_TRY(md_jpeg_header(j, buf, len, name, &w, &h));
+    /* The smallest DCT scale (<= 1) that keeps both sides at least the target. */
+    int nsf = 0;
+    tjscalingfactor *sf = tjGetScalingFactors(&nsf);
+    int sw = w, sh = h;
+    for (int i = 0; sf && i < nsf; i++) {
+        if (sf[i].num > sf[i].denom) continue;
+        int cw = TJSCALED(w, sf[i]), chh = TJSCALED(h, sf[i]);
+        if (cw >= ow && chh >= oh && (long long)cw * chh < (long long)sw * sh) {
+            sw = cw;
+            sh = chh;
+        }
+    }
+    inter = md_malloc((size_t)sw * sh * (size_t)c);
+    planar = md_malloc((size_t)sw * sh * (size_t)c);
+    if (!inter || !planar) { st = MD_ERR_OOM; goto fail; }
+    if (tjDecompress2(j->tj, buf, (unsigned long)len, inter, sw, 0, sh, c == 1 ? TJPF_GRAY : TJPF_RGB,
+                      TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0) {
+        st = md_errf(MD_ERR_DATA, "%s: corrupt JPEG: %s", name, tjGetErrorStr2(j->tj));
+        goto fail;
+    }
+    if (sw == ow && sh == oh) {
+        md_image_hwc_to_chw(inter, c, sh, sw, dst);
+    } else {
+        md_image_hwc_to_chw(inter, c, sh, sw, planar);
+        md_image_resize_u8(planar, c, sh, sw, dst, oh, ow);
+    }
+fail:
+    md_free(inter);
+    md_free(planar);
+    return st;
+}

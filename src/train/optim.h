@@ -1,0 +1,57 @@
+/* optim.h - SGD (momentum, Nesterov, weight decay) and AdamW over one flat
+ * fp32 parameter buffer, through the device's fused `optim` kernel.
+ *
+ * The parameters are described by ranges of the flat buffer, each with or
+ * without weight decay (BN and bias parameters get none unless --decay-all);
+ * adjacent ranges of the same kind merge, so a model laid out decayed-first
+ * takes two kernel calls per step. State (momentum buffer, or AdamW's m and v)
+ * lives on the device, one block each, and is saved in checkpoints.
+ */
+#ifndef MD_OPTIM_H
+#define MD_OPTIM_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+struct md_optim_cfg {
+    int kind;                 /* enum md_optim_kind (kernels.h) */
+    float momentum;           /* SGD */
+    int nesterov;             /* SGD */
+    float weight_decay;
+    float beta1, beta2, eps;  /* AdamW (0.9, 0.999, 1e-8 when 0) */
+};
+
+struct md_optim_range {
+    size_t offset, count;     /* elements of the flat buffer */
+    int decay;                /* apply weight decay */
+};
+
+typedef struct md_optim md_optim;
+
+/* Allocates the state for `n` parameters on dev (zeroed) and keeps a merged
+ * copy of the ranges. Ranges must lie within [0, n) and not overlap. Caller
+ * frees with md_optim_free. */
+md_status md_optim_create(md_device *dev, const struct md_optim_cfg *cfg, size_t n,
+                          const struct md_optim_range *ranges, int nranges, md_optim **out);
+void md_optim_free(md_optim *o); /* NULL ok */
+
+/* One step: t = ++step; for each range, md_k_optim with lr and the gradient
+ * multiplier grad_scale (x *grad_scale_dev when non-NULL: 1/loss-scale and
+ * the clip factor). params/grads: (n) fp32 device buffers; params_half
+ * (optional, (n) of half_dtype): compute copy refreshed by the kernel. */
+md_status md_optim_step(md_optim *o, float *params, const float *grads, float lr, float grad_scale,
+                        const float *grad_scale_dev, void *params_half, md_dtype half_dtype);
+
+/* Steps taken (t of the last step). */
+long long md_optim_steps(const md_optim *o);
+void md_optim_set_steps(md_optim *o, long long t);
+/* State buffers on the device: SGD has m only (v NULL); AdamW both. (n) each. */
+float *md_optim_m(md_optim *o);
+float *md_optim_v(md_optim *o);
+size_t md_optim_size(const md_optim *o);
+const struct md_optim_cfg *md_optim_config(const md_optim *o);
+/* Elements with and without weight decay (for the report). */
+void md_optim_counts(const md_optim *o, size_t *decayed, size_t *plain);
+
+#endif

@@ -1,0 +1,945 @@
+/* test_backend_ops.c - every kernel of every available backend against the
+ * reference backend, in the manner of ggml's test-backend-ops.
+ *
+ * For each backend that md_backend_probe says is available (cpu always; cuda
+ * and metal where present), every op runs a table of awkward cases (odd and
+ * prime sizes, stride > 1, padding > kernel/2, dilation, groups and
+ * depthwise, both layouts, fp32/fp16/bf16, beta 0 and 1) on identical
+ * deterministic inputs (md_rng) on the backend and on "ref"; outputs are
+ * compared with th_allclose (NaN/Inf first) under a per-op, per-dtype
+ * tolerance. A NULL kernel, or MD_ERR_UNSUPPORTED for a case, is reported as
+ * skipped, never as a pass. Outputs written with beta 0 start as NaN, so a
+ * kernel that reads them fails. Only the backend API is used: the same file
+ * runs on a GPU machine. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/kernels_call.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "helpers.h"
+#include "kernel_cases.h"
+
+enum { K_GEMM, K_CONV_FWD, K_CONV_DATA, K_CONV_FILTER, K_BN_FWD, K_BN_BWD, K_ACT_FWD, K_ACT_BWD, K_POOL_FWD,
+       K_POOL_BWD, K_GAP_FWD, K_GAP_BWD, K_BIAS_ADD, K_BIAS_GRAD, K_DROP_FWD, K_DROP_BWD, K_EW, K_REDUCE,
+       K_CHSLICE, K_XENT, K_CAST, K_PERMUTE, K_OPTIM };
+
+/* ---- tolerances: |got - ref| <= atol + rtol*|ref| ------------------------------------- */
+
+struct tol { double atol, rtol; };
+
+static struct tol tol_of(int op, md_dtype t)
+{
+    /* fp16/bf16 results differ from the reference by at most about one rounding
+     * of the stored output (inputs are the same rounded values on both sides) */
+    if (t == MD_F16) return (struct tol){1e-2, 1e-2};
+    if (t == MD_BF16) return (struct tol){2e-2, 2e-2};
+    switch (op) {
+    case K_GEMM: case K_CONV_FWD: case K_CONV_DATA: case K_CONV_FILTER:
+        return (struct tol){1e-4, 1e-4}; /* long fp32 sums against double */
+    case K_BN_FWD: case K_BN_BWD: case K_REDUCE: case K_BIAS_GRAD: case K_XENT: case K_OPTIM:
+        return (struct tol){2e-5, 1e-4};
+    default: return (struct tol){1e-5, 1e-5};
+    }
+}
+
+/* ---- harness ------------------------------------------------------------------------------ */
+
+#define MAX_BUFS 24
+
+struct harness {
+    md_device *dev[2];      /* 0: backend under test, 1: ref */
+    int side;
+    void *bufs[MAX_BUFS];
+    int nbufs;
+    int run[MD_KERNEL_COUNT], failed[MD_KERNEL_COUNT], skipped[MD_KERNEL_COUNT];
+    int op_skipped[MD_KERNEL_COUNT];
+    int corrupt;            /* test of the comparator: perturb the backend's output */
+};
+
+static md_device *cur(struct harness *h) { return h->dev[h->side]; }
+
+/* Device copy of host data on the current side (freed by hx_end). */
+static void *hx_in(struct harness *h, const void *host, size_t bytes)
+{
+    void *d = NULL;
+    cr_assert_eq(md_dev_alloc(cur(h), bytes ? bytes : 1, &d, "test"), MD_OK, "%s", md_errmsg());
+    if (bytes) cr_assert_eq(md_dev_upload(cur(h), d, host, bytes), MD_OK, "%s", md_errmsg());
+    cr_assert(h->nbufs < MAX_BUFS);
+    h->bufs[h->nbufs++] = d;
+    return d;
+}
+
+/* An output buffer full of NaN (fp32 and halves alike: 0xff bytes are NaN). */
+static void *hx_nan(struct harness *h, size_t bytes)
+{
+    void *tmp = malloc(bytes ? bytes : 1);
+    memset(tmp, 0xff, bytes);
+    void *d = hx_in(h, tmp, bytes);
+    free(tmp);
+    return d;
+}
+
+static void hx_get(struct harness *h, const void *dptr, void *host, size_t bytes)
+{
+    cr_assert_eq(md_dev_sync(cur(h)), MD_OK, "%s", md_errmsg());
+    if (bytes) cr_assert_eq(md_dev_download(cur(h), host, dptr, bytes), MD_OK, "%s", md_errmsg());
+}
+
+static void hx_end(struct harness *h)
+{
+    for (int i = 0; i < h->nbufs; i++) md_dev_free(cur(h), h->bufs[i]);
+    h->nbufs = 0;
+}
+
+static void *host_typed(md_dtype t, size_t n, uint64_t seed, float lo, float hi)
+{
+    void *p = malloc((n ? n : 1) * md_dtype_size(t));
+    kc_fill_typed(p, t, n, seed, lo, hi);
+    return p;
+}
+
+/* Compares typed outputs; returns 1 when they agree. */
+static int cmp_typed(struct harness *h, const char *what, void *got, const void *ref, md_dtype t, size_t n, struct tol tl)
+{
+    float *g = malloc((n ? n : 1) * 4), *r = malloc((n ? n : 1) * 4);
+    for (size_t i = 0; i < n; i++) g[i] = md_load_f(got, t, i), r[i] = md_load_f(ref, t, i);
+    if (h->corrupt && n) g[n / 2] = g[n / 2] * 1.01f + 0.01f;
+    int ok = th_allclose(what, g, r, n, tl.atol, tl.rtol);
+    free(g);
+    free(r);
+    return ok;
+}
+
+/* Status handling shared by all cases; returns 1 when outputs should be compared. */
+static int statuses_ok(struct harness *h, int op, const char *what, md_status st0, md_status st1)
+{
+    if (st1 != MD_OK) {
+        fprintf(stderr, "  %s: reference failed: %s\n", what, md_errmsg());
+        h->failed[op]++;
+        return 0;
+    }
+    if (st0 == MD_ERR_UNSUPPORTED) {
+        fprintf(stderr, "  %s: skipped (unsupported: %s)\n", what, md_errmsg());
+        h->skipped[op]++;
+        return 0;
+    }
+    if (st0 != MD_OK) {
+        fprintf(stderr, "  %s: backend failed: %s\n", what, md_errmsg());
+        h->failed[op]++;
+        return 0;
+    }
+    return 1;
+}
+
+static void record(struct harness *h, int op, int ok)
+{
+    h->run[op]++;
+    if (!ok) h->failed[op]++;
+}
+
+static const md_dtype dtypes[3] = {MD_F32, MD_F16, MD_BF16};
+
+/* ---- GEMM ------------------------------------------------------------------------------------ */
+
+static void op_gemm(struct harness *h)
+{
+    static const int cases[][8] = {/* m n k ta tb batch pad beta(x2) */
+                                   {1, 1, 1, 0, 0, 1, 0, 0}, {7, 13, 5, 0, 0, 1, 1, 2}, {17, 3, 29, 1, 0, 1, 0, 0},
+                                   {5, 11, 7, 0, 1, 2, 2, 2}, {31, 37, 41, 1, 1, 3, 1, 1}, {64, 48, 96, 0, 1, 1, 0, 0}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int di = 0; di < 3; di++) {
+            const int *c = cases[ci];
+            md_dtype t = dtypes[di];
+            size_t es = md_dtype_size(t);
+            int m = c[0], n = c[1], k = c[2], ta = c[3], tb = c[4], batch = c[5], pad = c[6];
+            float beta = (float)c[7] * 0.5f;
+            int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+            long long sa = (long long)(ta ? k : m) * lda + 3, sb = (long long)(tb ? n : k) * ldb + 1,
+                      sc = (long long)m * ldc + 2;
+            size_t na = (size_t)(sa * batch), nb = (size_t)(sb * batch), nc = (size_t)(sc * batch);
+            void *A = host_typed(t, na, 100 + ci, -1, 1), *B = host_typed(t, nb, 200 + ci, -1, 1);
+            void *C0 = host_typed(t, nc, 300 + ci, -1, 1);
+            void *out[2] = {malloc(nc * es), malloc(nc * es)};
+            md_status st[2];
+            for (h->side = 0; h->side < 2; h->side++) {
+                struct md_gemm_args g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 0.75f,
+                                         .beta = beta, .lda = lda, .stride_a = sa, .ldb = ldb, .stride_b = sb,
+                                         .ldc = ldc, .stride_c = sc, .batch = batch, .dtype = t};
+                g.a = hx_in(h, A, na * es);
+                g.b = hx_in(h, B, nb * es);
+                g.c = beta != 0.0f ? hx_in(h, C0, nc * es) : hx_nan(h, nc * es);
+                st[h->side] = md_k_gemm(cur(h), &g);
+                hx_get(h, g.c, out[h->side], nc * es);
+                hx_end(h);
+            }
+            char what[128];
+            snprintf(what, sizeof what, "gemm m%d n%d k%d ta%d tb%d batch%d beta%g %s", m, n, k, ta, tb, batch,
+                     (double)beta, md_dtype_name(t));
+            if (statuses_ok(h, K_GEMM, what, st[0], st[1])) {
+                /* compare only the (m, n) blocks: gaps between rows are not outputs */
+                size_t cnt = (size_t)batch * m * n, j = 0;
+                void *g = malloc(cnt * es), *r = malloc(cnt * es);
+                for (int b = 0; b < batch; b++)
+                    for (int i = 0; i < m; i++, j += (size_t)n) {
+                        memcpy((char *)g + j * es, (char *)out[0] + ((size_t)(b * sc) + (size_t)i * ldc) * es, (size_t)n * es);
+                        memcpy((char *)r + j * es, (char *)out[1] + ((size_t)(b * sc) + (size_t)i * ldc) * es, (size_t)n * es);
+                    }
+                record(h, K_GEMM, cmp_typed(h, what, g, r, t, cnt, tol_of(K_GEMM, t)));
+                free(g), free(r);
+            }
+            free(A), free(B), free(C0), free(out[0]), free(out[1]);
+        }
+}
+
+/* ---- convolution --------------------------------------------------------------------------------- */
+
+struct conv_case { int n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, g; int halves; };
+
+static const struct conv_case conv_cases[] = {
+    /* n  c   h   w   k  r  s sh sw ph pw dh dw  g halves */
+    {2, 3, 7, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},    /* odd sizes, same padding */
+    {3, 5, 11, 13, 7, 3, 3, 2, 2, 1, 1, 1, 1, 1, 0},  /* primes, stride 2 */
+    {1, 4, 9, 8, 6, 3, 2, 2, 3, 2, 2, 1, 1, 2, 0},    /* groups 2, padding > kernel/2, mixed stride */
+    {2, 6, 8, 7, 6, 3, 3, 1, 1, 2, 2, 2, 2, 6, 1},    /* depthwise, dilation 2 */
+    {2, 6, 10, 9, 12, 3, 3, 1, 2, 1, 3, 2, 1, 3, 0},  /* groups 3, channel multiplier 2 */
+    {3, 8, 6, 6, 5, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},    /* 1x1 (GEMM fast path) */
+    {2, 8, 7, 7, 4, 1, 1, 2, 2, 0, 0, 1, 1, 2, 0},    /* 1x1 stride 2, groups */
+    {1, 2, 13, 11, 3, 5, 4, 3, 2, 3, 1, 1, 2, 1, 0},  /* 5x4 kernel, stride 3 */
+    {5, 16, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},   /* several images per GEMM chunk */
+};
+
+static void op_conv(struct harness *h, int op)
+{
+    for (size_t ci = 0; ci < sizeof conv_cases / sizeof conv_cases[0]; ci++)
+        for (int lay = 0; lay < 2; lay++)
+            for (int di = 0; di < 3; di++) {
+                const struct conv_case *k = &conv_cases[ci];
+                md_dtype t = dtypes[di];
+                if (t != MD_F32 && !k->halves) continue;
+                size_t es = md_dtype_size(t);
+                struct md_conv2d_args a = {.n = k->n, .c = k->c, .h = k->h, .w = k->w, .k = k->k, .r = k->r, .s = k->s,
+                                           .stride_h = k->sh, .stride_w = k->sw, .pad_h = k->ph, .pad_w = k->pw,
+                                           .dil_h = k->dh, .dil_w = k->dw, .groups = k->g,
+                                           .layout = lay ? MD_NHWC : MD_NCHW, .dtype = t};
+                a.p = md_conv_out(a.h, a.r, a.stride_h, a.pad_h, a.dil_h);
+                a.q = md_conv_out(a.w, a.s, a.stride_w, a.pad_w, a.dil_w);
+                a.beta = (ci + (size_t)lay) % 2 ? 1.0f : 0.0f;
+                size_t nx = (size_t)a.n * a.c * a.h * a.w, nw = (size_t)a.k * (a.c / a.groups) * a.r * a.s,
+                       ny = (size_t)a.n * a.k * a.p * a.q;
+                size_t nout = op == K_CONV_FWD ? ny : op == K_CONV_DATA ? nx : nw;
+                void *X = host_typed(t, nx, 11 + ci, -1, 1), *W = host_typed(t, nw, 12 + ci, -1, 1),
+                     *DY = host_typed(t, ny, 13 + ci, -1, 1), *O0 = host_typed(t, nout, 14 + ci, -1, 1);
+                void *out[2] = {malloc(nout * es), malloc(nout * es)};
+                md_status st[2];
+                for (h->side = 0; h->side < 2; h->side++) {
+                    struct md_conv2d_args b = a;
+                    void *o = a.beta != 0.0f ? hx_in(h, O0, nout * es) : hx_nan(h, nout * es);
+                    if (op != K_CONV_DATA) b.x = hx_in(h, X, nx * es);
+                    if (op != K_CONV_FILTER) b.wt = hx_in(h, W, nw * es);
+                    if (op != K_CONV_FWD) b.dy = hx_in(h, DY, ny * es);
+                    if (op == K_CONV_FWD) b.y = o, st[h->side] = md_k_conv2d_fwd(cur(h), &b);
+                    if (op == K_CONV_DATA) b.dx = o, st[h->side] = md_k_conv2d_bwd_data(cur(h), &b);
+                    if (op == K_CONV_FILTER) b.dwt = o, st[h->side] = md_k_conv2d_bwd_filter(cur(h), &b);
+                    hx_get(h, o, out[h->side], nout * es);
+                    hx_end(h);
+                }
+                char what[160];
+                snprintf(what, sizeof what, "%s case %zu (n%d c%d %dx%d k%d %dx%d s%d,%d p%d,%d d%d,%d g%d) %s %s beta %g",
+                         md_kernel_names[op], ci, a.n, a.c, a.h, a.w, a.k, a.r, a.s, a.stride_h, a.stride_w, a.pad_h,
+                         a.pad_w, a.dil_h, a.dil_w, a.groups, md_layout_name(a.layout), md_dtype_name(t), (double)a.beta);
+                if (statuses_ok(h, op, what, st[0], st[1]))
+                    record(h, op, cmp_typed(h, what, out[0], out[1], t, nout, tol_of(op, t)));
+                free(X), free(W), free(DY), free(O0), free(out[0]), free(out[1]);
+            }
+}
+
+/* ---- batch normalisation -------------------------------------------------------------------------- */
+
+static void op_bn(struct harness *h, int op)
+{
+    static const int shapes[][3] = {{3, 5, 7}, {2, 16, 9}, {4, 3, 1}, {1, 7, 30}};
+    for (size_t si = 0; si < 4; si++)
+        for (int lay = 0; lay < 2; lay++)
+            for (int mode = 0; mode < 4; mode++) /* bit 0: training, bit 1: fused ReLU */
+                for (int di = 0; di < 3; di++) {
+                    md_dtype t = dtypes[di];
+                    if (t != MD_F32 && (si % 2 || mode != 3)) continue;
+                    int n = shapes[si][0], c = shapes[si][1], hw = shapes[si][2];
+                    size_t nx = (size_t)n * c * hw, es = md_dtype_size(t);
+                    int training = mode & 1, relu = (mode >> 1) & 1;
+                    float beta = op == K_BN_BWD && (si + (size_t)mode) % 2 ? 1.0f : 0.0f;
+                    void *X = host_typed(t, nx, 21 + si, -2, 3), *DY = host_typed(t, nx, 22 + si, -1, 1),
+                         *DX0 = host_typed(t, nx, 23 + si, -1, 1);
+                    float gamma[16], betap[16], rm[16], rv[16], dg0[16], db0[16];
+                    kc_fill(gamma, (size_t)c, 24, 0.5f, 1.5f);
+                    kc_fill(betap, (size_t)c, 25, -0.5f, 0.5f);
+                    kc_fill(rm, (size_t)c, 26, -0.5f, 0.5f);
+                    kc_fill(rv, (size_t)c, 27, 0.5f, 2.0f);
+                    kc_fill(dg0, (size_t)c, 28, -1, 1);
+                    kc_fill(db0, (size_t)c, 29, -1, 1);
+                    /* backward consumes the forward's y and saved statistics, computed by ref */
+                    void *Y = malloc(nx * es);
+                    float sm[16], si_[16];
+                    {
+                        md_device *ref = h->dev[1];
+                        int side = h->side;
+                        h->side = 1;
+                        float rm2[16], rv2[16];
+                        memcpy(rm2, rm, sizeof rm), memcpy(rv2, rv, sizeof rv);
+                        struct md_batchnorm_args f = {.n = n, .c = c, .hw = hw, .layout = lay ? MD_NHWC : MD_NCHW,
+                                                      .dtype = t, .training = training, .eps = 1e-5f, .momentum = 0.1f,
+                                                      .act = relu ? MD_ACT_RELU : MD_ACT_NONE};
+                        f.x = hx_in(h, X, nx * es);
+                        f.y = hx_nan(h, nx * es);
+                        f.gamma = hx_in(h, gamma, (size_t)c * 4);
+                        f.beta_p = hx_in(h, betap, (size_t)c * 4);
+                        f.running_mean = hx_in(h, rm2, (size_t)c * 4);
+                        f.running_var = hx_in(h, rv2, (size_t)c * 4);
+                        f.save_mean = hx_nan(h, (size_t)c * 4);
+                        f.save_invstd = hx_nan(h, (size_t)c * 4);
+                        cr_assert_eq(md_k_batchnorm_fwd(ref, &f), MD_OK, "%s", md_errmsg());
+                        hx_get(h, f.y, Y, nx * es);
+                        hx_get(h, f.save_mean, sm, (size_t)c * 4);
+                        hx_get(h, f.save_invstd, si_, (size_t)c * 4);
+                        hx_end(h);
+                        h->side = side;
+                    }
+                    void *o[2] = {malloc(nx * es), malloc(nx * es)};
+                    float st4[2][4][16];
+                    md_status st[2];
+                    for (h->side = 0; h->side < 2; h->side++) {
+                        struct md_batchnorm_args b = {.n = n, .c = c, .hw = hw, .layout = lay ? MD_NHWC : MD_NCHW,
+                                                      .dtype = t, .training = training, .eps = 1e-5f, .momentum = 0.1f,
+                                                      .act = relu ? MD_ACT_RELU : MD_ACT_NONE, .beta = beta};
+                        b.x = hx_in(h, X, nx * es);
+                        b.gamma = hx_in(h, gamma, (size_t)c * 4);
+                        b.beta_p = hx_in(h, betap, (size_t)c * 4);
+                        b.running_mean = hx_in(h, rm, (size_t)c * 4);
+                        b.running_var = hx_in(h, rv, (size_t)c * 4);
+                        float *s0, *s1, *s2, *s3;
+                        void *out;
+                        if (op == K_BN_FWD) {
+                            out = b.y = hx_nan(h, nx * es);
+                            b.save_mean = hx_nan(h, (size_t)c * 4);
+                            b.save_invstd = hx_nan(h, (size_t)c * 4);
+                            s0 = b.running_mean, s1 = b.running_var, s2 = b.save_mean, s3 = b.save_invstd;
+                            st[h->side] = md_k_batchnorm_fwd(cur(h), &b);
+                        } else {
+                            b.y = hx_in(h, Y, nx * es);
+                            b.save_mean = hx_in(h, sm, (size_t)c * 4);
+                            b.save_invstd = hx_in(h, si_, (size_t)c * 4);
+                            b.dy = hx_in(h, DY, nx * es);
+                            out = b.dx = beta != 0.0f ? hx_in(h, DX0, nx * es) : hx_nan(h, nx * es);
+                            b.dgamma = beta != 0.0f ? hx_in(h, dg0, (size_t)c * 4) : hx_nan(h, (size_t)c * 4);
+                            b.dbeta = beta != 0.0f ? hx_in(h, db0, (size_t)c * 4) : hx_nan(h, (size_t)c * 4);
+                            s0 = b.dgamma, s1 = b.dbeta, s2 = b.save_mean, s3 = b.save_invstd;
+                            st[h->side] = md_k_batchnorm_bwd(cur(h), &b);
+                        }
+                        hx_get(h, out, o[h->side], nx * es);
+                        hx_get(h, s0, st4[h->side][0], (size_t)c * 4);
+                        hx_get(h, s1, st4[h->side][1], (size_t)c * 4);
+                        hx_get(h, s2, st4[h->side][2], (size_t)c * 4);
+                        hx_get(h, s3, st4[h->side][3], (size_t)c * 4);
+                        hx_end(h);
+                    }
+                    char what[128];
+                    snprintf(what, sizeof what, "%s n%d c%d hw%d %s training %d relu %d %s beta %g", md_kernel_names[op],
+                             n, c, hw, lay ? "NHWC" : "NCHW", training, relu, md_dtype_name(t), (double)beta);
+                    if (statuses_ok(h, op, what, st[0], st[1])) {
+                        struct tol tl = tol_of(op, t), t32 = tol_of(op, MD_F32);
+                        if (t != MD_F32) t32 = tl; /* statistics of rounded inputs: same bound as the outputs */
+                        int ok = cmp_typed(h, what, o[0], o[1], t, nx, tl);
+                        /* fwd: running mean/var and saved stats (training); bwd: dgamma, dbeta */
+                        int nstat = op == K_BN_FWD ? (training ? 4 : 2) : 2;
+                        for (int s = 0; s < nstat; s++) ok &= cmp_typed(h, what, st4[0][s], st4[1][s], MD_F32, (size_t)c, t32);
+                        record(h, op, ok);
+                    }
+                    free(X), free(DY), free(DX0), free(Y), free(o[0]), free(o[1]);
+                }
+}
+
+/* ---- activations ---------------------------------------------------------------------------------- */
+
+static void op_act(struct harness *h, int op)
+{
+    for (int act = 0; act < MD_ACT_COUNT; act++)
+        for (int di = 0; di < 3; di++) {
+            md_dtype t = dtypes[di];
+            size_t n = 4099, es = md_dtype_size(t);
+            float beta = op == K_ACT_BWD && act % 2 ? 1.0f : 0.0f;
+            void *X = host_typed(t, n, 31 + (uint64_t)act, -6, 6), *DY = host_typed(t, n, 32, -1, 1),
+                 *O0 = host_typed(t, n, 33, -1, 1);
+            void *out[2] = {malloc(n * es), malloc(n * es)};
+            md_status st[2];
+            for (h->side = 0; h->side < 2; h->side++) {
+                struct md_act_args a = {.act = act, .alpha = 0.1f, .n = n, .dtype = t, .beta = beta};
+                a.x = hx_in(h, X, n * es);
+                void *o = beta != 0.0f ? hx_in(h, O0, n * es) : hx_nan(h, n * es);
+                if (op == K_ACT_FWD) a.y = o, st[h->side] = md_k_act_fwd(cur(h), &a);
+                else a.dy = hx_in(h, DY, n * es), a.dx = o, st[h->side] = md_k_act_bwd(cur(h), &a);
+                hx_get(h, o, out[h->side], n * es);
+                hx_end(h);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "%s act %d %s beta %g", md_kernel_names[op], act, md_dtype_name(t), (double)beta);
+            if (statuses_ok(h, op, what, st[0], st[1])) record(h, op, cmp_typed(h, what, out[0], out[1], t, n, tol_of(op, t)));
+            free(X), free(DY), free(O0), free(out[0]), free(out[1]);
+        }
+}
+
+/* ---- pooling ----------------------------------------------------------------------------------------- */
+
+static void op_pool(struct harness *h, int op)
+{
+    static const int cases[][9] = {/* n c h w kh kw sh sw ph(=pw) */
+                                   {2, 3, 8, 8, 2, 2, 2, 2, 0}, {1, 5, 7, 9, 3, 3, 2, 2, 1}, {3, 2, 11, 6, 3, 2, 1, 2, 1},
+                                   {2, 4, 5, 5, 5, 5, 1, 1, 2}, {1, 3, 13, 13, 3, 3, 3, 3, 0}};
+    for (size_t ci = 0; ci < 5; ci++)
+        for (int kind = 0; kind < 2; kind++)
+            for (int cip = 0; cip < 2; cip++)
+                for (int lay = 0; lay < 2; lay++)
+                    for (int di = 0; di < 3; di++) {
+                        if (kind == MD_POOL_MAX && cip) continue;
+                        const int *k = cases[ci];
+                        md_dtype t = dtypes[di];
+                        size_t es = md_dtype_size(t);
+                        struct md_pool2d_args a = {.kind = kind, .n = k[0], .c = k[1], .h = k[2], .w = k[3], .kh = k[4],
+                                                   .kw = k[5], .stride_h = k[6], .stride_w = k[7], .pad_h = k[8],
+                                                   .pad_w = k[8], .count_include_pad = cip,
+                                                   .layout = lay ? MD_NHWC : MD_NCHW, .dtype = t};
+                        a.p = md_conv_out(a.h, a.kh, a.stride_h, a.pad_h, 1);
+                        a.q = md_conv_out(a.w, a.kw, a.stride_w, a.pad_w, 1);
+                        a.beta = op == K_POOL_BWD && (ci + (size_t)lay) % 2 ? 1.0f : 0.0f;
+                        size_t nx = (size_t)a.n * a.c * a.h * a.w, ny = (size_t)a.n * a.c * a.p * a.q;
+                        size_t nout = op == K_POOL_FWD ? ny : nx;
+                        void *X = host_typed(t, nx, 41 + ci, -2, 2), *DY = host_typed(t, ny, 42, -1, 1),
+                             *O0 = host_typed(t, nout, 43, -1, 1);
+                        void *out[2] = {malloc(nout * es), malloc(nout * es)};
+                        md_status st[2];
+                        for (h->side = 0; h->side < 2; h->side++) {
+                            struct md_pool2d_args b = a;
+                            void *o = a.beta != 0.0f ? hx_in(h, O0, nout * es) : hx_nan(h, nout * es);
+                            b.x = hx_in(h, X, nx * es);
+                            if (op == K_POOL_FWD) b.y_out = o, st[h->side] = md_k_pool2d_fwd(cur(h), &b);
+                            else b.dy = hx_in(h, DY, ny * es), b.dx = o, st[h->side] = md_k_pool2d_bwd(cur(h), &b);
+                            hx_get(h, o, out[h->side], nout * es);
+                            hx_end(h);
+                        }
+                        char what[128];
+                        snprintf(what, sizeof what, "%s case %zu %s cip %d %s %s beta %g", md_kernel_names[op], ci,
+                                 kind ? "avg" : "max", cip, md_layout_name(a.layout), md_dtype_name(t), (double)a.beta);
+                        if (statuses_ok(h, op, what, st[0], st[1]))
+                            record(h, op, cmp_typed(h, what, out[0], out[1], t, nout, tol_of(op, t)));
+                        free(X), free(DY), free(O0), free(out[0]), free(out[1]);
+                    }
+}
+
+/* ---- global average pooling, bias ------------------------------------------------------------------------ */
+
+static void op_gap(struct harness *h, int op)
+{
+    static const int shapes[][3] = {{3, 5, 7}, {2, 17, 49}, {1, 64, 1}};
+    for (size_t si = 0; si < 3; si++)
+        for (int lay = 0; lay < 2; lay++)
+            for (int di = 0; di < 3; di++) {
+                md_dtype t = dtypes[di];
+                size_t es = md_dtype_size(t);
+                struct md_gap_args a = {.n = shapes[si][0], .c = shapes[si][1], .hw = shapes[si][2],
+                                        .layout = lay ? MD_NHWC : MD_NCHW, .dtype = t};
+                a.beta = op == K_GAP_BWD && si % 2 ? 1.0f : 0.0f;
+                size_t nx = (size_t)a.n * a.c * a.hw, ny = (size_t)a.n * a.c, nout = op == K_GAP_FWD ? ny : nx;
+                void *X = host_typed(t, nx, 51, -1, 1), *DY = host_typed(t, ny, 52, -1, 1), *O0 = host_typed(t, nout, 53, -1, 1);
+                void *out[2] = {malloc(nout * es), malloc(nout * es)};
+                md_status st[2];
+                for (h->side = 0; h->side < 2; h->side++) {
+                    struct md_gap_args b = a;
+                    void *o = a.beta != 0.0f ? hx_in(h, O0, nout * es) : hx_nan(h, nout * es);
+                    if (op == K_GAP_FWD) b.x = hx_in(h, X, nx * es), b.y = o, st[h->side] = md_k_gap_fwd(cur(h), &b);
+                    else b.dy = hx_in(h, DY, ny * es), b.dx = o, st[h->side] = md_k_gap_bwd(cur(h), &b);
+                    hx_get(h, o, out[h->side], nout * es);
+                    hx_end(h);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "%s case %zu %s %s", md_kernel_names[op], si, md_layout_name(a.layout), md_dtype_name(t));
+                if (statuses_ok(h, op, what, st[0], st[1])) record(h, op, cmp_typed(h, what, out[0], out[1], t, nout, tol_of(op, t)));
+                free(X), free(DY), free(O0), free(out[0]), free(out[1]);
+            }
+}
+
+static void op_bias(struct harness *h, int op)
+{
+    static const int shapes[][3] = {{3, 5, 7}, {2, 33, 17}, {128, 10, 1}};
+    for (size_t si = 0; si < 3; si++)
+        for (int lay = 0; lay < 2; lay++)
+            for (int di = 0; di < 3; di++) {
+                md_dtype t = dtypes[di];
+                size_t es = md_dtype_size(t);
+                int n = shapes[si][0], c = shapes[si][1], hw = shapes[si][2];
+                size_t ny = (size_t)n * c * hw;
+                float beta = op == K_BIAS_GRAD && si % 2 ? 1.0f : 0.0f;
+                void *Y = host_typed(t, ny, 61, -1, 1);
+                float bias[64], db0[64];
+                kc_fill(bias, (size_t)c, 62, -1, 1);
+                kc_fill(db0, (size_t)c, 63, -1, 1);
+                size_t nout = op == K_BIAS_ADD ? ny * es : (size_t)c * 4;
+                void *out[2] = {malloc(nout), malloc(nout)};
+                md_status st[2];
+                for (h->side = 0; h->side < 2; h->side++) {
+                    struct md_bias_args a = {.n = n, .c = c, .hw = hw, .layout = lay ? MD_NHWC : MD_NCHW, .dtype = t, .beta = beta};
+                    void *o;
+                    if (op == K_BIAS_ADD) {
+                        o = a.y = hx_in(h, Y, ny * es);
+                        a.bias = hx_in(h, bias, (size_t)c * 4);
+                        st[h->side] = md_k_bias_add(cur(h), &a);
+                    } else {
+                        a.dy = hx_in(h, Y, ny * es);
+                        o = a.dbias = beta != 0.0f ? hx_in(h, db0, (size_t)c * 4) : hx_nan(h, (size_t)c * 4);
+                        st[h->side] = md_k_bias_grad(cur(h), &a);
+                    }
+                    hx_get(h, o, out[h->side], nout);
+                    hx_end(h);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "%s case %zu %s %s", md_kernel_names[op], si, lay ? "NHWC" : "NCHW", md_dtype_name(t));
+                if (statuses_ok(h, op, what, st[0], st[1])) {
+                    if (op == K_BIAS_ADD)
+                        record(h, op, cmp_typed(h, what, out[0], out[1], t, ny, tol_of(op, t)));
+                    else /* dbias is fp32; its inputs were rounded alike on both sides */
+                        record(h, op, cmp_typed(h, what, out[0], out[1], MD_F32, (size_t)c, tol_of(op, MD_F32)));
+                }
+                free(Y), free(out[0]), free(out[1]);
+            }
+}
+
+/* ---- dropout -------------------------------------------------------------------------------------------------- */
+
+static void op_dropout(struct harness *h, int op)
+{
+    static const float ps[] = {0.0f, 0.1f, 0.5f, 0.9f};
+    for (int pi = 0; pi < 4; pi++)
+        for (int di = 0; di < 3; di++) {
+            md_dtype t = dtypes[di];
+            size_t n = 10007, es = md_dtype_size(t);
+            float beta = op == K_DROP_BWD && pi % 2 ? 1.0f : 0.0f;
+            void *X = host_typed(t, n, 71, -1, 1), *O0 = host_typed(t, n, 72, -1, 1);
+            uint8_t *mask_in = malloc(n);
+            for (size_t i = 0; i < n; i++) mask_in[i] = !(md_rng_uniform(5, 77 + i) < ps[pi]);
+            void *out[2] = {malloc(n * es), malloc(n * es)};
+            uint8_t *mask[2] = {malloc(n), malloc(n)};
+            md_status st[2];
+            for (h->side = 0; h->side < 2; h->side++) {
+                struct md_dropout_args a = {.n = n, .p = ps[pi], .seed = 5, .offset = 77, .dtype = t, .beta = beta};
+                void *o = beta != 0.0f ? hx_in(h, O0, n * es) : hx_nan(h, n * es);
+                if (op == K_DROP_FWD) {
+                    a.x = hx_in(h, X, n * es), a.y = o, a.mask = hx_nan(h, n);
+                    st[h->side] = md_k_dropout_fwd(cur(h), &a);
+                    hx_get(h, a.mask, mask[h->side], n);
+                } else {
+                    /* with the mask on even p, recomputed from (seed, offset) on odd */
+                    a.dy = hx_in(h, X, n * es), a.dx = o, a.mask = pi % 2 ? NULL : hx_in(h, mask_in, n);
+                    st[h->side] = md_k_dropout_bwd(cur(h), &a);
+                    memcpy(mask[h->side], mask_in, n);
+                }
+                hx_get(h, o, out[h->side], n * es);
+                hx_end(h);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "%s p %g %s", md_kernel_names[op], (double)ps[pi], md_dtype_name(t));
+            if (statuses_ok(h, op, what, st[0], st[1])) {
+                int ok = memcmp(mask[0], mask[1], n) == 0;
+                if (!ok) fprintf(stderr, "  %s: masks differ\n", what);
+                record(h, op, ok && cmp_typed(h, what, out[0], out[1], t, n, tol_of(op, t)));
+            }
+            free(X), free(O0), free(mask_in), free(out[0]), free(out[1]), free(mask[0]), free(mask[1]);
+        }
+}
+
+/* ---- ew, reduce --------------------------------------------------------------------------------------------------- */
+
+static void op_ew(struct harness *h)
+{
+    for (int ew = 0; ew < MD_EW_COUNT; ew++)
+        for (int variant = 0; variant < 2; variant++)
+            for (int di = 0; di < 3; di++) {
+                md_dtype t = dtypes[di];
+                size_t n = variant ? 70001 : 37, es = md_dtype_size(t);
+                void *A = host_typed(t, n, 81, -2, 2), *B = host_typed(t, n, 82, -2, 2);
+                float scale = 0.75f;
+                void *out[2] = {malloc(n * es), malloc(n * es)};
+                md_status st[2];
+                for (h->side = 0; h->side < 2; h->side++) {
+                    struct md_ew_args a = {.op = ew, .n = n, .dtype = t, .alpha = 1.5f, .beta = variant ? -0.5f : 0.0f};
+                    a.a = hx_in(h, A, n * es);
+                    a.b = variant || ew == MD_EW_MUL ? hx_in(h, B, n * es) : hx_nan(h, n * es);
+                    a.scale_dev = variant ? hx_in(h, &scale, 4) : NULL;
+                    a.y = hx_nan(h, n * es);
+                    st[h->side] = md_k_ew(cur(h), &a);
+                    hx_get(h, a.y, out[h->side], n * es);
+                    hx_end(h);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "ew op %d variant %d %s", ew, variant, md_dtype_name(t));
+                if (statuses_ok(h, K_EW, what, st[0], st[1]))
+                    record(h, K_EW, cmp_typed(h, what, out[0], out[1], t, n, tol_of(K_EW, t)));
+                free(A), free(B), free(out[0]), free(out[1]);
+            }
+}
+
+static void op_reduce(struct harness *h)
+{
+    static const size_t sizes[] = {1, 1000, 200003};
+    for (int rop = 0; rop < 3; rop++)
+        for (int si = 0; si < 3; si++)
+            for (int di = 0; di < 3; di++) {
+                md_dtype t = dtypes[di];
+                size_t n = sizes[si], es = md_dtype_size(t);
+                void *A = host_typed(t, n, 91, -1, 1.5f), *B = host_typed(t, n, 92, -1, 1);
+                float out[2], init = 3.0f;
+                md_status st[2];
+                for (h->side = 0; h->side < 2; h->side++) {
+                    struct md_reduce_args a = {.op = rop, .n = n, .dtype = t, .beta = si % 2 ? 1.0f : 0.0f};
+                    a.a = hx_in(h, A, n * es);
+                    a.b = rop == MD_RED_DOT ? hx_in(h, B, n * es) : NULL;
+                    a.out = si % 2 ? hx_in(h, &init, 4) : hx_nan(h, 4);
+                    st[h->side] = md_k_reduce(cur(h), &a);
+                    hx_get(h, a.out, &out[h->side], 4);
+                    hx_end(h);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "reduce op %d n %zu %s", rop, n, md_dtype_name(t));
+                /* the sum of rounded inputs is exact-ish on both sides: fp32 bounds */
+                if (statuses_ok(h, K_REDUCE, what, st[0], st[1]))
+                    record(h, K_REDUCE, cmp_typed(h, what, &out[0], &out[1], MD_F32, 1, tol_of(K_REDUCE, MD_F32)));
+                free(A), free(B);
+            }
+    /* a non-finite element makes the result non-finite */
+    float bad[5] = {1, 2, INFINITY, 4, 5}, r = 0;
+    md_status s0;
+    h->side = 0;
+    struct md_reduce_args a = {.op = MD_RED_SUMSQ, .n = 5, .dtype = MD_F32};
+    a.a = hx_in(h, bad, sizeof bad);
+    a.out = hx_nan(h, 4);
+    s0 = md_k_reduce(cur(h), &a);
+    hx_get(h, a.out, &r, 4);
+    hx_end(h);
+    if (s0 == MD_OK) {
+        record(h, K_REDUCE, !isfinite(r));
+        if (isfinite(r)) fprintf(stderr, "  reduce: inf input gave finite %g\n", (double)r);
+    }
+}
+
+/* ---- channel slices ----------------------------------------------------------------------------------------------- */
+
+static void op_chslice(struct harness *h)
+{
+    static const int cases[][7] = {/* n hw cc src_c src_off dst_c dst_off */
+                                   {2, 9, 3, 5, 1, 7, 4}, {3, 1, 4, 4, 0, 9, 5}, {1, 25, 1, 3, 2, 2, 0}};
+    for (int ci = 0; ci < 3; ci++)
+        for (int lay = 0; lay < 2; lay++)
+            for (int di = 0; di < 3; di++) {
+                const int *k = cases[ci];
+                md_dtype t = dtypes[di];
+                size_t es = md_dtype_size(t), ns = (size_t)k[0] * k[3] * k[1], nd = (size_t)k[0] * k[5] * k[1];
+                void *S = host_typed(t, ns, 101, -1, 1), *D0 = host_typed(t, nd, 102, -1, 1);
+                void *out[2] = {malloc(nd * es), malloc(nd * es)};
+                md_status st[2];
+                for (h->side = 0; h->side < 2; h->side++) {
+                    struct md_chslice_args a = {.n = k[0], .hw = k[1], .cc = k[2], .src_c = k[3], .src_off = k[4],
+                                                .dst_c = k[5], .dst_off = k[6], .layout = lay ? MD_NHWC : MD_NCHW,
+                                                .dtype = t, .beta = ci % 2 ? 1.0f : 0.0f};
+                    a.src = hx_in(h, S, ns * es);
+                    a.dst = hx_in(h, D0, nd * es); /* channels outside the slice must stay */
+                    st[h->side] = md_k_chslice(cur(h), &a);
+                    hx_get(h, a.dst, out[h->side], nd * es);
+                    hx_end(h);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "chslice case %d %s %s", ci, lay ? "NHWC" : "NCHW", md_dtype_name(t));
+                if (statuses_ok(h, K_CHSLICE, what, st[0], st[1]))
+                    record(h, K_CHSLICE, cmp_typed(h, what, out[0], out[1], t, nd, tol_of(K_CHSLICE, t)));
+                free(S), free(D0), free(out[0]), free(out[1]);
+            }
+}
+
+/* ---- softmax cross-entropy ------------------------------------------------------------------------------------------ */
+
+static void op_xent(struct harness *h)
+{
+    static const int shapes[][2] = {{1, 2}, {7, 10}, {128, 10}, {13, 1000}};
+    for (int si = 0; si < 4; si++)
+        for (int sm = 0; sm < 2; sm++)
+            for (int di = 0; di < 3; di++) {
+                md_dtype t = dtypes[di];
+                int n = shapes[si][0], C = shapes[si][1];
+                size_t es = md_dtype_size(t), nl = (size_t)n * C;
+                void *L = host_typed(t, nl, 111 + (uint64_t)si, -4, 4);
+                int32_t *lab = malloc(sizeof(int32_t) * (size_t)n);
+                md_rng r;
+                md_rng_init(&r, 112);
+                for (int i = 0; i < n; i++) lab[i] = (int32_t)md_rng_below(&r, (uint32_t)C);
+                if (n > 1 && t == MD_F32) { /* a tie: argmax must pick the lowest index */
+                    md_store_f(L, t, (size_t)C + 0, 9.0f);
+                    md_store_f(L, t, (size_t)C + 1, 9.0f);
+                    lab[1] = 0;
+                }
+                void *out[2] = {malloc(nl * es), malloc(nl * es)};
+                float loss[2], loss0 = 1.5f;
+                int32_t corr[2], corr0 = 4;
+                md_status st[2];
+                for (h->side = 0; h->side < 2; h->side++) {
+                    struct md_xent_args a = {.n = n, .classes = C, .smoothing = sm ? 0.1f : 0.0f, .dtype = t,
+                                             .grad_scale = 1.0f / (float)n};
+                    a.logits = hx_in(h, L, nl * es);
+                    a.labels = hx_in(h, lab, sizeof(int32_t) * (size_t)n);
+                    a.loss_sum = hx_in(h, &loss0, 4);
+                    a.correct = hx_in(h, &corr0, 4);
+                    a.dlogits = hx_nan(h, nl * es);
+                    st[h->side] = md_k_xent(cur(h), &a);
+                    hx_get(h, a.dlogits, out[h->side], nl * es);
+                    hx_get(h, a.loss_sum, &loss[h->side], 4);
+                    hx_get(h, a.correct, &corr[h->side], 4);
+                    hx_end(h);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "xent n%d classes %d smoothing %d %s", n, C, sm, md_dtype_name(t));
+                if (statuses_ok(h, K_XENT, what, st[0], st[1])) {
+                    int ok = cmp_typed(h, what, out[0], out[1], t, nl, tol_of(K_XENT, t));
+                    ok &= cmp_typed(h, what, &loss[0], &loss[1], MD_F32, 1, tol_of(K_XENT, MD_F32));
+                    if (corr[0] != corr[1]) fprintf(stderr, "  %s: correct %d, ref %d\n", what, corr[0], corr[1]);
+                    record(h, K_XENT, ok && corr[0] == corr[1]);
+                }
+                free(L), free(lab), free(out[0]), free(out[1]);
+            }
+}
+
+/* ---- cast, permute ---------------------------------------------------------------------------------------------------- */
+
+static void op_cast(struct harness *h)
+{
+    for (int si = 0; si < 3; si++)
+        for (int di = 0; di < 3; di++) {
+            md_dtype ts = dtypes[si], td = dtypes[di];
+            size_t n = 5003, ess = md_dtype_size(ts), esd = md_dtype_size(td);
+            void *S = host_typed(ts, n, 121, -70000, 70000); /* beyond fp16's range: inf on both sides */
+            for (size_t i = 0; i < 100; i++) md_store_f(S, ts, i, (float)ldexp((double)i - 50.0, -(int)(i % 30)));
+            void *out[2] = {malloc(n * esd), malloc(n * esd)};
+            md_status st[2];
+            for (h->side = 0; h->side < 2; h->side++) {
+                struct md_cast_args a = {.n = n, .src_type = ts, .dst_type = td};
+                a.src = hx_in(h, S, n * ess);
+                a.dst = hx_nan(h, n * esd);
+                st[h->side] = md_k_cast(cur(h), &a);
+                hx_get(h, a.dst, out[h->side], n * esd);
+                hx_end(h);
+            }
+            char what[64];
+            snprintf(what, sizeof what, "cast %s -> %s", md_dtype_name(ts), md_dtype_name(td));
+            if (statuses_ok(h, K_CAST, what, st[0], st[1])) {
+                /* conversions are exact functions (round to nearest even): bitwise equal */
+                int ok = memcmp(out[0], out[1], n * esd) == 0;
+                if (!ok) {
+                    for (size_t i = 0; i < n; i++)
+                        if (memcmp((char *)out[0] + i * esd, (char *)out[1] + i * esd, esd)) {
+                            fprintf(stderr, "  %s: first difference at %zu: %g vs %g\n", what, i,
+                                    (double)md_load_f(out[0], td, i), (double)md_load_f(out[1], td, i));
+                            break;
+                        }
+                }
+                record(h, K_CAST, ok);
+            }
+            free(S), free(out[0]), free(out[1]);
+        }
+}
+
+static void op_permute(struct harness *h)
+{
+    static const int shapes[][4] = {{2, 3, 5, 7}, {1, 64, 4, 4}, {3, 1, 9, 2}, {2, 33, 35, 1}};
+    for (int si = 0; si < 4; si++)
+        for (int dir = 0; dir < 2; dir++)
+            for (int di = 0; di < 3; di++) {
+                md_dtype t = dtypes[di];
+                size_t es = md_dtype_size(t), n = (size_t)shapes[si][0] * shapes[si][1] * shapes[si][2] * shapes[si][3];
+                void *S = host_typed(t, n, 131, -1, 1);
+                void *out[2] = {malloc(n * es), malloc(n * es)};
+                md_status st[2];
+                for (h->side = 0; h->side < 2; h->side++) {
+                    struct md_permute_args a = {.n = shapes[si][0], .c = shapes[si][1], .h = shapes[si][2],
+                                                .w = shapes[si][3], .to_nhwc = dir, .dtype = t};
+                    a.src = hx_in(h, S, n * es);
+                    a.dst = hx_nan(h, n * es);
+                    st[h->side] = md_k_permute(cur(h), &a);
+                    hx_get(h, a.dst, out[h->side], n * es);
+                    hx_end(h);
+                }
+                char what[64];
+                snprintf(what, sizeof what, "permute case %d to_nhwc %d %s", si, dir, md_dtype_name(t));
+                if (statuses_ok(h, K_PERMUTE, what, st[0], st[1]))
+                    record(h, K_PERMUTE, cmp_typed(h, what, out[0], out[1], t, n, (struct tol){0, 0}));
+                free(S), free(out[0]), free(out[1]);
+            }
+}
+
+/* ---- optimizer --------------------------------------------------------------------------------------------------------- */
+
+static void op_optim(struct harness *h)
+{
+    /* kind, momentum, nesterov, wd, step, use grad_scale_dev, half */
+    static const float cases[][7] = {{0, 0, 0, 0, 1, 0, 0},     {0, 0.9f, 0, 5e-4f, 1, 0, 0}, {0, 0.9f, 1, 5e-4f, 3, 1, 1},
+                                     {0, 0.5f, 0, 0, 7, 0, 2},  {1, 0, 0, 0.01f, 1, 0, 0},    {1, 0, 0, 0.05f, 10, 1, 1},
+                                     {1, 0, 0, 0, 1000, 0, 2}};
+    for (int ci = 0; ci < 7; ci++) {
+        const float *k = cases[ci];
+        size_t n = 20011;
+        md_dtype ht = k[6] == 1 ? MD_F16 : MD_BF16;
+        float *P = malloc(n * 4), *G = malloc(n * 4), *M = malloc(n * 4), *V = malloc(n * 4), gsd = 0.5f;
+        kc_fill(P, n, 141, -1, 1);
+        kc_fill(G, n, 142, -1, 1);
+        kc_fill(M, n, 143, -0.1f, 0.1f);
+        kc_fill(V, n, 144, 0.0f, 0.01f);
+        float *out[2][3];
+        void *half[2] = {malloc(n * 2), malloc(n * 2)};
+        md_status st[2];
+        for (h->side = 0; h->side < 2; h->side++) {
+            struct md_optim_args a = {.kind = (int)k[0], .n = n, .lr = 0.05f, .momentum = k[1], .weight_decay = k[3],
+                                      .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .nesterov = (int)k[2],
+                                      .step = (long long)k[4], .grad_scale = 0.25f, .half_dtype = ht};
+            a.params = hx_in(h, P, n * 4);
+            a.grads = hx_in(h, G, n * 4);
+            a.m = hx_in(h, M, n * 4);
+            a.v = hx_in(h, V, n * 4);
+            a.grad_scale_dev = k[5] != 0.0f ? hx_in(h, &gsd, 4) : NULL;
+            a.params_half = k[6] != 0.0f ? hx_nan(h, n * 2) : NULL;
+            st[h->side] = md_k_optim(cur(h), &a);
+            for (int j = 0; j < 3; j++) out[h->side][j] = malloc(n * 4);
+            hx_get(h, a.params, out[h->side][0], n * 4);
+            hx_get(h, a.m, out[h->side][1], n * 4);
+            hx_get(h, a.v, out[h->side][2], n * 4);
+            if (a.params_half) hx_get(h, a.params_half, half[h->side], n * 2);
+            hx_end(h);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "optim case %d (%s step %lld)", ci, k[0] != 0.0f ? "adamw" : "sgd", (long long)k[4]);
+        if (statuses_ok(h, K_OPTIM, what, st[0], st[1])) {
+            struct tol tl = tol_of(K_OPTIM, MD_F32);
+            int ok = cmp_typed(h, what, out[0][0], out[1][0], MD_F32, n, tl);
+            ok &= cmp_typed(h, what, out[0][1], out[1][1], MD_F32, n, tl);
+            ok &= cmp_typed(h, what, out[0][2], out[1][2], MD_F32, n, tl);
+            if (k[6] != 0.0f) ok &= cmp_typed(h, what, half[0], half[1], ht, n, tol_of(K_OPTIM, ht));
+            record(h, K_OPTIM, ok);
+        }
+        for (int s = 0; s < 2; s++)
+            for (int j = 0; j < 3; j++) free(out[s][j]);
+        free(P), free(G), free(M), free(V), free(half[0]), free(half[1]);
+    }
+}
+
+/* ---- driver ------------------------------------------------------------------------------------------------------------ */
+
+static void run_op(struct harness *h, int op)
+{
+    if (!md_dev_supports(h->dev[0], op)) {
+        h->op_skipped[op] = 1;
+        return;
+    }
+    switch (op) {
+    case K_GEMM: op_gemm(h); break;
+    case K_CONV_FWD: case K_CONV_DATA: case K_CONV_FILTER: op_conv(h, op); break;
+    case K_BN_FWD: case K_BN_BWD: op_bn(h, op); break;
+    case K_ACT_FWD: case K_ACT_BWD: op_act(h, op); break;
+    case K_POOL_FWD: case K_POOL_BWD: op_pool(h, op); break;
+    case K_GAP_FWD: case K_GAP_BWD: op_gap(h, op); break;
+    case K_BIAS_ADD: case K_BIAS_GRAD: op_bias(h, op); break;
+    case K_DROP_FWD: case K_DROP_BWD: op_dropout(h, op); break;
+    case K_EW: op_ew(h); break;
+    case K_REDUCE: op_reduce(h); break;
+    case K_CHSLICE: op_chslice(h); break;
+    case K_XENT: op_xent(h); break;
+    case K_CAST: op_cast(h); break;
+    case K_PERMUTE: op_permute(h); break;
+    case K_OPTIM: op_optim(h); break;
+    default: break;
+    }
+}
+
+static int open_pair(struct harness *h, const char *name)
+{
+    memset(h, 0, sizeof *h);
+    const md_backend *b = md_backend_find(name);
+    if (!b) {
+        fprintf(stderr, "backend-ops %s: skipped: not registered\n", name);
+        return 0;
+    }
+    const struct md_probe *p = md_backend_probe(b);
+    if (!p->available) {
+        fprintf(stderr, "backend-ops %s: skipped: %s\n", name, p->reason);
+        return 0;
+    }
+    /* 3 CPU threads exercise uneven chunking; other backends ignore it */
+    struct md_device_opts o = {.threads = 3};
+    cr_assert_eq(md_device_open(b, 0, &o, &h->dev[0]), MD_OK, "%s: %s", name, md_errmsg());
+    h->dev[1] = kc_open_ref();
+    return 1;
+}
+
+static void close_pair(struct harness *h)
+{
+    md_device_close(h->dev[0]);
+    md_device_close(h->dev[1]);
+}
+
+/* Runs every op; prints a line per op and a summary; returns failing ops. */
+static int run_backend(const char *name)
+{
+    struct harness h;
+    if (!open_pair(&h, name)) return 0;
+    int passed = 0, skipped = 0, failed = 0;
+    for (int op = 0; op < MD_KERNEL_COUNT; op++) {
+        run_op(&h, op);
+        const char *verdict;
+        if (h.op_skipped[op]) verdict = "skipped (not supported)", skipped++;
+        else if (h.failed[op]) verdict = "FAILED", failed++;
+        else if (h.run[op] == 0) verdict = "skipped (no case supported)", skipped++;
+        else verdict = "passed", passed++;
+        fprintf(stderr, "  %-6s %-18s %3d cases, %d failed, %d skipped: %s\n", name, md_kernel_names[op], h.run[op],
+                h.failed[op], h.skipped[op], verdict);
+    }
+    fprintf(stderr, "backend-ops %s: %d ops passed, %d skipped, %d failed (of %d)\n", name, passed, skipped, failed,
+            MD_KERNEL_COUNT);
+    close_pair(&h);
+    return failed;
+}
+
+Test(backend_ops, cpu, .timeout = 120)
+{
+    cr_assert_eq(run_backend("cpu"), 0, "some cpu ops failed (see stderr)");
+}
+
+Test(backend_ops, cuda, .timeout = 300)
+{
+    cr_assert_eq(run_backend("cuda"), 0, "some cuda ops failed (see stderr)");
+}
+
+Test(backend_ops, metal, .timeout = 300)
+{
+    cr_assert_eq(run_backend("metal"), 0, "some metal ops failed (see stderr)");
+}
+
+/* The comparison must be able to fail: a 1% error on one element of the
+ * backend's output, and a NaN, are both caught. */
+Test(backend_ops, comparator_catches_a_perturbed_output)
+{
+    struct harness h;
+    cr_assert(open_pair(&h, "cpu"));
+    h.corrupt = 1;
+    op_gemm(&h);
+    cr_assert(h.failed[K_GEMM] > 0, "a perturbed GEMM output passed the comparison");
+    h.corrupt = 0;
+    float got[3] = {1, NAN, 3}, ref[3] = {1, 2, 3};
+    cr_assert(!th_allclose("nan (expected failure)", got, ref, 3, 1e-3, 1e-3));
+    close_pair(&h);
+}
