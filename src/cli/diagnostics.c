@@ -194,20 +194,22 @@ static int model_local(md_status st)
     return st == MD_ERR_OOM || st == MD_ERR_NUMERIC || st == MD_ERR_UNSUPPORTED;
 }
 
-static md_status run_one(md_job *job, const char *name, int i, int n, cJSON *models)
+/* `base`: the options as the run started; every model starts from them,
+ * since stages resolve automatic values (workers, pinned memory, batch size)
+ * into the options for the model they run with. */
+static md_status run_one(md_job *job, const md_options *base, const char *name, int i, int n, cJSON *models)
 {
     md_options *o = job->opts;
-    char saved_model[MD_PATH_MAX];
-    memcpy(saved_model, o->model, sizeof saved_model);
+    *o = *base;
     snprintf(o->model, sizeof o->model, "%s", name);
     /* One checkpoint folder per model, so best/last of one model do not
      * overwrite another's. */
-    char saved_ckpt[MD_PATH_MAX], stem[MD_PATH_MAX];
-    memcpy(saved_ckpt, o->checkpoint_dir, sizeof saved_ckpt);
+    char stem[MD_PATH_MAX];
     snprintf(stem, sizeof stem, "%s", base_name(name));
     size_t sl = strlen(stem);
     if (sl > 5 && strcmp(stem + sl - 5, ".json") == 0) stem[sl - 5] = '\0';
-    if (saved_ckpt[0]) snprintf(o->checkpoint_dir, sizeof o->checkpoint_dir, "%s/%s", saved_ckpt, stem);
+    if (base->checkpoint_dir[0])
+        snprintf(o->checkpoint_dir, sizeof o->checkpoint_dir, "%s/%s", base->checkpoint_dir, stem);
 
     cJSON *root = job->report, *root_settings = job->settings;
     cJSON *sub = cJSON_CreateObject();
@@ -221,14 +223,10 @@ static md_status run_one(md_job *job, const char *name, int i, int n, cJSON *mod
     snprintf(title, sizeof title, "Diagnostics %d/%d: %s", i + 1, n, name);
     md_section(title);
 
+    /* The model stage prints the summary ending in the seeds' line
+     * "✅ Created <name> - Parameters: N". */
     md_status st = md_stage_model(job);
-    if (st == MD_OK) {
-        double params = num_at(sub, k_params);
-        char b[32];
-        if (params >= 0) md_out("✅ Created %s - Parameters: %s\n", name, md_fmt_thousands((long long)params, b, sizeof b));
-        else md_out("✅ Created %s\n", name);
-        st = md_stage_data(job);
-    }
+    if (st == MD_OK) st = md_stage_data(job);
     if (st == MD_OK) {
         print_settings(job->settings);
         st = md_stage_train(job);
@@ -261,8 +259,7 @@ static md_status run_one(md_job *job, const char *name, int i, int n, cJSON *mod
 
     job->report = root;
     job->settings = root_settings;
-    memcpy(o->model, saved_model, sizeof saved_model);
-    memcpy(o->checkpoint_dir, saved_ckpt, sizeof saved_ckpt);
+    *o = *base;
     cJSON_AddItemToArray(models, sub);
     return st;
 }
@@ -359,11 +356,15 @@ md_status md_diagnostics_run(md_job *job)
 
     cJSON *models = cJSON_AddArrayToObject(job->report, "models");
     md_status first = MD_OK;
+    md_options *base = md_malloc(sizeof *base);
+    if (!base) return md_errf(MD_ERR_OOM, "out of host memory");
+    *base = *o;
     for (int i = 0; i < n; i++) {
-        md_status st = run_one(job, names[i], i, n, models);
+        md_status st = run_one(job, base, names[i], i, n, models);
         if (st != MD_OK && first == MD_OK) first = st;
         if (st != MD_OK && !model_local(st)) break;
     }
+    md_free(base);
     comparison(job, models);
     if (first != MD_OK) {
         /* The first failure decides the exit code; its message is the one
