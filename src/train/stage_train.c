@@ -1,15 +1,32 @@
-/* stage_train.c - the training stage. Not built yet: lands with issue 5. */
+/* stage_train.c - the training stage: runs the trainer over the job's model
+ * and data and puts report["training"] into the job's report. */
 #include "cli/job.h"
 #include "core/log.h"
+#include "train/trainer.h"
 
-const char *md_train_pending(void) { return "training is not built yet (issue 5)"; }
+const char *md_train_pending(void) { return NULL; }
 
 md_status md_stage_train(md_job *job)
 {
-    if (job->opts->benchmark_only || job->opts->epochs == 0) return MD_OK;
+    if (!job->opts->dump_grads[0] && (job->opts->benchmark_only || job->opts->epochs == 0)) return MD_OK;
     md_section("Training");
-    md_out("  not built yet: training and validation land with issue 5\n");
-    return MD_OK;
+    if (!job->model || !job->data) {
+        md_out("  skipped: %s\n", !job->model ? "no model was built" : "no dataset was opened");
+        return MD_OK;
+    }
+    md_trainer *t = NULL;
+    md_status st = md_trainer_create(job, &t);
+    if (st != MD_OK) return st;
+    job->trainer = t;
+    if (job->opts->dump_grads[0]) return md_trainer_dump_grads(t, job->opts->dump_grads);
+    st = md_trainer_run(t);
+    cJSON *r = md_trainer_take_report(t);
+    if (r) cJSON_AddItemToObject(job->report, "training", r);
+    return st;
 }
 
-void md_stage_train_cleanup(md_job *job) { (void)job; }
+void md_stage_train_cleanup(md_job *job)
+{
+    md_trainer_free(job->trainer);
+    job->trainer = NULL;
+}

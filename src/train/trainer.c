@@ -1,0 +1,935 @@
+/* trainer.c - the training and validation loop (see trainer.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backend/kernels_call.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "core/mem.h"
+#include "core/signals.h"
+#include "core/timer.h"
+#include "data/data.h"
+#include "nn/model.h"
+#include "train/checkpoint.h"
+#include "train/optim.h"
+#include "train/scaler.h"
+#include "train/schedule.h"
+
+#define CKPT_FORMAT "mpsdiag-checkpoint-1"
+/* --metrics: one line per this many steps besides the per-epoch line */
+#define METRICS_EVERY 50
+
+/* Step scalars on the device, downloaded together once per step. */
+struct step_scalars {
+    float loss_sum;   /* sum of per-sample losses of the batch */
+    float grad_sumsq; /* sum of squared (scaled) gradients */
+    int32_t correct;  /* argmax == label */
+    float pad;
+};
+
+struct md_trainer {
+    md_job *job;
+    md_options *o;
+    md_device *dev;
+    struct md_model *model;
+    struct md_data *data;
+    struct md_loader *train_l, *val_l, *test_l;
+
+    int batch, val_batch, max_batch, classes, ninputs;
+    size_t in_elems[MD_DATA_MAX_INPUTS]; /* per sample */
+    int32_t *d_labels;                   /* (max_batch) */
+    struct step_scalars *d_sc;           /* one block of scalars */
+    float *d_scratch;                    /* (n params): previous params for update ratios */
+    float *d_diag;                       /* (3 x tensors) per-tensor sums of squares */
+
+    md_optim *opt;
+    struct md_optim_cfg ocfg;
+    struct md_schedule sched;
+    struct md_scaler scaler;
+    double lr;
+    long long steps_per_epoch;
+
+    /* position */
+    int epoch;                 /* current (0-based) */
+    long long global_step;     /* optimizer iterations so far (skipped ones included) */
+    long long resume_batch;    /* batches of `epoch` already done (mid-epoch resume) */
+    double ep_loss;            /* running sums of the current epoch */
+    long long ep_correct, ep_seen;
+    double ep_time_before;     /* seconds spent in this epoch before a resume */
+    int snapshot;              /* d_scratch holds the params before this epoch's last step */
+
+    double best_acc;
+    int best_epoch;
+    double run_time;           /* training seconds so far (all sessions) */
+
+    char ckpt_dir[MD_PATH_MAX];
+    char last_path[MD_PATH_MAX + 32], best_path[MD_PATH_MAX + 32];
+    FILE *metrics;
+    long long interrupt_after;
+
+    cJSON *report;   /* report["training"] */
+    cJSON *curves;   /* report.training.curves: arrays per key */
+    cJSON *diags;    /* report.training.diagnostics: one object per epoch */
+};
+
+static const char *const curve_keys[] = {"epoch", "train_loss", "train_acc", "val_loss", "val_acc",
+                                         "lr", "samples_per_s", "epoch_time_s"};
+#define N_CURVES ((int)(sizeof curve_keys / sizeof curve_keys[0]))
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+static md_status mkdir_p(const char *dir)
+{
+    char buf[MD_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return md_errf(MD_ERR_IO, "--checkpoint-dir %s: cannot create %s: %s", dir, buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return md_errf(MD_ERR_IO, "--checkpoint-dir %s: cannot create: %s", dir, strerror(errno));
+    struct stat sb;
+    if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return md_errf(MD_ERR_IO, "--checkpoint-dir %s: not a directory", dir);
+    return MD_OK;
+}
+
+static md_status make_loader(md_trainer *t, md_split split, int batch, int train, struct md_loader **out)
+{
+    struct md_loader_opts lo = {
+        .split = split,
+        .batch_size = batch,
+        .shuffle = train,
+        .augment = train && t->o->augment,
+        /* a last batch of one sample would give BatchNorm a zero variance */
+        .drop_last = train && md_data_count(t->data, split) > batch,
+        .num_workers = t->o->num_workers > 0 ? t->o->num_workers : 0,
+        .prefetch = t->o->prefetch,
+        .seed = t->o->seed,
+        .pin_dev = t->o->pin_memory > 0 ? t->dev : NULL,
+    };
+    return md_loader_create(t->data, &lo, out);
+}
+
+static md_status alloc_buffers(md_trainer *t)
+{
+    MD_TRY(md_dev_alloc(t->dev, (size_t)t->max_batch * sizeof(int32_t), (void **)&t->d_labels, "label batch"));
+    MD_TRY(md_dev_alloc(t->dev, sizeof(struct step_scalars), (void **)&t->d_sc, "step scalars"));
+    size_t n = md_model_nparams(t->model);
+    MD_TRY(md_dev_alloc(t->dev, (n ? n : 1) * sizeof(float), (void **)&t->d_scratch, "diagnostics scratch"));
+    int nt = md_model_num_tensors(t->model);
+    MD_TRY(md_dev_alloc(t->dev, (size_t)(3 * nt + 1) * sizeof(float), (void **)&t->d_diag, "diagnostics"));
+    return MD_OK;
+}
+
+static md_status setup_optimizer(md_trainer *t)
+{
+    const md_options *o = t->o;
+    int adamw = strcmp(o->optimizer, "adamw") == 0;
+    t->ocfg = (struct md_optim_cfg){
+        .kind = adamw ? MD_OPT_ADAMW : MD_OPT_SGD,
+        .momentum = (float)o->momentum,
+        .nesterov = o->nesterov,
+        .weight_decay = (float)o->weight_decay,
+    };
+    int nt = md_model_num_tensors(t->model);
+    struct md_optim_range *r = md_malloc((size_t)(nt > 0 ? nt : 1) * sizeof *r);
+    if (!r) return MD_ERR_OOM;
+    for (int i = 0; i < nt; i++) {
+        const struct md_param_info *p = md_model_tensor(t->model, i);
+        r[i] = (struct md_optim_range){p->offset, p->numel, o->decay_all || p->decay};
+    }
+    md_status st = md_optim_create(t->dev, &t->ocfg, md_model_nparams(t->model), r, nt, &t->opt);
+    md_free(r);
+    return st;
+}
+
+static void setup_report(md_trainer *t)
+{
+    t->report = cJSON_CreateObject();
+    t->curves = cJSON_AddObjectToObject(t->report, "curves");
+    for (int i = 0; i < N_CURVES; i++) cJSON_AddArrayToObject(t->curves, curve_keys[i]);
+    t->diags = cJSON_AddArrayToObject(t->report, "diagnostics");
+}
+
+static md_status resume(md_trainer *t);
+
+md_status md_trainer_create(md_job *job, md_trainer **out)
+{
+    *out = NULL;
+    md_status st = MD_OK;
+    md_trainer *t = md_calloc(1, sizeof *t);
+    if (!t) return MD_ERR_OOM;
+    t->job = job;
+    t->o = job->opts;
+    t->dev = job->dev;
+    t->model = job->model;
+    t->data = job->data;
+    md_options *o = t->o;
+    setup_report(t);
+
+    t->batch = o->batch_size > 0 ? o->batch_size : 64;
+    t->classes = md_model_num_classes(t->model);
+    /* bound for the training batch: validation batches larger than that run
+     * in chunks rather than planning 4x the training activations */
+    if (md_model_device(t->model) != t->dev || md_model_max_batch(t->model) < t->batch) {
+        for (;;) {
+            st = md_model_bind(t->model, t->dev, t->batch);
+            if (st != MD_ERR_OOM || !o->auto_batch || t->batch <= 1) break;
+            char why[600], v[32];
+            snprintf(why, sizeof why, "--auto-batch: batch %d did not fit (%s); halved", t->batch, md_errmsg());
+            md_warn("%s", why);
+            t->batch /= 2;
+            snprintf(v, sizeof v, "%d", t->batch);
+            md_job_setting(job, "batch_size", v, why);
+        }
+        if (st != MD_OK) goto fail;
+        if (o->init_from[0] && (st = md_model_load_weights(t->model, o->init_from)) != MD_OK) goto fail;
+    }
+    t->val_batch = t->batch * (o->val_batch_multiplier > 0 ? o->val_batch_multiplier : 1);
+    t->max_batch = md_model_max_batch(t->model);
+    t->ninputs = md_data_num_inputs(t->data);
+    for (int i = 0; i < t->ninputs; i++) t->in_elems[i] = md_data_input_elems(t->data, i);
+    if (t->batch > t->max_batch) {
+        st = md_errf(MD_ERR_INTERNAL, "training batch %d exceeds the model's bound batch %d", t->batch, t->max_batch);
+        goto fail;
+    }
+    if (md_data_count(t->data, MD_SPLIT_TRAIN) <= 0) {
+        st = md_errf(MD_ERR_DATA, "%s: the training split is empty", md_data_name(t->data));
+        goto fail;
+    }
+    if ((st = make_loader(t, MD_SPLIT_TRAIN, t->batch, 1, &t->train_l)) != MD_OK) goto fail;
+    if (md_data_count(t->data, MD_SPLIT_VAL) > 0 &&
+        (st = make_loader(t, MD_SPLIT_VAL, t->val_batch, 0, &t->val_l)) != MD_OK)
+        goto fail;
+    if (md_data_count(t->data, MD_SPLIT_TEST) > 0 &&
+        (st = make_loader(t, MD_SPLIT_TEST, t->val_batch, 0, &t->test_l)) != MD_OK)
+        goto fail;
+    if ((st = alloc_buffers(t)) != MD_OK) goto fail;
+    if ((st = setup_optimizer(t)) != MD_OK) goto fail;
+
+    t->steps_per_epoch = md_loader_num_batches(t->train_l);
+    if (o->steps > 0 && o->steps < t->steps_per_epoch) t->steps_per_epoch = o->steps;
+    if (t->steps_per_epoch < 1) t->steps_per_epoch = 1;
+    t->lr = o->lr > 0 ? o->lr : t->ocfg.kind == MD_OPT_ADAMW ? 1e-3 : 0.1;
+    int kind;
+    if ((st = md_schedule_parse(o->lradj, &kind)) != MD_OK) goto fail;
+    t->sched = (struct md_schedule){
+        .kind = kind,
+        .base_lr = t->lr,
+        .total_steps = (long long)o->epochs * t->steps_per_epoch,
+        .warmup_steps = (long long)llround(o->warmup_epochs * (double)t->steps_per_epoch),
+        .steps_per_epoch = t->steps_per_epoch,
+    };
+    md_scaler_init(&t->scaler, o->precision == MD_PREC_FP16);
+    t->best_acc = -1;
+    t->best_epoch = -1;
+
+    if (o->checkpoint_dir[0]) {
+        snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s", o->checkpoint_dir);
+        if ((st = mkdir_p(t->ckpt_dir)) != MD_OK) goto fail;
+        snprintf(t->last_path, sizeof t->last_path, "%s/last.safetensors", t->ckpt_dir);
+        snprintf(t->best_path, sizeof t->best_path, "%s/best.safetensors", t->ckpt_dir);
+    }
+    if (o->metrics[0]) {
+        t->metrics = fopen(o->metrics, "a");
+        if (!t->metrics) {
+            st = md_errf(MD_ERR_IO, "--metrics %s: cannot open for appending: %s", o->metrics, strerror(errno));
+            goto fail;
+        }
+    }
+    if (o->resume[0] && (st = resume(t)) != MD_OK) goto fail;
+    *out = t;
+    return MD_OK;
+fail:
+    md_trainer_free(t);
+    return st;
+}
+
+void md_trainer_free(md_trainer *t)
+{
+    if (!t) return;
+    md_loader_free(t->train_l);
+    md_loader_free(t->val_l);
+    md_loader_free(t->test_l);
+    md_dev_free(t->dev, t->d_labels);
+    md_dev_free(t->dev, t->d_sc);
+    md_dev_free(t->dev, t->d_scratch);
+    md_dev_free(t->dev, t->d_diag);
+    md_optim_free(t->opt);
+    if (t->metrics) fclose(t->metrics);
+    cJSON_Delete(t->report);
+    md_free(t);
+}
+
+cJSON *md_trainer_take_report(md_trainer *t)
+{
+    cJSON *r = t->report;
+    t->report = NULL;
+    return r;
+}
+void md_trainer_interrupt_after(md_trainer *t, long long steps) { t->interrupt_after = steps; }
+
+static md_status upload_batch(md_trainer *t, const struct md_batch *b, int from, int n);
+
+md_status md_trainer_dump_grads(md_trainer *t, const char *path)
+{
+    struct md_batch *b = NULL;
+    MD_TRY(md_loader_start_epoch(t->train_l, 0));
+    MD_TRY(md_loader_next(t->train_l, &b));
+    if (!b) return md_errf(MD_ERR_DATA, "--dump-grads: the training split gave no batch");
+    md_status st = upload_batch(t, b, 0, b->n);
+    if (st == MD_OK) st = md_model_dump_grads(t->model, b->labels, b->n, path);
+    int n = b->n;
+    md_loader_release(t->train_l, b);
+    MD_TRY(st);
+    md_out("  One training step on the first batch (%d samples): inputs, logits, loss and gradients written to %s\n",
+           n, path);
+    return MD_OK;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------- */
+
+/* Parameters (views into the flat buffer), buffers and optimizer state, in
+ * a fixed order. *out is md_malloc'd; names are borrowed from the model. */
+static md_status ckpt_tensors(md_trainer *t, struct md_ckpt_tensor **out, int *n)
+{
+    int np = md_model_num_tensors(t->model), nb = md_model_num_buffers(t->model);
+    struct md_ckpt_tensor *v = md_calloc((size_t)(np + nb + 2), sizeof *v);
+    if (!v) return MD_ERR_OOM;
+    int k = 0;
+    float *params = md_model_params(t->model);
+    for (int i = 0; i < np; i++) {
+        const struct md_param_info *p = md_model_tensor(t->model, i);
+        v[k] = (struct md_ckpt_tensor){.name = p->name, .dtype = MD_F32, .ndim = p->ndim, .dev = params + p->offset};
+        for (int d = 0; d < p->ndim; d++) v[k].shape[d] = p->shape[d];
+        k++;
+    }
+    for (int i = 0; i < nb; i++) {
+        const struct md_param_info *b = md_model_buffer(t->model, i);
+        v[k] = (struct md_ckpt_tensor){.name = b->name, .dtype = MD_F32, .ndim = b->ndim,
+                                       .dev = md_model_bn_stats(t->model) + b->offset};
+        for (int d = 0; d < b->ndim; d++) v[k].shape[d] = b->shape[d];
+        k++;
+    }
+    long long n_all = (long long)md_optim_size(t->opt);
+    if (n_all > 0) {
+        v[k++] = (struct md_ckpt_tensor){.name = "__optim__.m", .dtype = MD_F32, .ndim = 1, .shape = {n_all},
+                                         .dev = md_optim_m(t->opt)};
+        if (md_optim_v(t->opt))
+            v[k++] = (struct md_ckpt_tensor){.name = "__optim__.v", .dtype = MD_F32, .ndim = 1, .shape = {n_all},
+                                             .dev = md_optim_v(t->opt)};
+    }
+    *out = v;
+    *n = k;
+    return MD_OK;
+}
+
+static void meta_num(cJSON *m, const char *key, double v)
+{
+    char b[64];
+    snprintf(b, sizeof b, "%.17g", v);
+    cJSON_AddStringToObject(m, key, b);
+}
+
+static void meta_ll(cJSON *m, const char *key, long long v)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%lld", v);
+    cJSON_AddStringToObject(m, key, b);
+}
+
+/* Config of the run as JSON text (options that shape the result). */
+static char *run_config_json(const md_trainer *t)
+{
+    const md_options *o = t->o;
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "model", o->model);
+    cJSON_AddStringToObject(c, "dataset", md_data_name(t->data));
+    cJSON_AddNumberToObject(c, "batch_size", t->batch);
+    cJSON_AddNumberToObject(c, "epochs", o->epochs);
+    cJSON_AddNumberToObject(c, "steps", o->steps);
+    cJSON_AddStringToObject(c, "optimizer", o->optimizer);
+    cJSON_AddNumberToObject(c, "lr", t->lr);
+    cJSON_AddNumberToObject(c, "momentum", o->momentum);
+    cJSON_AddBoolToObject(c, "nesterov", o->nesterov);
+    cJSON_AddNumberToObject(c, "weight_decay", o->weight_decay);
+    cJSON_AddBoolToObject(c, "decay_all", o->decay_all);
+    cJSON_AddStringToObject(c, "lradj", o->lradj);
+    cJSON_AddNumberToObject(c, "warmup_epochs", o->warmup_epochs);
+    cJSON_AddNumberToObject(c, "grad_clip", o->grad_clip);
+    cJSON_AddNumberToObject(c, "label_smoothing", o->label_smoothing);
+    cJSON_AddStringToObject(c, "precision", md_precision_name(o->precision));
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    cJSON_AddStringToObject(c, "seed", seed);
+    char *s = cJSON_PrintUnformatted(c);
+    cJSON_Delete(c);
+    return s;
+}
+
+/* Writes the checkpoint at `path`: the state after `epoch_done` whole epochs
+ * plus `batch_done` batches of the next one. */
+static md_status save_checkpoint(md_trainer *t, const char *path, int epoch, long long batch_done, double ep_time)
+{
+    struct md_ckpt_tensor *v = NULL;
+    int n = 0;
+    MD_TRY(ckpt_tensors(t, &v, &n));
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "format", CKPT_FORMAT);
+    char *cfg = run_config_json(t);
+    cJSON_AddStringToObject(m, "config", cfg ? cfg : "{}");
+    cJSON_free(cfg);
+    cJSON_AddStringToObject(m, "model", t->o->model);
+    cJSON_AddStringToObject(m, "optimizer", t->ocfg.kind == MD_OPT_ADAMW ? "adamw" : "sgd");
+    meta_ll(m, "epoch", epoch);
+    meta_ll(m, "batch_in_epoch", batch_done);
+    meta_ll(m, "global_step", t->global_step);
+    meta_ll(m, "optimizer_step", md_optim_steps(t->opt));
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->o->seed);
+    cJSON_AddStringToObject(m, "seed", seed);
+    cJSON_AddStringToObject(m, "rng", "counter-based: (seed, epoch, position) for data, (seed, global_step) for dropout");
+    meta_num(m, "loss_scale", t->scaler.scale);
+    meta_ll(m, "loss_scale_clean_steps", t->scaler.clean);
+    meta_ll(m, "skipped_steps", t->scaler.skipped);
+    meta_num(m, "epoch_loss_sum", t->ep_loss);
+    meta_ll(m, "epoch_correct", t->ep_correct);
+    meta_ll(m, "epoch_seen", t->ep_seen);
+    meta_num(m, "epoch_time_s", ep_time);
+    meta_num(m, "run_time_s", t->run_time);
+    meta_num(m, "best_val_acc", t->best_acc);
+    meta_ll(m, "best_epoch", t->best_epoch);
+    char *curves = cJSON_PrintUnformatted(t->curves);
+    cJSON_AddStringToObject(m, "curves", curves ? curves : "{}");
+    cJSON_free(curves);
+    md_status st = md_checkpoint_save(t->dev, path, v, n, m);
+    cJSON_Delete(m);
+    md_free(v);
+    return st;
+}
+
+static md_status meta_get_ll(const md_st_file *f, const char *key, long long *out)
+{
+    const char *s = md_st_meta(f, key);
+    char *end;
+    if (!s) return md_errf(MD_ERR_DATA, "%s: checkpoint metadata lacks '%s'", md_st_path(f), key);
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end || errno) return md_errf(MD_ERR_DATA, "%s: checkpoint metadata '%s' = '%s' is not an integer", md_st_path(f), key, s);
+    *out = v;
+    return MD_OK;
+}
+
+static md_status meta_get_num(const md_st_file *f, const char *key, double *out)
+{
+    const char *s = md_st_meta(f, key);
+    char *end;
+    if (!s) return md_errf(MD_ERR_DATA, "%s: checkpoint metadata lacks '%s'", md_st_path(f), key);
+    double v = strtod(s, &end);
+    if (*end) return md_errf(MD_ERR_DATA, "%s: checkpoint metadata '%s' = '%s' is not a number", md_st_path(f), key, s);
+    *out = v;
+    return MD_OK;
+}
+
+static md_status resume(md_trainer *t)
+{
+    const char *path = t->o->resume;
+    struct md_ckpt_tensor *v = NULL;
+    int n = 0;
+    md_st_file *f = NULL;
+    cJSON *curves = NULL;
+    md_status st = ckpt_tensors(t, &v, &n);
+    if (st != MD_OK) return st;
+    if ((st = md_st_open(path, &f)) != MD_OK) goto done;
+    const char *fmt = md_st_meta(f, "format");
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0) {
+        st = md_errf(MD_ERR_DATA, "--resume %s: not an mpsdiag checkpoint (metadata format is '%s')", path,
+                     fmt ? fmt : "missing");
+        goto done;
+    }
+    const char *opt = md_st_meta(f, "optimizer");
+    const char *want = t->ocfg.kind == MD_OPT_ADAMW ? "adamw" : "sgd";
+    if (!opt || strcmp(opt, want) != 0) {
+        st = md_errf(MD_ERR_DATA, "--resume %s: checkpoint was trained with optimizer '%s', this run uses '%s'", path,
+                     opt ? opt : "?", want);
+        goto done;
+    }
+    md_st_close(f);
+    f = NULL;
+    if ((st = md_checkpoint_load(t->dev, path, v, n, &f)) != MD_OK) goto done;
+    if ((st = md_model_params_changed(t->model)) != MD_OK) goto done;
+    long long epoch, batch, gstep, ostep, clean, skipped, correct, seen, best_epoch;
+    double scale, loss, ep_time, run_time, best;
+    if ((st = meta_get_ll(f, "epoch", &epoch)) || (st = meta_get_ll(f, "batch_in_epoch", &batch)) ||
+        (st = meta_get_ll(f, "global_step", &gstep)) || (st = meta_get_ll(f, "optimizer_step", &ostep)) ||
+        (st = meta_get_ll(f, "loss_scale_clean_steps", &clean)) || (st = meta_get_ll(f, "skipped_steps", &skipped)) ||
+        (st = meta_get_ll(f, "epoch_correct", &correct)) || (st = meta_get_ll(f, "epoch_seen", &seen)) ||
+        (st = meta_get_ll(f, "best_epoch", &best_epoch)) || (st = meta_get_num(f, "loss_scale", &scale)) ||
+        (st = meta_get_num(f, "epoch_loss_sum", &loss)) || (st = meta_get_num(f, "epoch_time_s", &ep_time)) ||
+        (st = meta_get_num(f, "run_time_s", &run_time)) || (st = meta_get_num(f, "best_val_acc", &best)))
+        goto done;
+    t->epoch = (int)epoch;
+    t->resume_batch = batch;
+    t->global_step = gstep;
+    md_optim_set_steps(t->opt, ostep);
+    if (t->scaler.enabled) {
+        t->scaler.scale = (float)scale;
+        t->scaler.clean = clean;
+    }
+    t->scaler.skipped = skipped;
+    t->ep_loss = loss;
+    t->ep_correct = correct;
+    t->ep_seen = seen;
+    t->ep_time_before = ep_time;
+    t->run_time = run_time;
+    t->best_acc = best;
+    t->best_epoch = (int)best_epoch;
+    const char *cj = md_st_meta(f, "curves");
+    if (cj && (curves = cJSON_Parse(cj)) && cJSON_IsObject(curves)) {
+        cJSON_ReplaceItemInObject(t->report, "curves", curves);
+        t->curves = curves;
+        curves = NULL;
+    }
+    md_out("  Resumed from %s: epoch %d, batch %lld, step %lld\n", path, t->epoch + 1, t->resume_batch,
+           t->global_step);
+done:
+    cJSON_Delete(curves);
+    md_st_close(f);
+    md_free(v);
+    if (st != MD_OK && st != MD_ERR_OOM) md_err_prefix("--resume");
+    return st;
+}
+
+/* ---- one step ------------------------------------------------------------------------ */
+
+/* Samples [from, from + n) of a host batch into the model's input buffers. */
+static md_status upload_batch(md_trainer *t, const struct md_batch *b, int from, int n)
+{
+    for (int i = 0; i < t->ninputs; i++)
+        MD_TRY(md_dev_upload(t->dev, md_model_input_buffer(t->model, i), b->inputs[i] + (size_t)from * t->in_elems[i],
+                             (size_t)n * t->in_elems[i] * sizeof(float)));
+    return md_dev_upload(t->dev, t->d_labels, b->labels + from, (size_t)n * sizeof(int32_t));
+}
+
+static md_status numeric_failure(md_trainer *t, const char *what)
+{
+    char layer[256] = "";
+    int found = 0;
+    if (md_model_first_nonfinite(t->model, layer, sizeof layer, &found) != MD_OK || !found) layer[0] = '\0';
+    return md_errf(MD_ERR_NUMERIC, "epoch %d, step %lld: %s%s%s", t->epoch + 1, t->global_step + 1, what,
+                   layer[0] ? "; first non-finite output: " : "", layer);
+}
+
+/* The learned weights of weighted_add layers (the seeds' "integration
+ * weights"), downloaded into d["integration_weights"]. */
+static md_status integration_weights(md_trainer *t, cJSON *d)
+{
+    cJSON *iw = NULL;
+    float *params = md_model_params(t->model);
+    for (int i = 0; i < md_model_num_tensors(t->model); i++) {
+        const struct md_param_info *p = md_model_tensor(t->model, i);
+        if (!p->layer_type || strcmp(p->layer_type, "weighted_add") != 0) continue;
+        float h[16];
+        size_t n = p->numel < 16 ? p->numel : 16;
+        MD_TRY(md_dev_download(t->dev, h, params + p->offset, n * sizeof(float)));
+        MD_TRY(md_dev_sync(t->dev));
+        if (!iw) iw = cJSON_AddObjectToObject(d, "integration_weights");
+        cJSON *a = cJSON_AddArrayToObject(iw, p->name);
+        for (size_t k = 0; k < n; k++) cJSON_AddItemToArray(a, cJSON_CreateNumber(h[k]));
+    }
+    return MD_OK;
+}
+
+/* Per-parameter-tensor sums of squares of grads, weights and the last update
+ * (params - d_scratch, computed in d_scratch) into d_diag, then one download. */
+static md_status collect_diagnostics(md_trainer *t, int have_update)
+{
+    int nt = md_model_num_tensors(t->model);
+    float *params = md_model_params(t->model), *grads = md_model_grads(t->model);
+    size_t n = md_model_nparams(t->model);
+    if (have_update) {
+        struct md_ew_args e = {.op = MD_EW_AXPBY, .n = n, .dtype = MD_F32, .alpha = 1.0f, .beta = -1.0f,
+                               .a = params, .b = t->d_scratch, .y = t->d_scratch};
+        MD_TRY(md_k_ew(t->dev, &e));
+    }
+    for (int i = 0; i < nt; i++) {
+        const struct md_param_info *p = md_model_tensor(t->model, i);
+        const float *src[3] = {grads + p->offset, params + p->offset, t->d_scratch + p->offset};
+        for (int k = 0; k < 3; k++) {
+            struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = p->numel, .dtype = MD_F32, .a = src[k],
+                                       .out = t->d_diag + 3 * i + k, .beta = 0.0f};
+            MD_TRY(md_k_reduce(t->dev, &r));
+        }
+    }
+    float *h = md_malloc((size_t)(3 * nt + 1) * sizeof(float));
+    if (!h) return MD_ERR_OOM;
+    md_status st = md_dev_download(t->dev, h, t->d_diag, (size_t)(3 * nt) * sizeof(float));
+    if (st == MD_OK) st = md_dev_sync(t->dev);
+    if (st != MD_OK) {
+        md_free(h);
+        return st;
+    }
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddNumberToObject(d, "epoch", t->epoch + 1);
+    cJSON *layers = cJSON_AddArrayToObject(d, "params");
+    /* the gradients hold loss_scale x the true gradient */
+    double gs = 1.0 / (double)t->scaler.scale;
+    for (int i = 0; i < nt; i++) {
+        const struct md_param_info *p = md_model_tensor(t->model, i);
+        double gn = sqrt((double)h[3 * i]) * gs, wn = sqrt((double)h[3 * i + 1]), un = sqrt((double)h[3 * i + 2]);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", p->name);
+        cJSON_AddNumberToObject(o, "grad_norm", gn);
+        cJSON_AddNumberToObject(o, "weight_norm", wn);
+        if (have_update && wn > 0) cJSON_AddNumberToObject(o, "update_ratio", un / wn);
+        else cJSON_AddNullToObject(o, "update_ratio");
+        cJSON_AddItemToArray(layers, o);
+    }
+    md_free(h);
+    cJSON_AddItemToArray(t->diags, d);
+    return integration_weights(t, d);
+}
+
+/* Forward, loss, backward and (unless skipped) the optimizer step on one batch. */
+static md_status train_step(md_trainer *t, const struct md_batch *b, int snapshot)
+{
+    MD_TRY(upload_batch(t, b, 0, b->n));
+    MD_TRY(md_dev_memset0(t->dev, t->d_sc, sizeof(struct step_scalars)));
+    md_model_set_step(t->model, (uint64_t)t->global_step);
+    MD_TRY(md_model_forward(t->model, b->n, 1));
+    /* mean loss, times the loss scale (fp16) */
+    float used_scale = t->scaler.scale;
+    MD_TRY(md_model_loss(t->model, t->d_labels, (float)t->o->label_smoothing, used_scale / (float)b->n,
+                         &t->d_sc->loss_sum, &t->d_sc->correct));
+    MD_TRY(md_model_backward(t->model));
+    float *grads = md_model_grads(t->model), *params = md_model_params(t->model);
+    size_t n = md_model_nparams(t->model);
+    struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = n, .dtype = MD_F32, .a = grads, .out = &t->d_sc->grad_sumsq};
+    MD_TRY(md_k_reduce(t->dev, &r));
+    struct step_scalars sc;
+    MD_TRY(md_dev_download(t->dev, &sc, t->d_sc, sizeof sc));
+    MD_TRY(md_dev_sync(t->dev));
+    if (!isfinite(sc.loss_sum)) return numeric_failure(t, "the loss is not finite");
+    int action = md_scaler_update(&t->scaler, isfinite(sc.grad_sumsq));
+    if (action < 0) return numeric_failure(t, "the gradients are not finite");
+    double lr = md_schedule_lr(&t->sched, t->global_step);
+    if (action > 0) {
+        double gscale = 1.0 / (double)used_scale; /* the scale of these gradients */
+        if (t->o->grad_clip > 0) {
+            double norm = sqrt((double)sc.grad_sumsq) * gscale;
+            if (norm > t->o->grad_clip) gscale *= t->o->grad_clip / (norm + 1e-6);
+        }
+        if (snapshot) {
+            MD_TRY(md_dev_copy(t->dev, t->d_scratch, params, n * sizeof(float)));
+            t->snapshot = 1;
+        }
+        MD_TRY(md_optim_step(t->opt, params, grads, (float)lr, (float)gscale, NULL, md_model_params_half(t->model),
+                             md_model_get_opts(t->model)->compute_dtype));
+    }
+    t->global_step++;
+    t->ep_loss += (double)sc.loss_sum;
+    t->ep_correct += sc.correct;
+    t->ep_seen += b->n;
+    return MD_OK;
+}
+
+/* Loss and accuracy of the model over a whole split, without gradients. */
+static md_status evaluate(md_trainer *t, struct md_loader *l, int epoch, double *loss, double *acc, long long *count)
+{
+    *loss = *acc = 0;
+    *count = 0;
+    MD_TRY(md_loader_start_epoch(l, epoch));
+    MD_TRY(md_dev_memset0(t->dev, t->d_sc, sizeof(struct step_scalars)));
+    long long seen = 0;
+    for (;;) {
+        struct md_batch *b;
+        MD_TRY(md_loader_next(l, &b));
+        if (!b) break;
+        md_status st = MD_OK;
+        /* the validation batch may exceed what the model was bound for: chunks */
+        for (int from = 0; st == MD_OK && from < b->n; from += t->max_batch) {
+            int n = b->n - from < t->max_batch ? b->n - from : t->max_batch;
+            st = upload_batch(t, b, from, n);
+            if (st == MD_OK) st = md_model_forward(t->model, n, 0);
+            /* sums accumulate on the device; no gradient after an inference forward */
+            if (st == MD_OK)
+                st = md_model_loss(t->model, t->d_labels, 0.0f, 1.0f, &t->d_sc->loss_sum, &t->d_sc->correct);
+        }
+        seen += b->n;
+        md_loader_release(l, b);
+        MD_TRY(st);
+    }
+    struct step_scalars sc;
+    MD_TRY(md_dev_download(t->dev, &sc, t->d_sc, sizeof sc));
+    MD_TRY(md_dev_sync(t->dev));
+    if (seen > 0) {
+        *loss = (double)sc.loss_sum / (double)seen;
+        *acc = (double)sc.correct / (double)seen;
+    }
+    *count = seen;
+    return MD_OK;
+}
+
+/* ---- output ------------------------------------------------------------------------- */
+
+static void fmt_duration(double s, char *b, size_t n)
+{
+    if (s < 0) snprintf(b, n, "-");
+    else if (s < 60) snprintf(b, n, "%.1fs", s);
+    else if (s < 3600) snprintf(b, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else snprintf(b, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+}
+
+static void print_header(void)
+{
+    md_out("  %5s  %10s  %9s  %8s  %7s  %9s  %9s  %7s  %7s\n", "epoch", "train loss", "train acc", "val loss",
+           "val acc", "lr", "samples/s", "time", "ETA");
+}
+
+static void curve_add(md_trainer *t, const char *key, double v)
+{
+    /* JSON has no NaN: a missing value (no validation split) is null */
+    cJSON_AddItemToArray(cJSON_GetObjectItem(t->curves, key), isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
+}
+
+static void metrics_line(md_trainer *t, const char *kind, double loss, double acc, double vloss, double vacc,
+                         double lr, double sps, double secs)
+{
+    if (!t->metrics) return;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", kind);
+    cJSON_AddNumberToObject(o, "epoch", t->epoch + 1);
+    cJSON_AddNumberToObject(o, "step", (double)t->global_step);
+    cJSON_AddNumberToObject(o, "train_loss", loss);
+    cJSON_AddNumberToObject(o, "train_acc", acc);
+    if (vloss >= 0) {
+        cJSON_AddNumberToObject(o, "val_loss", vloss);
+        cJSON_AddNumberToObject(o, "val_acc", vacc);
+    }
+    cJSON_AddNumberToObject(o, "lr", lr);
+    cJSON_AddNumberToObject(o, "samples_per_s", sps);
+    cJSON_AddNumberToObject(o, "time_s", secs);
+    cJSON_AddNumberToObject(o, "loss_scale", t->scaler.scale);
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) {
+        fprintf(t->metrics, "%s\n", s);
+        fflush(t->metrics);
+        cJSON_free(s);
+    }
+    cJSON_Delete(o);
+}
+
+/* ---- the run ------------------------------------------------------------------------ */
+
+static md_status interrupted(md_trainer *t, long long batch_done, double ep_time)
+{
+    md_progress_done();
+    if (t->last_path[0]) {
+        md_status st = save_checkpoint(t, t->last_path, t->epoch, batch_done, ep_time);
+        if (st != MD_OK) {
+            md_err_prefix("interrupted, and the checkpoint could not be written");
+            return st;
+        }
+        md_out("  Interrupted at epoch %d, step %lld: checkpoint written to %s (continue with --resume %s)\n",
+               t->epoch + 1, t->global_step, t->last_path, t->last_path);
+        cJSON_AddStringToObject(t->report, "interrupted_checkpoint", t->last_path);
+        return md_errf(MD_ERR_INTERRUPTED, "interrupted at epoch %d, step %lld; checkpoint %s", t->epoch + 1,
+                       t->global_step, t->last_path);
+    }
+    return md_errf(MD_ERR_INTERRUPTED, "interrupted at epoch %d, step %lld (no --checkpoint-dir: nothing saved)",
+                   t->epoch + 1, t->global_step);
+}
+
+static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
+{
+    long long start_batch = t->resume_batch;
+    t->resume_batch = 0;
+    if (start_batch == 0) {
+        t->ep_loss = 0;
+        t->ep_correct = t->ep_seen = 0;
+        t->ep_time_before = 0;
+    }
+    t->snapshot = 0;
+    MD_TRY(md_loader_start_epoch(t->train_l, t->epoch));
+    double t0 = md_now(), ep_before = t->ep_time_before;
+    long long samples_now = 0, last = t->steps_per_epoch;
+    char label[32];
+    snprintf(label, sizeof label, "  epoch %d", t->epoch + 1);
+    for (long long i = 0; i < last; i++) {
+        struct md_batch *b;
+        MD_TRY(md_loader_next(t->train_l, &b));
+        if (!b) break;
+        if (i < start_batch) { /* resumed mid-epoch: the same order, these are done */
+            md_loader_release(t->train_l, b);
+            continue;
+        }
+        md_status st = train_step(t, b, i == last - 1);
+        samples_now += b->n;
+        md_loader_release(t->train_l, b);
+        if (st != MD_OK) {
+            md_progress_done();
+            return st;
+        }
+        double el = md_now() - t0;
+        if (t->metrics && t->global_step % METRICS_EVERY == 0)
+            metrics_line(t, "step", t->ep_loss / (double)t->ep_seen, (double)t->ep_correct / (double)t->ep_seen, -1,
+                         0, md_schedule_lr(&t->sched, t->global_step - 1), samples_now / (el > 0 ? el : 1e-9), el);
+        char suffix[96];
+        snprintf(suffix, sizeof suffix, "loss %.4f  %.0f samples/s", t->ep_loss / (double)t->ep_seen,
+                 samples_now / (el > 0 ? el : 1e-9));
+        md_progress(label, (double)(i + 1), (double)last, suffix);
+        if (t->interrupt_after > 0 && t->global_step >= t->interrupt_after) md_interrupt_set(1);
+        if (md_interrupted()) {
+            t->run_time += el;
+            return interrupted(t, i + 1, ep_before + el);
+        }
+    }
+    md_progress_done();
+    double el = md_now() - t0;
+    t->run_time += el;
+    *ep_time_out = ep_before + el;
+    *sps_out = samples_now / (el > 0 ? el : 1e-9);
+    return MD_OK;
+}
+
+md_status md_trainer_run(md_trainer *t)
+{
+    const md_options *o = t->o;
+    md_status st = MD_OK;
+    char a[32], b[32], c[32];
+    cJSON_AddStringToObject(t->report, "optimizer", o->optimizer);
+    cJSON_AddNumberToObject(t->report, "lr", t->lr);
+    cJSON_AddStringToObject(t->report, "schedule", md_schedule_name(t->sched.kind));
+    cJSON_AddNumberToObject(t->report, "batch_size", t->batch);
+    cJSON_AddNumberToObject(t->report, "val_batch_size", t->val_batch);
+    cJSON_AddNumberToObject(t->report, "epochs", o->epochs);
+    cJSON_AddNumberToObject(t->report, "steps_per_epoch", (double)t->steps_per_epoch);
+    cJSON_AddStringToObject(t->report, "precision", md_precision_name(o->precision));
+    size_t dec, plain;
+    md_optim_counts(t->opt, &dec, &plain);
+    cJSON_AddNumberToObject(t->report, "decayed_params", (double)dec);
+    cJSON_AddNumberToObject(t->report, "non_decayed_params", (double)plain);
+    if (o->resume[0]) cJSON_AddStringToObject(t->report, "resumed_from", o->resume);
+    else cJSON_AddNullToObject(t->report, "resumed_from");
+
+    md_out("  %-16s %s, %s train / %s val / %s test samples\n", "data", md_data_name(t->data),
+           md_fmt_thousands(md_data_count(t->data, MD_SPLIT_TRAIN), a, sizeof a),
+           md_fmt_thousands(md_data_count(t->data, MD_SPLIT_VAL), b, sizeof b),
+           md_fmt_thousands(md_data_count(t->data, MD_SPLIT_TEST), c, sizeof c));
+    if (t->ocfg.kind == MD_OPT_ADAMW)
+        md_out("  %-16s adamw (betas 0.9, 0.999), weight decay %g on %s of %s parameters\n", "optimizer",
+               o->weight_decay, md_fmt_thousands((long long)dec, a, sizeof a),
+               md_fmt_thousands((long long)(dec + plain), b, sizeof b));
+    else
+        md_out("  %-16s sgd (momentum %g%s), weight decay %g on %s of %s parameters\n", "optimizer", o->momentum,
+               o->nesterov ? ", nesterov" : "", o->weight_decay, md_fmt_thousands((long long)dec, a, sizeof a),
+               md_fmt_thousands((long long)(dec + plain), b, sizeof b));
+    md_out("  %-16s %g peak, %s%s; batch %d (validation %d), %lld steps per epoch\n", "schedule", t->lr,
+           md_schedule_name(t->sched.kind), o->warmup_epochs > 0 ? " after linear warm-up" : "", t->batch,
+           t->val_batch, t->steps_per_epoch);
+    if (t->scaler.enabled) md_out("  %-16s dynamic, starting at %.0f\n", "loss scaling", (double)t->scaler.scale);
+    print_header();
+
+    int start_epoch = t->epoch;
+    for (; t->epoch < o->epochs; t->epoch++) {
+        double sps = 0, ep_time = 0;
+        if ((st = run_epoch(t, &sps, &ep_time)) != MD_OK) goto done;
+        double tl = t->ep_seen ? t->ep_loss / (double)t->ep_seen : 0;
+        double ta = t->ep_seen ? (double)t->ep_correct / (double)t->ep_seen : 0;
+        double vl = -1, va = 0;
+        long long vn = 0;
+        double v0 = md_now();
+        if (t->val_l && (st = evaluate(t, t->val_l, t->epoch, &vl, &va, &vn)) != MD_OK) goto done;
+        double vtime = md_now() - v0;
+        t->run_time += vtime;
+        ep_time += vtime;
+        double lr = md_schedule_lr(&t->sched, t->global_step > 0 ? t->global_step - 1 : 0);
+        if ((st = collect_diagnostics(t, t->snapshot)) != MD_OK) goto done;
+        int done_epochs = t->epoch + 1 - start_epoch;
+        double eta = (o->epochs - t->epoch - 1) * (t->run_time / (done_epochs > 0 ? done_epochs : 1));
+        char et[16], es[16], vls[16], vas[16];
+        fmt_duration(ep_time, et, sizeof et);
+        fmt_duration(eta, es, sizeof es);
+        if (t->val_l) {
+            snprintf(vls, sizeof vls, "%.4f", vl);
+            snprintf(vas, sizeof vas, "%.2f%%", 100 * va);
+        } else {
+            snprintf(vls, sizeof vls, "-");
+            snprintf(vas, sizeof vas, "-");
+        }
+        md_out("  %5d  %10.4f  %8.2f%%  %8s  %7s  %9.3g  %9s  %7s  %7s\n", t->epoch + 1, tl, 100 * ta, vls, vas, lr,
+               md_fmt_thousands(llround(sps), a, sizeof a), et, es);
+        curve_add(t, "epoch", t->epoch + 1);
+        curve_add(t, "train_loss", tl);
+        curve_add(t, "train_acc", ta);
+        curve_add(t, "val_loss", t->val_l ? vl : (double)NAN);
+        curve_add(t, "val_acc", t->val_l ? va : (double)NAN);
+        curve_add(t, "lr", lr);
+        curve_add(t, "samples_per_s", sps);
+        curve_add(t, "epoch_time_s", ep_time);
+        metrics_line(t, "epoch", tl, ta, t->val_l ? vl : -1, va, lr, sps, ep_time);
+
+        /* the best model by validation accuracy (training accuracy without a val split) */
+        double score = t->val_l ? va : ta;
+        int best = score > t->best_acc;
+        if (best) {
+            t->best_acc = score;
+            t->best_epoch = t->epoch + 1;
+        }
+        if (t->best_path[0]) {
+            /* state after this epoch: the next run starts at epoch + 1, batch 0 */
+            t->ep_loss = 0;
+            t->ep_correct = t->ep_seen = 0;
+            if (best) st = save_checkpoint(t, t->best_path, t->epoch + 1, 0, 0);
+            if (st == MD_OK) st = save_checkpoint(t, t->last_path, t->epoch + 1, 0, 0);
+            if (st != MD_OK) goto done;
+            if (best)
+                md_out("  Saved best model (epoch %d, %s accuracy %.2f%%) to %s\n", t->epoch + 1,
+                       t->val_l ? "validation" : "training", 100 * score, t->best_path);
+        }
+        if (md_interrupted()) {
+            t->epoch++;
+            st = interrupted(t, 0, 0);
+            goto done;
+        }
+    }
+    if (t->test_l && o->epochs > start_epoch) {
+        double tl, ta;
+        long long tn;
+        if ((st = evaluate(t, t->test_l, 0, &tl, &ta, &tn)) != MD_OK) goto done;
+        md_out("  %-16s loss %.4f, accuracy %.2f%% on %s samples (the last epoch's weights)\n", "test", tl, 100 * ta,
+               md_fmt_thousands(tn, a, sizeof a));
+        cJSON *te = cJSON_AddObjectToObject(t->report, "test");
+        cJSON_AddNumberToObject(te, "loss", tl);
+        cJSON_AddNumberToObject(te, "acc", ta);
+        cJSON_AddNumberToObject(te, "samples", (double)tn);
+    }
+done:
+    cJSON_AddNumberToObject(t->report, "epochs_run", t->epoch - start_epoch);
+    cJSON_AddNumberToObject(t->report, "global_step", (double)t->global_step);
+    cJSON_AddNumberToObject(t->report, "train_time_s", t->run_time);
+    cJSON *ls = cJSON_AddObjectToObject(t->report, "loss_scaling");
+    cJSON_AddBoolToObject(ls, "enabled", t->scaler.enabled);
+    cJSON_AddNumberToObject(ls, "final_scale", t->scaler.scale);
+    cJSON_AddNumberToObject(ls, "skipped_steps", (double)t->scaler.skipped);
+    if (t->best_epoch > 0) {
+        cJSON *be = cJSON_AddObjectToObject(t->report, "best");
+        cJSON_AddNumberToObject(be, "epoch", t->best_epoch);
+        cJSON_AddNumberToObject(be, "acc", t->best_acc);
+        cJSON_AddStringToObject(be, "metric", t->val_l ? "val_acc" : "train_acc");
+        if (t->best_path[0]) cJSON_AddStringToObject(be, "path", t->best_path);
+    }
+    if (t->last_path[0]) cJSON_AddStringToObject(t->report, "last_checkpoint", t->last_path);
+    return st;
+}

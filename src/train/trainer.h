@@ -1,0 +1,45 @@
+/* trainer.h - the training and validation loop.
+ *
+ * md_trainer_create sets up loaders, device batch buffers, the optimizer,
+ * schedule and loss scaler for job->model on job->dev over job->data, and
+ * restores --resume; md_trainer_run trains the epochs, validates after each,
+ * keeps the best and last checkpoints, writes --metrics, prints the epoch
+ * lines and fills report["training"]. The stage (stage_train.c) owns it.
+ *
+ * Determinism: batches depend on (seed, epoch, position) (data.h), dropout
+ * on (seed, global step), so a run resumed from a checkpoint reaches the same
+ * weights as an uninterrupted one.
+ *
+ * Host syncs: one per step (a 12-byte download of the step's loss, gradient
+ * sum of squares and correct count) to stop on a non-finite loss, skip fp16
+ * overflow steps and clip by global norm, plus one per epoch for validation.
+ */
+#ifndef MD_TRAINER_H
+#define MD_TRAINER_H
+
+#include <cjson/cJSON.h>
+
+#include "cli/job.h"
+
+typedef struct md_trainer md_trainer;
+
+md_status md_trainer_create(md_job *job, md_trainer **out);
+/* Runs every epoch. Returns MD_ERR_INTERRUPTED after writing a checkpoint
+ * when SIGINT/SIGTERM arrived, MD_ERR_NUMERIC on a non-finite loss. The
+ * report object is filled also when the run fails part-way. */
+md_status md_trainer_run(md_trainer *t);
+void md_trainer_free(md_trainer *t); /* NULL ok */
+
+/* report["training"]: the caller takes ownership (the stage puts it into the
+ * job's report); NULL on a second call. */
+cJSON *md_trainer_take_report(md_trainer *t);
+
+/* --dump-grads: one training step (no optimizer update) on the first batch
+ * of epoch 0, written by md_model_dump_grads to `path`. */
+md_status md_trainer_dump_grads(md_trainer *t, const char *path);
+
+/* Test hook: calls md_interrupt_set(1) after this many optimizer steps of the
+ * run (0 = never), as if Ctrl-C came at that point. */
+void md_trainer_interrupt_after(md_trainer *t, long long steps);
+
+#endif
