@@ -192,3 +192,32 @@ clean:
 	rm -rf build
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- fuzzing (issue 4) ---------------------------------------------------------
+# `make fuzz`: libFuzzer (clang -fsanitize=fuzzer) on the IDX, CIFAR and JPEG
+# parsers of src/data, FUZZ_SECONDS each, from seeds written by test/fuzz/seeds.c.
+# Without libFuzzer it runs the smoke mode that `make test` also runs.
+FUZZ_SECONDS ?= 10
+FUZZ_CC ?= clang
+FUZZ_SRCS := src/data/idx.c src/data/cifar.c src/data/jpeg.c src/data/image.c src/core/mem.c src/core/status.c
+FUZZ_CFLAGS := -std=c11 -O1 -g -Isrc -Itest -pthread $(DEP_CFLAGS)
+FUZZ_LIBS := $(shell pkg-config --libs libturbojpeg zlib 2>/dev/null) -lm -pthread
+.PHONY: fuzz
+fuzz: deps
+	@if echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; return (int)n * 0; }' \
+	     | $(FUZZ_CC) -x c - -fsanitize=fuzzer -o /dev/null >/dev/null 2>&1; then \
+	  mkdir -p $(BUILD)/fuzz && \
+	  $(FUZZ_CC) $(FUZZ_CFLAGS) test/fuzz/seeds.c $(FUZZ_SRCS) -o $(BUILD)/fuzz/seeds $(FUZZ_LIBS) && \
+	  $(BUILD)/fuzz/seeds $(BUILD)/fuzz/corpus && \
+	  for t in idx cifar jpeg; do \
+	    echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	    $(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	      test/fuzz/fuzz_$$t.c $(FUZZ_SRCS) -o $(BUILD)/fuzz/fuzz_$$t $(FUZZ_LIBS) && \
+	    $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -max_len=65536 \
+	      -print_final_stats=1 $(BUILD)/fuzz/corpus/$$t 2>&1 | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY|crash-' ; \
+	    test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	  done; \
+	else \
+	  echo "make fuzz: $(FUZZ_CC) has no libFuzzer here; running the smoke mode"; \
+	  $(MAKE) --no-print-directory test-run TEST_ARGS="--filter 'fuzz_smoke/*'"; \
+	fi

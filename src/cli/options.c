@@ -117,6 +117,8 @@ static const struct optdef table[] = {
      "JPEG folders: resize to PX x PX (default: the model's input)", NULL, 8, 4096, 0, MD_AREA_DATA},
     {"max-samples", NULL, T_INT, F(max_samples), "max_samples", "Data", "N",
      "use at most N training samples", NULL, 1, INT_MAX, 0, MD_AREA_DATA},
+    {"coarse-labels", NULL, T_ON, F(coarse_labels), "coarse_labels", "Data", NULL,
+     "CIFAR-100: the 20 coarse classes instead of the 100 fine ones", NULL, 0, 0, 0, MD_AREA_DATA},
     /* --- training --- */
     {"batch-size", NULL, T_INT, F(batch_size), "batch_size", "Training", "N",
      "samples per step (default: per device and model)", NULL, 1, 1 << 20, 0, MD_AREA_TRAIN},

@@ -70,6 +70,7 @@ typedef struct md_options {
     char on_bad_sample[8];      /* skip|fail */
     int image_size;             /* JPEG folders: side of the square input; 0 = model's */
     int max_samples;            /* 0 = all */
+    int coarse_labels;          /* CIFAR-100: 20 coarse classes instead of 100 fine */
 
     /* training */
     int batch_size;             /* 0 = automatic */

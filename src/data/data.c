@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include "core/log.h"
 #include "core/mem.h"
@@ -51,6 +52,8 @@ struct md_data {
     md_layout layout;
     float mean[MD_DATA_MAX_INPUTS][3], stdv[MD_DATA_MAX_INPUTS][3];
     int norm_known;
+    int direct[MD_DATA_MAX_INPUTS];        /* input i is the stored pixels, unconverted */
+    float lut[MD_DATA_MAX_INPUTS][3][256]; /* normalised value of each byte */
     int aug_pad, aug_flip;
     /* decoded-image cache (JPEG and synthetic) */
     uint8_t *cache;          /* (n_all, src_c, src_h, src_w) */
@@ -843,24 +846,55 @@ md_status md_data_prepare(struct md_data *d, md_data_scratch *s, long long gi, c
     for (int i = 0; i < d->num_inputs; i++) {
         const struct md_data_input *in = &d->inputs[i];
         int C = in->c, H = in->h, W = in->w;
-        base_image(d, s, px, i, s->base);
+        /* Inputs that are the stored pixels as they are read them through a
+         * table of normalised values; others go through a float image. */
+        int direct = d->direct[i];
+        if (!direct) base_image(d, s, px, i, s->base);
         float *o = inputs[i] + (size_t)j * C * H * W;
+        size_t step = d->layout == MD_NHWC ? (size_t)C : 1;
         for (int c = 0; c < C; c++) {
             float m = d->mean[i][c], inv = 1.0f / d->stdv[i][c];
+            const float *lut = d->lut[i][c];
+            float padv = (0.0f - m) * inv;
             const float *b = s->base + (size_t)c * H * W;
+            const uint8_t *pc = px + (size_t)c * H * W;
             for (int y = 0; y < H; y++) {
                 int sy = y + dy - pad;
-                for (int x = 0; x < W; x++) {
-                    int sx = (flip ? W - 1 - x : x) + dx - pad;
-                    float v = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? b[sy * W + sx] : 0.0f;
-                    v = (v - m) * inv;
-                    if (d->layout == MD_NHWC) o[((size_t)y * W + x) * C + c] = v;
-                    else o[((size_t)c * H + y) * W + x] = v;
+                float *orow = d->layout == MD_NHWC ? o + (size_t)y * W * C + c : o + ((size_t)c * H + y) * W;
+                if (sy < 0 || sy >= H) {
+                    for (int x = 0; x < W; x++) orow[(size_t)x * step] = padv;
+                    continue;
+                }
+                int x0 = flip ? W - 1 + dx - pad : dx - pad; /* source column of x = 0 */
+                int dir = flip ? -1 : 1;
+                if (direct) {
+                    const uint8_t *row = pc + (size_t)sy * W;
+                    for (int x = 0, sx = x0; x < W; x++, sx += dir)
+                        orow[(size_t)x * step] = (sx >= 0 && sx < W) ? lut[row[sx]] : padv;
+                } else {
+                    const float *row = b + (size_t)sy * W;
+                    for (int x = 0, sx = x0; x < W; x++, sx += dir)
+                        orow[(size_t)x * step] = (sx >= 0 && sx < W) ? (row[sx] - m) * inv : padv;
                 }
             }
         }
     }
     return MD_OK;
+}
+
+/* Tables of normalised values for the inputs that use the stored pixels
+ * unchanged (same channels and size): the loader's fast path. */
+static void make_luts(struct md_data *d)
+{
+    const float k = 1.0f / 255.0f;
+    for (int i = 0; i < d->num_inputs; i++) {
+        const struct md_data_input *in = &d->inputs[i];
+        d->direct[i] = in->c == d->src_c && in->h == d->src_h && in->w == d->src_w;
+        for (int c = 0; c < in->c; c++) {
+            float m = d->mean[i][c], inv = 1.0f / d->stdv[i][c];
+            for (int v = 0; v < 256; v++) d->lut[i][c][v] = ((float)v * k - m) * inv;
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -937,7 +971,8 @@ static md_status norm_compute(struct md_data *d)
         const uint8_t *px;
         st = fetch(d, s, gi, &px);
         if (st != MD_OK) {
-            if (st == MD_ERR_DATA && d->skip_bad) { note_bad(d, md_errmsg()); md_err_clear(); st = MD_OK; continue; }
+            /* The loader meets it again and applies --on-bad-sample there. */
+            if (st == MD_ERR_DATA) { md_err_clear(); st = MD_OK; continue; }
             goto fail;
         }
         for (int i = 0; i < d->num_inputs; i++) {
@@ -992,7 +1027,7 @@ md_status md_data_open(const md_options *o, const struct md_data_request *req, s
         break;
     case K_CIFAR10:
     case K_CIFAR100:
-        st = load_cifar(d, dir, d->kind == K_CIFAR100, 0, &r);
+        st = load_cifar(d, dir, d->kind == K_CIFAR100, o->coarse_labels, &r);
         break;
     case K_JPEG: {
         /* Stored size: --image-size, else the model's largest input, else 224;
@@ -1082,11 +1117,67 @@ md_status md_data_open(const md_options *o, const struct md_data_request *req, s
 
     norm_known(d);
     if (!d->norm_known && (st = norm_compute(d)) != MD_OK) goto fail;
+    make_luts(d);
     *out = d;
     return MD_OK;
 fail:
     md_data_free(d);
     return st;
+}
+
+md_status md_data_peek(const md_options *o, struct md_data_peek *out)
+{
+    memset(out, 0, sizeof *out);
+    enum kind k;
+    char dir[MD_PATH_MAX], p[MD_PATH_MAX * 2];
+    MD_TRY(resolve(o, &k, out->name, sizeof out->name, dir, sizeof dir));
+    switch (k) {
+    case K_IDX: {
+        if (!find_idx(dir, "train-images", "idx3", p, sizeof p))
+            return md_errf(MD_ERR_DATA, "%s: no train-images-idx3-ubyte[.gz] here", dir);
+        gzFile f = gzopen(p, "rb");
+        uint8_t hdr[16];
+        int r = f ? gzread(f, hdr, sizeof hdr) : -1;
+        if (f) gzclose(f);
+        if (r != (int)sizeof hdr) return md_errf(MD_ERR_DATA, "%s: cannot read the IDX header", p);
+        uint32_t f32[4];
+        for (int i = 0; i < 4; i++)
+            f32[i] = ((uint32_t)hdr[4 * i] << 24) | ((uint32_t)hdr[4 * i + 1] << 16) | ((uint32_t)hdr[4 * i + 2] << 8) |
+                     hdr[4 * i + 3];
+        if (f32[0] != 0x803) return md_errf(MD_ERR_DATA, "%s: wrong IDX magic number 0x%08x (expected 0x00000803)", p, f32[0]);
+        if (f32[2] == 0 || f32[2] > 4096 || f32[3] == 0 || f32[3] > 4096)
+            return md_errf(MD_ERR_DATA, "%s: implausible image size %ux%u in the IDX header", p, f32[2], f32[3]);
+        out->num_classes = 10;
+        out->c = 1;
+        out->h = (int)f32[2];
+        out->w = (int)f32[3];
+        break;
+    }
+    case K_CIFAR10:
+    case K_CIFAR100:
+        out->num_classes = k == K_CIFAR10 ? 10 : o->coarse_labels ? 20 : 100;
+        out->c = 3;
+        out->h = out->w = 32;
+        break;
+    case K_JPEG: {
+        join(p, sizeof p, dir, "train");
+        char **cls = NULL;
+        long long n = 0;
+        MD_TRY(list_dir(is_dir(p) ? p : dir, 1, &cls, &n));
+        free_strs(cls, n);
+        if (n == 0) return md_errf(MD_ERR_DATA, "%s: no class folders", is_dir(p) ? p : dir);
+        out->num_classes = (int)n;
+        out->c = 3;
+        out->h = out->w = o->image_size;
+        break;
+    }
+    case K_SYNTH:
+        out->num_classes = 10;
+        out->c = 3;
+        out->h = out->w = o->image_size > 0 ? o->image_size : 32;
+        break;
+    }
+    return MD_OK;
 }
 
 void md_data_free(struct md_data *d)

@@ -82,6 +82,17 @@ struct md_data; /* opaque; job.h forward-declares it */
 md_status md_data_open(const md_options *o, const struct md_data_request *req, struct md_data **out);
 void md_data_free(struct md_data *d); /* NULL ok */
 
+/* What md_data_open would find, cheaply (headers and folder names only), for
+ * the model stage that runs first: the dataset's name, its classes and its
+ * stored image shape (JPEG: 3 x --image-size, or 0 x 0 when not given).
+ * Same errors as md_data_open for a missing or unrecognisable directory. */
+struct md_data_peek {
+    char name[MD_DATA_NAME_MAX];
+    int num_classes;
+    int c, h, w;
+};
+md_status md_data_peek(const md_options *o, struct md_data_peek *out);
+
 /* ---- what was opened (borrowed strings, valid while d lives) ---- */
 const char *md_data_name(const struct md_data *d);      /* "fashion-mnist", "cifar100", "jpeg", ... */
 const char *md_data_format(const struct md_data *d);    /* "idx", "idx.gz", "cifar-binary", "jpeg", "synthetic" */

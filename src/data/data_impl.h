@@ -67,6 +67,8 @@ md_status md_jpeg_decode(md_jpeg *j, const uint8_t *buf, size_t len, const char 
 void md_image_resize_u8(const uint8_t *src, int c, int h, int w, uint8_t *dst, int oh, int ow);
 /* Same for float planes. */
 void md_image_resize_f32(const float *src, int c, int h, int w, float *dst, int oh, int ow);
+/* Bilinear resize of interleaved (h, w, c) into planar (c, oh, ow). */
+void md_image_resize_hwc_u8(const uint8_t *src, int c, int h, int w, uint8_t *dst, int oh, int ow);
 /* Interleaved (h, w, c) -> planar (c, h, w). */
 void md_image_hwc_to_chw(const uint8_t *src, int c, int h, int w, uint8_t *dst);
 

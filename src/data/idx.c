@@ -38,6 +38,8 @@ md_status md_idx_read_file(const char *path, size_t max_bytes, uint8_t **buf, si
         if (r < 0) {
             int zerr = 0;
             const char *m = gzerror(f, &zerr);
+            size_t pl = strlen(path);
+            if (strncmp(m, path, pl) == 0 && m[pl] == ':') m += pl + (m[pl + 1] == ' ' ? 2 : 1);
             st = md_errf(MD_ERR_DATA, "%s: cannot read (%s): %s", path,
                          zerr == Z_ERRNO ? "I/O error" : "corrupt gzip data", zerr == Z_ERRNO ? strerror(errno) : m);
             goto fail;
@@ -49,6 +51,9 @@ md_status md_idx_read_file(const char *path, size_t max_bytes, uint8_t **buf, si
     int zerr = 0;
     const char *m = gzerror(f, &zerr);
     if (zerr != Z_OK && zerr != Z_STREAM_END) {
+        /* zlib's message starts with the path again */
+        size_t pl = strlen(path);
+        if (strncmp(m, path, pl) == 0 && m[pl] == ':') m += pl + (m[pl + 1] == ' ' ? 2 : 1);
         st = md_errf(MD_ERR_DATA, "%s: corrupt or truncated gzip data: %s", path, m);
         goto fail;
     }

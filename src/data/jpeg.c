@@ -9,6 +9,9 @@
 
 struct md_jpeg {
     tjhandle tj;
+    uint8_t *inter;   /* decoded interleaved pixels, reused: a fresh large block
+                         per image costs page faults worth a third of the decode */
+    size_t inter_cap;
 };
 
 md_status md_jpeg_new(md_jpeg **out)
@@ -25,10 +28,22 @@ md_status md_jpeg_new(md_jpeg **out)
     return MD_OK;
 }
 
+/* After an error libjpeg-turbo 2.1 leaves the handle in a state that fails
+ * every later call (found by the fuzz smoke test), so a failed call gets a
+ * fresh handle. */
+static md_status reset(md_jpeg *j, md_status st)
+{
+    tjDestroy(j->tj);
+    j->tj = tjInitDecompress();
+    if (!j->tj) return md_errf(MD_ERR_INTERNAL, "TurboJPEG: cannot create a decompressor: %s", tjGetErrorStr2(NULL));
+    return st;
+}
+
 void md_jpeg_free(md_jpeg *j)
 {
     if (!j) return;
     tjDestroy(j->tj);
+    md_free(j->inter);
     md_free(j);
 }
 
@@ -44,7 +59,7 @@ md_status md_jpeg_header(md_jpeg *j, const uint8_t *buf, size_t len, const char 
     int ww = 0, hh = 0, subsamp = 0, cs = 0;
     if (len > (size_t)0x7fffffff ||
         tjDecompressHeader3(j->tj, buf, (unsigned long)len, &ww, &hh, &subsamp, &cs) != 0)
-        return md_errf(MD_ERR_DATA, "%s: not a readable JPEG: %s", name, tjGetErrorStr2(j->tj));
+        return reset(j, md_errf(MD_ERR_DATA, "%s: not a readable JPEG: %s", name, tjGetErrorStr2(j->tj)));
     if (ww <= 0 || hh <= 0) return md_errf(MD_ERR_DATA, "%s: JPEG header gives size %dx%d", name, ww, hh);
     if ((long long)ww * hh > MD_JPEG_MAX_PIXELS)
         return md_errf(MD_ERR_DATA, "%s: JPEG header claims %dx%d pixels, over the limit of %lld megapixels; refused "
@@ -59,7 +74,6 @@ md_status md_jpeg_decode(md_jpeg *j, const uint8_t *buf, size_t len, const char 
                          uint8_t *dst)
 {
     md_status st = MD_OK;
-    uint8_t *inter = NULL, *planar = NULL;
     int w, h;
     MD_TRY(md_jpeg_header(j, buf, len, name, &w, &h));
     /* The smallest DCT scale (<= 1) that keeps both sides at least the target. */
@@ -74,22 +88,20 @@ md_status md_jpeg_decode(md_jpeg *j, const uint8_t *buf, size_t len, const char 
             sh = chh;
         }
     }
-    inter = md_malloc((size_t)sw * sh * (size_t)c);
-    planar = md_malloc((size_t)sw * sh * (size_t)c);
-    if (!inter || !planar) { st = MD_ERR_OOM; goto fail; }
-    if (tjDecompress2(j->tj, buf, (unsigned long)len, inter, sw, 0, sh, c == 1 ? TJPF_GRAY : TJPF_RGB,
+    size_t need = (size_t)sw * sh * (size_t)c;
+    if (need > j->inter_cap) {
+        md_free(j->inter);
+        j->inter_cap = 0;
+        if (!(j->inter = md_malloc(need))) return MD_ERR_OOM;
+        j->inter_cap = need;
+    }
+    if (tjDecompress2(j->tj, buf, (unsigned long)len, j->inter, sw, 0, sh, c == 1 ? TJPF_GRAY : TJPF_RGB,
                       TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0) {
-        st = md_errf(MD_ERR_DATA, "%s: corrupt JPEG: %s", name, tjGetErrorStr2(j->tj));
-        goto fail;
-    }
-    if (sw == ow && sh == oh) {
-        md_image_hwc_to_chw(inter, c, sh, sw, dst);
+        st = reset(j, md_errf(MD_ERR_DATA, "%s: corrupt JPEG: %s", name, tjGetErrorStr2(j->tj)));
+    } else if (sw == ow && sh == oh) {
+        md_image_hwc_to_chw(j->inter, c, sh, sw, dst);
     } else {
-        md_image_hwc_to_chw(inter, c, sh, sw, planar);
-        md_image_resize_u8(planar, c, sh, sw, dst, oh, ow);
+        md_image_resize_hwc_u8(j->inter, c, sh, sw, dst, oh, ow);
     }
-fail:
-    md_free(inter);
-    md_free(planar);
     return st;
 }

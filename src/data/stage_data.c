@@ -59,12 +59,42 @@ static void loader_defaults(md_job *job)
     }
 }
 
-/* The model's needs. TODO(nn merge): take the inputs from job->model; until
- * then one image input of the dataset's shape, in the requested layout. */
-static void request_from_options(const md_job *job, struct md_data_request *req)
+/* The model's needs: its inputs (an input named like "brightness" or "luma"
+ * gets the derived brightness channel), layout and classes. The model API
+ * (src/nn/model.h) may be absent on a branch without the nn area; then, and
+ * when no model was built, one image input of the dataset's own shape. */
+#if defined(__has_include)
+#if __has_include("nn/model.h")
+#include "nn/model.h"
+#define MD_DATA_HAVE_MODEL 1
+#endif
+#endif
+
+static int is_luma_name(const char *n)
+{
+    return strstr(n, "bright") || strstr(n, "luma") || strstr(n, "Bright") || strstr(n, "Luma");
+}
+
+static void make_request(const md_job *job, struct md_data_request *req)
 {
     memset(req, 0, sizeof *req);
     req->layout = job->opts->channels_last ? MD_NHWC : MD_NCHW;
+#ifdef MD_DATA_HAVE_MODEL
+    const md_model *m = job->model;
+    if (!m) return;
+    int n = md_model_num_inputs(m);
+    req->num_inputs = n < MD_DATA_MAX_INPUTS ? n : MD_DATA_MAX_INPUTS;
+    for (int i = 0; i < req->num_inputs; i++) {
+        struct md_data_input *in = &req->inputs[i];
+        snprintf(in->name, sizeof in->name, "%s", md_model_input_name(m, i));
+        md_model_input_shape(m, i, &in->c, &in->h, &in->w);
+        in->kind = is_luma_name(in->name) && in->c == 1 ? MD_INPUT_LUMA : MD_INPUT_IMAGE;
+    }
+    req->layout = md_model_get_opts(m)->layout;
+    req->num_classes = md_model_num_classes(m);
+#else
+    (void)is_luma_name;
+#endif
 }
 
 static cJSON *floats(const float *v, int n)
@@ -109,7 +139,7 @@ md_status md_stage_data(md_job *job)
     md_options *o = job->opts;
     loader_defaults(job);
     struct md_data_request req;
-    request_from_options(job, &req);
+    make_request(job, &req);
     md_status st = md_data_open(o, &req, &job->data);
     if (st != MD_OK) return st;
     struct md_data *d = job->data;

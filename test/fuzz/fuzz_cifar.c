@@ -1,0 +1,5 @@
+/* fuzz_cifar.c - libFuzzer target for the CIFAR parser of src/data (make fuzz). */
+#include "fuzz_one.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { return md_fuzz_cifar(data, size); }
