@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/diagnostics.h"
 #include "helpers.h"
 #include "nn/model.h"
 
@@ -109,7 +110,38 @@ Test(seeds, continuous_integration_has_integration_weights)
     md_model_free(m);
 }
 
-/* ---- the diagnostics run, through the built binary ---------------------------- */
+/* ---- the diagnostics run ---------------------------------------------------- */
+
+/* The seeds' command (--data-dir data/cifar-100) and --models start it;
+ * anything that names one model or other data keeps the single-model job. */
+Test(seeds, when_the_diagnostics_run_starts)
+{
+    static const struct { const char *model, *models, *dataset, *data_dir, *config; int want; } cases[] = {
+        {"", "a,b", "auto", "", "", 1},
+        {"small_cnn", "a", "auto", "", "", 1},
+        {"", "", "auto", "data/cifar-100", "", 1},
+        {"", "", "cifar100", "data/cifar100/", "", 1},
+        {"", "", "auto", "/x/cifar-100-binary", "", 1},
+        {"", "", "cifar100", "", "", 0},
+        {"", "", "cifar100", "/tmp/none", "", 0},
+        {"", "", "auto", "data/fashion-mnist", "", 0},
+        {"small_cnn", "", "auto", "data/cifar-100", "", 0},
+        {"", "", "auto", "data/cifar-100", "run.json", 0},
+        {"", "", "synthetic", "data/cifar-100", "", 0},
+        {"", "", "auto", "", "", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        md_options o;
+        md_options_defaults(&o);
+        snprintf(o.model, sizeof o.model, "%s", cases[i].model);
+        snprintf(o.models, sizeof o.models, "%s", cases[i].models);
+        snprintf(o.dataset, sizeof o.dataset, "%s", cases[i].dataset);
+        snprintf(o.data_dir, sizeof o.data_dir, "%s", cases[i].data_dir);
+        snprintf(o.config, sizeof o.config, "%s", cases[i].config);
+        cr_expect_eq(md_diagnostics_wanted(&o), cases[i].want, "case %zu: model '%s' models '%s' dataset %s dir '%s'",
+                     i, cases[i].model, cases[i].models, cases[i].dataset, cases[i].data_dir);
+    }
+}
 
 Test(seeds, models_list_errors)
 {
@@ -176,6 +208,47 @@ Test(seeds, diagnostics_run_without_cifar_uses_synthetic, .timeout = 120)
         cr_expect_str_eq(cJSON_GetObjectItem(row, "status")->valuestring, "ok");
         cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(row, "peak_memory_bytes")));
     }
+    cJSON_Delete(r);
+    free(out);
+    free(err);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* A short real run: the trained model's figures reach the comparison, and
+ * the fusion weights (weighted_add) are in the report per epoch and move. */
+Test(seeds, diagnostics_run_reports_integration_weights, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char args[2048], report[1100];
+    snprintf(report, sizeof report, "%s/r.json", dir);
+    snprintf(args, sizeof args,
+             "--device cpu --quiet --dataset synthetic --models base_multi_channel --reduce-architecture --epochs 2 "
+             "--steps 3 --batch-size 8 --max-samples 24 --val-split 0.01 --lr 0.05 --bench-iters 2 --warmup-iters 1 "
+             "--checkpoint-dir %s/ckpt --report %s",
+             dir, report);
+    char *out, *err;
+    int rc = th_run(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d\nstderr: %s", rc, err);
+    cJSON *r = load_json(report);
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "models"), 0);
+    cr_assert(m != NULL);
+    cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "model"), "parameters")->valuedouble, 150822);
+    const cJSON *diags = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "training"), "diagnostics");
+    cr_assert_eq(cJSON_GetArraySize(diags), 2, "one diagnostics entry per epoch");
+    double w[2][2];
+    for (int e = 0; e < 2; e++) {
+        const cJSON *iw = cJSON_GetObjectItem(cJSON_GetArrayItem(diags, e), "integration_weights");
+        const cJSON *fw = cJSON_GetObjectItem(iw, "fusion.weight");
+        cr_assert_eq(cJSON_GetArraySize(fw), 2, "epoch %d: fusion.weight has colour and brightness weights", e + 1);
+        for (int k = 0; k < 2; k++) w[e][k] = cJSON_GetArrayItem(fw, k)->valuedouble;
+    }
+    cr_expect(w[0][0] != w[1][0] || w[0][1] != w[1][1], "the fusion weights did not move: %g %g", w[0][0], w[0][1]);
+    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "comparison"), "rows"), 0);
+    cr_expect_eq(cJSON_GetObjectItem(row, "parameters")->valuedouble, 150822);
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(row, "val_accuracy")));
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(row, "samples_per_s")));
+    cr_expect_gt(cJSON_GetObjectItem(row, "peak_memory_bytes")->valuedouble, 0);
     cJSON_Delete(r);
     free(out);
     free(err);

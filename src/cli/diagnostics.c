@@ -42,10 +42,11 @@ int md_diagnostics_wanted(const md_options *o)
 {
     if (o->models[0]) return 1;
     /* A model named on the command line or a config (which may hold an
-     * inline model) means the ordinary single-model job. */
+     * inline model) means the ordinary single-model job; so does any data
+     * other than the seeds' own folder. */
     if (o->model[0] || o->config[0] || o->list_devices) return 0;
-    if (strcmp(o->dataset, "cifar100") == 0) return 1;
-    return strcmp(o->dataset, "auto") == 0 && o->data_dir[0] && names_cifar100(o->data_dir);
+    if (strcmp(o->dataset, "auto") != 0 && strcmp(o->dataset, "cifar100") != 0) return 0;
+    return o->data_dir[0] && names_cifar100(o->data_dir);
 }
 
 static int is_file(const char *p)
@@ -84,14 +85,15 @@ static void choose_data(md_job *job, cJSON *diag)
         return;
     }
     if (strcmp(o->dataset, "auto") != 0 && strcmp(o->dataset, "cifar100") != 0) return;
+    /* Another folder is the data stage's to open (or to refuse). */
+    if (o->data_dir[0] && !names_cifar100(o->data_dir)) return;
     const char *dir = o->data_dir[0] ? o->data_dir : MD_DIAGNOSTICS_CIFAR_DIR;
-    if (o->data_dir[0] && is_dir(dir) && !names_cifar100(dir)) return;
-    if (has_cifar100(dir) || (o->data_dir[0] && is_dir(dir) && strcmp(o->dataset, "auto") != 0)) {
+    if (has_cifar100(dir)) {
         if (!o->data_dir[0]) snprintf(o->data_dir, sizeof o->data_dir, "%s", dir);
         cJSON_AddStringToObject(diag, "data", o->data_dir);
         return;
     }
-    if (o->data_dir[0] && is_dir(dir)) return; /* exists but holds something else: the data stage says what */
+    if (o->data_dir[0] && is_dir(dir)) return; /* it holds something else: the data stage says what */
     md_warn("CIFAR-100 not found in %s: download the binary version "
             "(https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz) and unpack it there "
             "(train.bin, test.bin, fine_label_names.txt; its cifar-100-binary/ folder works too); "

@@ -17,9 +17,9 @@
 /* Where the seeds keep CIFAR-100 (the binary version). */
 #define MD_DIAGNOSTICS_CIFAR_DIR "data/cifar-100"
 
-/* Is this a diagnostics run? Yes when --models is given, or when no --model
- * is given and the data is CIFAR-100 (--dataset cifar100, or a --data-dir
- * named cifar-100 / cifar100), as in the seeds' `--data-dir data/cifar-100`. */
+/* Is this a diagnostics run? Yes when --models is given, or when neither
+ * --model nor --config is given and --data-dir names the seeds' folder
+ * (cifar-100 or cifar100), as in the seeds' `--data-dir data/cifar-100`. */
 int md_diagnostics_wanted(const md_options *o);
 
 /* Runs every model of --models (or the default pair) through the stages and

@@ -289,7 +289,7 @@ md_status md_trainer_dump_grads(md_trainer *t, const char *path)
     MD_TRY(md_loader_next(t->train_l, &b));
     if (!b) return md_errf(MD_ERR_DATA, "--dump-grads: the training split gave no batch");
     md_status st = upload_batch(t, b, 0, b->n);
-    if (st == MD_OK) st = md_model_dump_grads(t->model, b->labels, b->n, path);
+    if (st == MD_OK) st = md_model_dump_grads(t->model, b->labels, b->n, (float)t->o->label_smoothing, path);
     int n = b->n;
     md_loader_release(t->train_l, b);
     MD_TRY(st);
