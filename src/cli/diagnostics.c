@@ -190,6 +190,37 @@ static void print_settings(const cJSON *settings)
     }
 }
 
+/* The integration weights (weighted_add layers) as the trainer recorded them
+ * per epoch: first and last epoch, so the text shows how they moved. The
+ * last epoch's are returned (borrowed), or NULL. */
+static const cJSON *integration_weights(const cJSON *sub, int print)
+{
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sub, "training"), "diagnostics");
+    int n = cJSON_GetArraySize(arr);
+    if (n == 0) return NULL;
+    const cJSON *first = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(arr, 0), "integration_weights");
+    const cJSON *last = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(arr, n - 1), "integration_weights");
+    if (!cJSON_IsObject(last)) return NULL;
+    if (!print) return last;
+    md_out("  integration weights (epoch 1%s)\n", n > 1 ? " -> last epoch" : "");
+    const cJSON *w;
+    cJSON_ArrayForEach(w, last)
+    {
+        const cJSON *w0 = cJSON_GetObjectItemCaseSensitive(first, w->string);
+        char line[512];
+        size_t len = (size_t)snprintf(line, sizeof line, "    %-24s", w->string);
+        for (int k = 0; k < cJSON_GetArraySize(w) && len < sizeof line - 40; k++) {
+            const cJSON *a = cJSON_GetArrayItem(w0, k), *b = cJSON_GetArrayItem(w, k);
+            if (n > 1 && cJSON_IsNumber(a))
+                len += (size_t)snprintf(line + len, sizeof line - len, " %7.4f -> %7.4f", a->valuedouble, b->valuedouble);
+            else
+                len += (size_t)snprintf(line + len, sizeof line - len, " %7.4f", b->valuedouble);
+        }
+        md_out("%s\n", line);
+    }
+    return last;
+}
+
 /* A failure that belongs to this model (the next one may well run). */
 static int model_local(md_status st)
 {
@@ -232,6 +263,7 @@ static md_status run_one(md_job *job, const md_options *base, const char *name, 
     if (st == MD_OK) {
         print_settings(job->settings);
         st = md_stage_train(job);
+        integration_weights(sub, 1);
     }
     if (st == MD_OK) st = md_stage_bench(job);
 
@@ -306,6 +338,9 @@ static void comparison(md_job *job, const cJSON *models)
         NUM_OR_NULL("samples_per_s", sps);
         NUM_OR_NULL("peak_memory_bytes", peak);
 #undef NUM_OR_NULL
+        const cJSON *iw = integration_weights(s, 0);
+        if (iw) cJSON_AddItemToObject(r, "integration_weights", cJSON_Duplicate(iw, 1));
+        else cJSON_AddNullToObject(r, "integration_weights");
         cJSON_AddStringToObject(r, "status", result);
         cJSON_AddItemToArray(rows, r);
 
