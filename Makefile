@@ -191,6 +191,16 @@ asan: deps
 clean:
 	rm -rf build
 
+# Training-step timer for scripts/bench/cpu_step_vs_torch.sh (not part of mpsdiag).
+$(BUILD)/obj/scripts/%.o: scripts/%.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(say) CC $<
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/bench_step: $(BUILD)/obj/scripts/bench/bench_step.o $(LIB_OBJS)
+	$(say) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- fuzzing (issue 4) ---------------------------------------------------------

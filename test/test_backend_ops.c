@@ -211,6 +211,7 @@ static const struct conv_case conv_cases[] = {
     {2, 8, 7, 7, 4, 1, 1, 2, 2, 0, 0, 1, 1, 2, 0},    /* 1x1 stride 2, groups */
     {1, 2, 13, 11, 3, 5, 4, 3, 2, 3, 1, 1, 2, 1, 0},  /* 5x4 kernel, stride 3 */
     {5, 16, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},   /* several images per GEMM chunk */
+    {9, 16, 32, 32, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0}, /* im2col larger than one CPU chunk (4 MiB) */
 };
 
 static void op_conv(struct harness *h, int op)

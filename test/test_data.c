@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/options.h"
+#include "core/json.h"
 #include "core/mem.h"
 #include "data/data.h"
 #include "data/data_impl.h"
@@ -100,7 +101,9 @@ Test(data, idx_plain_and_gzip)
 Test(data, split_sizes_seeded_and_max_samples)
 {
     char *dir = th_tmpdir();
-    tf_write_cifar(strcat(strcpy(malloc(1100), dir), "/train.bin"), 200, 1, 0);
+    char p[1200];
+    snprintf(p, sizeof p, "%s/train.bin", dir);
+    tf_write_cifar(p, 200, 1, 0);
     md_options o = opts_for("cifar100", dir);
     struct md_data *a = NULL, *b = NULL, *c = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &a), MD_OK, "%s", md_errmsg());
@@ -540,7 +543,17 @@ Test(data, skip_bad_samples_counts_them)
     /* passes the SOI check, fails inside TurboJPEG; the images after it
      * (same decoder) must still be read */
     snprintf(p, sizeof p, "%s/classa/bad.jpg", dir);
-    tf_put(p, "\xff\xd8\xff\xdb\x00\x02garbage", 15, 0);
+    tf_write_jpeg(p, 8, 8, 9, 9, 9);
+    {   /* a bogus length in the quantisation-table marker */
+        FILE *f = fopen(p, "r+b");
+        uint8_t b[64];
+        size_t n = fread(b, 1, sizeof b, f);
+        for (size_t i = 2; i + 3 < n; i++)
+            if (b[i] == 0xFF && b[i + 1] == 0xDB) { b[i + 2] = 0; b[i + 3] = 1; break; }
+        fseek(f, 0, SEEK_SET);
+        fwrite(b, 1, n, f);
+        fclose(f);
+    }
     snprintf(p, sizeof p, "%s/classb/huge.jpg", dir);
     write_huge_jpeg(p);
     md_options o = opts_for("jpeg", dir);
@@ -610,6 +623,58 @@ Test(data, peek_matches_open)
     cr_assert(pk.num_classes == 4 && pk.c == 3 && pk.h == 0);
     o = opts_for("auto", "/nonexistent/dir");
     cr_assert_eq(md_data_peek(&o, &pk), MD_ERR_DATA);
+    th_rmtree(dir);
+    free(dir);
+}
+
+Test(data, config_data_section)
+{
+    char *dir = th_tmpdir();
+    char *cfg = th_write(dir, "run.json",
+                         "{\"device\": \"cpu\", \"data\": {\"dataset\": \"synthetic\", \"val_split\": 0.2,"
+                         " \"augment\": {\"crop_padding\": 2, \"flip\": false},"
+                         " \"normalize\": {\"mean\": [0.5, 0.5, 0.5], \"std\": [0.25, 0.25, 0.25]}}}");
+    char args[2400], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "--config %s --report %s/r.json --quiet", cfg, dir);
+    int rc = th_run(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    char rp[1200];
+    snprintf(rp, sizeof rp, "%s/r.json", dir);
+    cJSON *r = NULL;
+    cr_assert_eq(md_json_load_file(rp, &r), MD_OK, "%s", md_errmsg());
+    const cJSON *d = cJSON_GetObjectItem(r, "data");
+    cr_assert_not_null(d);
+    cr_assert_str_eq(cJSON_GetObjectItem(d, "dataset")->valuestring, "synthetic");
+    cr_assert_str_eq(cJSON_GetObjectItem(d, "normalisation")->valuestring, "config");
+    const cJSON *aug = cJSON_GetObjectItem(d, "augmentation");
+    cr_assert_eq(cJSON_GetObjectItem(aug, "crop_padding")->valueint, 2);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(aug, "flip")));
+    const cJSON *val = cJSON_GetObjectItem(cJSON_GetObjectItem(d, "splits"), "val");
+    cr_assert_eq(cJSON_GetObjectItem(val, "count")->valueint, 1000, "0.2 of 5,000");
+    const cJSON *in0 = cJSON_GetArrayItem(cJSON_GetObjectItem(d, "inputs"), 0);
+    cr_assert_float_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(in0, "std"), 1)->valuedouble, 0.25, 1e-9);
+    cJSON_Delete(r);
+    free(out);
+    free(err);
+    free(cfg);
+
+    /* errors name the key */
+    const char *bad[][2] = {
+        {"{\"data\": {\"bogus\": 1}}", "data: unknown key 'bogus'"},
+        {"{\"data\": {\"augment\": {\"flip\": 3}}}", "data.augment.flip"},
+        {"{\"data\": {\"normalize\": {\"mean\": [0.5], \"std\": [0]}}}", "data.normalize.std[0]"},
+        {"{\"data\": {\"dataset\": \"imagenet\"}}", "data.dataset"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cfg = th_write(dir, "bad.json", bad[i][0]);
+        snprintf(args, sizeof args, "--device cpu --config %s", cfg);
+        rc = th_run(args, &out, &err);
+        cr_assert_eq(rc, 3, "%s: exit %d: %s", bad[i][0], rc, err);
+        cr_assert(strstr(err, bad[i][1]) && strstr(err, "bad.json"), "%s: %s", bad[i][0], err);
+        free(out);
+        free(err);
+        free(cfg);
+    }
     th_rmtree(dir);
     free(dir);
 }

@@ -493,3 +493,10 @@ long long md_dev_fallback_count(const md_device *dev, int kernel_index)
     MD_ASSERT(kernel_index >= 0 && kernel_index < MD_KERNEL_COUNT);
     return dev->fallback_calls[kernel_index];
 }
+
+void md_dev_raise_peak(md_device *dev, long long peak)
+{
+    long long pk = __atomic_load_n(&dev->mem.peak, __ATOMIC_RELAXED);
+    while (peak > pk && !__atomic_compare_exchange_n(&dev->mem.peak, &pk, peak, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}

@@ -111,6 +111,9 @@ md_status md_dev_memset0(md_device *dev, void *dst, size_t bytes);
 md_status md_dev_sync(md_device *dev);
 void md_dev_mem_stats(md_device *dev, struct md_mem_stats *out);
 void md_dev_reset_peak(md_device *dev);
+/* Raises the recorded peak to at least `peak` bytes: a measurement that reset
+ * the peak to time its own restores the run's overall figure afterwards. */
+void md_dev_raise_peak(md_device *dev, long long peak);
 /* Host buffers for uploads: page-locked where the device benefits, plain
  * md_malloc otherwise. *pinned tells which. */
 md_status md_dev_host_alloc(md_device *dev, size_t bytes, void **ptr, int *pinned);

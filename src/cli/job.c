@@ -171,6 +171,7 @@ md_status md_job_run(md_options *opts)
 
     job.settings = cJSON_AddArrayToObject(job.report, "settings");
     device_settings(&job);
+    md_stage_ci_defaults(&job);
     if ((st = md_stage_policy(&job)) != MD_OK) goto finish;
 
     if (md_diagnostics_wanted(opts)) {
@@ -188,10 +189,9 @@ md_status md_job_run(md_options *opts)
 
 finish:;
     md_status wst = write_report(&job, st);
-    if (st == MD_OK) {
-        md_status ost = md_stage_outputs(&job);
-        st = ost != MD_OK ? ost : wst;
-    }
+    /* HTML and JUnit also when the run failed: a CI job needs them most then */
+    md_status ost = md_stage_outputs(&job);
+    if (st == MD_OK) st = ost != MD_OK ? ost : wst;
     md_stage_train_cleanup(&job);
     md_stage_data_cleanup(&job);
     md_stage_model_cleanup(&job);

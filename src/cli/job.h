@@ -56,7 +56,11 @@ md_status md_stage_train(md_job *job);   /* src/train/stage_train.c */
 void md_stage_train_cleanup(md_job *job);
 md_status md_stage_bench(md_job *job);   /* src/diag/stage_bench.c  */
 md_status md_stage_recommend(md_job *job); /* src/diag/stage_bench.c */
+/* Writes --html and --junit; runs also after a failed stage (the report's
+ * status says how the run ended). */
 md_status md_stage_outputs(md_job *job);   /* src/diag/stage_bench.c: --html, --junit */
+/* --ci: the small model, synthetic data, a few steps, unless given. */
+void md_stage_ci_defaults(md_job *job);    /* src/diag/stage_bench.c */
 
 /* Per-area "not built yet" sentences (NULL once built); see options.h. */
 const char *md_nn_pending(void);

@@ -67,7 +67,20 @@ struct md_data_request {
                                     than the dataset has is MD_ERR_CONFIG */
     long long mem_available;     /* bytes for the --cache-images check; 0 = ask the OS
                                     (md_mem_available_bytes); tests set it */
+    /* Overrides, from the run config's "data" section (md_data_config);
+     * zeros keep the dataset's defaults. */
+    int crop_padding;            /* > 0: zero-padding of the random crop; < 0: no crop */
+    int flip;                    /* 1: horizontal flip; -1: none; 0: default (not for digits) */
+    int norm_channels;           /* > 0: mean/std below (1 or 3 values) replace input 0's */
+    float mean[3], std[3];
 };
+
+/* Reads the run config's "data" section (when --config names one) into `o`
+ * and `req`: "dataset", "dir", "val_split", "image_size", "max_samples",
+ * "coarse_labels" (each only where no flag gave it), "augment" {"crop_padding",
+ * "flip"} and "normalize" {"mean": [...], "std": [...]}. Unknown keys and bad
+ * values are MD_ERR_CONFIG naming "data.<key>". */
+md_status md_data_config(md_options *o, struct md_data_request *req);
 
 struct md_data; /* opaque; job.h forward-declares it */
 
@@ -119,6 +132,7 @@ size_t md_data_input_elems(const struct md_data *d, int i);
 const float *md_data_mean(const struct md_data *d, int i);
 const float *md_data_std(const struct md_data *d, int i);
 int md_data_norm_known(const struct md_data *d);
+int md_data_norm_given(const struct md_data *d); /* from the config's data.normalize */
 
 /* Augmentation applied to the train split when a loader asks for it:
  * random crop after zero-padding by `pad` pixels, horizontal flip (off for
@@ -186,7 +200,8 @@ void md_loader_free(struct md_loader *l); /* NULL ok; stops the workers */
 /* Batches per epoch for this loader (with drop_last applied). */
 long long md_loader_num_batches(const struct md_loader *l);
 /* Starts epoch `epoch` (order and augmentation from seed + epoch); an epoch
- * in progress is abandoned. Workers start here. */
+ * in progress is abandoned, and batches still held from it must not be read
+ * any more (releasing them is harmless). Workers start here. */
 md_status md_loader_start_epoch(struct md_loader *l, int epoch);
 /* Next batch of the epoch in order, or *b = NULL at its end. Blocks while the
  * workers are behind (that time counts as wait_s). A worker's error (a bad

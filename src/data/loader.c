@@ -332,8 +332,11 @@ void md_loader_release(struct md_loader *l, struct md_batch *b)
     struct slot *s = &l->slots[b->batch % l->nslots];
     MD_ASSERT(&s->b == b);
     pthread_mutex_lock(&l->mu);
-    s->state = S_FREE;
-    pthread_cond_broadcast(&l->cv_free);
+    /* A batch of an abandoned epoch may come back after its slot was reused. */
+    if (s->state == S_HELD) {
+        s->state = S_FREE;
+        pthread_cond_broadcast(&l->cv_free);
+    }
     pthread_mutex_unlock(&l->mu);
 }
 

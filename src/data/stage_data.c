@@ -111,11 +111,11 @@ static md_status probe(md_job *job, struct md_loader_stats *ls, int *batch)
     struct md_loader *l = NULL;
     struct md_loader_opts lo = {
         .split = MD_SPLIT_TRAIN,
-        .batch_size = o->batch_size > 0 ? o->batch_size : 64,
+        .batch_size = o->batch_size > 0 && o->batch_size < 64 ? o->batch_size : 64,
         .shuffle = 1,
         .augment = o->augment,
         .num_workers = o->num_workers,
-        .prefetch = o->prefetch,
+        .prefetch = o->prefetch < 2 ? o->prefetch : 2, /* a probe: little memory */
         .seed = o->seed,
         .pin_dev = o->pin_memory ? job->dev : NULL,
     };
@@ -140,6 +140,7 @@ md_status md_stage_data(md_job *job)
     loader_defaults(job);
     struct md_data_request req;
     make_request(job, &req);
+    MD_TRY(md_data_config(o, &req));
     md_status st = md_data_open(o, &req, &job->data);
     if (st != MD_OK) return st;
     struct md_data *d = job->data;
@@ -169,10 +170,13 @@ md_status md_stage_data(md_job *job)
     }
     const float *mean = md_data_mean(d, 0), *sd = md_data_std(d, 0);
     md_out("  %-14s mean %.4f std %.4f%s (%s)\n", "normalise", (double)mean[0], (double)sd[0],
-           md_data_input(d, 0)->c > 1 ? " (channel 0)" : "", md_data_norm_known(d) ? "published" : "computed");
-    if (o->augment)
-        md_out("  %-14s random crop (pad %d)%s; train only\n", "augmentation", md_data_aug_pad(d),
-               md_data_aug_flip(d) ? " + horizontal flip" : " (no flip for digits)");
+           md_data_input(d, 0)->c > 1 ? " (channel 0)" : "", md_data_norm_given(d) ? "config" : md_data_norm_known(d) ? "published" : "computed");
+    if (o->augment && (md_data_aug_pad(d) || md_data_aug_flip(d)))
+        md_out("  %-14s %s%s%s; train only\n", "augmentation",
+               md_data_aug_pad(d) ? "random crop" : "no crop", md_data_aug_pad(d) ? "" : "",
+               md_data_aug_flip(d) ? " + horizontal flip" : ", no flip");
+    else if (o->augment)
+        md_out("  %-14s none (the config's data.augment)\n", "augmentation");
     else md_out("  %-14s off (--no-augment)\n", "augmentation");
     md_out("  %-14s %d workers, prefetch %d, %s memory\n", "loader", o->num_workers, o->prefetch,
            o->pin_memory ? "pinned" : "ordinary");
@@ -219,7 +223,8 @@ md_status md_stage_data(md_job *job)
         cJSON_AddItemToArray(ins, io);
     }
     cJSON_AddStringToObject(r, "layout", md_layout_name(md_data_layout(d)));
-    cJSON_AddStringToObject(r, "normalisation", md_data_norm_known(d) ? "published" : "computed");
+    cJSON_AddStringToObject(r, "normalisation",
+                            md_data_norm_given(d) ? "config" : md_data_norm_known(d) ? "published" : "computed");
     cJSON *aug = cJSON_AddObjectToObject(r, "augmentation");
     cJSON_AddBoolToObject(aug, "enabled", o->augment);
     cJSON_AddNumberToObject(aug, "crop_padding", md_data_aug_pad(d));

@@ -64,6 +64,10 @@ struct md_trainer {
     long long ep_correct, ep_seen;
     double ep_time_before;     /* seconds spent in this epoch before a resume */
     int snapshot;              /* d_scratch holds the params before this epoch's last step */
+    /* host seconds per phase in the current epoch (--verbose): the device is
+     * synchronised once per step, so on a GPU forward/backward time shows up
+     * in "sync" */
+    double ph_load, ph_upload, ph_fwd, ph_bwd, ph_sync, ph_opt;
 
     double best_acc;
     int best_epoch;
@@ -199,7 +203,28 @@ md_status md_trainer_create(md_job *job, md_trainer **out)
     t->val_batch = t->batch * (o->val_batch_multiplier > 0 ? o->val_batch_multiplier : 1);
     t->max_batch = md_model_max_batch(t->model);
     t->ninputs = md_data_num_inputs(t->data);
-    for (int i = 0; i < t->ninputs; i++) t->in_elems[i] = md_data_input_elems(t->data, i);
+    if (t->ninputs != md_model_num_inputs(t->model)) {
+        st = md_errf(MD_ERR_CONFIG, "model %s takes %d inputs but dataset %s delivers %d", md_model_name(t->model),
+                     md_model_num_inputs(t->model), md_data_name(t->data), t->ninputs);
+        goto fail;
+    }
+    for (int i = 0; i < t->ninputs; i++) {
+        int c, h, w;
+        md_model_input_shape(t->model, i, &c, &h, &w);
+        const struct md_data_input *di = md_data_input(t->data, i);
+        t->in_elems[i] = md_data_input_elems(t->data, i);
+        if (t->in_elems[i] != (size_t)c * h * w) {
+            st = md_errf(MD_ERR_CONFIG, "model %s input '%s' is %d x %d x %d but dataset %s delivers %d x %d x %d",
+                         md_model_name(t->model), md_model_input_name(t->model, i), c, h, w, md_data_name(t->data),
+                         di->c, di->h, di->w);
+            goto fail;
+        }
+    }
+    if (md_data_layout(t->data) != md_model_get_opts(t->model)->layout) {
+        st = md_errf(MD_ERR_INTERNAL, "dataset layout %s differs from the model's %s",
+                     md_layout_name(md_data_layout(t->data)), md_layout_name(md_model_get_opts(t->model)->layout));
+        goto fail;
+    }
     if (t->batch > t->max_batch) {
         st = md_errf(MD_ERR_INTERNAL, "training batch %d exceeds the model's bound batch %d", t->batch, t->max_batch);
         goto fail;
@@ -391,6 +416,8 @@ static md_status save_checkpoint(md_trainer *t, const char *path, int epoch, lon
     cJSON_AddStringToObject(m, "config", cfg ? cfg : "{}");
     cJSON_free(cfg);
     cJSON_AddStringToObject(m, "model", t->o->model);
+    /* NHWC models keep conv weights as (K, R, S, C) on the device and here */
+    cJSON_AddStringToObject(m, "layout", md_layout_name(md_model_get_opts(t->model)->layout));
     cJSON_AddStringToObject(m, "optimizer", t->ocfg.kind == MD_OPT_ADAMW ? "adamw" : "sgd");
     meta_ll(m, "epoch", epoch);
     meta_ll(m, "batch_in_epoch", batch_done);
@@ -463,6 +490,12 @@ static md_status resume(md_trainer *t)
     if (!opt || strcmp(opt, want) != 0) {
         st = md_errf(MD_ERR_DATA, "--resume %s: checkpoint was trained with optimizer '%s', this run uses '%s'", path,
                      opt ? opt : "?", want);
+        goto done;
+    }
+    const char *lay = md_st_meta(f, "layout"), *want_lay = md_layout_name(md_model_get_opts(t->model)->layout);
+    if (!lay || strcmp(lay, want_lay) != 0) {
+        st = md_errf(MD_ERR_DATA, "--resume %s: checkpoint layout is %s, this run uses %s (--channels-last must match)",
+                     path, lay ? lay : "missing", want_lay);
         goto done;
     }
     md_st_close(f);
@@ -604,10 +637,13 @@ static md_status collect_diagnostics(md_trainer *t, int have_update)
 /* Forward, loss, backward and (unless skipped) the optimizer step on one batch. */
 static md_status train_step(md_trainer *t, const struct md_batch *b, int snapshot)
 {
+    double c0 = md_now();
     MD_TRY(upload_batch(t, b, 0, b->n));
     MD_TRY(md_dev_memset0(t->dev, t->d_sc, sizeof(struct step_scalars)));
+    double c1 = md_now();
     md_model_set_step(t->model, (uint64_t)t->global_step);
     MD_TRY(md_model_forward(t->model, b->n, 1));
+    double c2 = md_now();
     /* mean loss, times the loss scale (fp16) */
     float used_scale = t->scaler.scale;
     MD_TRY(md_model_loss(t->model, t->d_labels, (float)t->o->label_smoothing, used_scale / (float)b->n,
@@ -617,9 +653,11 @@ static md_status train_step(md_trainer *t, const struct md_batch *b, int snapsho
     size_t n = md_model_nparams(t->model);
     struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = n, .dtype = MD_F32, .a = grads, .out = &t->d_sc->grad_sumsq};
     MD_TRY(md_k_reduce(t->dev, &r));
+    double c3 = md_now();
     struct step_scalars sc;
     MD_TRY(md_dev_download(t->dev, &sc, t->d_sc, sizeof sc));
     MD_TRY(md_dev_sync(t->dev));
+    double c4 = md_now();
     if (!isfinite(sc.loss_sum)) return numeric_failure(t, "the loss is not finite");
     int action = md_scaler_update(&t->scaler, isfinite(sc.grad_sumsq));
     if (action < 0) return numeric_failure(t, "the gradients are not finite");
@@ -637,6 +675,12 @@ static md_status train_step(md_trainer *t, const struct md_batch *b, int snapsho
         MD_TRY(md_optim_step(t->opt, params, grads, (float)lr, (float)gscale, NULL, md_model_params_half(t->model),
                              md_model_get_opts(t->model)->compute_dtype));
     }
+    double c5 = md_now();
+    t->ph_upload += c1 - c0;
+    t->ph_fwd += c2 - c1;
+    t->ph_bwd += c3 - c2;
+    t->ph_sync += c4 - c3;
+    t->ph_opt += c5 - c4;
     t->global_step++;
     t->ep_loss += (double)sc.loss_sum;
     t->ep_correct += sc.correct;
@@ -766,9 +810,12 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
     long long samples_now = 0, last = t->steps_per_epoch;
     char label[32];
     snprintf(label, sizeof label, "  epoch %d", t->epoch + 1);
+    t->ph_load = t->ph_upload = t->ph_fwd = t->ph_bwd = t->ph_sync = t->ph_opt = 0;
     for (long long i = 0; i < last; i++) {
         struct md_batch *b;
+        double l0 = md_now();
         MD_TRY(md_loader_next(t->train_l, &b));
+        t->ph_load += md_now() - l0;
         if (!b) break;
         if (i < start_batch) { /* resumed mid-epoch: the same order, these are done */
             md_loader_release(t->train_l, b);
@@ -797,6 +844,9 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
     }
     md_progress_done();
     double el = md_now() - t0;
+    md_verbose("  epoch %d phases: data wait %.2fs, upload %.2fs, forward %.2fs, loss+backward %.2fs, sync %.2fs, "
+               "optimizer %.2fs of %.2fs\n",
+               t->epoch + 1, t->ph_load, t->ph_upload, t->ph_fwd, t->ph_bwd, t->ph_sync, t->ph_opt, el);
     t->run_time += el;
     *ep_time_out = ep_before + el;
     *sps_out = samples_now / (el > 0 ? el : 1e-9);
@@ -842,6 +892,9 @@ md_status md_trainer_run(md_trainer *t)
     print_header();
 
     int start_epoch = t->epoch;
+    if (start_epoch >= o->epochs)
+        md_out("  nothing to train: the checkpoint is at epoch %d of %d (raise --epochs to continue)\n", start_epoch,
+               o->epochs);
     for (; t->epoch < o->epochs; t->epoch++) {
         double sps = 0, ep_time = 0;
         if ((st = run_epoch(t, &sps, &ep_time)) != MD_OK) goto done;
@@ -856,8 +909,8 @@ md_status md_trainer_run(md_trainer *t)
         ep_time += vtime;
         double lr = md_schedule_lr(&t->sched, t->global_step > 0 ? t->global_step - 1 : 0);
         if ((st = collect_diagnostics(t, t->snapshot)) != MD_OK) goto done;
-        int done_epochs = t->epoch + 1 - start_epoch;
-        double eta = (o->epochs - t->epoch - 1) * (t->run_time / (done_epochs > 0 ? done_epochs : 1));
+        /* run_time covers every epoch so far, also those before a resume */
+        double eta = (o->epochs - t->epoch - 1) * (t->run_time / (t->epoch + 1));
         char et[16], es[16], vls[16], vas[16];
         fmt_duration(ep_time, et, sizeof et);
         fmt_duration(eta, es, sizeof es);

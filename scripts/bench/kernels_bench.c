@@ -1,0 +1,109 @@
+/* kernels_bench.c - times the CPU backend's convolution kernels on the conv
+ * layers of small_cnn (batch 128) and resnet18_cifar (batch 64); the same
+ * table is in kernels_bench_torch.py. Built and run by kernels_bench.sh.
+ * Prints one line per layer: fwd, bwd_data, bwd_filter milliseconds (minimum). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/kernels_call.h"
+#include "core/rng.h"
+#include "core/timer.h"
+
+struct layer { const char *name; int n, c, h, w, k, r, stride, pad, count; };
+
+static const struct layer layers[] = {
+    {"small_cnn.conv1", 128, 1, 28, 28, 32, 3, 1, 1, 1},
+    {"small_cnn.conv2", 128, 32, 14, 14, 64, 3, 1, 1, 1},
+    {"resnet18.stem", 64, 3, 32, 32, 64, 3, 1, 1, 1},
+    {"resnet18.l1", 64, 64, 32, 32, 64, 3, 1, 1, 4},
+    {"resnet18.l2.down", 64, 64, 32, 32, 128, 3, 2, 1, 1},
+    {"resnet18.l2.1x1", 64, 64, 32, 32, 128, 1, 2, 0, 1},
+    {"resnet18.l2", 64, 128, 16, 16, 128, 3, 1, 1, 3},
+    {"resnet18.l3.down", 64, 128, 16, 16, 256, 3, 2, 1, 1},
+    {"resnet18.l3.1x1", 64, 128, 16, 16, 256, 1, 2, 0, 1},
+    {"resnet18.l3", 64, 256, 8, 8, 256, 3, 1, 1, 3},
+    {"resnet18.l4.down", 64, 256, 8, 8, 512, 3, 2, 1, 1},
+    {"resnet18.l4.1x1", 64, 256, 8, 8, 512, 1, 2, 0, 1},
+    {"resnet18.l4", 64, 512, 4, 4, 512, 3, 1, 1, 3},
+};
+
+static int cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* BENCH_CLOCK=cpu: process CPU time, which a busy shared machine disturbs
+ * less than wall time (meaningful with 1 thread). */
+static double now_s(void)
+{
+    static int cpu = -1;
+    if (cpu < 0) cpu = getenv("BENCH_CLOCK") && strcmp(getenv("BENCH_CLOCK"), "cpu") == 0;
+    if (!cpu) return md_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double time_ms(md_device *dev, md_status (*fn)(md_device *, const struct md_conv2d_args *),
+                      const struct md_conv2d_args *a, int iters)
+{
+    double t[32];
+    fn(dev, a); /* warm-up: scratch grows, pages fault in */
+    for (int i = 0; i < iters; i++) {
+        double t0 = now_s();
+        fn(dev, a);
+        t[i] = (now_s() - t0) * 1e3;
+    }
+    qsort(t, (size_t)iters, sizeof t[0], cmpd);
+    return t[0]; /* the minimum: least disturbed by other load */
+}
+
+int main(int argc, char **argv)
+{
+    int threads = argc > 1 ? atoi(argv[1]) : 0, iters = argc > 2 ? atoi(argv[2]) : 5;
+    md_layout layout = argc > 3 && strcmp(argv[3], "nhwc") == 0 ? MD_NHWC : MD_NCHW;
+    if (iters > 32) iters = 32;
+    md_device *dev = NULL;
+    struct md_device_opts o = {.threads = threads};
+    if (md_device_open(md_backend_find("cpu"), 0, &o, &dev) != MD_OK) {
+        fprintf(stderr, "%s\n", md_errmsg());
+        return 1;
+    }
+    printf("mpsdiag cpu kernels, %d threads, %s, best of %d (ms)\n", md_device_get_info(dev)->compute_units,
+           md_layout_name(layout), iters);
+    printf("%-18s %8s %8s %8s %8s %8s\n", "layer", "fwd", "bwd", "(data", "filter)", "x count");
+    double tot[3] = {0, 0, 0};
+    for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
+        const struct layer *l = &layers[i];
+        struct md_conv2d_args a = {.n = l->n, .c = l->c, .h = l->h, .w = l->w, .k = l->k, .r = l->r, .s = l->r,
+                                   .stride_h = l->stride, .stride_w = l->stride, .pad_h = l->pad, .pad_w = l->pad,
+                                   .dil_h = 1, .dil_w = 1, .groups = 1, .layout = layout, .dtype = MD_F32};
+        a.p = md_conv_out(a.h, a.r, a.stride_h, a.pad_h, 1);
+        a.q = md_conv_out(a.w, a.s, a.stride_w, a.pad_w, 1);
+        size_t nx = (size_t)a.n * a.c * a.h * a.w, nw = (size_t)a.k * a.c * a.r * a.s, ny = (size_t)a.n * a.k * a.p * a.q;
+        float *x = malloc(nx * 4), *w = malloc(nw * 4), *y = malloc(ny * 4), *dx = malloc(nx * 4), *dw = malloc(nw * 4);
+        for (size_t j = 0; j < nx; j++) x[j] = md_rng_uniform(1, j) - 0.5f;
+        for (size_t j = 0; j < nw; j++) w[j] = md_rng_uniform(2, j) - 0.5f;
+        for (size_t j = 0; j < ny; j++) y[j] = md_rng_uniform(3, j) - 0.5f;
+        a.x = x, a.wt = w, a.y = y, a.dy = y, a.dx = dx, a.dwt = dw;
+        double f = time_ms(dev, md_k_conv2d_fwd, &a, iters), d = time_ms(dev, md_k_conv2d_bwd_data, &a, iters),
+               g = time_ms(dev, md_k_conv2d_bwd_filter, &a, iters);
+        int first = strncmp(l->name, "small_cnn.conv1", 15) == 0 || strncmp(l->name, "resnet18.stem", 13) == 0;
+        printf("%-18s %8.2f %8.2f %8.2f %8.2f %8d\n", l->name, f, (first ? 0.0 : d) + g, d, g, l->count);
+        tot[0] += f * l->count;
+        tot[1] += first ? 0.0 : d * l->count; /* the first layer needs no data gradient */
+        tot[2] += g * l->count;
+        if (i == 1 || i + 1 == sizeof layers / sizeof layers[0]) {
+            printf("%-18s %8.2f %8.2f   total fwd+bwd %.1f ms\n", i == 1 ? "= small_cnn" : "= resnet18", tot[0],
+                   tot[1] + tot[2], tot[0] + tot[1] + tot[2]);
+            tot[0] = tot[1] = tot[2] = 0;
+        }
+        free(x), free(w), free(y), free(dx), free(dw);
+    }
+    md_device_close(dev);
+    return 0;
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# check_html.sh - render mpsdiag's HTML reports in headless Chromium and save
+# screenshots to look at (not part of `make test`: it needs a browser).
+#
+#   scripts/check_html.sh [OUTDIR]      (default: build/html-check)
+#
+# Renders two pages: the canned report of the test suite (every chart) and a
+# real --benchmark-only run of the built binary on the CPU. Needs Debian's
+# chromium (apt-get install -y chromium). Everything runs offline: the pages
+# are self-contained and Chromium's background networking is switched off.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-build/html-check}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+if [ -z "$browser" ]; then
+    echo "check_html: no chromium found; install it with: apt-get install -y chromium" >&2
+    exit 1
+fi
+
+make --no-print-directory all build/mpsdiag-tests >/dev/null
+
+# 1. the canned report (test/data/report_canned.json) through the test suite
+MPSDIAG_HTML_KEEP="$out" MPSDIAG_BIN="$PWD/build/mpsdiag" build/mpsdiag-tests --filter 'html/canned_report_structure' >/dev/null 2>&1
+
+# 2. a real run: benchmark a small model on the CPU with a short sweep
+if ! build/mpsdiag --device cpu --benchmark-only --bench-iters 20 --warmup-iters 2 --batch-sweep 8,16,32 \
+        --report "$out/run.json" --html "$out/run.html" --quiet; then
+    echo "check_html: the benchmark run failed; only the canned page is checked" >&2
+fi
+
+shoot() {
+    local page=$1 png=$2 profile
+    profile=$(mktemp -d)
+    "$browser" --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update \
+        --disable-sync --no-first-run --user-data-dir="$profile" --screenshot="$png" --window-size=1200,2400 \
+        "file://$page" >/dev/null 2>&1 || true
+    rm -rf "$profile"
+    if [ -s "$png" ]; then echo "check_html: $png"; else echo "check_html: no screenshot for $page" >&2; return 1; fi
+}
+
+status=0
+for page in "$out"/canned.html "$out"/run.html; do
+    [ -f "$page" ] || continue
+    # self-contained: no reference to any network address
+    if grep -Eq 'https?://|src=|<script|<link' "$page"; then
+        echo "check_html: $page references something outside the file" >&2
+        status=1
+    fi
+    shoot "$page" "${page%.html}.png" || status=1
+done
+exit $status

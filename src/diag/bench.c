@@ -1,0 +1,440 @@
+/* bench.c - timing one model at one batch size on one device. */
+#include "diag/bench.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/kernels_call.h"
+#include "core/log.h"
+#include "core/mem.h"
+#include "data/data.h"
+
+/* Distinct batches kept on the device and cycled through, so the loss is
+ * that of training rather than of memorising one batch. */
+#define RING 4
+
+void md_bench_result_clear(struct md_bench_result *r)
+{
+    md_free(r->inf_samples_ms);
+    memset(r, 0, sizeof *r);
+}
+
+md_status md_bench_open_data(const md_options *o, const md_model *m, struct md_data **out)
+{
+    md_options d = *o;
+    /* synthetic unless the user named data: runs anywhere, needs no files */
+    if (!o->data_dir[0] && strcmp(o->dataset, "auto") == 0) snprintf(d.dataset, sizeof d.dataset, "synthetic");
+    struct md_data_request req;
+    memset(&req, 0, sizeof req);
+    req.num_inputs = md_model_num_inputs(m);
+    if (req.num_inputs > MD_DATA_MAX_INPUTS)
+        return md_errf(MD_ERR_CONFIG, "model %s: %d inputs; the loader feeds at most %d", md_model_name(m),
+                       req.num_inputs, MD_DATA_MAX_INPUTS);
+    for (int i = 0; i < req.num_inputs; i++) {
+        struct md_data_input *in = &req.inputs[i];
+        snprintf(in->name, sizeof in->name, "%s", md_model_input_name(m, i));
+        md_model_input_shape(m, i, &in->c, &in->h, &in->w);
+        in->kind = (strstr(in->name, "bright") || strstr(in->name, "luma")) && in->c == 1 ? MD_INPUT_LUMA
+                                                                                          : MD_INPUT_IMAGE;
+    }
+    req.layout = md_model_get_opts(m)->layout;
+    req.num_classes = md_model_num_classes(m);
+    return md_data_open(&d, &req, out);
+}
+
+/* Device-resident copies of RING batches: inputs and labels. */
+struct ring {
+    int n;                                   /* slots filled */
+    void *in[RING][MD_DATA_MAX_INPUTS];      /* (batch, elems) fp32, model layout */
+    int32_t *labels[RING];                   /* (batch) */
+};
+
+static void ring_free(md_device *dev, struct ring *r)
+{
+    for (int s = 0; s < RING; s++) {
+        for (int i = 0; i < MD_DATA_MAX_INPUTS; i++) md_dev_free(dev, r->in[s][i]);
+        md_dev_free(dev, r->labels[s]);
+    }
+    memset(r, 0, sizeof *r);
+}
+
+/* Fills the ring from the train loader; batches larger than the split are
+ * made by going round the epoch again (the timing does not care which
+ * samples repeat). */
+static md_status ring_fill(md_device *dev, struct md_data *d, const md_options *o, int batch, int slots, struct ring *r)
+{
+    md_status st = MD_OK;
+    int ni = md_data_num_inputs(d);
+    struct md_loader *l = NULL;
+    float *host[MD_DATA_MAX_INPUTS] = {0};
+    int32_t *hl = NULL;
+    struct md_loader_opts lo = {
+        .split = MD_SPLIT_TRAIN,
+        .batch_size = batch < 256 ? batch : 256,
+        .shuffle = 1,
+        .num_workers = 0,
+        .prefetch = 1,
+        .seed = o->seed,
+    };
+    memset(r, 0, sizeof *r);
+    if ((st = md_loader_create(d, &lo, &l)) != MD_OK) goto fail;
+    for (int i = 0; i < ni; i++) {
+        host[i] = md_malloc((size_t)batch * md_data_input_elems(d, i) * sizeof(float));
+        if (!host[i]) { st = MD_ERR_OOM; goto fail; }
+    }
+    hl = md_malloc((size_t)batch * sizeof *hl);
+    if (!hl) { st = MD_ERR_OOM; goto fail; }
+    int epoch = 0;
+    if ((st = md_loader_start_epoch(l, epoch)) != MD_OK) goto fail;
+    for (int s = 0; s < slots; s++) {
+        int filled = 0, empty_epochs = 0;
+        while (filled < batch) {
+            struct md_batch *b = NULL;
+            if ((st = md_loader_next(l, &b)) != MD_OK) goto fail;
+            if (!b) {
+                if (++empty_epochs > 2) { st = md_errf(MD_ERR_DATA, "benchmark: the training split is empty"); goto fail; }
+                if ((st = md_loader_start_epoch(l, ++epoch)) != MD_OK) goto fail;
+                continue;
+            }
+            empty_epochs = 0;
+            int take = b->n < batch - filled ? b->n : batch - filled;
+            for (int i = 0; i < ni; i++) {
+                size_t e = md_data_input_elems(d, i);
+                memcpy(host[i] + (size_t)filled * e, b->inputs[i], (size_t)take * e * sizeof(float));
+            }
+            memcpy(hl + filled, b->labels, (size_t)take * sizeof *hl);
+            filled += take;
+            md_loader_release(l, b);
+        }
+        for (int i = 0; i < ni; i++) {
+            size_t bytes = (size_t)batch * md_data_input_elems(d, i) * sizeof(float);
+            if ((st = md_dev_alloc(dev, bytes, &r->in[s][i], "benchmark batches")) != MD_OK) goto fail;
+            if ((st = md_dev_upload(dev, r->in[s][i], host[i], bytes)) != MD_OK) goto fail;
+        }
+        if ((st = md_dev_alloc(dev, (size_t)batch * sizeof *hl, (void **)&r->labels[s], "benchmark labels")) != MD_OK)
+            goto fail;
+        if ((st = md_dev_upload(dev, r->labels[s], hl, (size_t)batch * sizeof *hl)) != MD_OK) goto fail;
+        r->n = s + 1;
+    }
+fail:
+    for (int i = 0; i < MD_DATA_MAX_INPUTS; i++) md_free(host[i]);
+    md_free(hl);
+    md_loader_free(l);
+    if (st != MD_OK) ring_free(dev, r);
+    return st;
+}
+
+/* Everything one measurement holds on the device besides the model. */
+struct bench {
+    md_device *dev;
+    md_model *m;
+    struct md_data *d;
+    const struct md_bench_setup *s;
+    struct ring ring;
+    float *mom1, *mom2;     /* optimizer state (nparams) */
+    float *loss_dev;        /* device scalar */
+    md_event *ev[5];
+    long long step;
+    int optimizer;          /* enum md_optim_kind */
+    float lr, wd;
+};
+
+static md_status copy_inputs(struct bench *b, int slot)
+{
+    int ni = md_data_num_inputs(b->d);
+    for (int i = 0; i < ni; i++)
+        MD_TRY(md_dev_copy(b->dev, md_model_input_buffer(b->m, i), b->ring.in[slot][i],
+                           (size_t)b->s->batch * md_data_input_elems(b->d, i) * sizeof(float)));
+    return MD_OK;
+}
+
+/* SGD (momentum) or AdamW over the flat buffers: weight-decayed range first,
+ * the rest without decay (model.h), as the trainer does. */
+static md_status optimizer_step(struct bench *b)
+{
+    const md_options *o = b->s->opts;
+    size_t np = md_model_nparams(b->m), nd = md_model_ndecay(b->m);
+    md_dtype hd = md_model_get_opts(b->m)->compute_dtype;
+    char *half = md_model_params_half(b->m);
+    struct md_optim_args a;
+    memset(&a, 0, sizeof a);
+    a.kind = b->optimizer;
+    a.lr = b->lr;
+    a.momentum = (float)o->momentum;
+    a.nesterov = o->nesterov;
+    a.beta1 = 0.9f;
+    a.beta2 = 0.999f;
+    a.eps = 1e-8f;
+    a.step = b->step;
+    a.grad_scale = 1.0f;
+    a.half_dtype = hd;
+    for (int part = 0; part < 2; part++) {
+        size_t off = part ? nd : 0, n = part ? np - nd : nd;
+        if (n == 0) continue;
+        a.n = n;
+        a.weight_decay = part ? 0.0f : b->wd;
+        a.params = md_model_params(b->m) + off;
+        a.grads = md_model_grads(b->m) + off;
+        a.m = b->mom1 + off;
+        a.v = b->mom2 ? b->mom2 + off : NULL;
+        a.params_half = half ? half + off * md_dtype_size(hd) : NULL;
+        MD_TRY(md_k_optim(b->dev, &a));
+    }
+    return MD_OK;
+}
+
+/* One training step; phase times in ms when `t` is non-NULL (t[0] forward
+ * with loss, t[1] backward, t[2] optimizer, t[3] whole step). */
+static md_status train_step(struct bench *b, int slot, double *t, double *loss)
+{
+    int n = b->s->batch;
+    b->step++;
+    md_model_set_step(b->m, (uint64_t)b->step);
+    MD_TRY(md_event_record(b->dev, b->ev[0]));
+    MD_TRY(copy_inputs(b, slot));
+    MD_TRY(md_dev_memset0(b->dev, b->loss_dev, sizeof(float)));
+    MD_TRY(md_model_forward(b->m, n, 1));
+    MD_TRY(md_model_loss(b->m, b->ring.labels[slot], 0.0f, 1.0f / (float)n, b->loss_dev, NULL));
+    MD_TRY(md_event_record(b->dev, b->ev[1]));
+    MD_TRY(md_model_backward(b->m));
+    MD_TRY(md_event_record(b->dev, b->ev[2]));
+    MD_TRY(optimizer_step(b));
+    MD_TRY(md_event_record(b->dev, b->ev[3]));
+    float ms[4];
+    MD_TRY(md_event_elapsed_ms(b->dev, b->ev[0], b->ev[1], &ms[0]));
+    MD_TRY(md_event_elapsed_ms(b->dev, b->ev[1], b->ev[2], &ms[1]));
+    MD_TRY(md_event_elapsed_ms(b->dev, b->ev[2], b->ev[3], &ms[2]));
+    MD_TRY(md_event_elapsed_ms(b->dev, b->ev[0], b->ev[3], &ms[3]));
+    if (t)
+        for (int i = 0; i < 4; i++) t[i] = (double)ms[i];
+    if (loss) {
+        float l = 0;
+        MD_TRY(md_dev_download(b->dev, &l, b->loss_dev, sizeof l));
+        *loss = (double)l / n;
+    }
+    return MD_OK;
+}
+
+static md_status infer(struct bench *b, int slot, double *ms_out)
+{
+    MD_TRY(copy_inputs(b, slot));
+    MD_TRY(md_event_record(b->dev, b->ev[0]));
+    MD_TRY(md_model_forward(b->m, b->s->batch, 0));
+    MD_TRY(md_event_record(b->dev, b->ev[4]));
+    float ms;
+    MD_TRY(md_event_elapsed_ms(b->dev, b->ev[0], b->ev[4], &ms));
+    *ms_out = (double)ms;
+    return MD_OK;
+}
+
+static void stats4(double *v, int n, md_stats *out) { *out = md_stats_of(v, (size_t)n); }
+
+md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md_data **data, struct md_bench_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->batch = s->batch;
+    r->first_loss = r->final_loss = (double)NAN;
+    struct bench b;
+    memset(&b, 0, sizeof b);
+    b.dev = dev;
+    b.s = s;
+    double *buf = NULL;
+    md_status st = MD_OK;
+    const md_options *o = s->opts;
+    /* this run's own peak; the device's overall peak is put back at the end */
+    struct md_mem_stats ms0;
+    md_dev_mem_stats(dev, &ms0);
+    md_dev_reset_peak(dev);
+
+    double t0 = md_now();
+    if ((st = md_model_load(s->model, NULL, &s->mopts, &b.m)) != MD_OK) goto fail;
+    r->load_s = md_now() - t0;
+    r->nparams = md_model_nparams(b.m);
+    r->flops_fwd = md_model_flops_fwd(b.m);
+    r->flops_train = md_model_flops_train(b.m);
+    b.optimizer = strcmp(o->optimizer, "adamw") == 0 ? MD_OPT_ADAMW : MD_OPT_SGD;
+    b.lr = (float)(o->lr >= 0 ? o->lr : b.optimizer == MD_OPT_ADAMW ? 1e-3 : 0.05);
+    b.wd = (float)o->weight_decay;
+    r->params_bytes = (long long)md_model_param_bytes(b.m);
+    r->grads_bytes = (long long)r->nparams * 4;
+    r->optimizer_bytes = (long long)r->nparams * 4 * (b.optimizer == MD_OPT_ADAMW ? 2 : 1);
+    r->activations_bytes = (long long)md_model_activation_bytes(b.m, s->batch, 1);
+    r->planned_bytes = r->params_bytes + r->grads_bytes + r->optimizer_bytes + r->activations_bytes;
+    if (s->mem_budget > 0 && r->planned_bytes > s->mem_budget) {
+        char a[32], c[32];
+        st = md_errf(MD_ERR_OOM, "batch %d: planned %s exceeds the memory budget %s", s->batch,
+                     md_fmt_bytes((double)r->planned_bytes, a, sizeof a), md_fmt_bytes((double)s->mem_budget, c, sizeof c));
+        goto fail;
+    }
+    if (!*data && (st = md_bench_open_data(o, b.m, data)) != MD_OK) goto fail;
+    b.d = *data;
+
+    t0 = md_now();
+    if ((st = md_model_bind(b.m, dev, s->batch)) != MD_OK) goto fail;
+    r->bind_s = md_now() - t0;
+    size_t np = r->nparams;
+    if ((st = md_dev_alloc(dev, np * 4, (void **)&b.mom1, "benchmark optimizer state")) != MD_OK) goto fail;
+    if ((st = md_dev_memset0(dev, b.mom1, np * 4)) != MD_OK) goto fail;
+    if (b.optimizer == MD_OPT_ADAMW) {
+        if ((st = md_dev_alloc(dev, np * 4, (void **)&b.mom2, "benchmark optimizer state")) != MD_OK) goto fail;
+        if ((st = md_dev_memset0(dev, b.mom2, np * 4)) != MD_OK) goto fail;
+    }
+    if ((st = md_dev_alloc(dev, sizeof(float), (void **)&b.loss_dev, "benchmark loss")) != MD_OK) goto fail;
+    for (int i = 0; i < 5; i++)
+        if ((st = md_event_create(dev, &b.ev[i])) != MD_OK) goto fail;
+    r->timer_events = md_device_get_info(dev)->has_events;
+    int slots = s->iters > 0 || s->warmup_iters > 0 ? RING : 1;
+    if ((st = ring_fill(dev, b.d, o, s->batch, slots, &b.ring)) != MD_OK) goto fail;
+
+    /* warm-up: the first step (first touches, lazy plans) timed apart */
+    int wu = s->warmup_iters < 1 ? 1 : s->warmup_iters;
+    double sum = 0, t[4];
+    for (int i = 0; i < wu; i++) {
+        if ((st = train_step(&b, i % b.ring.n, t, NULL)) != MD_OK) goto fail;
+        if (i == 0) r->first_step_ms = t[3];
+        else sum += t[3];
+    }
+    r->warmup_rest_ms = wu > 1 ? sum / (wu - 1) : 0;
+
+    int cap = s->iters > s->inference_iters ? s->iters : s->inference_iters;
+    buf = md_malloc(sizeof(double) * 4 * (size_t)(cap > 0 ? cap : 1));
+    if (!buf) { st = MD_ERR_OOM; goto fail; }
+    double *step = buf, *fw = buf + cap, *bw = buf + 2 * cap, *op = buf + 3 * cap;
+    int n = 0;
+    double tstart = md_now(), tsum = 0;
+    for (; n < s->iters; n++) {
+        if (s->time_budget_s > 0 && n >= 2 && md_now() - tstart > s->time_budget_s) break;
+        double loss;
+        if ((st = train_step(&b, n % b.ring.n, t, &loss)) != MD_OK) goto fail;
+        fw[n] = t[0];
+        bw[n] = t[1];
+        op[n] = t[2];
+        step[n] = t[3];
+        tsum += t[3];
+        if (n == 0) r->first_loss = loss;
+        r->final_loss = loss;
+    }
+    r->train_iters = n;
+    if (n > 0) {
+        stats4(step, n, &r->step_ms);
+        stats4(fw, n, &r->fwd_ms);
+        stats4(bw, n, &r->bwd_ms);
+        stats4(op, n, &r->opt_ms);
+        r->train_samples_per_s = tsum > 0 ? (double)n * s->batch / (tsum / 1e3) : 0;
+    }
+
+    if (s->inference_iters > 0) {
+        double tmp;
+        if ((st = infer(&b, 0, &tmp)) != MD_OK) goto fail; /* eval plan's first touch */
+        r->inf_samples_ms = md_malloc(sizeof(double) * (size_t)s->inference_iters);
+        if (!r->inf_samples_ms) { st = MD_ERR_OOM; goto fail; }
+        n = 0;
+        tstart = md_now();
+        tsum = 0;
+        for (; n < s->inference_iters; n++) {
+            if (s->time_budget_s > 0 && n >= 2 && md_now() - tstart > s->time_budget_s) break;
+            if ((st = infer(&b, n % b.ring.n, &r->inf_samples_ms[n])) != MD_OK) goto fail;
+            tsum += r->inf_samples_ms[n];
+        }
+        r->inf_iters = n;
+        r->inf_ms = md_stats_of(r->inf_samples_ms, (size_t)n);
+        r->inf_samples_per_s = tsum > 0 ? (double)n * s->batch / (tsum / 1e3) : 0;
+    }
+    struct md_mem_stats ms1;
+    md_dev_mem_stats(dev, &ms1);
+    r->peak_bytes = ms1.peak - ms0.current;
+
+fail:
+    if (st != MD_OK) {
+        snprintf(r->error, sizeof r->error, "%s", md_errmsg());
+        struct md_mem_stats msf;
+        md_dev_mem_stats(dev, &msf);
+        r->peak_bytes = msf.peak - ms0.current;
+    }
+    r->status = st;
+    md_dev_raise_peak(dev, ms0.peak);
+    md_free(buf);
+    for (int i = 0; i < 5; i++)
+        if (b.ev[i]) md_event_destroy(dev, b.ev[i]);
+    ring_free(dev, &b.ring);
+    md_dev_free(dev, b.mom1);
+    md_dev_free(dev, b.mom2);
+    md_dev_free(dev, b.loss_dev);
+    md_model_free(b.m);
+    return st;
+}
+
+md_status md_bench_gemm_peak(md_device *dev, md_dtype dtype, int n, double *gflops)
+{
+    *gflops = 0;
+    size_t es = md_dtype_size(dtype), bytes = (size_t)n * n * es;
+    void *a = NULL, *bm = NULL, *c = NULL;
+    md_status st;
+    if ((st = md_dev_alloc(dev, bytes, &a, "GEMM peak A")) != MD_OK) goto fail;
+    if ((st = md_dev_alloc(dev, bytes, &bm, "GEMM peak B")) != MD_OK) goto fail;
+    if ((st = md_dev_alloc(dev, bytes, &c, "GEMM peak C")) != MD_OK) goto fail;
+    /* values do not change the rate; zeros avoid denormal slow paths */
+    if ((st = md_dev_memset0(dev, a, bytes)) != MD_OK) goto fail;
+    if ((st = md_dev_memset0(dev, bm, bytes)) != MD_OK) goto fail;
+    struct md_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.m = g.n = g.k = n;
+    g.alpha = 1.0f;
+    g.a = a;
+    g.lda = n;
+    g.b = bm;
+    g.ldb = n;
+    g.c = c;
+    g.ldc = n;
+    g.batch = 1;
+    g.dtype = dtype;
+    if ((st = md_k_gemm(dev, &g)) != MD_OK) goto fail;
+    if ((st = md_dev_sync(dev)) != MD_OK) goto fail;
+    double best = INFINITY, t_all = md_now();
+    for (int i = 0; i < 10 && (i < 3 || md_now() - t_all < 0.5); i++) {
+        double t0 = md_now();
+        if ((st = md_k_gemm(dev, &g)) != MD_OK) goto fail;
+        if ((st = md_dev_sync(dev)) != MD_OK) goto fail;
+        double dt = md_now() - t0;
+        if (dt < best) best = dt;
+    }
+    *gflops = best > 0 ? 2.0 * n * (double)n * n / best / 1e9 : 0;
+fail:
+    md_dev_free(dev, a);
+    md_dev_free(dev, bm);
+    md_dev_free(dev, c);
+    return st;
+}
+
+md_status md_bench_loader(struct md_data *data, const md_options *o, int batch, int workers, int max_batches,
+                          double time_budget_s, double *samples_per_s)
+{
+    *samples_per_s = 0;
+    struct md_loader *l = NULL;
+    struct md_loader_opts lo = {
+        .split = MD_SPLIT_TRAIN,
+        .batch_size = batch,
+        .shuffle = 1,
+        .augment = o->augment,
+        .num_workers = workers,
+        .prefetch = o->prefetch > 0 ? o->prefetch : 2,
+        .seed = o->seed,
+    };
+    MD_TRY(md_loader_create(data, &lo, &l));
+    md_status st = md_loader_start_epoch(l, 0);
+    long long samples = 0;
+    double t0 = md_now();
+    for (int i = 0; st == MD_OK && i < max_batches; i++) {
+        if (time_budget_s > 0 && i >= 2 && md_now() - t0 > time_budget_s) break;
+        struct md_batch *b = NULL;
+        if ((st = md_loader_next(l, &b)) != MD_OK) break;
+        if (!b) break;
+        samples += b->n;
+        md_loader_release(l, b);
+    }
+    double dt = md_now() - t0;
+    md_loader_free(l);
+    if (st == MD_OK && dt > 0) *samples_per_s = (double)samples / dt;
+    return st;
+}

@@ -1,0 +1,88 @@
+/* bench.h - the measurements behind --benchmark: one model at one batch size
+ * on one device, timed with device events.
+ *
+ * md_bench_run loads its own instance of the model (so the trained model of
+ * the job is left alone and ablations can change layout, precision and
+ * compile), binds it at the batch size, keeps a few distinct batches from
+ * the loader resident on the device (so the step is timed without the
+ * loader, which is measured on its own), and times:
+ *   - warm-up: model load + plan (the "compile" time: shape inference,
+ *     fusion, the activation plan) and bind, the first training step, the
+ *     other warm-up steps;
+ *   - training steps (input copy, forward, loss, backward, optimizer), each
+ *     phase between device events, so the split is measured, not estimated;
+ *   - inference: forward only (eval mode), per batch and per sample.
+ * Out of memory is not an error of md_bench_run's caller: the result says
+ * status = MD_ERR_OOM with the message, so sweeps and finders can go on.
+ */
+#ifndef MD_BENCH_H
+#define MD_BENCH_H
+
+#include "backend/backend.h"
+#include "cli/options.h"
+#include "core/timer.h"
+#include "nn/model.h"
+
+struct md_data;
+
+struct md_bench_setup {
+    const char *model;          /* name or path for md_model_load */
+    struct md_model_opts mopts; /* layout, compute dtype, compile, grad_ckpt ... */
+    int batch;
+    int warmup_iters;           /* untimed steps before timing (>= 1: the first is timed apart) */
+    int iters;                  /* timed training steps (0: none) */
+    int inference_iters;        /* timed forward passes (0: none) */
+    double time_budget_s;       /* stop a timing loop after this (0: none); at least 2 iterations run */
+    const md_options *opts;     /* dataset options, optimizer, seed */
+    long long mem_budget;       /* refuse batches whose planned bytes exceed this (0: none) */
+};
+
+struct md_bench_result {
+    md_status status;           /* MD_OK, MD_ERR_OOM (did not fit), or another error */
+    char error[320];
+    int batch;
+    double load_s;              /* md_model_load: parse, shape inference, plan */
+    double bind_s;              /* md_model_bind: allocation and initialisation */
+    double first_step_ms;       /* the first training step */
+    double warmup_rest_ms;      /* mean of the other warm-up steps (0 if none) */
+    int timer_events;           /* 1: device events; 0: host clock after a sync */
+    /* training */
+    int train_iters;
+    md_stats step_ms, fwd_ms, bwd_ms, opt_ms;
+    double train_samples_per_s;
+    double first_loss, final_loss; /* mean loss of the first and last timed steps (NaN if none) */
+    /* inference */
+    int inf_iters;
+    md_stats inf_ms;            /* per batch */
+    double inf_samples_per_s;
+    double *inf_samples_ms;     /* (inf_iters) raw timings; md_free via md_bench_result_clear */
+    /* model figures */
+    double flops_fwd, flops_train; /* per sample */
+    size_t nparams;
+    long long params_bytes, grads_bytes, optimizer_bytes, activations_bytes, planned_bytes;
+    long long peak_bytes;       /* device peak during the run */
+};
+
+void md_bench_result_clear(struct md_bench_result *r);
+
+/* Runs the measurement on `dev`. *data is the dataset for this layout: opened
+ * here on first use (from the model's inputs) and kept for the next call;
+ * the caller frees it (md_data_free). Returns the status also stored in r
+ * (a caller decides whether MD_ERR_OOM ends the run). */
+md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md_data **data,
+                       struct md_bench_result *r);
+
+/* Opens the benchmark's dataset for a model: synthetic unless --data-dir or a
+ * --dataset other than auto was given. */
+md_status md_bench_open_data(const md_options *o, const md_model *m, struct md_data **out);
+
+/* Measured GEMM rate on the device: C = A @ B with square n x n matrices of
+ * `dtype`, best of a few runs after a warm-up (GFLOP/s, 2 n^3 per product). */
+md_status md_bench_gemm_peak(md_device *dev, md_dtype dtype, int n, double *gflops);
+
+/* What the loader sustains alone: samples/s over up to max_batches batches of
+ * `batch` with `workers` threads (0: in the caller's thread). */
+md_status md_bench_loader(struct md_data *data, const md_options *o, int batch, int workers, int max_batches,
+                          double time_budget_s, double *samples_per_s);
+
+#endif

@@ -1,0 +1,370 @@
+/* test_train_run.c - the training loop end to end on the CPU device with the
+ * synthetic dataset: loss falls, interruption leaves a loadable checkpoint,
+ * resume reaches the same weights as an uninterrupted run, failures are
+ * clean. Small shapes and few steps: a few seconds in all. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/job.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "core/safetensors.h"
+#include "core/signals.h"
+#include "nn/model.h"
+#include "train/trainer.h"
+#include "helpers.h"
+
+struct run_out {
+    md_status st;
+    float *params;     /* host copy of the final flat parameters (malloc) */
+    size_t n;
+    cJSON *training;   /* report["training"] (caller deletes) */
+    char err[512];
+};
+
+/* Runs options -> policy -> model -> data -> trainer in this process, as
+ * md_job_run does, with an optional interruption after `interrupt_after`
+ * optimizer steps. */
+static struct run_out run_job(const char *args, long long interrupt_after)
+{
+    struct run_out r = {0};
+    char buf[2048];
+    snprintf(buf, sizeof buf, "mpsdiag %s", args);
+    char *argv[64];
+    int argc = 0;
+    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    argv[argc] = NULL;
+    md_options o;
+    md_options_defaults(&o);
+    cr_assert_eq(md_options_parse(&o, argc, argv), MD_OK, "%s", md_errmsg());
+    md_log_init(MD_QUIET);
+    md_interrupt_set(0);
+    md_job job;
+    memset(&job, 0, sizeof job);
+    job.opts = &o;
+    job.report = cJSON_CreateObject();
+    job.settings = cJSON_AddArrayToObject(job.report, "settings");
+    struct md_device_opts dopts = {.threads = 1};
+    cr_assert_eq(md_device_open(md_backend_find("cpu"), 0, &dopts, &job.dev), MD_OK, "%s", md_errmsg());
+    md_status st = md_stage_policy(&job);
+    if (st == MD_OK) st = md_stage_model(&job);
+    if (st == MD_OK) st = md_stage_data(&job);
+    md_trainer *t = NULL;
+    if (st == MD_OK) st = md_trainer_create(&job, &t);
+    if (st == MD_OK) {
+        md_trainer_interrupt_after(t, interrupt_after);
+        st = md_trainer_run(t);
+        r.training = md_trainer_take_report(t);
+    }
+    r.st = st;
+    snprintf(r.err, sizeof r.err, "%s", md_errmsg());
+    if (job.model && md_model_params(job.model)) {
+        r.n = md_model_nparams(job.model);
+        r.params = malloc(r.n * sizeof(float));
+        md_dev_download(job.dev, r.params, md_model_params(job.model), r.n * sizeof(float));
+    }
+    md_trainer_free(t);
+    md_stage_data_cleanup(&job);
+    md_stage_model_cleanup(&job);
+    md_device_close(job.dev);
+    cJSON_Delete(job.report);
+    md_interrupt_set(0);
+    return r;
+}
+
+/* A tiny CNN for 28x28 gray inputs (the synthetic dataset follows the model):
+ * conv, BN, ReLU, pool, dropout, linear; ~0.2 MFLOPs per sample. */
+static const char tiny_model[] =
+    "{\"name\": \"tiny\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"
+    " \"layers\": [\n"
+    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 16, \"kernel\": 3, \"padding\": 1, \"bias\": false},\n"
+    "  {\"name\": \"bn1\", \"type\": \"batchnorm\"}, {\"name\": \"relu1\", \"type\": \"relu\"},\n"
+    "  {\"name\": \"pool1\", \"type\": \"maxpool\", \"kernel\": 4},\n"
+    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
+    "  {\"name\": \"dropout\", \"type\": \"dropout\", \"p\": 0.1},\n"
+    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
+
+/* Without BatchNorm, a huge learning rate makes the activations grow with
+ * every step until they overflow. */
+static const char unstable_model[] =
+    "{\"name\": \"unstable\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"
+    " \"layers\": [\n"
+    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 8, \"kernel\": 3, \"padding\": 1},\n"
+    "  {\"name\": \"relu1\", \"type\": \"relu\"},\n"
+    "  {\"name\": \"conv2\", \"type\": \"conv2d\", \"out\": 8, \"kernel\": 3, \"padding\": 1},\n"
+    "  {\"name\": \"relu2\", \"type\": \"relu\"},\n"
+    "  {\"name\": \"pool\", \"type\": \"maxpool\", \"kernel\": 4},\n"
+    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
+    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
+
+/* Writes the tiny model into dir and returns the common flags (static buffer). */
+static const char *base_args(const char *dir)
+{
+    static char b[2048];
+    char *m = th_write(dir, "tiny.json", tiny_model);
+    snprintf(b, sizeof b,
+             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
+             "--num-workers 0 --seed 7 --quiet",
+             m);
+    free(m);
+    return b;
+}
+#define BASE "%s "
+
+static double curve_at(const cJSON *training, const char *key, int i)
+{
+    const cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(training, "curves"), key);
+    cr_assert(cJSON_IsArray(a) && cJSON_GetArraySize(a) > i, "curves.%s[%d]", key, i);
+    return cJSON_GetArrayItem(a, i)->valuedouble;
+}
+
+Test(train_run, loss_falls_on_learnable_data, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char args[1024];
+    snprintf(args, sizeof args, BASE " --epochs 4 --lr 0.01 --checkpoint-dir %s/ck", base_args(dir), dir);
+    struct run_out r = run_job(args, 0);
+    cr_assert_eq(r.st, MD_OK, "%s", r.err);
+    double l0 = curve_at(r.training, "train_loss", 0), l2 = curve_at(r.training, "train_loss", 3);
+    double a2 = curve_at(r.training, "train_acc", 3);
+    fprintf(stderr, "  synthetic: train loss %.4f -> %.4f, acc %.3f\n", l0, l2, a2);
+    cr_assert(l2 < l0, "loss must fall: %g -> %g", l0, l2);
+    cr_assert(l2 < 0.8 * log(10.0), "loss %.4f not below 0.8 x ln(10)", l2);
+    char p[4300];
+    snprintf(p, sizeof p, "%s/ck/best.safetensors", dir);
+    md_st_file *f;
+    cr_assert_eq(md_st_open(p, &f), MD_OK, "%s", md_errmsg());
+    cr_assert(md_st_meta(f, "epoch") && atoi(md_st_meta(f, "epoch")) >= 2, "best epoch");
+    md_st_close(f);
+    free(r.params);
+    cJSON_Delete(r.training);
+    th_rmtree(dir);
+    free(dir);
+}
+
+Test(train_run, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char args[1024];
+    /* 2 epochs of 4 steps; SGD with momentum, cosine: every piece of state matters */
+    snprintf(args, sizeof args, BASE " --epochs 2 --steps 4 --checkpoint-dir %s/a", base_args(dir), dir);
+    struct run_out a = run_job(args, 0);
+    cr_assert_eq(a.st, MD_OK, "%s", a.err);
+
+    snprintf(args, sizeof args, BASE " --epochs 2 --steps 4 --checkpoint-dir %s/b", base_args(dir), dir);
+    struct run_out b = run_job(args, 3); /* Ctrl-C after step 3 of epoch 1 */
+    cr_assert_eq(b.st, MD_ERR_INTERRUPTED, "status %d: %s", b.st, b.err);
+    char ck[4300];
+    snprintf(ck, sizeof ck, "%s/b/last.safetensors", dir);
+    cr_assert(strstr(b.err, ck), "message names the checkpoint: %s", b.err);
+    md_st_file *f;
+    cr_assert_eq(md_st_open(ck, &f), MD_OK, "interrupted checkpoint loads: %s", md_errmsg());
+    cr_assert_str_eq(md_st_meta(f, "batch_in_epoch"), "3");
+    cr_assert_str_eq(md_st_meta(f, "global_step"), "3");
+    md_st_close(f);
+
+    snprintf(args, sizeof args, BASE " --epochs 2 --steps 4 --checkpoint-dir %s/c --resume %s", base_args(dir), dir, ck);
+    struct run_out c = run_job(args, 0);
+    cr_assert_eq(c.st, MD_OK, "%s", c.err);
+    cr_assert_eq(a.n, c.n);
+    size_t diff = 0;
+    double worst = 0;
+    for (size_t i = 0; i < a.n; i++) {
+        double d = fabs((double)a.params[i] - (double)c.params[i]);
+        if (d > 0) diff++;
+        if (d > worst) worst = d;
+    }
+    fprintf(stderr, "  resume: %zu of %zu parameters differ, worst %.3g\n", diff, a.n, worst);
+    cr_assert(worst <= 1e-6, "resumed run differs from the uninterrupted one by %g", worst);
+    /* and the epoch curves continue */
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(c.training, "curves"), "epoch")), 2);
+    free(a.params);
+    free(b.params);
+    free(c.params);
+    cJSON_Delete(a.training);
+    cJSON_Delete(b.training);
+    cJSON_Delete(c.training);
+    th_rmtree(dir);
+    free(dir);
+}
+
+Test(train_run, checkpoint_dir_that_cannot_exist_fails_clearly)
+{
+    char *dir = th_tmpdir();
+    char *file = th_write(dir, "plain-file", "x");
+    char args[1024];
+    snprintf(args, sizeof args, BASE " --epochs 1 --steps 1 --checkpoint-dir %s/sub", base_args(dir), file);
+    struct run_out r = run_job(args, 0);
+    cr_assert_eq(r.st, MD_ERR_IO, "status %d: %s", r.st, r.err);
+    cr_assert(strstr(r.err, "--checkpoint-dir") && strstr(r.err, file), "%s", r.err);
+    free(r.params);
+    free(file);
+    th_rmtree(dir);
+    free(dir);
+}
+
+Test(train_run, diverging_run_stops_with_numeric_error, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char args[1024];
+    char *m = th_write(dir, "unstable.json", unstable_model);
+    snprintf(args, sizeof args,
+             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
+             "--num-workers 0 --quiet --epochs 3 --lr 100 --lradj constant --checkpoint-dir %s",
+             m, dir);
+    free(m);
+    struct run_out r = run_job(args, 0);
+    fprintf(stderr, "  lr 100: %s\n", r.err);
+    cr_assert_eq(r.st, MD_ERR_NUMERIC, "status %d: %s", r.st, r.err);
+    cr_assert(strstr(r.err, "step") && strstr(r.err, "not finite"), "%s", r.err);
+    free(r.params);
+    cJSON_Delete(r.training);
+    th_rmtree(dir);
+    free(dir);
+}
+
+Test(train_run, report_and_metrics_from_the_binary, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char args[2048];
+    snprintf(args, sizeof args,
+             "%s --epochs 2 --steps 2 --checkpoint-dir %s/ck --metrics %s/m.jsonl --report %s/r.json",
+             base_args(dir), dir, dir, dir);
+    char *q = strstr(args, " --quiet");
+    if (q) memmove(q, q + 8, strlen(q + 8) + 1); /* this one reads stdout */
+    char *out = NULL, *err = NULL;
+    int rc = th_run(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+    cr_assert(strstr(out, "train loss") && strstr(out, "Saved best model"), "%s", out);
+    char p[4300];
+    snprintf(p, sizeof p, "%s/r.json", dir);
+    cJSON *rep;
+    cr_assert_eq(md_json_load_file(p, &rep), MD_OK, "%s", md_errmsg());
+    const cJSON *tr = cJSON_GetObjectItem(rep, "training");
+    cr_assert(cJSON_IsObject(tr));
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(tr, "curves"), "val_acc")), 2);
+    const cJSON *diag = cJSON_GetArrayItem(cJSON_GetObjectItem(tr, "diagnostics"), 1);
+    cr_assert(cJSON_IsObject(diag));
+    const cJSON *p0 = cJSON_GetArrayItem(cJSON_GetObjectItem(diag, "params"), 0);
+    cr_assert(cJSON_GetObjectItem(p0, "grad_norm")->valuedouble > 0);
+    cr_assert(cJSON_GetObjectItem(p0, "update_ratio")->valuedouble > 0);
+    cJSON_Delete(rep);
+    snprintf(p, sizeof p, "%s/m.jsonl", dir);
+    FILE *f = fopen(p, "r");
+    cr_assert(f);
+    int lines = 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        cJSON *o = cJSON_Parse(line);
+        cr_assert(o, "metrics line is JSON: %s", line);
+        if (strcmp(cJSON_GetObjectItem(o, "kind")->valuestring, "epoch") == 0) lines++;
+        cJSON_Delete(o);
+    }
+    fclose(f);
+    cr_assert_eq(lines, 2, "one metrics line per epoch");
+    free(out);
+    free(err);
+    th_rmtree(dir);
+    free(dir);
+}
+
+Test(train_run, sigint_to_the_binary_leaves_a_loadable_checkpoint, .timeout = 60)
+{
+    char *dir = th_tmpdir();
+    const char *bin = getenv("MPSDIAG_BIN");
+    if (!bin) bin = "build/mpsdiag";
+    char cmd[4096];
+    /* far more epochs than 2 s allow: the SIGINT lands mid-run */
+    snprintf(cmd, sizeof cmd,
+             "timeout --preserve-status -s INT 2 %s %s --epochs 100000 --steps 2 --checkpoint-dir %s/ck "
+             ">%s/out 2>%s/err </dev/null",
+             bin, base_args(dir), dir, dir, dir);
+    int rc = system(cmd);
+    cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 130, "exit status %d", WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+    char p[4300];
+    snprintf(p, sizeof p, "%s/ck/last.safetensors", dir);
+    md_st_file *f;
+    cr_assert_eq(md_st_open(p, &f), MD_OK, "%s", md_errmsg());
+    cr_assert_not_null(md_st_meta(f, "global_step"));
+    md_st_close(f);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* A ResNet in miniature with the shipped resnet18_cifar's basic block
+ * (3x3 convs, BN, identity or 1x1-downsample shortcut, add, ReLU). */
+static const char resnet_tiny[] =
+    "{\"name\": \"resnet_tiny\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [3, 32, 32]}],\n"
+    " \"blocks\": {\"basic\": {\"params\": {\"out\": null, \"stride\": 1, \"down\": false}, \"layers\": [\n"
+    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": \"$out\", \"kernel\": 3, \"stride\": \"$stride\", \"padding\": 1, \"bias\": false},\n"
+    "  {\"name\": \"bn1\", \"type\": \"batchnorm\"}, {\"name\": \"relu1\", \"type\": \"relu\"},\n"
+    "  {\"name\": \"conv2\", \"type\": \"conv2d\", \"out\": \"$out\", \"kernel\": 3, \"padding\": 1, \"bias\": false},\n"
+    "  {\"name\": \"bn2\", \"type\": \"batchnorm\"},\n"
+    "  {\"name\": \"downsample.0\", \"type\": \"conv2d\", \"inputs\": [\"in\"], \"if\": \"$down\", \"out\": \"$out\", \"kernel\": 1, \"stride\": \"$stride\", \"bias\": false},\n"
+    "  {\"name\": \"downsample.1\", \"type\": \"batchnorm\", \"if\": \"$down\"},\n"
+    "  {\"name\": \"add\", \"type\": \"add\", \"inputs\": [\"bn2\", \"downsample.1\"]},\n"
+    "  {\"name\": \"relu2\", \"type\": \"relu\"}]}},\n"
+    " \"layers\": [\n"
+    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 8, \"kernel\": 3, \"padding\": 1, \"bias\": false},\n"
+    "  {\"name\": \"bn1\", \"type\": \"batchnorm\"}, {\"name\": \"relu\", \"type\": \"relu\"},\n"
+    "  {\"name\": \"layer1\", \"type\": \"basic\", \"out\": 8},\n"
+    "  {\"name\": \"layer2\", \"type\": \"basic\", \"out\": 16, \"stride\": 2, \"down\": true},\n"
+    "  {\"name\": \"avgpool\", \"type\": \"global_avgpool\"},\n"
+    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
+
+/* CIFAR-10 binary records (label byte, 3x32x32 bytes): each class a colour
+ * with noise, so a small network learns it in a few steps. */
+static void write_cifar(const char *path, int n, unsigned seed)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "%s", path);
+    unsigned s = seed;
+    for (int i = 0; i < n; i++) {
+        int k = i % 10;
+        fputc(k, f);
+        for (int c = 0; c < 3; c++)
+            for (int p = 0; p < 1024; p++) {
+                s = s * 1103515245u + 12345u;
+                int v = 40 + 20 * ((k * (c + 3)) % 10) + (int)((s >> 16) % 41) - 20;
+                fputc(v < 0 ? 0 : v > 255 ? 255 : v, f);
+            }
+    }
+    fclose(f);
+}
+
+Test(train_run, resnet_style_on_cifar_format_data_learns, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char p[4300];
+    snprintf(p, sizeof p, "%s/data_batch_1.bin", dir);
+    write_cifar(p, 320, 1);
+    snprintf(p, sizeof p, "%s/test_batch.bin", dir);
+    write_cifar(p, 100, 2);
+    char *m = th_write(dir, "resnet_tiny.json", resnet_tiny);
+    char args[2048];
+    snprintf(args, sizeof args,
+             "--device cpu --threads 1 --dataset cifar10 --data-dir %s --model %s --batch-size 32 --num-workers 0 "
+             "--no-augment --epochs 3 --lr 0.05 --quiet --checkpoint-dir %s/ck",
+             dir, m, dir);
+    free(m);
+    struct run_out r = run_job(args, 0);
+    cr_assert_eq(r.st, MD_OK, "%s", r.err);
+    double l0 = curve_at(r.training, "train_loss", 0), l2 = curve_at(r.training, "train_loss", 2);
+    double a0 = curve_at(r.training, "val_acc", 0), a2 = curve_at(r.training, "val_acc", 2);
+    fprintf(stderr, "  resnet_tiny on CIFAR-format data: train loss %.4f -> %.4f, val acc %.3f -> %.3f\n", l0, l2, a0,
+            a2);
+    cr_assert(l2 < 0.7 * l0, "loss must fall: %g -> %g", l0, l2);
+    cr_assert(a2 >= a0 && a2 > 0.5, "validation accuracy must rise above chance: %g -> %g", a0, a2);
+    const cJSON *te = cJSON_GetObjectItem(r.training, "test");
+    cr_assert(te && cJSON_GetObjectItem(te, "samples")->valuedouble == 100, "test split scored");
+    free(r.params);
+    cJSON_Delete(r.training);
+    th_rmtree(dir);
+    free(dir);
+}
