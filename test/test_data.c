@@ -631,7 +631,8 @@ Test(data, config_data_section)
 {
     char *dir = th_tmpdir();
     char *cfg = th_write(dir, "run.json",
-                         "{\"device\": \"cpu\", \"data\": {\"dataset\": \"synthetic\", \"val_split\": 0.2,"
+                         "{\"device\": \"cpu\", \"model\": \"resnet18_cifar\", \"epochs\": 0,"
+                         " \"data\": {\"dataset\": \"synthetic\", \"val_split\": 0.2,"
                          " \"augment\": {\"crop_padding\": 2, \"flip\": false},"
                          " \"normalize\": {\"mean\": [0.5, 0.5, 0.5], \"std\": [0.25, 0.25, 0.25]}}}");
     char args[2400], *out = NULL, *err = NULL;
