@@ -170,8 +170,8 @@ static double num_at(const cJSON *root, const char *const *paths)
  * (src/nn), the trainer's report (src/train), the benchmark (src/diag). */
 static const char *const k_params[] = {"model.parameters", "model.params", NULL};
 static const char *const k_flops[] = {"model.flops_forward", "model.flops_per_sample", NULL};
-static const char *const k_acc[] = {"training.curves.val_acc", "training.final_val_acc", "training.best.acc", NULL};
-static const char *const k_loss[] = {"training.curves.val_loss", "training.curves.train_loss", NULL};
+static const char *const k_acc[] = {"training.curves.val_acc", "training.final_val_acc", NULL};
+static const char *const k_loss[] = {"training.curves.val_loss", NULL};
 static const char *const k_sps[] = {"benchmark.training.samples_per_s", "training.curves.samples_per_s",
                                     "training.samples_per_s", NULL};
 static const char *const k_peak[] = {"memory.device_peak_bytes", NULL};
