@@ -186,7 +186,8 @@ Test(nn_model, blocks_repeat_and_skipped_layers)
         "{\"name\":\"c\",\"type\":\"conv2d\",\"out\":\"$out\",\"kernel\":3,\"padding\":1,\"bias\":false},"
         "{\"name\":\"bn\",\"type\":\"batchnorm\"},"
         "{\"name\":\"proj\",\"type\":\"conv2d\",\"inputs\":[\"in\"],\"if\":\"$down\",\"out\":\"$out\",\"kernel\":1},"
-        "{\"name\":\"add\",\"type\":\"add\",\"inputs\":[\"bn\",\"proj\"],\"act\":\"relu\"}]}},"
+        "{\"name\":\"projbn\",\"type\":\"batchnorm\",\"if\":\"$down\"},"
+        "{\"name\":\"add\",\"type\":\"add\",\"inputs\":[\"bn\",\"projbn\"],\"act\":\"relu\"}]}},"
         "\"layers\":[{\"name\":\"s\",\"type\":\"res\",\"out\":4,\"down\":true,\"repeat\":3,\"rest\":{\"down\":false}},"
         "{\"name\":\"gap\",\"type\":\"global_avgpool\",\"inputs\":[\"s.1\"]},{\"name\":\"fc\",\"type\":\"linear\",\"out\":3}]}";
     md_status st;
@@ -195,15 +196,15 @@ Test(nn_model, blocks_repeat_and_skipped_layers)
     cr_expect(md_model_find_tensor(m, "s.0.proj.weight") >= 0);
     cr_expect(md_model_find_tensor(m, "s.1.proj.weight") < 0);
     cr_expect(md_model_find_tensor(m, "s.2.c.weight") >= 0);
-    /* s.0: conv 2->4 (72) + bn 8 + proj (8 + 4); s.1, s.2: conv 144 + bn 8; fc 15 */
-    cr_expect_eq(md_model_nparams(m), 72u + 8 + 12 + 2 * (144 + 8) + 15, "%zu", md_model_nparams(m));
+    /* s.0: conv 2->4 (72) + bn 8 + proj (8 + 4) + projbn 8; s.1, s.2: conv 144 + bn 8; fc 15 */
+    cr_expect_eq(md_model_nparams(m), 72u + 8 + 12 + 8 + 2 * (144 + 8) + 15, "%zu", md_model_nparams(m));
     cJSON *j = md_model_summary_json(m);
     cJSON *layers = cJSON_GetObjectItem(j, "layers");
     int found = 0;
     cJSON *l;
     cJSON_ArrayForEach(l, layers) {
         if (strcmp(cJSON_GetObjectItem(l, "name")->valuestring, "s.1.add") == 0) {
-            /* the skipped projection resolves to the block's input */
+            /* the skipped projection and its BN (input "prev") resolve to the block's input */
             cJSON *in = cJSON_GetObjectItem(l, "inputs");
             cr_expect_str_eq(cJSON_GetArrayItem(in, 1)->valuestring, "s.0.add");
             found = 1;
@@ -214,4 +215,35 @@ Test(nn_model, blocks_repeat_and_skipped_layers)
     cr_expect(found);
     cJSON_Delete(j);
     md_model_free(m);
+}
+
+/* The shortcuts of the shipped ResNets: identity where torchvision has no
+ * downsample, the projection's BN where it has one. */
+Test(nn_model, resnet_shortcuts_follow_torchvision)
+{
+    static const struct { const char *model, *layer, *in0, *in1; } cases[] = {
+        {"resnet18_cifar", "layer1.0.add", "layer1.0.bn2", "relu"},
+        {"resnet18_cifar", "layer1.1.add", "layer1.1.bn2", "layer1.0.relu2"},
+        {"resnet18_cifar", "layer2.0.add", "layer2.0.bn2", "layer2.0.downsample.1"},
+        {"resnet18_cifar", "layer2.1.add", "layer2.1.bn2", "layer2.0.relu2"},
+        {"resnet50", "layer1.0.add", "layer1.0.bn3", "layer1.0.downsample.1"},
+        {"resnet50", "layer3.5.add", "layer3.5.bn3", "layer3.4.relu3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        md_model *m = NULL;
+        cr_assert_eq(md_model_load(cases[i].model, NULL, NULL, &m), MD_OK, "%s", md_errmsg());
+        cJSON *j = md_model_summary_json(m);
+        cJSON *l;
+        int found = 0;
+        cJSON_ArrayForEach(l, cJSON_GetObjectItem(j, "layers")) {
+            if (strcmp(cJSON_GetObjectItem(l, "name")->valuestring, cases[i].layer)) continue;
+            cJSON *in = cJSON_GetObjectItem(l, "inputs");
+            cr_expect_str_eq(cJSON_GetArrayItem(in, 0)->valuestring, cases[i].in0, "%s", cases[i].layer);
+            cr_expect_str_eq(cJSON_GetArrayItem(in, 1)->valuestring, cases[i].in1, "%s", cases[i].layer);
+            found = 1;
+        }
+        cr_expect(found, "%s: no layer %s", cases[i].model, cases[i].layer);
+        cJSON_Delete(j);
+        md_model_free(m);
+    }
 }

@@ -5,20 +5,42 @@ scripts/bench/cpu_step_vs_torch.sh compares with mpsdiag. Same architectures
 as the JSON configs (built by hand here; parameter counts are checked).
 
 usage: cpu_step_vs_torch.py MODEL BATCH ITERS WARMUP THREADS [channels_last]
-Prints one JSON line like build/bench_step."""
+       cpu_step_vs_torch.py --check-dump FILE MODEL [LABEL_SMOOTHING]
+The first prints one JSON line like build/bench_step. The second checks a
+file written by `mpsdiag --dump-grads FILE --dropout 0` (one training step)
+against PyTorch: it loads the dumped parameters, running statistics and input
+batch into the same architecture, runs the step in fp64 (the reference) and
+fp32, and prints each tensor's error (loss, logits, every gradient) for
+mpsdiag and for PyTorch fp32 (exit 1 when mpsdiag's is more than 4x
+PyTorch's and above 1e-4)."""
 import json
 import sys
 import time
 
+import struct
+
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
-def small_cnn():
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
+class SmallCNN(nn.Module):
+    """configs/models/small_cnn.json, with the same parameter names."""
+
+    def __init__(self, classes=10, p=0.25):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(32)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(64)
+        self.fc1 = nn.Linear(3136, 128)
+        self.dropout = nn.Dropout(p)
+        self.fc2 = nn.Linear(128, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc2(self.dropout(F.relu(self.fc1(torch.flatten(x, 1)))))
 
 
 class Basic(nn.Module):
@@ -28,32 +50,109 @@ class Basic(nn.Module):
         self.bn1 = nn.BatchNorm2d(cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU(inplace=True)
         self.downsample = None
         if stride != 1 or cin != cout:
             self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
 
     def forward(self, x):
-        y = self.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn1(self.conv1(x)))
         y = self.bn2(self.conv2(y))
-        return self.relu(y + (self.downsample(x) if self.downsample is not None else x))
+        return F.relu(y + (self.downsample(x) if self.downsample is not None else x))
 
 
-def resnet18_cifar(classes=100):
-    layers = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True)]
-    cin = 64
-    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-        layers += [Basic(cin, cout, stride), Basic(cout, cout, 1)]
-        cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes)]
-    return nn.Sequential(*layers)
+class ResNet18Cifar(nn.Module):
+    """configs/models/resnet18_cifar.json, with the same parameter names."""
+
+    def __init__(self, classes=100):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        cin = 64
+        for i, (cout, stride) in enumerate(((64, 1), (128, 2), (256, 2), (512, 2))):
+            setattr(self, "layer%d" % (i + 1), nn.Sequential(Basic(cin, cout, stride), Basic(cout, cout, 1)))
+            cin = cout
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-MODELS = {"small_cnn": (small_cnn, (1, 28, 28), 10, 421738),
-          "resnet18_cifar": (resnet18_cifar, (3, 32, 32), 100, 11220132)}
+MODELS = {"small_cnn": (SmallCNN, (1, 28, 28), 10, 421738),
+          "resnet18_cifar": (ResNet18Cifar, (3, 32, 32), 100, 11220132)}
+
+
+def read_safetensors(path):
+    import numpy as np
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    types = {"F32": np.float32, "I32": np.int32}
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        b, e = v["data_offsets"]
+        a = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=types[v["dtype"]]).reshape(v["shape"])
+        out[k] = torch.from_numpy(a.copy())
+    return out
+
+
+def run_step(name, t, smoothing, dtype):
+    """One training step of MODEL in `dtype` from the dump's parameters,
+    running statistics and input; returns {name: tensor} like the dump."""
+    model = MODELS[name][0]()
+    for mod in model.modules():
+        if isinstance(mod, nn.Dropout):
+            mod.p = 0.0
+    state = {}
+    for k in model.state_dict():
+        if "param." + k in t:
+            state[k] = t["param." + k]
+        elif "buffer." + k in t:
+            state[k] = t["buffer." + k]
+    missing = [k for k in model.state_dict() if k not in state and not k.endswith("num_batches_tracked")]
+    if missing:
+        sys.exit("check-dump: the file lacks %s" % ", ".join(missing[:5]))
+    model.load_state_dict(state, strict=False)
+    model = model.to(dtype)
+    model.train()
+    x = torch.cat([t[k] for k in sorted(t) if k.startswith("input.")], 1).to(dtype)
+    logits = model(x)
+    loss = F.cross_entropy(logits, t["labels"].long(), label_smoothing=smoothing)
+    loss.backward()
+    out = {"loss": loss.detach().reshape(()), "logits": logits.detach()}
+    for k, p in model.named_parameters():
+        out["grad." + k] = p.grad
+    return out
+
+
+def check_dump(path, name, smoothing):
+    """Compares the dump and PyTorch's fp32 step with PyTorch's fp64 step:
+    both fp32 results carry rounding that deep nets (BN over few elements,
+    ReLU masks near 0) amplify, so mpsdiag passes when its error is within
+    a few times PyTorch's own fp32 error (or below 1e-4 of the tensor's
+    largest value)."""
+    t = read_safetensors(path)
+    ref = run_step(name, t, smoothing, torch.float64)
+    f32 = run_step(name, t, smoothing, torch.float32)
+    bad = 0
+    print("%-36s %12s %12s %12s" % ("tensor", "largest", "mpsdiag err", "pytorch err"))
+    for k, r in ref.items():
+        scale = max(r.abs().max().item(), 1e-12)
+        ours = (t[k].double() - r).abs().max().item() / scale
+        theirs = (f32[k].double() - r).abs().max().item() / scale
+        ok = ours <= max(4 * theirs, 1e-4)
+        bad += not ok
+        print("%-36s %12.4g %12.3g %12.3g%s" % (k, scale, ours, theirs, "" if ok else "  <- off"))
+    print("errors relative to the largest value of each tensor, against PyTorch in fp64; %d off" % bad)
+    return 1 if bad else 0
 
 
 def main():
+    if sys.argv[1] == "--check-dump":
+        sys.exit(check_dump(sys.argv[2], sys.argv[3], float(sys.argv[4]) if len(sys.argv) > 4 else 0.0))
     name, batch, iters, warmup, threads = sys.argv[1], *map(int, sys.argv[2:6])
     channels_last = len(sys.argv) > 6 and "channels_last" in sys.argv[6]
     torch.set_num_threads(threads)

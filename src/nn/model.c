@@ -269,6 +269,8 @@ static md_status expand_entry(struct build *b, const cJSON *entry, const char *p
             snprintf(full, sizeof full, "%s%s", sc ? sc->prefix : "", lname);
             if (sc) st = names_put(&sc->local, lname, in[0]);
             if (st == MD_OK) st = names_put(&b->names, full, in[0]);
+            /* and it passes its input on: a following layer's "prev" is that input */
+            if (st == MD_OK) *prev = names_get(&b->names, full);
             goto fail; /* cleanup only */
         }
     }
