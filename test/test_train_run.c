@@ -182,6 +182,13 @@ Test(train_run, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
     }
     fprintf(stderr, "  resume: %zu of %zu parameters differ, worst %.3g\n", diff, a.n, worst);
     cr_assert(worst <= 1e-6, "resumed run differs from the uninterrupted one by %g", worst);
+    /* a different batch size would change what the saved position means */
+    snprintf(args, sizeof args, BASE " --epochs 2 --steps 4 --checkpoint-dir %s/d --resume %s --batch-size 16",
+             base_args(dir), dir, ck);
+    struct run_out d = run_job(args, 0);
+    cr_assert_eq(d.st, MD_ERR_DATA, "status %d: %s", d.st, d.err);
+    cr_assert(strstr(d.err, "batch size 32") && strstr(d.err, ck), "%s", d.err);
+    free(d.params);
     /* and the epoch curves continue */
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(c.training, "curves"), "epoch")), 2);
     free(a.params);

@@ -469,6 +469,28 @@ static md_status meta_get_num(const md_st_file *f, const char *key, double *out)
     return MD_OK;
 }
 
+/* Settings that change the result: a resumed run should use the same ones. */
+static void warn_config_changes(const md_trainer *t, const cJSON *ck, const char *path)
+{
+    static const char *const keys[] = {"model", "dataset", "optimizer", "lr", "momentum", "nesterov",
+                                       "weight_decay", "decay_all", "lradj", "warmup_epochs", "grad_clip",
+                                       "label_smoothing", "precision", "seed", "steps"};
+    char *now_s = run_config_json(t);
+    cJSON *now = now_s ? cJSON_Parse(now_s) : NULL;
+    cJSON_free(now_s);
+    for (size_t i = 0; ck && now && i < sizeof keys / sizeof keys[0]; i++) {
+        const cJSON *a = cJSON_GetObjectItem(ck, keys[i]), *b = cJSON_GetObjectItem(now, keys[i]);
+        if (!a || !b || cJSON_Compare(a, b, 1)) continue;
+        char *as = cJSON_PrintUnformatted(a), *bs = cJSON_PrintUnformatted(b);
+        md_warn("--resume %s: the checkpoint was trained with %s %s, this run uses %s (the result will differ from "
+                "an uninterrupted run)",
+                path, keys[i], as ? as : "?", bs ? bs : "?");
+        cJSON_free(as);
+        cJSON_free(bs);
+    }
+    cJSON_Delete(now);
+}
+
 static md_status resume(md_trainer *t)
 {
     const char *path = t->o->resume;
@@ -490,6 +512,17 @@ static md_status resume(md_trainer *t)
     if (!opt || strcmp(opt, want) != 0) {
         st = md_errf(MD_ERR_DATA, "--resume %s: checkpoint was trained with optimizer '%s', this run uses '%s'", path,
                      opt ? opt : "?", want);
+        goto done;
+    }
+    /* the batch size fixes what "batch N of epoch E" means */
+    cJSON *cfg = md_st_meta(f, "config") ? cJSON_Parse(md_st_meta(f, "config")) : NULL;
+    const cJSON *cb = cJSON_GetObjectItem(cfg, "batch_size");
+    int ck_batch = cJSON_IsNumber(cb) ? cb->valueint : -1;
+    warn_config_changes(t, cfg, path);
+    cJSON_Delete(cfg);
+    if (ck_batch != t->batch) {
+        st = md_errf(MD_ERR_DATA, "--resume %s: checkpoint was trained with batch size %d, this run uses %d (pass "
+                     "--batch-size %d)", path, ck_batch, t->batch, ck_batch);
         goto done;
     }
     const char *lay = md_st_meta(f, "layout"), *want_lay = md_layout_name(md_model_get_opts(t->model)->layout);
@@ -534,8 +567,11 @@ static md_status resume(md_trainer *t)
         t->curves = curves;
         curves = NULL;
     }
-    md_out("  Resumed from %s: epoch %d, batch %lld, step %lld\n", path, t->epoch + 1, t->resume_batch,
-           t->global_step);
+    if (t->resume_batch == 0)
+        md_out("  Resumed from %s: after epoch %d (step %lld)\n", path, t->epoch, t->global_step);
+    else
+        md_out("  Resumed from %s: epoch %d after batch %lld (step %lld)\n", path, t->epoch + 1, t->resume_batch,
+               t->global_step);
 done:
     cJSON_Delete(curves);
     md_st_close(f);
@@ -889,12 +925,12 @@ md_status md_trainer_run(md_trainer *t)
            md_schedule_name(t->sched.kind), o->warmup_epochs > 0 ? " after linear warm-up" : "", t->batch,
            t->val_batch, t->steps_per_epoch);
     if (t->scaler.enabled) md_out("  %-16s dynamic, starting at %.0f\n", "loss scaling", (double)t->scaler.scale);
-    print_header();
-
     int start_epoch = t->epoch;
     if (start_epoch >= o->epochs)
-        md_out("  nothing to train: the checkpoint is at epoch %d of %d (raise --epochs to continue)\n", start_epoch,
-               o->epochs);
+        md_out("  nothing to train: the checkpoint is at epoch %d of %d (raise --epochs to continue); scoring it\n",
+               start_epoch, o->epochs);
+    else
+        print_header();
     for (; t->epoch < o->epochs; t->epoch++) {
         double sps = 0, ep_time = 0;
         if ((st = run_epoch(t, &sps, &ep_time)) != MD_OK) goto done;
@@ -923,6 +959,7 @@ md_status md_trainer_run(md_trainer *t)
         }
         md_out("  %5d  %10.4f  %8.2f%%  %8s  %7s  %9.3g  %9s  %7s  %7s\n", t->epoch + 1, tl, 100 * ta, vls, vas, lr,
                md_fmt_thousands(llround(sps), a, sizeof a), et, es);
+        fflush(stdout); /* a log file or pipe sees each epoch as it ends */
         curve_add(t, "epoch", t->epoch + 1);
         curve_add(t, "train_loss", tl);
         curve_add(t, "train_acc", ta);
@@ -957,16 +994,17 @@ md_status md_trainer_run(md_trainer *t)
             goto done;
         }
     }
-    if (t->test_l && o->epochs > start_epoch) {
+    if (t->test_l) {
         double tl, ta;
         long long tn;
         if ((st = evaluate(t, t->test_l, 0, &tl, &ta, &tn)) != MD_OK) goto done;
-        md_out("  %-16s loss %.4f, accuracy %.2f%% on %s samples (the last epoch's weights)\n", "test", tl, 100 * ta,
-               md_fmt_thousands(tn, a, sizeof a));
+        md_out("  %-16s loss %.4f, accuracy %.2f%% on %s samples (the weights after epoch %d)\n", "test", tl, 100 * ta,
+               md_fmt_thousands(tn, a, sizeof a), t->epoch);
         cJSON *te = cJSON_AddObjectToObject(t->report, "test");
         cJSON_AddNumberToObject(te, "loss", tl);
         cJSON_AddNumberToObject(te, "acc", ta);
         cJSON_AddNumberToObject(te, "samples", (double)tn);
+        cJSON_AddNumberToObject(te, "after_epoch", t->epoch);
     }
 done:
     cJSON_AddNumberToObject(t->report, "epochs_run", t->epoch - start_epoch);
