@@ -61,7 +61,7 @@ static int same_epoch(const struct epoch *a, const struct epoch *b, size_t el)
 
 static void free_epoch(struct epoch *e) { free(e->x); free(e->y); }
 
-Test(loader, workers_0_1_4_give_identical_batches)
+Test(loader, workers_0_1_2_4_give_identical_batches)
 {
     md_options o = synth_opts();
     struct md_data *d = NULL;
@@ -72,10 +72,10 @@ Test(loader, workers_0_1_4_give_identical_batches)
     struct epoch ref = run_epoch(d, lo, 3);
     cr_assert_eq(ref.total, 200);
     cr_assert_eq(ref.sizes[ref.nb - 1], 200 % 7, "the last, partial batch is delivered");
-    int workers[] = {1, 4};
-    for (int i = 0; i < 2; i++) {
+    int workers[] = {1, 2, 4};
+    for (int i = 0; i < 3; i++) {
         lo.num_workers = workers[i];
-        lo.prefetch = i ? 3 : 1;
+        lo.prefetch = 1 + i;
         struct epoch e = run_epoch(d, lo, 3);
         cr_assert(same_epoch(&ref, &e, el), "%d workers differ from the main thread", workers[i]);
         free_epoch(&e);

@@ -79,14 +79,16 @@ struct md_data_request {
  * and `req`: "dataset", "dir", "val_split", "image_size", "max_samples",
  * "coarse_labels" (each only where no flag gave it), "augment" {"crop_padding",
  * "flip"} and "normalize" {"mean": [...], "std": [...]}. Unknown keys and bad
- * values are MD_ERR_CONFIG naming "data.<key>". */
+ * values are MD_ERR_CONFIG naming "data.<key>". Idempotent: a stage that
+ * needs the dataset before the data stage (md_data_peek) may call it first. */
 md_status md_data_config(md_options *o, struct md_data_request *req);
 
 struct md_data; /* opaque; job.h forward-declares it */
 
 /* Opens the dataset that `o` names (--dataset, --data-dir, --val-split,
- * --max-samples, --cache-images, --on-bad-sample, --image-size, --seed,
- * --no-augment) for the model's request. With --dataset auto the format is
+ * --max-samples, --cache-images, --on-bad-sample, --image-size,
+ * --coarse-labels, --seed) for the model's request (augmentation is the
+ * loader's choice: md_loader_opts.augment). With --dataset auto the format is
  * detected from --data-dir's contents; without --data-dir the search is
  * data/fashion-mnist, /usr/share/datasets/fashion-mnist, then the bundled
  * sample data/fashion-mnist-sample. *out is owned by the caller

@@ -171,14 +171,16 @@ md_status md_stage_data(md_job *job)
     const float *mean = md_data_mean(d, 0), *sd = md_data_std(d, 0);
     md_out("  %-14s mean %.4f std %.4f%s (%s)\n", "normalise", (double)mean[0], (double)sd[0],
            md_data_input(d, 0)->c > 1 ? " (channel 0)" : "", md_data_norm_given(d) ? "config" : md_data_norm_known(d) ? "published" : "computed");
+    char crop[48];
+    if (md_data_aug_pad(d)) snprintf(crop, sizeof crop, "random crop (pad %d)", md_data_aug_pad(d));
+    else snprintf(crop, sizeof crop, "no crop");
     if (o->augment && (md_data_aug_pad(d) || md_data_aug_flip(d)))
-        md_out("  %-14s %s%s%s; train only\n", "augmentation",
-               md_data_aug_pad(d) ? "random crop" : "no crop", md_data_aug_pad(d) ? "" : "",
+        md_out("  %-14s %s%s; train only\n", "augmentation", crop,
                md_data_aug_flip(d) ? " + horizontal flip" : ", no flip");
     else if (o->augment)
         md_out("  %-14s none (the config's data.augment)\n", "augmentation");
     else md_out("  %-14s off (--no-augment)\n", "augmentation");
-    md_out("  %-14s %d workers, prefetch %d, %s memory\n", "loader", o->num_workers, o->prefetch,
+    md_out("  %-14s %d worker%s, prefetch %d, %s memory\n", "loader", o->num_workers, o->num_workers == 1 ? "" : "s", o->prefetch,
            o->pin_memory ? "pinned" : "ordinary");
     if (o->cache_images && md_data_cache_estimate(d) > 0)
         md_out("  %-14s up to %s for decoded images\n", "cache", md_fmt_bytes((double)md_data_cache_estimate(d), a, sizeof a));
