@@ -217,3 +217,32 @@ Test(bench, ci_threshold_miss_exits_7_with_junit)
     th_rmtree(dir);
     free(dir);
 }
+
+Test(bench, inline_model_of_the_run_config)
+{
+    char *dir = th_tmpdir();
+    char *cfg = th_write(dir, "run.json",
+                         "{\"device\": \"cpu\", \"model\": {\"name\": \"tiny\", \"num_classes\": 10,"
+                         " \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],"
+                         " \"layers\": [{\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"padding\": 1},"
+                         " {\"name\": \"relu1\", \"type\": \"relu\"}, {\"name\": \"gap\", \"type\": \"global_avgpool\"},"
+                         " {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}}");
+    char args[2400], rep[1100];
+    snprintf(rep, sizeof rep, "%s/r.json", dir);
+    snprintf(args, sizeof args, "--config %s --dataset synthetic --benchmark-only --batch-size 16 --bench-iters 3 "
+             "--warmup-iters 1 --quiet --report %s", cfg, rep);
+    char *err;
+    int rc = th_run(args, NULL, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cJSON *r = load(rep);
+    const cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "benchmark"), "model");
+    cr_assert(cJSON_IsString(m) && strstr(m->valuestring, "run.json: model"), "benchmarked the inline model");
+    positive(r, "benchmark.training.samples_per_s");
+    /* 4 filters and a 4 x 10 classifier: parameters far below small_cnn's */
+    cr_assert_lt(num_at(r, "benchmark.memory.params_bytes"), 4096);
+    cJSON_Delete(r);
+    free(err);
+    free(cfg);
+    th_rmtree(dir);
+    free(dir);
+}

@@ -162,3 +162,26 @@ Test(html, atomic_write)
     free(dir);
     cJSON_Delete(r);
 }
+
+Test(html, training_curves_as_columns)
+{
+    /* the trainer's layout: training.curves holds one array per figure */
+    cJSON *r = NULL;
+    cr_assert_eq(md_json_parse("{\"training\": {\"epochs\": 3, \"curves\": {\"epoch\": [1, 2, 3],"
+                               " \"train_loss\": [2.2, 1.5, 1.0], \"val_loss\": [2.1, 1.5, null],"
+                               " \"train_acc\": [0.2, 0.4, 0.6], \"val_acc\": [0.3, 0.5, 0.5]},"
+                               " \"diagnostics\": [{\"epoch\": 3, \"params\": [{\"name\": \"fc.weight\", \"grad_norm\": 0.5}]}]}}",
+                               "curves", &r),
+                 MD_OK, "%s", md_errmsg());
+    char *html = NULL;
+    cr_assert_eq(md_html_render(r, &html, NULL), MD_OK);
+    cr_assert_not_null(strstr(html, "Loss per epoch"));
+    cr_assert_not_null(strstr(html, "Accuracy per epoch"));
+    /* 3 + 2 loss points (one val_loss is null), 3 + 3 accuracy points */
+    cr_assert_eq(count(html, "<circle"), 11, "%d points", count(html, "<circle"));
+    cr_assert_not_null(strstr(html, "<h3>Per epoch</h3>"));
+    cr_assert_not_null(strstr(html, "fc.weight"), "last epoch's diagnostics");
+    cr_assert_eq(count_open(html, "details"), count_close(html, "details"));
+    md_free(html);
+    cJSON_Delete(r);
+}

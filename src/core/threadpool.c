@@ -30,8 +30,10 @@ static struct {
     md_range_fn fn;
     void *ctx;
     long long n, grain, nchunks;
-    atomic_llong next;
-    atomic_int pending;        /* workers not yet done with this job */
+    atomic_llong next;         /* next chunk to take */
+    atomic_llong done;         /* chunks finished */
+    int open;                  /* the posted job still accepts workers */
+    int active;                /* workers inside the current job (under m) */
 } P = {
     .call_lock = PTHREAD_MUTEX_INITIALIZER,
     .m = PTHREAD_MUTEX_INITIALIZER,
@@ -47,6 +49,11 @@ static void run_chunks(void)
         if (i >= P.nchunks) break;
         long long b = i * P.grain, e = b + P.grain;
         P.fn(P.ctx, b, e < P.n ? e : P.n);
+        if (atomic_fetch_add(&P.done, 1) + 1 == P.nchunks) {
+            pthread_mutex_lock(&P.m);
+            pthread_cond_signal(&P.cv_done);
+            pthread_mutex_unlock(&P.m);
+        }
     }
 }
 
@@ -61,14 +68,17 @@ static void *worker(void *arg)
         while (atomic_load(&P.gen) == seen && !P.stop) pthread_cond_wait(&P.cv_work, &P.m);
         int stop = P.stop;
         seen = atomic_load(&P.gen);
+        /* a worker that wakes after the job was finished stays out of it: the
+         * caller waits only for workers that entered */
+        int enter = !stop && P.open;
+        if (enter) P.active++;
         pthread_mutex_unlock(&P.m);
         if (stop) break;
+        if (!enter) continue;
         run_chunks();
-        if (atomic_fetch_sub(&P.pending, 1) == 1) {
-            pthread_mutex_lock(&P.m);
-            pthread_cond_signal(&P.cv_done);
-            pthread_mutex_unlock(&P.m);
-        }
+        pthread_mutex_lock(&P.m);
+        if (--P.active == 0) pthread_cond_signal(&P.cv_done);
+        pthread_mutex_unlock(&P.m);
     }
     return NULL;
 }
@@ -133,17 +143,20 @@ void md_parallel_for(long long n, long long grain, md_range_fn fn, void *ctx)
     P.grain = grain;
     P.nchunks = (n + grain - 1) / grain;
     atomic_store(&P.next, 0);
-    atomic_store(&P.pending, P.workers);
+    atomic_store(&P.done, 0);
     if (P.workers > 0) {
         pthread_mutex_lock(&P.m);
+        P.open = 1;
+        P.active = 0;
         atomic_fetch_add(&P.gen, 1);
         pthread_cond_broadcast(&P.cv_work);
         pthread_mutex_unlock(&P.m);
     }
     run_chunks();
-    for (int i = 0; i < SPIN_ITERS && atomic_load(&P.pending) > 0; i++) CPU_RELAX();
+    for (int i = 0; i < SPIN_ITERS && atomic_load(&P.done) < P.nchunks; i++) CPU_RELAX();
     pthread_mutex_lock(&P.m);
-    while (atomic_load(&P.pending) > 0) pthread_cond_wait(&P.cv_done, &P.m);
+    while (atomic_load(&P.done) < P.nchunks || P.active > 0) pthread_cond_wait(&P.cv_done, &P.m);
+    P.open = 0;
     pthread_mutex_unlock(&P.m);
     pthread_mutex_unlock(&P.call_lock);
 }

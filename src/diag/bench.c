@@ -248,7 +248,7 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     md_dev_reset_peak(dev);
 
     double t0 = md_now();
-    if ((st = md_model_load(s->model, NULL, &s->mopts, &b.m)) != MD_OK) goto fail;
+    if ((st = md_model_load(s->model, s->inline_model, &s->mopts, &b.m)) != MD_OK) goto fail;
     r->load_s = md_now() - t0;
     r->nparams = md_model_nparams(b.m);
     r->flops_fwd = md_model_flops_fwd(b.m);

@@ -18,6 +18,8 @@
 #ifndef MD_BENCH_H
 #define MD_BENCH_H
 
+#include <cjson/cJSON.h>
+
 #include "backend/backend.h"
 #include "cli/options.h"
 #include "core/timer.h"
@@ -26,7 +28,8 @@
 struct md_data;
 
 struct md_bench_setup {
-    const char *model;          /* name or path for md_model_load */
+    const char *model;          /* name or path for md_model_load (the name in messages when inline) */
+    const cJSON *inline_model;  /* the run config's "model" object, or NULL */
     struct md_model_opts mopts; /* layout, compute dtype, compile, grad_ckpt ... */
     int batch;
     int warmup_iters;           /* untimed steps before timing (>= 1: the first is timed apart) */

@@ -103,6 +103,15 @@ static void add_scalar(md_strbuf *b, const char *key, const cJSON *v)
 
 static int is_scalar(const cJSON *v) { return !cJSON_IsObject(v) && !cJSON_IsArray(v); }
 
+/* [1, 28, 28]: shown joined in a table cell */
+static int scalar_array(const cJSON *v)
+{
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > 16) return 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) if (!is_scalar(e)) return 0;
+    return 1;
+}
+
 /* A table of records (array of objects): columns are the scalar keys in order
  * of first appearance. */
 static void add_records(md_strbuf *b, const cJSON *arr)
@@ -115,7 +124,7 @@ static void add_records(md_strbuf *b, const cJSON *arr)
     {
         cJSON_ArrayForEach(f, r)
         {
-            if (!is_scalar(f) || !f->string) continue;
+            if (!(is_scalar(f) || scalar_array(f)) || !f->string) continue;
             int seen = 0;
             for (int i = 0; i < nc; i++) seen |= strcmp(cols[i], f->string) == 0;
             if (!seen && nc < MAXCOL) cols[nc++] = f->string;
@@ -134,7 +143,8 @@ static void add_records(md_strbuf *b, const cJSON *arr)
         for (int i = 0; i < nc; i++) {
             const cJSON *v = get(r, cols[i]);
             md_strbuf_add(b, cJSON_IsNumber(v) ? "<td class=\"n\">" : "<td>");
-            if (v) add_scalar(b, cols[i], v);
+            if (v && cJSON_IsArray(v)) add_value(b, cols[i], v);
+            else if (v) add_scalar(b, cols[i], v);
             md_strbuf_add(b, "</td>");
         }
         md_strbuf_add(b, "</tr>\n");
@@ -722,7 +732,26 @@ static void settings_section(md_strbuf *b, const cJSON *settings)
 static void training_section(md_strbuf *b, const cJSON *tr)
 {
     section_open(b, "training", "Training");
-    const cJSON *ep = get(tr, "epochs");
+    /* the trainer writes columns (training.curves: {"epoch": [..], "train_loss": [..]});
+     * rows (an array of epoch objects) are accepted too */
+    cJSON *rows = NULL;
+    const cJSON *cols = get(tr, "curves");
+    if (cJSON_IsObject(cols)) {
+        rows = cJSON_CreateArray();
+        int ne = 0;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cols) if (cJSON_IsArray(c) && cJSON_GetArraySize(c) > ne) ne = cJSON_GetArraySize(c);
+        for (int i = 0; i < ne; i++) {
+            cJSON *row = cJSON_CreateObject();
+            cJSON_ArrayForEach(c, cols)
+            {
+                const cJSON *v = cJSON_IsArray(c) ? cJSON_GetArrayItem(c, i) : NULL;
+                if (v) cJSON_AddItemToObject(row, c->string, cJSON_Duplicate(v, 1));
+            }
+            cJSON_AddItemToArray(rows, row);
+        }
+    }
+    const cJSON *ep = rows ? rows : get(tr, "epochs");
     if (!cJSON_IsArray(ep)) ep = get(tr, "history");
     int n = cJSON_IsArray(ep) ? cJSON_GetArraySize(ep) : 0;
     if (n > 0) {
@@ -763,7 +792,24 @@ static void training_section(md_strbuf *b, const cJSON *tr)
             md_free(buf);
         }
     }
-    add_kv(b, tr, NULL);
+    if (rows) {
+        md_strbuf_add(b, "<h3>Per epoch</h3>\n");
+        add_records(b, rows);
+        cJSON_Delete(rows);
+    }
+    /* per-parameter diagnostics: the last epoch, folded */
+    const cJSON *diag = get(tr, "diagnostics");
+    int nd = cJSON_IsArray(diag) ? cJSON_GetArraySize(diag) : 0;
+    if (nd > 0) {
+        const cJSON *last = cJSON_GetArrayItem(diag, nd - 1);
+        double e = 0;
+        num(last, "epoch", &e);
+        md_strbuf_printf(b, "<details><summary>Gradient and weight norms per tensor (epoch %.0f)</summary>\n", e);
+        add_kv(b, last, NULL);
+        md_strbuf_add(b, "</details>\n");
+    }
+    static const char *const skip[] = {"curves", "diagnostics", NULL};
+    add_kv(b, tr, skip);
     section_close(b);
 }
 

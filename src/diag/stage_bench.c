@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "cli/job.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/platform.h"
@@ -116,6 +117,8 @@ struct ctx {
     const struct md_device_info *info;
     struct md_data *data[2];     /* per layout: NCHW, NHWC */
     char model[MD_PATH_MAX];
+    cJSON *config;               /* the run config when its "model" is inline (owned) */
+    const cJSON *inline_model;
     struct md_model_opts mopts;
     int batch;
     long long budget;            /* bytes a measurement may plan (0: none) */
@@ -145,6 +148,7 @@ static struct md_bench_setup setup_for(struct ctx *c, int batch, int iters, int 
     struct md_bench_setup s;
     memset(&s, 0, sizeof s);
     s.model = c->model;
+    s.inline_model = c->inline_model;
     s.mopts = c->mopts;
     s.batch = batch;
     s.warmup_iters = c->o->warmup_iters;
@@ -632,15 +636,22 @@ md_status md_stage_bench(md_job *job)
     c.o = o;
     c.dev = job->dev;
     c.info = md_device_get_info(job->dev);
-    snprintf(c.model, sizeof c.model, "%s",
-             o->model[0] ? o->model : job->model ? md_model_name(job->model) : "small_cnn");
+    /* the model the model stage loaded: --model, the config's inline object, or small_cnn */
+    snprintf(c.model, sizeof c.model, "%s", o->model[0] ? o->model : "small_cnn");
+    if (!md_options_given(o, "model") && o->config[0] && md_json_load_file(o->config, &c.config) == MD_OK) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(c.config, "model");
+        if (cJSON_IsObject(m)) {
+            c.inline_model = m;
+            snprintf(c.model, sizeof c.model, "%s: model", o->config);
+        }
+    }
     md_model_opts_default(&c.mopts);
     c.mopts.layout = o->channels_last ? MD_NHWC : MD_NCHW;
     c.mopts.compute_dtype = compute_dtype(o, c.info);
     c.mopts.grad_ckpt = o->grad_ckpt;
     c.mopts.compile = o->compile;
     c.mopts.seed = o->seed;
-    c.mopts.dropout = o->dropout;
+    c.mopts.dropout = md_options_given(o, "dropout") ? o->dropout : -1.0;
     c.mopts.reduce_architecture = o->reduce_architecture;
     c.batch = o->batch_size > 0 ? o->batch_size : 64;
     struct md_mem_stats ms;
@@ -675,6 +686,7 @@ md_status md_stage_bench(md_job *job)
     md_bench_result_clear(&main_r);
     md_data_free(c.data[0]);
     md_data_free(c.data[1]);
+    cJSON_Delete(c.config);
     return st;
 }
 
@@ -761,6 +773,15 @@ static int final_loss(const cJSON *report, double *loss, const char **from)
     static const char *const keys[] = {"final_train_loss", "final_loss", "train_loss"};
     for (int i = 0; i < 3; i++) {
         const cJSON *v = jget(t, keys[i]);
+        if (cJSON_IsNumber(v)) {
+            *loss = v->valuedouble;
+            *from = "training";
+            return 1;
+        }
+    }
+    const cJSON *col = jget(jget(t, "curves"), "train_loss"); /* the trainer's columns */
+    if (cJSON_IsArray(col) && cJSON_GetArraySize(col) > 0) {
+        const cJSON *v = cJSON_GetArrayItem(col, cJSON_GetArraySize(col) - 1);
         if (cJSON_IsNumber(v)) {
             *loss = v->valuedouble;
             *from = "training";

@@ -469,12 +469,26 @@ static void store_range(void *vc, long long b, long long e)
     }
 }
 
+static void scale_range(void *vc, long long b, long long e)
+{
+    const struct store_ctx *c = vc;
+    for (long long i = b; i < e; i++)
+        md_store_f(c->dst, c->t, (size_t)i, c->beta != 0.0f ? c->beta * md_load_f(c->dst, c->t, (size_t)i) : 0.0f);
+}
+
 static md_status conv_run(const char *op, int which, const struct md_conv2d_args *a)
 {
     struct geom g;
     MD_TRY(geom_init(op, a, &g));
     size_t nx = (size_t)g.n * g.c * g.h * g.w, nw = (size_t)g.k * g.crs, ny = (size_t)g.n * g.k * g.pq;
     md_status st = MD_OK;
+    if (g.n == 0) { /* an empty batch: only dw = beta * dw has anything to do */
+        if (which == CONV_FILTER) {
+            struct store_ctx c = {NULL, a->dwt, a->dtype, a->beta};
+            md_parallel_for((long long)nw, CPU_GRAIN, scale_range, &c);
+        }
+        return MD_OK;
+    }
     md_cpu_lock();
     if (a->dtype == MD_F32) {
         float *out = which == CONV_FWD ? a->y : which == CONV_DATA ? a->dx : a->dwt;

@@ -29,6 +29,7 @@ void md_cpu_unlock(void) { pthread_mutex_unlock(&cpu_mutex); }
 
 void *md_cpu_scratch(int slot, size_t bytes)
 {
+    if (bytes < 64) bytes = 64; /* never a NULL "success" for an empty request */
     if (bytes <= scratch_bytes[slot]) return scratch[slot];
     md_free(scratch[slot]);
     /* grow by half again, so a slowly growing size does not reallocate each call */

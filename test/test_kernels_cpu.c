@@ -1,0 +1,136 @@
+/* test_kernels_cpu.c - what is specific to the CPU backend: the thread pool,
+ * and results that do not depend on the thread count. */
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/kernels_call.h"
+#include "core/threadpool.h"
+#include "kernel_cases.h"
+
+struct cover { atomic_int *hits; };
+
+static void mark(void *ctx, long long b, long long e)
+{
+    struct cover *c = ctx;
+    for (long long i = b; i < e; i++) atomic_fetch_add(&c->hits[i], 1);
+}
+
+Test(threadpool, every_index_exactly_once_for_any_size_and_grain)
+{
+    static const long long ns[] = {0, 1, 2, 7, 1000, 100003};
+    static const long long grains[] = {1, 3, 64, 100000};
+    for (int threads = 1; threads <= 4; threads++) {
+        md_threadpool_set_size(threads);
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+            for (size_t g = 0; g < sizeof grains / sizeof grains[0]; g++) {
+                long long n = ns[i];
+                atomic_int *hits = calloc((size_t)(n ? n : 1), sizeof *hits);
+                struct cover c = {hits};
+                md_parallel_for(n, grains[g], mark, &c);
+                for (long long k = 0; k < n; k++)
+                    cr_assert_eq(atomic_load(&hits[k]), 1, "threads %d n %lld grain %lld index %lld", threads, n,
+                                 grains[g], k);
+                free(hits);
+            }
+    }
+    md_threadpool_shutdown();
+    md_threadpool_set_size(1);
+}
+
+Test(threadpool, many_small_jobs_do_not_hang)
+{
+    md_threadpool_set_size(3);
+    atomic_int *hits = calloc(64, sizeof *hits);
+    struct cover c = {hits};
+    for (int j = 0; j < 5000; j++) md_parallel_for(64, 1, mark, &c);
+    for (int k = 0; k < 64; k++) cr_assert_eq(atomic_load(&hits[k]), 5000);
+    free(hits);
+    md_threadpool_shutdown();
+    md_threadpool_set_size(1);
+}
+
+static md_device *open_cpu(int threads)
+{
+    md_device *dev = NULL;
+    struct md_device_opts o = {.threads = threads};
+    cr_assert_eq(md_device_open(md_backend_find("cpu"), 0, &o, &dev), MD_OK, "%s", md_errmsg());
+    return dev;
+}
+
+/* Reductions combine fixed chunks in order: bit-identical for 1 and 3 threads. */
+Test(kernels_cpu, results_do_not_depend_on_thread_count)
+{
+    enum { N = 300007, BN_N = 16, BN_C = 24, BN_HW = 49 };
+    float *x = malloc(N * 4);
+    kc_fill(x, N, 7, -1, 2);
+    float sums[2], y[2][BN_N * BN_C * BN_HW], dx[2][BN_N * BN_C * BN_HW], dg[2][BN_C], loss[2];
+    float gamma[BN_C], betap[BN_C], rm[BN_C], rv[BN_C], sm[BN_C], si[BN_C], db[BN_C];
+    float *logits = malloc(4 * 256 * 100);
+    int32_t labels[256];
+    kc_fill(logits, 256 * 100, 9, -3, 3);
+    for (int i = 0; i < 256; i++) labels[i] = (i * 37) % 100;
+    kc_fill(gamma, BN_C, 1, 0.5f, 1.5f);
+    kc_fill(betap, BN_C, 2, -1, 1);
+    for (int t = 0; t < 2; t++) {
+        md_device *dev = open_cpu(t ? 3 : 1);
+        struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = N, .dtype = MD_F32, .a = x, .out = &sums[t]};
+        cr_assert_eq(md_k_reduce(dev, &r), MD_OK);
+        memset(rm, 0, sizeof rm);
+        for (int i = 0; i < BN_C; i++) rv[i] = 1.0f;
+        struct md_batchnorm_args b = {.n = BN_N, .c = BN_C, .hw = BN_HW, .layout = MD_NHWC, .dtype = MD_F32,
+                                      .training = 1, .eps = 1e-5f, .momentum = 0.1f, .act = MD_ACT_RELU, .x = x,
+                                      .y = y[t], .gamma = gamma, .beta_p = betap, .running_mean = rm,
+                                      .running_var = rv, .save_mean = sm, .save_invstd = si, .dy = x + 1000,
+                                      .dx = dx[t], .dgamma = dg[t], .dbeta = db};
+        cr_assert_eq(md_k_batchnorm_fwd(dev, &b), MD_OK);
+        cr_assert_eq(md_k_batchnorm_bwd(dev, &b), MD_OK);
+        loss[t] = 0.0f;
+        struct md_xent_args xe = {.n = 256, .classes = 100, .smoothing = 0.1f, .dtype = MD_F32, .logits = logits,
+                                  .labels = labels, .loss_sum = &loss[t], .grad_scale = 1.0f};
+        cr_assert_eq(md_k_xent(dev, &xe), MD_OK);
+        md_device_close(dev);
+    }
+    cr_assert(memcmp(&sums[0], &sums[1], 4) == 0, "reduce: %.9g vs %.9g", (double)sums[0], (double)sums[1]);
+    cr_assert(memcmp(y[0], y[1], sizeof y[0]) == 0, "batchnorm_fwd NHWC differs between 1 and 3 threads");
+    cr_assert(memcmp(dx[0], dx[1], sizeof dx[0]) == 0, "batchnorm_bwd NHWC differs between 1 and 3 threads");
+    cr_assert(memcmp(dg[0], dg[1], sizeof dg[0]) == 0, "dgamma differs between 1 and 3 threads");
+    cr_assert(memcmp(&loss[0], &loss[1], 4) == 0, "xent loss differs between 1 and 3 threads");
+    free(x);
+    free(logits);
+}
+
+/* fp16/bf16 arguments of a GEMM go through fp32 scratch: rows between ldc
+ * gaps must stay untouched. */
+Test(kernels_cpu, half_gemm_leaves_row_gaps_alone)
+{
+    md_device *dev = open_cpu(2);
+    uint16_t a[2 * 3], b[3 * 2], c[2 * 4];
+    for (int i = 0; i < 6; i++) a[i] = md_f32_to_bf16((float)i), b[i] = md_f32_to_bf16(1.0f);
+    for (int i = 0; i < 8; i++) c[i] = 0x7fc1; /* NaN pattern in the gaps */
+    struct md_gemm_args g = {.m = 2, .n = 2, .k = 3, .alpha = 1, .beta = 0, .a = a, .lda = 3, .b = b, .ldb = 2,
+                             .c = c, .ldc = 4, .batch = 1, .dtype = MD_BF16};
+    cr_assert_eq(md_k_gemm(dev, &g), MD_OK);
+    cr_assert_float_eq(md_bf16_to_f32(c[0]), 3.0, 0);
+    cr_assert_float_eq(md_bf16_to_f32(c[5]), 12.0, 0);
+    cr_assert_eq(c[2], 0x7fc1);
+    cr_assert_eq(c[3], 0x7fc1);
+    md_device_close(dev);
+}
+
+/* An empty batch: outputs of size 0, and dw = beta * dw (as the reference). */
+Test(kernels_cpu, empty_batch_convolution)
+{
+    md_device *dev = open_cpu(2);
+    float w[2 * 2 * 9], dw[18], x[1], y[1];
+    for (int i = 0; i < 18; i++) w[i] = (float)i, dw[i] = (float)i;
+    struct md_conv2d_args a = {.n = 0, .c = 2, .h = 5, .w = 5, .k = 2, .r = 3, .s = 3, .p = 5, .q = 5, .stride_h = 1,
+                               .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
+                               .dtype = MD_F32, .x = x, .wt = w, .y = y, .dy = y, .dx = x, .dwt = dw, .beta = 0.5f};
+    cr_assert_eq(md_k_conv2d_fwd(dev, &a), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_k_conv2d_bwd_data(dev, &a), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_k_conv2d_bwd_filter(dev, &a), MD_OK, "%s", md_errmsg());
+    for (int i = 0; i < 18; i++) cr_assert_float_eq(dw[i], 0.5f * (float)i, 0);
+    md_device_close(dev);
+}
