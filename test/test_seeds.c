@@ -224,7 +224,7 @@ Test(seeds, diagnostics_run_reports_integration_weights, .timeout = 120)
     snprintf(report, sizeof report, "%s/r.json", dir);
     snprintf(args, sizeof args,
              "--device cpu --quiet --dataset synthetic --models base_multi_channel --reduce-architecture --epochs 2 "
-             "--steps 3 --batch-size 8 --max-samples 24 --val-split 0.01 --lr 0.05 --bench-iters 2 --warmup-iters 1 "
+             "--steps 3 --batch-size 8 --max-samples 24 --val-split 0.01 --bench-iters 2 --warmup-iters 1 "
              "--checkpoint-dir %s/ckpt --report %s",
              dir, report);
     char *out, *err;

@@ -383,6 +383,23 @@ md_status md_diagnostics_run(md_job *job)
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
     md_job_setting(job, "models", list, o->models[0] ? "--models" : "the seeds' pair (choose with --models A,B)");
     choose_data(job, diag);
+    /* The seeds' training recipe for these models (AdamW, lr 1e-3, weight
+     * decay 1e-4, gradient clipping at norm 1, cosine schedule), where the
+     * flags leave it open: SGD at 0.1 without clipping sends the two-pathway
+     * ResNet-50 off in a few steps. */
+    const char *recipe = "the seeds' diagnostics recipe (set the flag to change)";
+    if (!md_options_given(o, "optimizer")) {
+        snprintf(o->optimizer, sizeof o->optimizer, "adamw");
+        md_job_setting(job, "optimizer", "adamw", recipe);
+    }
+    if (!md_options_given(o, "weight-decay")) {
+        o->weight_decay = 1e-4;
+        md_job_setting(job, "weight_decay", "0.0001", recipe);
+    }
+    if (!md_options_given(o, "grad-clip")) {
+        o->grad_clip = 1.0;
+        md_job_setting(job, "grad_clip", "1.0", recipe);
+    }
     /* Each model gets a benchmark after its training, as in the seeds. */
     if (!o->benchmark && !o->benchmark_only) {
         o->benchmark = 1;
