@@ -255,3 +255,32 @@ Test(seeds, diagnostics_run_reports_integration_weights, .timeout = 120)
     th_rmtree(dir);
     free(dir);
 }
+
+/* --models names the models even when the run config holds an inline one. */
+Test(seeds, models_win_over_an_inline_config_model, .timeout = 60)
+{
+    char *dir = th_tmpdir();
+    char *cfg = th_write(dir, "run.json",
+                         "{\"model\": {\"name\": \"inline_tiny\", \"num_classes\": 10,"
+                         " \"inputs\": [{\"name\": \"image\", \"shape\": [3, 32, 32]}],"
+                         " \"layers\": [{\"type\": \"global_avgpool\"}, {\"type\": \"linear\", \"out\": 10}]},"
+                         " \"dataset\": \"synthetic\", \"epochs\": 0}");
+    char args[3000], report[1100];
+    snprintf(report, sizeof report, "%s/r.json", dir);
+    snprintf(args, sizeof args,
+             "--device cpu --quiet --config %s --models base_multi_channel --reduce-architecture --batch-size 2 "
+             "--bench-iters 1 --warmup-iters 1 --report %s",
+             cfg, report);
+    char *out, *err;
+    int rc = th_run(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d\nstderr: %s", rc, err);
+    cJSON *r = load_json(report);
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "models"), 0);
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "model"), "name")->valuestring, "base_multi_channel");
+    cJSON_Delete(r);
+    free(out);
+    free(err);
+    free(cfg);
+    th_rmtree(dir);
+    free(dir);
+}

@@ -258,7 +258,13 @@ static md_status run_one(md_job *job, const md_options *base, const char *name, 
 
     /* The model stage prints the summary ending in the seeds' line
      * "✅ Created <name> - Parameters: N". */
+    /* The model stage prefers a run config's inline "model" object to
+     * o->model; here the name from --models decides. */
+    char config[MD_PATH_MAX];
+    memcpy(config, o->config, sizeof config);
+    o->config[0] = '\0';
     md_status st = md_stage_model(job);
+    memcpy(o->config, config, sizeof config);
     if (st == MD_OK) st = md_stage_data(job);
     if (st == MD_OK) {
         print_settings(job->settings);
