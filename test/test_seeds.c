@@ -149,6 +149,7 @@ Test(seeds, models_list_errors)
         {"--device cpu --quiet --models base_multi_channel,,custom_cnn", "--models 'base_multi_channel,,custom_cnn': empty name"},
         {"--device cpu --quiet --models custom_cnn,", "empty name"},
         {"--device cpu --quiet --models custom_cnn,custom_cnn", "--models: 'custom_cnn' is listed twice"},
+        {"--device cpu --quiet --ci --models custom_cnn", "--ci checks one model"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out, *err;

@@ -383,6 +383,11 @@ md_status md_diagnostics_run(md_job *job)
     int n = 0;
     const char *list = o->models[0] ? o->models : MD_DIAGNOSTICS_DEFAULT_MODELS;
     MD_TRY(split_models(list, names, &n));
+    /* The --ci thresholds and smoke mode judge the one model of a run. */
+    if (o->ci)
+        return md_errf(MD_ERR_USAGE, "--ci checks one model, and the diagnostics run (%s) compares several: "
+                       "drop --ci, or give one --model",
+                       o->models[0] ? "--models" : "--data-dir .../cifar-100");
 
     cJSON *diag = cJSON_AddObjectToObject(job->report, "diagnostics");
     cJSON *arr = cJSON_AddArrayToObject(diag, "model_names");
