@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/diagnostics.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
@@ -180,11 +181,16 @@ md_status md_job_run(md_options *opts)
     md_stage_ci_defaults(&job);
     if ((st = md_stage_policy(&job)) != MD_OK) goto finish;
 
-    if ((st = md_stage_model(&job)) != MD_OK) goto finish;
-    if ((st = md_stage_data(&job)) != MD_OK) goto finish;
-    print_settings(&job);
-    if ((st = md_stage_train(&job)) != MD_OK) goto finish;
-    if ((st = md_stage_bench(&job)) != MD_OK) goto finish;
+    if (md_diagnostics_wanted(opts)) {
+        /* Several models in turn, then a comparison (src/cli/diagnostics.c). */
+        if ((st = md_diagnostics_run(&job)) != MD_OK) goto finish;
+    } else {
+        if ((st = md_stage_model(&job)) != MD_OK) goto finish;
+        if ((st = md_stage_data(&job)) != MD_OK) goto finish;
+        print_settings(&job);
+        if ((st = md_stage_train(&job)) != MD_OK) goto finish;
+        if ((st = md_stage_bench(&job)) != MD_OK) goto finish;
+    }
     memory_section(&job);
     if ((st = md_stage_recommend(&job)) != MD_OK) goto finish;
 
