@@ -185,7 +185,7 @@ run: deps
 	$(BIN) $(RUN_ARGS)
 
 asan: deps
-	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS=suppressions=$(abspath test/lsan.supp) \
 	  $(MAKE) --no-print-directory test-run BUILD=build/asan SANITIZE=address,undefined OPT=-O1
 
 clean:
