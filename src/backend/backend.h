@@ -104,6 +104,8 @@ md_backend_kind md_device_kind(const md_device *dev);
 /* Memory. md_dev_alloc fails with MD_ERR_OOM (requested / in use / limit). */
 md_status md_dev_alloc(md_device *dev, size_t bytes, void **ptr, const char *what);
 void md_dev_free(md_device *dev, void *ptr); /* NULL ok */
+/* Copies are asynchronous on GPU backends: the host source of an upload must
+ * stay unchanged until the next md_dev_sync (or download, which syncs). */
 md_status md_dev_upload(md_device *dev, void *dst, const void *src, size_t bytes);
 md_status md_dev_download(md_device *dev, void *dst, const void *src, size_t bytes);
 md_status md_dev_copy(md_device *dev, void *dst, const void *src, size_t bytes);

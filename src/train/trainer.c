@@ -747,6 +747,9 @@ static md_status evaluate(md_trainer *t, struct md_loader *l, int epoch, double 
                 st = md_model_loss(t->model, t->d_labels, 0.0f, 1.0f, &t->d_sc->loss_sum, &t->d_sc->correct);
         }
         seen += b->n;
+        /* Uploads are asynchronous on GPU backends: the (possibly pinned)
+         * batch may go back to the loader only when the copies are done. */
+        if (st == MD_OK) st = md_dev_sync(t->dev);
         md_loader_release(l, b);
         MD_TRY(st);
     }
