@@ -158,6 +158,19 @@ void md_model_set_step(md_model *m, uint64_t step);
  * touching running statistics) and names the first layer whose output has a
  * NaN/Inf ("" and *found = 0 if none). */
 md_status md_model_first_nonfinite(md_model *m, char *layer, size_t n, int *found);
+
+/* ReLU health on the last batch the model saw: the forward is replayed in
+ * evaluation mode (no running-statistics update, no dropout), and for every
+ * ReLU (standalone or fused into its producer) `dead_share` is the share of
+ * channels whose output is zero for every sample and position of the batch,
+ * `zero_share` the share of all outputs that are zero. Fills at most `max`
+ * entries; *count gets how many there are. Names are borrowed from the model. */
+struct md_relu_stat {
+    const char *layer;
+    double dead_share;
+    double zero_share;
+};
+md_status md_model_relu_stats(md_model *m, struct md_relu_stat *out, int max, int *count);
 /* The "integration weights" are the tensors whose layer_type is
  * "weighted_add" (see md_model_tensor). */
 

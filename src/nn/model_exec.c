@@ -904,6 +904,59 @@ md_status md_model_first_nonfinite(md_model *m, char *layer, size_t n, int *foun
     return MD_OK;
 }
 
+md_status md_model_relu_stats(md_model *m, struct md_relu_stat *out, int max, int *count)
+{
+    *count = 0;
+    MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
+    if (!m->last_batch) return MD_OK;
+    struct run r = {m, &m->plan_eval, m->last_batch, 0, 0, 1};
+    md_dtype dt = m->opts.compute_dtype;
+    float *host = NULL;
+    unsigned char *alive = NULL;
+    size_t cap = 0;
+    md_status st = MD_OK;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct md_layer *L = &m->layers[i];
+        if (L->alias >= 0) continue;
+        if ((st = fwd_layer(&r, i)) != MD_OK) goto done;
+        if (L->act != MD_ACT_RELU || !(L->kind == MD_L_ACT || L->kind == MD_L_BN || L->kind == MD_L_ADD)) continue;
+        /* the name the user wrote: a fused ReLU reports itself, not its producer */
+        const char *name = L->name;
+        if (L->kind != MD_L_ACT)
+            for (int j = i + 1; j < m->nlayers; j++)
+                if (m->layers[j].alias == i) { name = m->layers[j].name; break; }
+        size_t per = numel(L), n = (size_t)r.n * per;
+        if (n > cap) {
+            md_free(host);
+            if (!(host = md_malloc(n * md_dtype_size(dt)))) { st = MD_ERR_OOM; goto done; }
+            cap = n;
+        }
+        md_free(alive);
+        if (!(alive = md_malloc((size_t)L->c))) { st = MD_ERR_OOM; goto done; }
+        if ((st = md_dev_download(m->dev, host, act_ptr(&r, i), n * md_dtype_size(dt))) != MD_OK) goto done;
+        if ((st = md_dev_sync(m->dev)) != MD_OK) goto done;
+        memset(alive, 0, (size_t)L->c);
+        size_t zeros = 0, hw = (size_t)L->h * L->w;
+        for (size_t e = 0; e < n; e++) {
+            size_t c = m->opts.layout == MD_NHWC ? e % (size_t)L->c : (e / hw) % (size_t)L->c;
+            if (md_load_f(host, dt, e) > 0.0f) alive[c] = 1;
+            else zeros++;
+        }
+        int dead = 0;
+        for (int c = 0; c < L->c; c++) dead += !alive[c];
+        if (*count < max) {
+            out[*count].layer = name;
+            out[*count].dead_share = (double)dead / (double)L->c;
+            out[*count].zero_share = (double)zeros / (double)n;
+        }
+        (*count)++;
+    }
+done:
+    md_free(host);
+    md_free(alive);
+    return st;
+}
+
 /* ---- weights in and out --------------------------------------------------------------- */
 
 /* (K, C, RS) <-> (K, RS, C) for NHWC conv weights, in place through tmp. */

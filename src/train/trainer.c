@@ -667,6 +667,18 @@ static md_status collect_diagnostics(md_trainer *t, int have_update)
     }
     md_free(h);
     cJSON_AddItemToArray(t->diags, d);
+    /* dead ReLUs on the epoch's last batch (an evaluation-mode replay: no side effects) */
+    struct md_relu_stat rs[256];
+    int nr = 0;
+    MD_TRY(md_model_relu_stats(t->model, rs, 256, &nr));
+    cJSON *relu = cJSON_AddArrayToObject(d, "relu");
+    for (int i = 0; i < nr && i < 256; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "layer", rs[i].layer);
+        cJSON_AddNumberToObject(o, "dead_share", rs[i].dead_share);
+        cJSON_AddNumberToObject(o, "zero_share", rs[i].zero_share);
+        cJSON_AddItemToArray(relu, o);
+    }
     return integration_weights(t, d);
 }
 
