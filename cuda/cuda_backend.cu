@@ -280,6 +280,8 @@ static void cu_close(md_device *dev)
     if (c->dnn) cudnnDestroy(c->dnn);
     if (c->blas_lt) cublasLtDestroy(c->blas_lt);
     if (c->blas) cublasDestroy(c->blas);
+    if (c->copy_done) cudaEventDestroy(c->copy_done);
+    if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
     pthread_mutex_lock(&c->alloc_lock);
     release_cache(c);
@@ -309,6 +311,10 @@ static md_status cu_open(md_device *dev)
     if (e != cudaSuccess) { st = md_cuda_err(e, "cudaSetDevice"); goto fail; }
     e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) { st = md_cuda_err(e, "cudaStreamCreate"); goto fail; }
+    e = cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) { st = md_cuda_err(e, "cudaStreamCreate (copy stream)"); goto fail; }
+    e = cudaEventCreateWithFlags(&c->copy_done, cudaEventDisableTiming);
+    if (e != cudaSuccess) { st = md_cuda_err(e, "cudaEventCreate (copy stream)"); goto fail; }
     if ((bs = cublasCreate(&c->blas)) != CUBLAS_STATUS_SUCCESS) { st = md_cuda_blas_err(bs, "cublasCreate"); goto fail; }
     if ((bs = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS) { st = md_cuda_blas_err(bs, "cublasSetStream"); goto fail; }
     /* The compute type of each call decides TF32; the math mode only keeps
@@ -349,6 +355,28 @@ static md_status cu_download(md_device *dev, void *dst, const void *src, size_t 
     return MD_OK;
 }
 
+static md_status cu_download_async(md_device *dev, void *dst, const void *src, size_t bytes)
+{
+    MD_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, md_cuda_impl(dev)->stream), "download");
+    return MD_OK;
+}
+
+/* Uploads on the copy stream overlap the kernels of the compute stream (the
+ * copy engines are separate); with page-locked sources they are truly async. */
+static md_status cu_upload_side(md_device *dev, void *dst, const void *src, size_t bytes)
+{
+    MD_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, md_cuda_impl(dev)->copy_stream), "upload (copy stream)");
+    return MD_OK;
+}
+
+static md_status cu_side_join(md_device *dev)
+{
+    struct md_cuda_dev *c = md_cuda_impl(dev);
+    MD_CU_TRY(cudaEventRecord(c->copy_done, c->copy_stream), "cudaEventRecord (copy stream)");
+    MD_CU_TRY(cudaStreamWaitEvent(c->stream, c->copy_done, 0), "cudaStreamWaitEvent (copy stream)");
+    return MD_OK;
+}
+
 static md_status cu_copy(md_device *dev, void *dst, const void *src, size_t bytes)
 {
     MD_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, md_cuda_impl(dev)->stream), "copy");
@@ -363,6 +391,7 @@ static md_status cu_memset0(md_device *dev, void *dst, size_t bytes)
 
 static md_status cu_sync(md_device *dev)
 {
+    MD_CU_TRY(cudaStreamSynchronize(md_cuda_impl(dev)->copy_stream), "synchronise (copy stream)");
     MD_CU_TRY(cudaStreamSynchronize(md_cuda_impl(dev)->stream), "synchronise");
     return MD_OK;
 }
@@ -404,6 +433,13 @@ static md_status cu_event_elapsed(md_device *dev, void *start, void *end, float 
     (void)dev;
     MD_CU_TRY(cudaEventSynchronize((cudaEvent_t)end), "cudaEventSynchronize");
     MD_CU_TRY(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end), "cudaEventElapsedTime");
+    return MD_OK;
+}
+
+static md_status cu_event_sync(md_device *dev, void *ev)
+{
+    (void)dev;
+    MD_CU_TRY(cudaEventSynchronize((cudaEvent_t)ev), "cudaEventSynchronize");
     return MD_OK;
 }
 
@@ -474,6 +510,9 @@ md_cuda_backend_entry(int api_version)
     o->copy = cu_copy;
     o->memset0 = cu_memset0;
     o->sync = cu_sync;
+    o->download_async = cu_download_async;
+    o->upload_side = cu_upload_side;
+    o->side_join = cu_side_join;
     o->driver_mem = cu_driver_mem;
     o->host_alloc_pinned = cu_host_alloc;
     o->host_free_pinned = cu_host_free;
@@ -481,6 +520,7 @@ md_cuda_backend_entry(int api_version)
     o->event_record = cu_event_record;
     o->event_elapsed_ms = cu_event_elapsed;
     o->event_destroy = cu_event_destroy;
+    o->event_sync = cu_event_sync;
     o->capture_begin = cu_capture_begin;
     o->capture_end = cu_capture_end;
     o->graph_launch = cu_graph_launch;

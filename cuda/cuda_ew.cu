@@ -166,9 +166,10 @@ md_status md_cuda_act_bwd(md_device *dev, const struct md_act_args *a)
  * ------------------------------------------------------------------------- */
 
 template <class T>
-__global__ void k_dropout_fwd(size_t n, float p, float scale, uint64_t seed, uint64_t off, const T *x, T *y,
-                              uint8_t *mask, float beta)
+__global__ void k_dropout_fwd(size_t n, float p, float scale, uint64_t seed, uint64_t off, const uint64_t *off_dev,
+                              const T *x, T *y, uint8_t *mask, float beta)
 {
+    if (off_dev) off += *off_dev;
     GRID_STRIDE(i, n)
     {
         int keep = !(md_rng_uniform(seed, off + i) < p);
@@ -180,9 +181,10 @@ __global__ void k_dropout_fwd(size_t n, float p, float scale, uint64_t seed, uin
 }
 
 template <class T>
-__global__ void k_dropout_bwd(size_t n, float p, float scale, uint64_t seed, uint64_t off, const uint8_t *mask,
-                              const T *dy, T *dx, float beta)
+__global__ void k_dropout_bwd(size_t n, float p, float scale, uint64_t seed, uint64_t off, const uint64_t *off_dev,
+                              const uint8_t *mask, const T *dy, T *dx, float beta)
 {
+    if (off_dev) off += *off_dev;
     GRID_STRIDE(i, n)
     {
         int keep = mask ? mask[i] != 0 : !(md_rng_uniform(seed, off + i) < p);
@@ -199,7 +201,7 @@ md_status md_cuda_dropout_fwd(md_device *dev, const struct md_dropout_args *a)
     if (!a->n) return MD_OK;
     MD_CU_DISPATCH(a->dtype, "dropout_fwd", {
         k_dropout_fwd<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
-            a->n, a->p, dropout_scale(a->p), a->seed, a->offset, (const T *)a->x, (T *)a->y, a->mask, a->beta);
+            a->n, a->p, dropout_scale(a->p), a->seed, a->offset, a->offset_dev, (const T *)a->x, (T *)a->y, a->mask, a->beta);
     });
     return md_cuda_check_launch("dropout_fwd");
 }
@@ -209,7 +211,7 @@ md_status md_cuda_dropout_bwd(md_device *dev, const struct md_dropout_args *a)
     if (!a->n) return MD_OK;
     MD_CU_DISPATCH(a->dtype, "dropout_bwd", {
         k_dropout_bwd<T><<<md_cu_blocks(dev, a->n), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
-            a->n, a->p, dropout_scale(a->p), a->seed, a->offset, a->mask, (const T *)a->dy, (T *)a->dx, a->beta);
+            a->n, a->p, dropout_scale(a->p), a->seed, a->offset, a->offset_dev, a->mask, (const T *)a->dy, (T *)a->dx, a->beta);
     });
     return md_cuda_check_launch("dropout_bwd");
 }
@@ -562,11 +564,33 @@ md_status md_cuda_permute(md_device *dev, const struct md_permute_args *a)
  * Optimizer step over the flat fp32 parameter buffer (PyTorch's formulas).
  * ------------------------------------------------------------------------- */
 
+/* The per-step values of a captured step (kernels.h, md_optim_ctl), read by
+ * every thread: false when the step must change nothing. */
+__device__ static bool ctl_values(const md_optim_ctl *c, float &lr, float &scale, long long &t)
+{
+    float ls = c->loss_sum, ss = c->grad_sumsq;
+    if (!isfinite(ls) || !isfinite(ss)) return false;
+    double g = (double)c->grad_scale;
+    if (c->clip > 0) {
+        double norm = sqrt((double)ss) * g;
+        if (norm > c->clip) g *= c->clip / (norm + 1e-6);
+    }
+    lr = c->lr;
+    scale = (float)g;
+    t = c->step;
+    return true;
+}
+
 template <class H>
 __global__ void k_sgd(size_t n, float lr, float mom, float wd, int nesterov, int first, float gs, const float *gs_dev,
-                      float *p, const float *g, float *buf, H *ph)
+                      const md_optim_ctl *ctl, float *p, const float *g, float *buf, H *ph)
 {
     float scale = gs_dev ? gs * *gs_dev : gs;
+    if (ctl) {
+        long long t;
+        if (!ctl_values(ctl, lr, scale, t)) return;
+        first = t == 1;
+    }
     GRID_STRIDE(i, n)
     {
         float w = p[i];
@@ -584,9 +608,17 @@ __global__ void k_sgd(size_t n, float lr, float mom, float wd, int nesterov, int
 
 template <class H>
 __global__ void k_adamw(size_t n, float lr, float b1, float b2, float eps, float wd, float step_size, float bc2_sqrt,
-                        float gs, const float *gs_dev, float *p, const float *g, float *m, float *v, H *ph)
+                        float gs, const float *gs_dev, const md_optim_ctl *ctl, float *p, const float *g, float *m,
+                        float *v, H *ph)
 {
     float scale = gs_dev ? gs * *gs_dev : gs;
+    if (ctl) {
+        long long t;
+        if (!ctl_values(ctl, lr, scale, t)) return;
+        double bc1 = 1.0 - pow((double)b1, (double)t), bc2 = 1.0 - pow((double)b2, (double)t);
+        step_size = (float)((double)lr / bc1);
+        bc2_sqrt = (float)sqrt(bc2);
+    }
     GRID_STRIDE(i, n)
     {
         float w = p[i] * (1.0f - lr * wd);
@@ -620,10 +652,10 @@ md_status md_cuda_optim(md_device *dev, const struct md_optim_args *a)
         T *ph = (T *)a->params_half;
         if (a->kind == MD_OPT_SGD)
             k_sgd<T><<<blocks, MD_THREADS, 0, s>>>(a->n, a->lr, a->momentum, a->weight_decay, a->nesterov, t == 1,
-                                                  a->grad_scale, a->grad_scale_dev, a->params, a->grads, a->m, ph);
+                                                  a->grad_scale, a->grad_scale_dev, a->ctl, a->params, a->grads, a->m, ph);
         else
             k_adamw<T><<<blocks, MD_THREADS, 0, s>>>(a->n, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay,
-                                                    step_size, bc2_sqrt, a->grad_scale, a->grad_scale_dev, a->params,
+                                                    step_size, bc2_sqrt, a->grad_scale, a->grad_scale_dev, a->ctl, a->params,
                                                     a->grads, a->m, a->v, ph);
     });
     return md_cuda_check_launch("optim");

@@ -29,6 +29,8 @@ struct md_cuda_dev {
     int device;
     int sm_count;
     cudaStream_t stream;
+    cudaStream_t copy_stream;         /* side uploads (md_dev_upload_side) */
+    cudaEvent_t copy_done;            /* recorded on copy_stream by side_join */
     cublasHandle_t blas;
     cublasLtHandle_t blas_lt;
     cudnnHandle_t dnn;

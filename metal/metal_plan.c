@@ -343,6 +343,8 @@ static struct md_mtl_dropout_params dropout_params(const struct md_dropout_args 
 md_status md_metal_plan_dropout_fwd(const struct md_dropout_args *a, struct md_metal_plan *p)
 {
     MD_TRY(check_dtype("dropout_fwd", a->dtype));
+    if (a->offset_dev)
+        return md_errf(MD_ERR_UNSUPPORTED, "metal dropout_fwd: a device-side offset is for captured steps (CUDA graphs)");
     struct md_mtl_dropout_params v = dropout_params(a);
     struct md_metal_dispatch *d = begin(p, 0, "md_dropout_fwd", a->dtype, &v, sizeof v);
     bind(d, a->x);
@@ -355,6 +357,8 @@ md_status md_metal_plan_dropout_fwd(const struct md_dropout_args *a, struct md_m
 md_status md_metal_plan_dropout_bwd(const struct md_dropout_args *a, struct md_metal_plan *p)
 {
     MD_TRY(check_dtype("dropout_bwd", a->dtype));
+    if (a->offset_dev)
+        return md_errf(MD_ERR_UNSUPPORTED, "metal dropout_bwd: a device-side offset is for captured steps (CUDA graphs)");
     struct md_mtl_dropout_params v = dropout_params(a);
     struct md_metal_dispatch *d = begin(p, 0, "md_dropout_bwd", a->dtype, &v, sizeof v);
     bind(d, a->dy);
@@ -459,6 +463,8 @@ md_status md_metal_plan_permute(const struct md_permute_args *a, struct md_metal
 md_status md_metal_plan_optim(const struct md_optim_args *a, struct md_metal_plan *p)
 {
     if (a->params_half) MD_TRY(check_dtype("optim", a->half_dtype));
+    if (a->ctl)
+        return md_errf(MD_ERR_UNSUPPORTED, "metal optim: device-side step values are for captured steps (CUDA graphs)");
     if (a->params_half && a->half_dtype == MD_F32)
         return md_errf(MD_ERR_UNSUPPORTED, "metal optim: the compute copy must be fp16 or bf16");
     if (a->step < 1) return md_errf(MD_ERR_INTERNAL, "metal optim: step %lld < 1", a->step);

@@ -413,7 +413,17 @@ Test(cuda, activations_dropout_ew_reduce_cast)
             ra.mask = NULL; ca.mask = NULL; /* recomputed from (seed, offset) */
             RUN_BOTH(md_k_dropout_bwd, ra, ca);
             same("dropout bwd (no mask)", &DX, tl, tl);
-            drop(&X); drop(&DY); drop(&Y); drop(&DX); drop(&M);
+            /* the offset read from device memory, as a replayed graph does */
+            uint64_t off = 5ull << 32;
+            buf OFF = mk(2, MD_I32, 0, 0);
+            memcpy(OFF.h, &off, sizeof off);
+            push(&OFF);
+            ra.offset_dev = OFF.h; ca.offset_dev = OFF.d;
+            ra.mask = M.h; ca.mask = M.d;
+            RUN_BOTH(md_k_dropout_fwd, ra, ca);
+            same("dropout mask (device-side offset)", &M, 0, 0);
+            same("dropout fwd (device-side offset)", &Y, tl, tl);
+            drop(&X); drop(&DY); drop(&Y); drop(&DX); drop(&M); drop(&OFF);
         }
         /* ew */
         for (int op2 = 0; op2 < 2 * MD_EW_COUNT; op2++) {
@@ -611,5 +621,33 @@ Test(cuda, xent_and_optimizers)
                 if (hi) same("optim params_half", &H, tol_for(ht, 0), tol_for(ht, 0) / 4);
                 drop(&P); drop(&G); drop(&M); drop(&V); drop(&GS); drop(&H);
             }
+    /* device-side step values (md_optim_ctl, what a captured step replays):
+     * clipping, t from the block, a skipped non-finite step; the plain lr,
+     * step and grad_scale must be ignored */
+    for (int kind = 0; kind < 2; kind++)
+        for (int cv = 0; cv < 3; cv++) {
+            size_t n = 10007;
+            buf P = mk(n, MD_F32, -1, 1), G = mk(n, MD_F32, -1, 1), M = mk(n, MD_F32, -0.1f, 0.1f);
+            buf V = mk(n, MD_F32, 0, 0.01f), H = mk(n, MD_BF16, -1, 1);
+            buf C = mk(sizeof(struct md_optim_ctl) / 4, MD_I32, 0, 0);
+            struct md_optim_ctl c = {.step = cv == 1 ? 1 : 9, .clip = cv == 0 ? 0.5 : 0.0, .lr = 0.03f,
+                                     .grad_scale = 0.5f, .loss_sum = cv == 2 ? NAN : 3.0f, .grad_sumsq = 50.0f};
+            memcpy(C.h, &c, sizeof c);
+            push(&C);
+            struct md_optim_args ra = {.kind = kind, .n = n, .lr = 99.0f, .momentum = 0.9f, .weight_decay = 5e-4f,
+                                       .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 1000, .grad_scale = 7.0f,
+                                       .ctl = C.h, .params = P.h, .grads = G.h, .m = M.h, .v = V.h,
+                                       .params_half = H.h, .half_dtype = MD_BF16};
+            struct md_optim_args ca = ra;
+            ca.ctl = C.d; ca.params = P.d; ca.grads = G.d; ca.m = M.d; ca.v = V.d; ca.params_half = H.d;
+            RUN_BOTH(md_k_optim, ra, ca);
+            char what[64];
+            snprintf(what, sizeof what, "optim ctl %d case %d params", kind, cv);
+            same(what, &P, 1e-6, 1e-5);
+            same("optim ctl m", &M, 1e-6, 1e-5);
+            if (kind == MD_OPT_ADAMW) same("optim ctl v", &V, 1e-9, 1e-5);
+            same("optim ctl params_half", &H, tol_for(MD_BF16, 0), tol_for(MD_BF16, 0) / 4);
+            drop(&P); drop(&G); drop(&M); drop(&V); drop(&H); drop(&C);
+        }
     close_both();
 }

@@ -156,3 +156,66 @@ Test(optim, bad_ranges_are_refused)
     md_device_close(dev);
     }
 }
+
+/* md_optim_step_ctl: lr, t, loss scale and clipping read from device memory,
+ * and a non-finite step leaving everything unchanged (what a replayed CUDA
+ * graph relies on). Same numbers as the hand-computed SGD steps above. */
+Test(optim, device_side_step_values_clip_and_skip)
+{
+    md_device *dev;
+    EACH_DEVICE(dev) {
+    float *p, *g;
+    struct md_optim_ctl *c;
+    cr_assert_eq(md_dev_alloc(dev, 3 * sizeof(float), (void **)&p, "p"), MD_OK);
+    cr_assert_eq(md_dev_alloc(dev, 3 * sizeof(float), (void **)&g, "g"), MD_OK);
+    cr_assert_eq(md_dev_alloc(dev, sizeof *c, (void **)&c, "ctl"), MD_OK);
+    const float p0[3] = {1.0f, -2.0f, 0.5f}, g0[3] = {0.4f, 0.8f, -1.2f}; /* 4x the gradients above */
+    md_dev_upload(dev, p, p0, sizeof p0);
+    md_dev_upload(dev, g, g0, sizeof g0);
+    struct md_optim_cfg cfg = {.kind = MD_OPT_SGD, .momentum = 0.9f, .weight_decay = 0.01f};
+    md_optim *o;
+    cr_assert_eq(md_optim_create(dev, &cfg, 3, ranges, 3, &o), MD_OK, "%s", md_errmsg());
+    /* loss scale 4 undone by grad_scale 0.25; the norm of the unscaled g is
+     * 0.3742 < clip 1: step 1 as above */
+    struct md_optim_ctl h = {.step = 1, .clip = 1.0, .lr = 0.1f, .grad_scale = 0.25f, .loss_sum = 2.5f,
+                             .grad_sumsq = 0.16f + 0.64f + 1.44f};
+    md_dev_upload(dev, c, &h, sizeof h);
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK, "%s", md_errmsg());
+    float got[3];
+    md_dev_download(dev, got, p, sizeof got);
+    check3(got, (const double[]){0.989, -2.018, 0.53}, "ctl step 1");
+    cr_assert_eq(md_optim_steps(o), 1);
+    /* a non-finite loss, then non-finite gradients: nothing moves */
+    h.step = 2;
+    h.loss_sum = NAN;
+    md_dev_upload(dev, c, &h, sizeof h);
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK);
+    h.loss_sum = 1.0f;
+    h.grad_sumsq = INFINITY;
+    md_dev_upload(dev, c, &h, sizeof h);
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK);
+    md_dev_download(dev, got, p, sizeof got);
+    check3(got, (const double[]){0.989, -2.018, 0.53}, "skipped steps");
+    md_dev_download(dev, got, md_optim_m(o), sizeof got);
+    check3(got, (const double[]){0.11, 0.18, -0.3}, "momentum untouched by skipped steps");
+    /* step 2 with clip 0.1: norm 0.3742 -> g x 0.1 / (0.3742 + 1e-6); lr from the block (0.2) */
+    h.grad_sumsq = 0.16f + 0.64f + 1.44f;
+    h.clip = 0.1;
+    h.lr = 0.2f;
+    md_dev_upload(dev, c, &h, sizeof h);
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK);
+    double norm = sqrt((double)(0.16f + 0.64f + 1.44f)) * 0.25, f = 0.25 * 0.1 / (norm + 1e-6);
+    double want[3], pm[3] = {0.989, -2.018, 0.53}, buf0[3] = {0.11, 0.18, -0.3}, wd[3] = {0.01, 0.01, 0};
+    for (int i = 0; i < 3; i++) {
+        double gi = g0[i] * f + wd[i] * pm[i], b = 0.9 * buf0[i] + gi;
+        want[i] = pm[i] - 0.2 * b;
+    }
+    md_dev_download(dev, got, p, sizeof got);
+    check3(got, want, "ctl step 2, clipped");
+    md_optim_free(o);
+    md_dev_free(dev, p);
+    md_dev_free(dev, g);
+    md_dev_free(dev, c);
+    md_device_close(dev);
+    }
+}

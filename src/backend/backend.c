@@ -381,6 +381,19 @@ md_status md_dev_memset0(md_device *dev, void *dst, size_t bytes)
 }
 md_status md_dev_sync(md_device *dev) { return dev->ops->sync(dev); }
 
+md_status md_dev_download_async(md_device *dev, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return MD_OK;
+    return dev->ops->download_async ? dev->ops->download_async(dev, dst, src, bytes)
+                                    : dev->ops->download(dev, dst, src, bytes);
+}
+md_status md_dev_upload_side(md_device *dev, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return MD_OK;
+    return dev->ops->upload_side ? dev->ops->upload_side(dev, dst, src, bytes) : dev->ops->upload(dev, dst, src, bytes);
+}
+md_status md_dev_side_join(md_device *dev) { return dev->ops->side_join ? dev->ops->side_join(dev) : MD_OK; }
+
 void md_dev_mem_stats(md_device *dev, struct md_mem_stats *out)
 {
     memset(out, 0, sizeof *out);
@@ -453,6 +466,12 @@ md_status md_event_elapsed_ms(md_device *dev, md_event *start, md_event *end, fl
     if (start->impl && end->impl) return dev->ops->event_elapsed_ms(dev, start->impl, end->impl, ms);
     *ms = (float)((end->host_time - start->host_time) * 1e3);
     return MD_OK;
+}
+
+md_status md_event_wait(md_device *dev, md_event *ev)
+{
+    if (ev->impl && dev->ops->event_sync) return dev->ops->event_sync(dev, ev->impl);
+    return md_dev_sync(dev);
 }
 
 void md_event_destroy(md_device *dev, md_event *ev)

@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define MD_BACKEND_API_VERSION 1
+#define MD_BACKEND_API_VERSION 2
 #define MD_MAX_DEVICES 16
 
 typedef enum md_backend_kind { MD_BACKEND_CPU = 0, MD_BACKEND_CUDA, MD_BACKEND_METAL, MD_BACKEND_REF } md_backend_kind;
@@ -111,6 +111,18 @@ md_status md_dev_download(md_device *dev, void *dst, const void *src, size_t byt
 md_status md_dev_copy(md_device *dev, void *dst, const void *src, size_t bytes);
 md_status md_dev_memset0(md_device *dev, void *dst, size_t bytes);
 md_status md_dev_sync(md_device *dev);
+/* Pipelined steps (the trainer keeps one step in flight):
+ * - md_dev_download_async queues a download behind the work queued so far
+ *   and returns at once; dst (host memory from md_dev_host_alloc) holds the
+ *   data after md_event_wait on an event recorded later, or md_dev_sync.
+ * - md_dev_upload_side queues an upload on a separate copy queue (CUDA: its
+ *   own stream), so it overlaps the kernels already queued; md_dev_side_join
+ *   makes the work queued after it wait for every side upload queued before.
+ *   The source must stay unchanged until that work is done.
+ * Backends without queues run them at once (download, upload, nothing). */
+md_status md_dev_download_async(md_device *dev, void *dst, const void *src, size_t bytes);
+md_status md_dev_upload_side(md_device *dev, void *dst, const void *src, size_t bytes);
+md_status md_dev_side_join(md_device *dev);
 void md_dev_mem_stats(md_device *dev, struct md_mem_stats *out);
 void md_dev_reset_peak(md_device *dev);
 /* Raises the recorded peak to at least `peak` bytes: a measurement that reset
@@ -128,6 +140,8 @@ md_status md_event_record(md_device *dev, md_event *ev);
 /* Milliseconds between two recorded events (synchronises on `end`). */
 md_status md_event_elapsed_ms(md_device *dev, md_event *start, md_event *end, float *ms);
 void md_event_destroy(md_device *dev, md_event *ev);
+/* Blocks the host until the work queued before `ev` was recorded is done. */
+md_status md_event_wait(md_device *dev, md_event *ev);
 
 /* Whole-step capture (CUDA graphs); md_dev_can_capture says if supported. */
 int md_dev_can_capture(md_device *dev);

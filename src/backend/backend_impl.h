@@ -37,6 +37,10 @@ struct md_backend_ops {
     md_status (*copy)(md_device *dev, void *dst, const void *src, size_t bytes);
     md_status (*memset0)(md_device *dev, void *dst, size_t bytes);
     md_status (*sync)(md_device *dev);
+    /* (optional) pipelined copies (backend.h); defaults: download, upload, nothing */
+    md_status (*download_async)(md_device *dev, void *dst, const void *src, size_t bytes);
+    md_status (*upload_side)(md_device *dev, void *dst, const void *src, size_t bytes);
+    md_status (*side_join)(md_device *dev);
     /* (optional) driver-level figures; defaults to none */
     void (*driver_mem)(md_device *dev, long long *total, long long *free_bytes, long long *reserved);
     /* (optional) page-locked host memory; defaults to md_malloc */
@@ -48,6 +52,7 @@ struct md_backend_ops {
     md_status (*event_record)(md_device *dev, void *ev);
     md_status (*event_elapsed_ms)(md_device *dev, void *start, void *end, float *ms);
     void (*event_destroy)(md_device *dev, void *ev);
+    md_status (*event_sync)(md_device *dev, void *ev); /* host waits; default md_dev_sync */
 
     /* (optional) graph capture; default: unsupported */
     md_status (*capture_begin)(md_device *dev);

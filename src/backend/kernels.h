@@ -166,11 +166,14 @@ struct md_bias_args {
 /* ---- dropout ---------------------------------------------------------------
  * Element i is dropped when md_rng_uniform(seed, offset + i) < p; kept ones
  * are scaled by 1/(1-p). fwd writes mask (1 kept, 0 dropped) when mask != NULL;
- * bwd: dx = dy * mask / (1-p) + beta * dx. Same mask on every backend. */
+ * bwd: dx = dy * mask / (1-p) + beta * dx. Same mask on every backend.
+ * offset_dev (fwd, optional): device memory whose value is added to offset
+ * when the kernel runs, so a captured step draws a new mask each replay. */
 struct md_dropout_args {
     size_t n;
     float p;
     uint64_t seed, offset;
+    const uint64_t *offset_dev;
     md_dtype dtype;
     const void *x; void *y; uint8_t *mask;
     const void *dy; void *dx;
@@ -264,8 +267,26 @@ struct md_permute_args {
  * ADAMW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
  *        p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)    (PyTorch AdamW)
  * step is t >= 1. When params_half is non-NULL the updated value is also
- * written there in half_dtype (mixed precision compute copy). */
+ * written there in half_dtype (mixed precision compute copy).
+ *
+ * ctl (optional, device memory): the values that change from step to step,
+ * read when the kernel runs, so one captured step (a CUDA graph) can be
+ * replayed for every step (PyTorch's "capturable" optimizers). With ctl the
+ * kernel ignores lr, step, grad_scale and grad_scale_dev and uses
+ *   lr = ctl->lr, t = ctl->step,
+ *   grad_scale = g = ctl->grad_scale, times clip / (norm + 1e-6) when
+ *     ctl->clip > 0 and norm = sqrt(ctl->grad_sumsq) * g exceeds it (in double),
+ * and changes nothing (params, state, half copy) when ctl->loss_sum or
+ * ctl->grad_sumsq is not finite. md_optim_ctl_resolve does this on the host. */
 enum md_optim_kind { MD_OPT_SGD = 0, MD_OPT_ADAMW };
+struct md_optim_ctl {
+    long long step;     /* t >= 1 */
+    double clip;        /* > 0: the largest global gradient norm */
+    float lr;
+    float grad_scale;   /* 1 / loss scale */
+    float loss_sum;     /* written by the step's loss */
+    float grad_sumsq;   /* written by the step: sum of squares of the (scaled) gradients */
+};
 struct md_optim_args {
     int kind;
     size_t n;
@@ -274,6 +295,7 @@ struct md_optim_args {
     long long step;
     float grad_scale;
     const float *grad_scale_dev;
+    const struct md_optim_ctl *ctl;
     float *params; const float *grads;
     float *m, *v;                 /* SGD uses m as the momentum buffer */
     void *params_half; md_dtype half_dtype;
@@ -309,6 +331,18 @@ struct md_kernels {
 /* Names of the table's entries, in order (for reports and fallback counts). */
 #define MD_KERNEL_COUNT 23
 extern const char *const md_kernel_names[MD_KERNEL_COUNT];
+
+/* For backends whose kernels run when called (CPU, reference): *out = a with
+ * ctl's values resolved into lr, step and grad_scale (ctl and grad_scale_dev
+ * cleared). Returns 0 when the step must change nothing (non-finite loss or
+ * gradients), 1 otherwise. Without ctl, *out = a and 1. */
+int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *out);
+
+/* The dropout offset for backends whose kernels run when called. */
+static inline uint64_t md_dropout_offset(const struct md_dropout_args *a)
+{
+    return a->offset + (a->offset_dev ? *a->offset_dev : 0);
+}
 
 /* Output size of a convolution or pooling window along one axis (<= 0: impossible). */
 static inline int md_conv_out(int in, int k, int stride, int pad, int dil)

@@ -1,6 +1,7 @@
 /* kernels_call.c - kernel dispatch with the per-op CPU fallback. */
 #include "backend/kernels_call.h"
 
+#include <math.h>
 #include <stddef.h>
 
 #include "backend/backend_impl.h"
@@ -64,3 +65,22 @@ MD_KERNEL_WRAPPER(xent, md_xent_args, 19)
 MD_KERNEL_WRAPPER(cast, md_cast_args, 20)
 MD_KERNEL_WRAPPER(permute, md_permute_args, 21)
 MD_KERNEL_WRAPPER(optim, md_optim_args, 22)
+
+int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *out)
+{
+    *out = *a;
+    const struct md_optim_ctl *c = a->ctl;
+    if (!c) return 1;
+    out->ctl = NULL;
+    out->grad_scale_dev = NULL;
+    if (!isfinite(c->loss_sum) || !isfinite(c->grad_sumsq)) return 0;
+    double g = (double)c->grad_scale;
+    if (c->clip > 0) {
+        double norm = sqrt((double)c->grad_sumsq) * g;
+        if (norm > c->clip) g *= c->clip / (norm + 1e-6);
+    }
+    out->lr = c->lr;
+    out->step = c->step;
+    out->grad_scale = (float)g;
+    return 1;
+}

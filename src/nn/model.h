@@ -152,6 +152,14 @@ md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing,
 md_status md_model_backward(md_model *m);
 /* Dropout masks depend on (seed, layer, step): set the step before forward. */
 void md_model_set_step(md_model *m, uint64_t step);
+/* For a captured step: dropout reads the step from device memory instead,
+ * `*step_dev` = step << 32 (what md_model_set_step would use) written before
+ * each replay. NULL goes back to md_model_set_step. */
+void md_model_set_step_dev(md_model *m, const uint64_t *step_dev);
+/* Points input i at another device buffer of the same size (double-buffered
+ * batches: the next batch is copied in while the current step runs). NULL
+ * restores the model's own buffer. After bind. */
+void md_model_set_input_buffer(md_model *m, int i, void *buf);
 
 /* ---- diagnostics ---- */
 /* After a non-finite loss: reruns the last forward layer by layer (without

@@ -222,8 +222,10 @@ static void unbind(struct md_model *m)
     md_dev_free(d, m->masks);
     md_dev_free(d, m->scratch);
     md_dev_free(d, m->arena);
-    for (int i = 0; m->inputs && i < m->ninputs; i++) md_dev_free(d, m->inputs[i]);
+    for (int i = 0; m->own_inputs && i < m->ninputs; i++) md_dev_free(d, m->own_inputs[i]);
     md_free(m->inputs);
+    md_free(m->own_inputs);
+    m->own_inputs = NULL;
     md_free(m->written);
     md_model_plan_free(&m->plan_train);
     md_model_plan_free(&m->plan_eval);
@@ -349,8 +351,9 @@ md_status md_model_bind(md_model *m, md_device *dev, int max_batch)
     if ((st = md_model_plan_make(m, max_batch, 1, &m->plan_train)) != MD_OK) goto fail;
     if ((st = md_model_plan_make(m, max_batch, 0, &m->plan_eval)) != MD_OK) goto fail;
     m->inputs = md_calloc((size_t)m->ninputs, sizeof *m->inputs);
+    m->own_inputs = md_calloc((size_t)m->ninputs, sizeof *m->own_inputs);
     m->written = md_calloc((size_t)m->nlayers, sizeof *m->written);
-    if (!m->inputs || !m->written) { st = md_errf(MD_ERR_OOM, "model: out of host memory"); goto fail; }
+    if (!m->inputs || !m->own_inputs || !m->written) { st = md_errf(MD_ERR_OOM, "model: out of host memory"); goto fail; }
     if ((st = dalloc(m, m->nparams * 4, (void **)&m->params, "parameters")) != MD_OK) goto fail;
     if ((st = dalloc(m, m->nparams * 4, (void **)&m->grads, "gradients")) != MD_OK) goto fail;
     if (half) {
@@ -362,9 +365,11 @@ md_status md_model_bind(md_model *m, md_device *dev, int max_batch)
     if ((st = dalloc(m, m->mask_per_sample * (size_t)max_batch, (void **)&m->masks, "dropout masks")) != MD_OK)
         goto fail;
     if ((st = dalloc(m, 16 * sizeof(float), (void **)&m->scratch, "scratch")) != MD_OK) goto fail;
-    for (int i = 0; i < m->ninputs; i++)
-        if ((st = dalloc(m, (size_t)max_batch * numel(&m->layers[i]) * 4, &m->inputs[i], "input batch")) != MD_OK)
+    for (int i = 0; i < m->ninputs; i++) {
+        if ((st = dalloc(m, (size_t)max_batch * numel(&m->layers[i]) * 4, &m->own_inputs[i], "input batch")) != MD_OK)
             goto fail;
+        m->inputs[i] = m->own_inputs[i];
+    }
     size_t arena = m->plan_train.bytes > m->plan_eval.bytes ? m->plan_train.bytes : m->plan_eval.bytes;
     if ((st = dalloc(m, arena, (void **)&m->arena, "activations")) != MD_OK) goto fail;
     if ((st = upload_initial(m)) != MD_OK) goto fail;
@@ -384,6 +389,12 @@ void *md_model_params_half(md_model *m) { return m->params_half; }
 float *md_model_bn_stats(md_model *m) { return m->bn_stats; }
 void *md_model_input_buffer(md_model *m, int i) { return m->inputs ? m->inputs[i] : NULL; }
 void md_model_set_step(md_model *m, uint64_t step) { m->step = step; }
+void md_model_set_step_dev(md_model *m, const uint64_t *step_dev) { m->step_dev = step_dev; }
+void md_model_set_input_buffer(md_model *m, int i, void *buf)
+{
+    MD_ASSERT(m->inputs && i >= 0 && i < m->ninputs);
+    m->inputs[i] = buf ? buf : m->own_inputs[i];
+}
 
 /* ---- execution ---------------------------------------------------------------------- */
 
@@ -581,7 +592,8 @@ static md_status fwd_layer(const struct run *r, int i)
         if (!r->training || L->p == 0.0f) return axpby(m, ne, 1.0f, NULL, x, 0.0f, NULL, y);
         struct md_dropout_args a;
         memset(&a, 0, sizeof a);
-        a.n = ne; a.p = L->p; a.seed = drop_seed(m, i); a.offset = m->step << 32;
+        a.n = ne; a.p = L->p; a.seed = drop_seed(m, i); a.offset = m->step_dev ? 0 : m->step << 32;
+        a.offset_dev = m->step_dev;
         a.dtype = dt; a.x = x; a.y = y;
         a.mask = m->masks + L->mask_off * (size_t)m->max_batch;
         return md_k_dropout_fwd(d, &a);
@@ -738,7 +750,8 @@ static md_status bwd_layer(const struct run *r, int i)
         if (L->p == 0.0f) return axpby(m, ne, 1.0f, NULL, dy, beta, dx, dx);
         struct md_dropout_args a;
         memset(&a, 0, sizeof a);
-        a.n = ne; a.p = L->p; a.seed = drop_seed(m, i); a.offset = m->step << 32;
+        a.n = ne; a.p = L->p; a.seed = drop_seed(m, i); a.offset = m->step_dev ? 0 : m->step << 32;
+        a.offset_dev = m->step_dev;
         a.dtype = dt;
         a.mask = m->masks + L->mask_off * (size_t)m->max_batch;
         a.dy = dy; a.dx = dx; a.beta = beta;

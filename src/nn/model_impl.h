@@ -98,6 +98,8 @@ struct md_model {
     int *written;              /* (nlayers) gradient written in this backward */
     int last_batch, last_training, have_loss;
     uint64_t step;
+    const uint64_t *step_dev;   /* md_model_set_step_dev: dropout offset in device memory */
+    void **own_inputs;          /* the bound input buffers (inputs[] may point elsewhere) */
 };
 
 /* Tensor of layer i after aliasing. */

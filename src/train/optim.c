@@ -83,8 +83,9 @@ void md_optim_free(md_optim *o)
     md_free(o);
 }
 
-md_status md_optim_step(md_optim *o, float *params, const float *grads, float lr, float grad_scale,
-                        const float *grad_scale_dev, void *params_half, md_dtype half_dtype)
+static md_status step_ranges(md_optim *o, float *params, const float *grads, float lr, float grad_scale,
+                             const float *grad_scale_dev, const struct md_optim_ctl *ctl, void *params_half,
+                             md_dtype half_dtype)
 {
     long long t = o->step + 1;
     size_t hsz = params_half ? md_dtype_size(half_dtype) : 0;
@@ -104,6 +105,7 @@ md_status md_optim_step(md_optim *o, float *params, const float *grads, float lr
         a.step = t;
         a.grad_scale = grad_scale;
         a.grad_scale_dev = grad_scale_dev;
+        a.ctl = ctl;
         a.params = params + r->offset;
         a.grads = grads + r->offset;
         a.m = o->m + r->offset;
@@ -114,6 +116,18 @@ md_status md_optim_step(md_optim *o, float *params, const float *grads, float lr
     }
     o->step = t;
     return MD_OK;
+}
+
+md_status md_optim_step(md_optim *o, float *params, const float *grads, float lr, float grad_scale,
+                        const float *grad_scale_dev, void *params_half, md_dtype half_dtype)
+{
+    return step_ranges(o, params, grads, lr, grad_scale, grad_scale_dev, NULL, params_half, half_dtype);
+}
+
+md_status md_optim_step_ctl(md_optim *o, float *params, const float *grads, const struct md_optim_ctl *ctl,
+                            void *params_half, md_dtype half_dtype)
+{
+    return step_ranges(o, params, grads, 0.0f, 1.0f, NULL, ctl, params_half, half_dtype);
 }
 
 long long md_optim_steps(const md_optim *o) { return o->step; }

@@ -43,6 +43,14 @@ void md_optim_free(md_optim *o); /* NULL ok */
 md_status md_optim_step(md_optim *o, float *params, const float *grads, float lr, float grad_scale,
                         const float *grad_scale_dev, void *params_half, md_dtype half_dtype);
 
+/* The same step with its per-step values in device memory (kernels.h,
+ * md_optim_ctl: lr, t, loss scale, clip; skipped on the device when the
+ * step's loss or gradients are not finite), so it can be captured once and
+ * replayed. The caller writes ctl->step = md_optim_steps() + 1 before each
+ * run; the host count advances here. */
+md_status md_optim_step_ctl(md_optim *o, float *params, const float *grads, const struct md_optim_ctl *ctl,
+                            void *params_half, md_dtype half_dtype);
+
 /* Steps taken (t of the last step). */
 long long md_optim_steps(const md_optim *o);
 void md_optim_set_steps(md_optim *o, long long t);

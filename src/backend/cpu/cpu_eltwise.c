@@ -162,7 +162,10 @@ md_status md_cpu_dropout_fwd(md_device *dev, const struct md_dropout_args *a)
 {
     (void)dev;
     MD_TRY(dtype_check("dropout_fwd", a->dtype));
-    md_parallel_for((long long)a->n, CPU_GRAIN, dropout_fwd_range, (void *)a);
+    struct md_dropout_args r = *a;
+    r.offset = md_dropout_offset(a);
+    r.offset_dev = NULL;
+    md_parallel_for((long long)a->n, CPU_GRAIN, dropout_fwd_range, &r);
     return MD_OK;
 }
 
@@ -170,7 +173,10 @@ md_status md_cpu_dropout_bwd(md_device *dev, const struct md_dropout_args *a)
 {
     (void)dev;
     MD_TRY(dtype_check("dropout_bwd", a->dtype));
-    md_parallel_for((long long)a->n, CPU_GRAIN, dropout_bwd_range, (void *)a);
+    struct md_dropout_args r = *a;
+    r.offset = md_dropout_offset(a);
+    r.offset_dev = NULL;
+    md_parallel_for((long long)a->n, CPU_GRAIN, dropout_bwd_range, &r);
     return MD_OK;
 }
 
@@ -457,9 +463,12 @@ static void optim_range(void *vc, long long b, long long e)
         for (long long i = b; i < e; i++) md_store_f(a->params_half, a->half_dtype, (size_t)i, p[i]);
 }
 
-md_status md_cpu_optim(md_device *dev, const struct md_optim_args *a)
+md_status md_cpu_optim(md_device *dev, const struct md_optim_args *args)
 {
     (void)dev;
+    struct md_optim_args resolved;
+    if (!md_optim_ctl_resolve(args, &resolved)) return MD_OK; /* non-finite step: skipped */
+    const struct md_optim_args *a = &resolved;
     if (a->params_half) MD_TRY(dtype_check("optim", a->half_dtype));
     if (a->step < 1) return md_errf(MD_ERR_INTERNAL, "cpu optim: step %lld < 1", a->step);
     if (a->kind != MD_OPT_SGD && a->kind != MD_OPT_ADAMW) return md_errf(MD_ERR_INTERNAL, "cpu optim: unknown kind %d", a->kind);

@@ -479,7 +479,7 @@ static md_status ref_dropout_fwd(md_device *dev, const struct md_dropout_args *a
     MD_TRY(check_dtype("dropout_fwd", a->dtype));
     double scale = dropout_scale(a->p);
     for (size_t i = 0; i < a->n; i++) {
-        int keep = !(md_rng_uniform(a->seed, a->offset + i) < a->p);
+        int keep = !(md_rng_uniform(a->seed, md_dropout_offset(a) + i) < a->p);
         if (a->mask) a->mask[i] = (uint8_t)keep;
         st(a->y, a->dtype, i, keep ? ld(a->x, a->dtype, i) * scale : 0.0, a->beta);
     }
@@ -492,7 +492,7 @@ static md_status ref_dropout_bwd(md_device *dev, const struct md_dropout_args *a
     MD_TRY(check_dtype("dropout_bwd", a->dtype));
     double scale = dropout_scale(a->p);
     for (size_t i = 0; i < a->n; i++) {
-        int keep = a->mask ? a->mask[i] != 0 : !(md_rng_uniform(a->seed, a->offset + i) < a->p);
+        int keep = a->mask ? a->mask[i] != 0 : !(md_rng_uniform(a->seed, md_dropout_offset(a) + i) < a->p);
         st(a->dx, a->dtype, i, keep ? ld(a->dy, a->dtype, i) * scale : 0.0, a->beta);
     }
     return MD_OK;
@@ -619,9 +619,12 @@ static md_status ref_permute(md_device *dev, const struct md_permute_args *a)
 
 /* ---- optimizer ------------------------------------------------------------------------------------------ */
 
-static md_status ref_optim(md_device *dev, const struct md_optim_args *a)
+static md_status ref_optim(md_device *dev, const struct md_optim_args *args)
 {
     (void)dev;
+    struct md_optim_args resolved;
+    if (!md_optim_ctl_resolve(args, &resolved)) return MD_OK; /* non-finite step: skipped */
+    const struct md_optim_args *a = &resolved;
     if (a->params_half) MD_TRY(check_dtype("optim", a->half_dtype));
     if (a->step < 1) return md_errf(MD_ERR_INTERNAL, "ref optim: step %lld < 1", a->step);
     double gs = (double)a->grad_scale * (a->grad_scale_dev ? (double)*a->grad_scale_dev : 1.0);
