@@ -28,6 +28,10 @@ struct run_out {
     char err[512];
 };
 
+/* 1: the trainer pipelines its steps (device-side step values, results read
+ * one step late) as it does on CUDA, though the CPU cannot capture. */
+static int g_force_pipe;
+
 /* Runs options -> policy -> model -> data -> trainer in this process, as
  * md_job_run does, with an optional interruption after `interrupt_after`
  * optimizer steps. */
@@ -59,6 +63,7 @@ static struct run_out run_job(const char *args, long long interrupt_after)
     if (st == MD_OK) st = md_trainer_create(&job, &t);
     if (st == MD_OK) {
         md_trainer_interrupt_after(t, interrupt_after);
+        if (g_force_pipe) md_trainer_force_pipeline(t);
         st = md_trainer_run(t);
         r.training = md_trainer_take_report(t);
     }
@@ -371,6 +376,122 @@ Test(train_run, resnet_style_on_cifar_format_data_learns, .timeout = 120)
     const cJSON *te = cJSON_GetObjectItem(r.training, "test");
     cr_assert(te && cJSON_GetObjectItem(te, "samples")->valuedouble == 100, "test split scored");
     free(r.params);
+    cJSON_Delete(r.training);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* ---- pipelined steps (what CUDA graphs replay) against host-synced ones -------------- */
+
+static const char *exec_mode(const cJSON *training, double *synced)
+{
+    const cJSON *e = cJSON_GetObjectItem(training, "step_execution");
+    cr_assert(cJSON_IsObject(e), "report.training.step_execution");
+    *synced = cJSON_GetObjectItem(e, "host_synced_steps")->valuedouble;
+    return cJSON_GetObjectItem(e, "mode")->valuestring;
+}
+
+static void expect_same_run(const char *what, const char *extra, const char *dir)
+{
+    char args[1024];
+    snprintf(args, sizeof args, BASE " --epochs 2 --steps 5 %s", base_args(dir), extra);
+    g_force_pipe = 0;
+    struct run_out a = run_job(args, 0);
+    g_force_pipe = 1;
+    struct run_out b = run_job(args, 0);
+    g_force_pipe = 0;
+    cr_assert_eq(a.st, MD_OK, "%s: %s", what, a.err);
+    cr_assert_eq(b.st, MD_OK, "%s: %s", what, b.err);
+    double sa, sb;
+    cr_assert_str_eq(exec_mode(a.training, &sa), "eager", "%s", what);
+    cr_assert_str_eq(exec_mode(b.training, &sb), "pipelined", "%s", what);
+    cr_assert_eq(sa, 10, "%s: every step host-synced", what);
+    cr_assert_eq(sb, 2, "%s: only each epoch's last step host-synced", what);
+    cr_assert_eq(a.n, b.n);
+    size_t diff = 0;
+    for (size_t i = 0; i < a.n; i++) diff += a.params[i] != b.params[i];
+    cr_assert_eq(diff, 0, "%s: %zu of %zu parameters differ between pipelined and host-synced steps", what, diff, a.n);
+    for (int e = 0; e < 2; e++) {
+        cr_assert_eq(curve_at(a.training, "train_loss", e), curve_at(b.training, "train_loss", e), "%s: loss", what);
+        cr_assert_eq(curve_at(a.training, "train_acc", e), curve_at(b.training, "train_acc", e), "%s: acc", what);
+        cr_assert_eq(curve_at(a.training, "val_loss", e), curve_at(b.training, "val_loss", e), "%s: val loss", what);
+    }
+    free(a.params);
+    free(b.params);
+    cJSON_Delete(a.training);
+    cJSON_Delete(b.training);
+}
+
+Test(train_pipe, same_weights_as_host_synced_steps, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    /* dropout (the device-side offset), clipping that bites, momentum's first step, a warm-up schedule */
+    expect_same_run("sgd, clip", "--grad-clip 0.05 --warmup-epochs 1", dir);
+    expect_same_run("adamw (bias correction from the device step)", "--optimizer adamw --lr 0.003", dir);
+    expect_same_run("one batch in flight at most, workers", "--prefetch 1 --num-workers 2 --label-smoothing 0.1", dir);
+    th_rmtree(dir);
+    free(dir);
+}
+
+Test(train_pipe, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char args[1024];
+    g_force_pipe = 1;
+    snprintf(args, sizeof args, BASE " --epochs 2 --steps 5 --checkpoint-dir %s/a", base_args(dir), dir);
+    struct run_out a = run_job(args, 0);
+    cr_assert_eq(a.st, MD_OK, "%s", a.err);
+    snprintf(args, sizeof args, BASE " --epochs 2 --steps 5 --checkpoint-dir %s/b", base_args(dir), dir);
+    struct run_out b = run_job(args, 7); /* Ctrl-C with a step in flight */
+    cr_assert_eq(b.st, MD_ERR_INTERRUPTED, "status %d: %s", b.st, b.err);
+    char ck[4300];
+    snprintf(ck, sizeof ck, "%s/b/last.safetensors", dir);
+    md_st_file *f;
+    cr_assert_eq(md_st_open(ck, &f), MD_OK, "%s", md_errmsg());
+    cr_assert_str_eq(md_st_meta(f, "global_step"), "7");
+    cr_assert_str_eq(md_st_meta(f, "batch_in_epoch"), "2");
+    md_st_close(f);
+    snprintf(args, sizeof args, BASE " --epochs 2 --steps 5 --checkpoint-dir %s/c --resume %s", base_args(dir), dir, ck);
+    struct run_out c = run_job(args, 0);
+    g_force_pipe = 0;
+    cr_assert_eq(c.st, MD_OK, "%s", c.err);
+    size_t diff = 0;
+    for (size_t i = 0; i < a.n; i++) diff += a.params[i] != c.params[i];
+    cr_assert_eq(diff, 0, "%zu parameters differ after resume", diff);
+    free(a.params);
+    free(b.params);
+    free(c.params);
+    cJSON_Delete(a.training);
+    cJSON_Delete(b.training);
+    cJSON_Delete(c.training);
+    th_rmtree(dir);
+    free(dir);
+}
+
+Test(train_pipe, diverging_run_stops_with_numeric_error, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char args[1024];
+    char *m = th_write(dir, "unstable.json", unstable_model);
+    snprintf(args, sizeof args,
+             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
+             "--num-workers 0 --quiet --epochs 3 --lr 100 --lradj constant",
+             m);
+    free(m);
+    g_force_pipe = 0;
+    struct run_out a = run_job(args, 0);
+    g_force_pipe = 1;
+    struct run_out r = run_job(args, 0);
+    g_force_pipe = 0;
+    fprintf(stderr, "  pipelined, lr 100: %s\n  host-synced: %s\n", r.err, a.err);
+    cr_assert_eq(r.st, MD_ERR_NUMERIC, "status %d: %s", r.st, r.err);
+    /* the same step is named: the device skipped the update, as the host would have */
+    const char *sa = strstr(a.err, "step "), *sr = strstr(r.err, "step ");
+    cr_assert(sa && sr && atoll(sa + 5) == atoll(sr + 5), "%s / %s", a.err, r.err);
+    cr_assert(strstr(r.err, "not finite"), "%s", r.err);
+    free(a.params);
+    free(r.params);
+    cJSON_Delete(a.training);
     cJSON_Delete(r.training);
     th_rmtree(dir);
     free(dir);

@@ -34,6 +34,17 @@ struct step_scalars {
     float pad;
 };
 
+/* Pipelined steps: the step's changing values in one device block, uploaded
+ * before it runs, its results downloaded after it, with no host sync between
+ * steps; the same kernel sequence every step, so it is captured once per
+ * input buffer set as a CUDA graph and replayed. */
+struct step_ctl {
+    struct md_optim_ctl opt; /* lr, t, clip, grad scale in; loss_sum, grad_sumsq out */
+    uint64_t rng_offset;     /* dropout: global step << 32 (md_model_set_step_dev) */
+    int32_t correct;
+    int32_t pad;
+};
+
 struct md_trainer {
     md_job *job;
     md_options *o;
@@ -77,6 +88,25 @@ struct md_trainer {
     char last_path[MD_PATH_MAX + 32], best_path[MD_PATH_MAX + 32];
     FILE *metrics;
     long long interrupt_after;
+
+    /* pipelined steps (see struct step_ctl); set set up by setup_pipeline */
+    int pipe;                              /* full training batches run through pipe_step */
+    int capture;                           /* ... captured as graphs after the first */
+    int depth;                             /* steps left in flight (0 with --prefetch 1) */
+    char pipe_why[200];                    /* how steps run, and why */
+    struct step_ctl *d_ctl;
+    struct step_ctl *h_ctl;                /* 4 host slots: [s] uploaded, [2 + s] downloaded */
+    int h_ctl_pinned;
+    void *in2[MD_DATA_MAX_INPUTS];         /* the second set of input buffers */
+    int32_t *d_labels2;
+    void *graph[2];                        /* one per input set */
+    md_event *ev_done[2];
+    struct md_batch *pend_b;               /* the step in flight: its batch, set, step, size */
+    int pend_slot, pend_n;
+    long long pend_step;
+    long long pipe_steps, graph_replays, pipe_eager;
+    double capture_s;
+    int force_pipe;                        /* test hook */
 
     cJSON *report;   /* report["training"] */
     cJSON *curves;   /* report.training.curves: arrays per key */
@@ -287,6 +317,18 @@ void md_trainer_free(md_trainer *t)
     md_loader_free(t->train_l);
     md_loader_free(t->val_l);
     md_loader_free(t->test_l);
+    for (int i = 0; i < 2; i++) {
+        md_dev_graph_destroy(t->dev, t->graph[i]);
+        md_event_destroy(t->dev, t->ev_done[i]);
+    }
+    if (t->in2[0] || t->d_ctl) { /* the model outlives the trainer: back to its own buffers */
+        for (int i = 0; i < t->ninputs; i++) md_model_set_input_buffer(t->model, i, NULL);
+        md_model_set_step_dev(t->model, NULL);
+    }
+    for (int i = 0; i < t->ninputs; i++) md_dev_free(t->dev, t->in2[i]);
+    md_dev_free(t->dev, t->d_labels2);
+    md_dev_free(t->dev, t->d_ctl);
+    md_dev_host_free(t->dev, t->h_ctl, t->h_ctl_pinned);
     md_dev_free(t->dev, t->d_labels);
     md_dev_free(t->dev, t->d_sc);
     md_dev_free(t->dev, t->d_scratch);
@@ -304,6 +346,7 @@ cJSON *md_trainer_take_report(md_trainer *t)
     return r;
 }
 void md_trainer_interrupt_after(md_trainer *t, long long steps) { t->interrupt_after = steps; }
+void md_trainer_force_pipeline(md_trainer *t) { t->force_pipe = 1; }
 
 static md_status upload_batch(md_trainer *t, const struct md_batch *b, int from, int n);
 
@@ -591,14 +634,19 @@ static md_status upload_batch(md_trainer *t, const struct md_batch *b, int from,
     return md_dev_upload(t->dev, t->d_labels, b->labels + from, (size_t)n * sizeof(int32_t));
 }
 
-static md_status numeric_failure(md_trainer *t, const char *what)
+/* `step` counts from 0. */
+static md_status numeric_failure_at(md_trainer *t, long long step, const char *what)
 {
     char layer[256] = "";
     int found = 0;
-    if (md_model_first_nonfinite(t->model, layer, sizeof layer, &found) != MD_OK || !found) layer[0] = '\0';
-    return md_errf(MD_ERR_NUMERIC, "epoch %d, step %lld: %s%s%s", t->epoch + 1, t->global_step + 1, what,
+    if (md_dev_sync(t->dev) != MD_OK || md_model_first_nonfinite(t->model, layer, sizeof layer, &found) != MD_OK ||
+        !found)
+        layer[0] = '\0';
+    return md_errf(MD_ERR_NUMERIC, "epoch %d, step %lld: %s%s%s", t->epoch + 1, step + 1, what,
                    layer[0] ? "; first non-finite output: " : "", layer);
 }
+
+static md_status numeric_failure(md_trainer *t, const char *what) { return numeric_failure_at(t, t->global_step, what); }
 
 /* The learned weights of weighted_add layers (the seeds' "integration
  * weights"), downloaded into d["integration_weights"]. */
@@ -682,6 +730,177 @@ static md_status collect_diagnostics(md_trainer *t, int have_update)
     return integration_weights(t, d);
 }
 
+/* ---- pipelined steps ---------------------------------------------------------------- */
+
+/* Decides whether full batches run pipelined (and captured), allocates what
+ * that needs, and says why in pipe_why. */
+static md_status setup_pipeline(md_trainer *t)
+{
+    const md_options *o = t->o;
+    int can = md_dev_can_capture(t->dev);
+    const char *why = NULL;
+    if (!o->compile) why = "--no-compile: each step runs op by op and waits for its loss";
+    else if (t->scaler.enabled) why = "fp16 dynamic loss scaling decides each step on the host: steps run op by op";
+    else if (!can && !t->force_pipe) why = "no graph capture on this device: steps run op by op";
+    if (why) {
+        snprintf(t->pipe_why, sizeof t->pipe_why, "%s", why);
+        return MD_OK;
+    }
+    t->pipe = 1;
+    t->capture = can;
+    t->depth = o->prefetch >= 2 ? 1 : 0;
+    snprintf(t->pipe_why, sizeof t->pipe_why, "%s%s",
+             can ? "captured as a CUDA graph after one eager step and replayed (inputs double-buffered, copied on "
+                   "a separate stream)"
+                 : "pipelined with device-side step values (not captured: no graph capture on this device)",
+             t->depth ? "" : "; --prefetch 1: one step in flight at most, each waited for");
+    MD_TRY(md_dev_alloc(t->dev, sizeof(struct step_ctl), (void **)&t->d_ctl, "step control"));
+    MD_TRY(md_dev_host_alloc(t->dev, 4 * sizeof(struct step_ctl), (void **)&t->h_ctl, &t->h_ctl_pinned));
+    memset(t->h_ctl, 0, 4 * sizeof(struct step_ctl));
+    for (int i = 0; i < t->ninputs; i++)
+        MD_TRY(md_dev_alloc(t->dev, (size_t)t->max_batch * t->in_elems[i] * sizeof(float), &t->in2[i],
+                            "input batch (second buffer)"));
+    MD_TRY(md_dev_alloc(t->dev, (size_t)t->max_batch * sizeof(int32_t), (void **)&t->d_labels2,
+                        "label batch (second buffer)"));
+    for (int i = 0; i < 2; i++) MD_TRY(md_event_create(t->dev, &t->ev_done[i]));
+    return MD_OK;
+}
+
+/* The step's kernels, with every changing value read from t->d_ctl. */
+static md_status pipe_body(md_trainer *t, const int32_t *labels, int n)
+{
+    MD_TRY(md_model_forward(t->model, n, 1));
+    MD_TRY(md_model_loss(t->model, labels, (float)t->o->label_smoothing, t->scaler.scale / (float)n,
+                         &t->d_ctl->opt.loss_sum, &t->d_ctl->correct));
+    MD_TRY(md_model_backward(t->model));
+    float *grads = md_model_grads(t->model), *params = md_model_params(t->model);
+    struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = md_model_nparams(t->model), .dtype = MD_F32, .a = grads,
+                               .out = &t->d_ctl->opt.grad_sumsq};
+    MD_TRY(md_k_reduce(t->dev, &r));
+    return md_optim_step_ctl(t->opt, params, grads, &t->d_ctl->opt, md_model_params_half(t->model),
+                             md_model_get_opts(t->model)->compute_dtype);
+}
+
+/* Records the step as a graph for input set s. Nothing runs during capture;
+ * on failure the capture is abandoned (the caller runs the step eagerly). */
+static md_status capture_step(md_trainer *t, int s, const int32_t *labels, int n)
+{
+    double c0 = md_now();
+    MD_TRY(md_dev_capture_begin(t->dev));
+    md_status st = pipe_body(t, labels, n);
+    char msg[320];
+    snprintf(msg, sizeof msg, "%s", st != MD_OK ? md_errmsg() : "");
+    void *g = NULL;
+    md_status st2 = md_dev_capture_end(t->dev, &g);
+    if (st == MD_OK) st = st2;
+    else md_errf(st, "%s", msg);
+    if (st != MD_OK) {
+        md_dev_graph_destroy(t->dev, g);
+        return st;
+    }
+    t->graph[s] = g;
+    t->capture_s += md_now() - c0;
+    return MD_OK;
+}
+
+/* Waits for the step in flight, hands its batch back and adds its results. */
+static md_status pipe_finish(md_trainer *t)
+{
+    if (!t->pend_b) return MD_OK;
+    int s = t->pend_slot;
+    md_status st = md_event_wait(t->dev, t->ev_done[s]);
+    md_loader_release(t->train_l, t->pend_b);
+    t->pend_b = NULL;
+    MD_TRY(st);
+    const struct step_ctl *r = &t->h_ctl[2 + s];
+    /* the device skipped the update of such a step (md_optim_ctl) */
+    if (!isfinite(r->opt.loss_sum)) return numeric_failure_at(t, t->pend_step, "the loss is not finite");
+    if (!isfinite(r->opt.grad_sumsq)) return numeric_failure_at(t, t->pend_step, "the gradients are not finite");
+    t->ep_loss += (double)r->opt.loss_sum;
+    t->ep_correct += r->correct;
+    t->ep_seen += t->pend_n;
+    return MD_OK;
+}
+
+/* After an error: the step in flight is dropped (its batch handed back). */
+static void pipe_abandon(md_trainer *t)
+{
+    if (!t->pend_b) return;
+    (void)md_dev_sync(t->dev);
+    md_loader_release(t->train_l, t->pend_b);
+    t->pend_b = NULL;
+}
+
+/* Queues one full-batch step and then finishes the previous one, so the host
+ * prepares step i+1 while the device runs step i. Takes b (released by
+ * pipe_finish once the step that reads it is done). */
+static md_status pipe_step(md_trainer *t, struct md_batch *b)
+{
+    int s = (int)(t->pipe_steps & 1);
+    int32_t *labels = s ? t->d_labels2 : t->d_labels;
+    double c0 = md_now();
+    md_status st = MD_OK;
+    /* input set s was last read by step i-2, which pipe_finish waited for */
+    for (int i = 0; st == MD_OK && i < t->ninputs; i++) {
+        md_model_set_input_buffer(t->model, i, s ? t->in2[i] : NULL);
+        st = md_dev_upload_side(t->dev, md_model_input_buffer(t->model, i), b->inputs[i],
+                                (size_t)b->n * t->in_elems[i] * sizeof(float));
+    }
+    if (st == MD_OK) st = md_dev_upload_side(t->dev, labels, b->labels, (size_t)b->n * sizeof(int32_t));
+    struct step_ctl *u = &t->h_ctl[s];
+    memset(u, 0, sizeof *u);
+    u->opt.step = md_optim_steps(t->opt) + 1;
+    u->opt.clip = t->o->grad_clip > 0 ? t->o->grad_clip : 0.0;
+    u->opt.lr = (float)md_schedule_lr(&t->sched, t->global_step);
+    u->opt.grad_scale = 1.0f / t->scaler.scale;
+    u->rng_offset = (uint64_t)t->global_step << 32;
+    if (st == MD_OK) st = md_dev_upload(t->dev, t->d_ctl, u, sizeof *u);
+    if (st == MD_OK) st = md_dev_side_join(t->dev);
+    md_model_set_step_dev(t->model, &t->d_ctl->rng_offset);
+    double c1 = md_now();
+    if (st == MD_OK && !t->graph[s] && t->capture && t->pipe_steps > 0) {
+        /* after the eager first step (lazy plans, workspaces, cuDNN choices) */
+        st = capture_step(t, s, labels, b->n);
+        if (st != MD_OK) {
+            md_warn("CUDA graph capture of the training step failed (%s); the steps run without it", md_errmsg());
+            snprintf(t->pipe_why, sizeof t->pipe_why, "pipelined; graph capture failed, so not captured");
+            t->capture = 0;
+            st = MD_OK;
+        }
+    }
+    if (st == MD_OK) {
+        if (t->graph[s]) {
+            st = md_dev_graph_launch(t->dev, t->graph[s]);
+            t->graph_replays++;
+        } else {
+            st = pipe_body(t, labels, b->n);
+            t->pipe_eager++;
+        }
+    }
+    if (st == MD_OK) st = md_dev_download_async(t->dev, &t->h_ctl[2 + s], t->d_ctl, sizeof(struct step_ctl));
+    if (st == MD_OK) st = md_event_record(t->dev, t->ev_done[s]);
+    if (st != MD_OK) {
+        pipe_abandon(t);
+        (void)md_dev_sync(t->dev);
+        md_loader_release(t->train_l, b);
+        return st;
+    }
+    md_optim_set_steps(t->opt, u->opt.step);
+    double c2 = md_now();
+    md_status prev = pipe_finish(t);
+    t->pend_b = b;
+    t->pend_slot = s;
+    t->pend_n = b->n;
+    t->pend_step = t->global_step;
+    t->global_step++;
+    t->pipe_steps++;
+    if (prev == MD_OK && t->depth == 0) prev = pipe_finish(t);
+    t->ph_upload += c1 - c0;
+    t->ph_fwd += c2 - c1; /* queueing the step (or its replay) */
+    t->ph_sync += md_now() - c2;
+    return prev;
+}
+
 /* Forward, loss, backward and (unless skipped) the optimizer step on one batch. */
 static md_status train_step(md_trainer *t, const struct md_batch *b, int snapshot)
 {
@@ -689,6 +908,7 @@ static md_status train_step(md_trainer *t, const struct md_batch *b, int snapsho
     MD_TRY(upload_batch(t, b, 0, b->n));
     MD_TRY(md_dev_memset0(t->dev, t->d_sc, sizeof(struct step_scalars)));
     double c1 = md_now();
+    md_model_set_step_dev(t->model, NULL);
     md_model_set_step(t->model, (uint64_t)t->global_step);
     MD_TRY(md_model_forward(t->model, b->n, 1));
     double c2 = md_now();
@@ -872,26 +1092,41 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
             md_loader_release(t->train_l, b);
             continue;
         }
-        md_status st = train_step(t, b, i == last - 1);
-        samples_now += b->n;
-        md_loader_release(t->train_l, b);
+        /* the epoch's last step (diagnostics snapshot) and a short batch run apart */
+        int n = b->n;
+        md_status st;
+        if (t->pipe && n == t->batch && i != last - 1) {
+            st = pipe_step(t, b);
+        } else {
+            st = pipe_finish(t);
+            if (st == MD_OK) st = train_step(t, b, i == last - 1);
+            md_loader_release(t->train_l, b);
+        }
+        samples_now += n;
         if (st != MD_OK) {
+            pipe_abandon(t);
             md_progress_done();
             return st;
         }
         double el = md_now() - t0;
-        if (t->metrics && t->global_step % METRICS_EVERY == 0)
+        if (t->metrics && t->ep_seen && t->global_step % METRICS_EVERY == 0)
             metrics_line(t, "step", t->ep_loss / (double)t->ep_seen, (double)t->ep_correct / (double)t->ep_seen, -1,
                          0, md_schedule_lr(&t->sched, t->global_step - 1), samples_now / (el > 0 ? el : 1e-9), el);
         char suffix[96];
-        snprintf(suffix, sizeof suffix, "loss %.4f  %.0f samples/s", t->ep_loss / (double)t->ep_seen,
+        snprintf(suffix, sizeof suffix, "loss %.4f  %.0f samples/s", t->ep_seen ? t->ep_loss / (double)t->ep_seen : 0.0,
                  samples_now / (el > 0 ? el : 1e-9));
         md_progress(label, (double)(i + 1), (double)last, suffix);
         if (t->interrupt_after > 0 && t->global_step >= t->interrupt_after) md_interrupt_set(1);
         if (md_interrupted()) {
+            MD_TRY(pipe_finish(t)); /* the checkpoint holds every step counted */
             t->run_time += el;
             return interrupted(t, i + 1, ep_before + el);
         }
+    }
+    md_status fin = pipe_finish(t);
+    if (fin != MD_OK) {
+        md_progress_done();
+        return fin;
     }
     md_progress_done();
     double el = md_now() - t0;
@@ -923,6 +1158,7 @@ md_status md_trainer_run(md_trainer *t)
     cJSON_AddNumberToObject(t->report, "non_decayed_params", (double)plain);
     if (o->resume[0]) cJSON_AddStringToObject(t->report, "resumed_from", o->resume);
     else cJSON_AddNullToObject(t->report, "resumed_from");
+    if ((st = setup_pipeline(t)) != MD_OK) return st;
 
     md_out("  %-16s %s, %s train / %s val / %s test samples\n", "data", md_data_name(t->data),
            md_fmt_thousands(md_data_count(t->data, MD_SPLIT_TRAIN), a, sizeof a),
@@ -940,6 +1176,7 @@ md_status md_trainer_run(md_trainer *t)
            md_schedule_name(t->sched.kind), o->warmup_epochs > 0 ? " after linear warm-up" : "", t->batch,
            t->val_batch, t->steps_per_epoch);
     if (t->scaler.enabled) md_out("  %-16s dynamic, starting at %.0f\n", "loss scaling", (double)t->scaler.scale);
+    md_out("  %-16s %s\n", "steps", t->pipe_why);
     int start_epoch = t->epoch;
     if (start_epoch >= o->epochs)
         md_out("  nothing to train: the checkpoint is at epoch %d of %d (raise --epochs to continue); scoring it\n",
@@ -1025,6 +1262,14 @@ done:
     cJSON_AddNumberToObject(t->report, "epochs_run", t->epoch - start_epoch);
     cJSON_AddNumberToObject(t->report, "global_step", (double)t->global_step);
     cJSON_AddNumberToObject(t->report, "train_time_s", t->run_time);
+    cJSON *sr = cJSON_AddObjectToObject(t->report, "step_execution");
+    cJSON_AddStringToObject(sr, "mode", t->graph_replays ? "graph" : t->pipe ? "pipelined" : "eager");
+    cJSON_AddStringToObject(sr, "why", t->pipe_why);
+    cJSON_AddNumberToObject(sr, "graph_replays", (double)t->graph_replays);
+    cJSON_AddNumberToObject(sr, "graphs", (t->graph[0] != NULL) + (t->graph[1] != NULL));
+    cJSON_AddNumberToObject(sr, "capture_s", t->capture_s);
+    cJSON_AddNumberToObject(sr, "pipelined_eager_steps", (double)t->pipe_eager);
+    cJSON_AddNumberToObject(sr, "host_synced_steps", (double)(t->global_step - t->pipe_steps));
     cJSON *ls = cJSON_AddObjectToObject(t->report, "loss_scaling");
     cJSON_AddBoolToObject(ls, "enabled", t->scaler.enabled);
     cJSON_AddNumberToObject(ls, "final_scale", t->scaler.scale);

@@ -10,9 +10,20 @@
  * on (seed, global step), so a run resumed from a checkpoint reaches the same
  * weights as an uninterrupted one.
  *
- * Host syncs: one per step (a 12-byte download of the step's loss, gradient
- * sum of squares and correct count) to stop on a non-finite loss, skip fp16
- * overflow steps and clip by global norm, plus one per epoch for validation.
+ * Steps run one of two ways:
+ * - host-synced (eager): one sync per step (a 12-byte download of the step's
+ *   loss, gradient sum of squares and correct count) to stop on a non-finite
+ *   loss, skip fp16 overflow steps and clip by global norm. Used with
+ *   --no-compile, fp16 loss scaling, on devices without graph capture, and
+ *   for each epoch's last step and a short batch;
+ * - pipelined (compile on, CUDA): the step's changing values (lr, optimizer
+ *   t, clip, dropout offset) live in device memory (kernels.h md_optim_ctl),
+ *   the optimizer skips a non-finite step on the device and clips there, the
+ *   results come back asynchronously and are checked while the next step
+ *   runs; inputs are double-buffered and copied on a separate stream. After
+ *   one eager step each input set's step is captured as a CUDA graph and
+ *   replayed. The weights are the same as host-synced steps give.
+ * Plus one sync per epoch for validation.
  */
 #ifndef MD_TRAINER_H
 #define MD_TRAINER_H
@@ -41,5 +52,8 @@ md_status md_trainer_dump_grads(md_trainer *t, const char *path);
 /* Test hook: calls md_interrupt_set(1) after this many optimizer steps of the
  * run (0 = never), as if Ctrl-C came at that point. */
 void md_trainer_interrupt_after(md_trainer *t, long long steps);
+/* Test hook: pipelined steps also where the device has no graph capture (the
+ * CPU), so their results can be compared with host-synced ones. Before run. */
+void md_trainer_force_pipeline(md_trainer *t);
 
 #endif
