@@ -125,6 +125,14 @@ fail:
     return st;
 }
 
+/* What changes between replays of a captured step: the optimizer's lr and t
+ * (kernels.h md_optim_ctl; its loss and norm fields stay 0: never skipped,
+ * never clipped) and the dropout offset. */
+struct bench_ctl {
+    struct md_optim_ctl opt;
+    uint64_t rng_offset;
+};
+
 /* Everything one measurement holds on the device besides the model. */
 struct bench {
     md_device *dev;
@@ -135,6 +143,8 @@ struct bench {
     float *mom1, *mom2;     /* optimizer state (nparams) */
     float *loss_dev;        /* device scalar */
     md_event *ev[5];
+    struct bench_ctl *ctl;  /* device: the step's values for a replayed graph */
+    void *graph[RING];
     long long step;
     int optimizer;          /* enum md_optim_kind */
     float lr, wd;
@@ -151,7 +161,7 @@ static md_status copy_inputs(struct bench *b, int slot)
 
 /* SGD (momentum) or AdamW over the flat buffers: weight-decayed range first,
  * the rest without decay (model.h), as the trainer does. */
-static md_status optimizer_step(struct bench *b)
+static md_status optimizer_step(struct bench *b, int capturing)
 {
     const md_options *o = b->s->opts;
     size_t np = md_model_nparams(b->m), nd = md_model_ndecay(b->m);
@@ -168,6 +178,7 @@ static md_status optimizer_step(struct bench *b)
     a.eps = 1e-8f;
     a.step = b->step;
     a.grad_scale = 1.0f;
+    a.ctl = capturing ? &b->ctl->opt : NULL;
     a.half_dtype = hd;
     for (int part = 0; part < 2; part++) {
         size_t off = part ? nd : 0, n = part ? np - nd : nd;
@@ -199,7 +210,7 @@ static md_status train_step(struct bench *b, int slot, double *t, double *loss)
     MD_TRY(md_event_record(b->dev, b->ev[1]));
     MD_TRY(md_model_backward(b->m));
     MD_TRY(md_event_record(b->dev, b->ev[2]));
-    MD_TRY(optimizer_step(b));
+    MD_TRY(optimizer_step(b, 0));
     MD_TRY(md_event_record(b->dev, b->ev[3]));
     float ms[4];
     MD_TRY(md_event_elapsed_ms(b->dev, b->ev[0], b->ev[1], &ms[0]));
@@ -212,6 +223,64 @@ static md_status train_step(struct bench *b, int slot, double *t, double *loss)
         float l = 0;
         MD_TRY(md_dev_download(b->dev, &l, b->loss_dev, sizeof l));
         *loss = (double)l / n;
+    }
+    return MD_OK;
+}
+
+/* The step of train_step without events, reading its changing values from
+ * b->ctl: what capture_graphs records. */
+static md_status step_body(struct bench *b, int slot)
+{
+    int n = b->s->batch;
+    MD_TRY(copy_inputs(b, slot));
+    MD_TRY(md_dev_memset0(b->dev, b->loss_dev, sizeof(float)));
+    MD_TRY(md_model_forward(b->m, n, 1));
+    MD_TRY(md_model_loss(b->m, b->ring.labels[slot], 0.0f, 1.0f / (float)n, b->loss_dev, NULL));
+    MD_TRY(md_model_backward(b->m));
+    return optimizer_step(b, 1);
+}
+
+/* One graph per resident batch; after warm-up (cuDNN choices, workspaces). */
+static md_status capture_graphs(struct bench *b, double *ms)
+{
+    double t0 = md_now();
+    MD_TRY(md_dev_alloc(b->dev, sizeof *b->ctl, (void **)&b->ctl, "benchmark step values"));
+    md_model_set_step_dev(b->m, &b->ctl->rng_offset);
+    for (int s = 0; s < b->ring.n; s++) {
+        MD_TRY(md_dev_capture_begin(b->dev));
+        md_status st = step_body(b, s);
+        char msg[320];
+        snprintf(msg, sizeof msg, "%s", st != MD_OK ? md_errmsg() : "");
+        md_status st2 = md_dev_capture_end(b->dev, &b->graph[s]);
+        if (st != MD_OK) return md_errf(st, "%s", msg);
+        MD_TRY(st2);
+    }
+    *ms = (md_now() - t0) * 1e3;
+    return MD_OK;
+}
+
+/* A replay: t[3] the whole step (t[0..2] are not split), the loss if asked. */
+static md_status graph_step(struct bench *b, int slot, double *t, double *loss)
+{
+    b->step++;
+    struct bench_ctl h;
+    memset(&h, 0, sizeof h);
+    h.opt.step = b->step;
+    h.opt.lr = b->lr;
+    h.opt.grad_scale = 1.0f;
+    h.rng_offset = (uint64_t)b->step << 32;
+    MD_TRY(md_event_record(b->dev, b->ev[0]));
+    MD_TRY(md_dev_upload(b->dev, b->ctl, &h, sizeof h));
+    MD_TRY(md_dev_graph_launch(b->dev, b->graph[slot]));
+    MD_TRY(md_event_record(b->dev, b->ev[3]));
+    float ms;
+    MD_TRY(md_event_elapsed_ms(b->dev, b->ev[0], b->ev[3], &ms)); /* waits: h may go */
+    t[0] = t[1] = t[2] = 0;
+    t[3] = (double)ms;
+    if (loss) {
+        float l = 0;
+        MD_TRY(md_dev_download(b->dev, &l, b->loss_dev, sizeof l));
+        *loss = (double)l / b->s->batch;
     }
     return MD_OK;
 }
@@ -302,11 +371,36 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     if (!buf) { st = MD_ERR_OOM; goto fail; }
     double *step = buf, *fw = buf + cap, *bw = buf + 2 * cap, *op = buf + 3 * cap;
     int n = 0;
-    double tstart = md_now(), tsum = 0;
+    double tstart, tsum = 0;
+    /* CUDA only: Metal captures, but its optimizer cannot read md_optim_ctl yet */
+    if (s->mopts.compile && md_dev_can_capture(dev) && md_device_kind(dev) == MD_BACKEND_CUDA && s->iters > 0) {
+        /* the same steps op by op first: what the graph is compared with, and the phase split */
+        int k = s->iters < 10 ? s->iters : 10;
+        for (int i = 0; i < k; i++) {
+            if ((st = train_step(&b, i % b.ring.n, t, NULL)) != MD_OK) goto fail;
+            fw[i] = t[0];
+            bw[i] = t[1];
+            op[i] = t[2];
+            step[i] = t[3];
+        }
+        r->eager_iters = k;
+        stats4(step, k, &r->eager_step_ms);
+        stats4(fw, k, &r->fwd_ms);
+        stats4(bw, k, &r->bwd_ms);
+        stats4(op, k, &r->opt_ms);
+        md_status cs = capture_graphs(&b, &r->capture_ms);
+        if (cs == MD_OK) {
+            r->graph = 1;
+        } else {
+            snprintf(r->graph_note, sizeof r->graph_note, "graph capture failed: %s", md_errmsg());
+            md_model_set_step_dev(b.m, NULL);
+        }
+    }
+    tstart = md_now();
     for (; n < s->iters; n++) {
         if (s->time_budget_s > 0 && n >= 2 && md_now() - tstart > s->time_budget_s) break;
         double loss;
-        if ((st = train_step(&b, n % b.ring.n, t, &loss)) != MD_OK) goto fail;
+        if ((st = (r->graph ? graph_step : train_step)(&b, n % b.ring.n, t, &loss)) != MD_OK) goto fail;
         fw[n] = t[0];
         bw[n] = t[1];
         op[n] = t[2];
@@ -318,9 +412,11 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     r->train_iters = n;
     if (n > 0) {
         stats4(step, n, &r->step_ms);
-        stats4(fw, n, &r->fwd_ms);
-        stats4(bw, n, &r->bwd_ms);
-        stats4(op, n, &r->opt_ms);
+        if (!r->graph) {
+            stats4(fw, n, &r->fwd_ms);
+            stats4(bw, n, &r->bwd_ms);
+            stats4(op, n, &r->opt_ms);
+        }
         r->train_samples_per_s = tsum > 0 ? (double)n * s->batch / (tsum / 1e3) : 0;
     }
 
@@ -357,6 +453,8 @@ fail:
     md_free(buf);
     for (int i = 0; i < 5; i++)
         if (b.ev[i]) md_event_destroy(dev, b.ev[i]);
+    for (int i = 0; i < RING; i++) md_dev_graph_destroy(dev, b.graph[i]);
+    md_dev_free(dev, b.ctl);
     ring_free(dev, &b.ring);
     md_dev_free(dev, b.mom1);
     md_dev_free(dev, b.mom2);

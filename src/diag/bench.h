@@ -52,6 +52,15 @@ struct md_bench_result {
     /* training */
     int train_iters;
     md_stats step_ms, fwd_ms, bwd_ms, opt_ms;
+    /* compile on a device with graph capture (CUDA): the timed steps are
+     * replays of the step captured as a graph (one per resident batch);
+     * eager_step_ms are the same steps op by op, timed just before, which
+     * is also where the forward/backward/optimizer split comes from */
+    int graph;                  /* 1: step_ms are graph replays */
+    double capture_ms;          /* recording and instantiating the graphs */
+    int eager_iters;
+    md_stats eager_step_ms;
+    char graph_note[200];       /* why no graph, when compile is on and capture failed */
     double train_samples_per_s;
     double first_loss, final_loss; /* mean loss of the first and last timed steps (NaN if none) */
     /* inference */

@@ -737,11 +737,17 @@ static md_status collect_diagnostics(md_trainer *t, int have_update)
 static md_status setup_pipeline(md_trainer *t)
 {
     const md_options *o = t->o;
-    int can = md_dev_can_capture(t->dev);
+    /* Metal can capture too, but its optimizer has no device-side step
+     * values yet (metal_plan.c refuses md_optim_ctl): CUDA only */
+    int can = md_dev_can_capture(t->dev) && md_device_kind(t->dev) == MD_BACKEND_CUDA;
     const char *why = NULL;
     if (!o->compile) why = "--no-compile: each step runs op by op and waits for its loss";
     else if (t->scaler.enabled) why = "fp16 dynamic loss scaling decides each step on the host: steps run op by op";
-    else if (!can && !t->force_pipe) why = "no graph capture on this device: steps run op by op";
+    else if (!can && !t->force_pipe)
+        why = md_device_kind(t->dev) == MD_BACKEND_METAL
+                  ? "one command buffer per step, synced once for its loss (replaying a captured step needs "
+                    "device-side step values in the Metal optimizer: not built)"
+                  : "each step runs as it is called and syncs once for its loss (no graph capture on this device)";
     if (why) {
         snprintf(t->pipe_why, sizeof t->pipe_why, "%s", why);
         return MD_OK;
