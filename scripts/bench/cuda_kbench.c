@@ -269,7 +269,7 @@ static void bench_step(const char *model, int batch, md_dtype t)
     md_model_opts_default(&o);
     o.layout = MD_NHWC;
     o.compute_dtype = t;
-    o.compile = 1;
+    o.compile = getenv("KBENCH_NO_COMPILE") ? 0 : 1;
     struct step_ctx c = {.batch = batch};
     CK(md_model_load(model, NULL, &o, &c.m), "model load");
     CK(md_model_bind(c.m, dev, batch), "model bind");
@@ -330,6 +330,7 @@ static int prof_kind[PROF_MAX], prof_n;
 static double prof_ms[MD_KERNEL_COUNT];
 static struct md_conv2d_args prof_conv[PROF_MAX]; /* shapes of the convolution calls */
 static int prof_calls[MD_KERNEL_COUNT];
+static double prof_host[MD_KERNEL_COUNT]; /* host seconds inside the kernel call */
 
 #define PROF_WRAP(op, argt, idx)                                                                     \
     static md_status prof_##op(md_device *d, const struct argt *a)                                   \
@@ -339,7 +340,9 @@ static int prof_calls[MD_KERNEL_COUNT];
             prof_kind[i] = idx;                                                                      \
             md_event_record(d, prof_ev[i][0]);                                                       \
         }                                                                                            \
+        double h0_ = md_now();                                                                       \
         md_status st = prof_orig.op(d, a);                                                           \
+        prof_host[idx] += md_now() - h0_;                                                            \
         if (i >= 0) md_event_record(d, prof_ev[i][1]);                                               \
         return st;                                                                                   \
     }
@@ -353,7 +356,9 @@ PROF_WRAP(gemm, md_gemm_args, 0)
             prof_kind[i] = idx;                                                                      \
             md_event_record(d, prof_ev[i][0]);                                                       \
         }                                                                                            \
+        double h0_ = md_now();                                                                       \
         md_status st = prof_orig.op(d, a);                                                           \
+        prof_host[idx] += md_now() - h0_;                                                            \
         if (i >= 0) md_event_record(d, prof_ev[i][1]);                                               \
         return st;                                                                                   \
     }
@@ -401,6 +406,7 @@ static void bench_profile(const char *model, int batch, md_dtype t)
     md_model_opts_default(&o);
     o.layout = MD_NHWC;
     o.compute_dtype = t;
+    if (getenv("KBENCH_NO_COMPILE")) o.compile = 0; /* profile what --no-compile runs */
     struct step_ctx c = {.batch = batch};
     CK(md_model_load(model, NULL, &o, &c.m), "model load");
     CK(md_model_bind(c.m, dev, batch), "model bind");
@@ -417,6 +423,7 @@ static void bench_profile(const char *model, int batch, md_dtype t)
     prof_n = 0;
     memset(prof_ms, 0, sizeof prof_ms);
     memset(prof_calls, 0, sizeof prof_calls);
+    memset(prof_host, 0, sizeof prof_host);
     /* ~80 ms of matrix products queued first keep the GPU busy while the host
      * enqueues the whole step, so each event pair measures device time only. */
     int bn = 8192;
@@ -445,7 +452,8 @@ static void bench_profile(const char *model, int batch, md_dtype t)
     printf("# profile %s b%d %s: %d kernel calls, %.3f ms summed\n", model, batch, md_dtype_name(t), prof_n, total);
     for (int i = 0; i < MD_KERNEL_COUNT; i++)
         if (prof_calls[i])
-            printf("prof_%s_%s\t%s\t%.4f\t%d\n", model, md_kernel_names[i], md_dtype_name(t), prof_ms[i], prof_calls[i]);
+            printf("prof_%s_%s\t%s\t%.4f\t%d\thost_ms %.3f\n", model, md_kernel_names[i], md_dtype_name(t), prof_ms[i],
+                   prof_calls[i], prof_host[i] * 1e3);
     md_dev_free(dev, c.labels);
     md_dev_free(dev, c.loss);
     md_dev_free(dev, c.mom);
@@ -509,6 +517,7 @@ int main(int argc, char **argv)
         bench_bn(128, 64, 56 * 56, MD_F32);
     }
     if (!strcmp(only, "all") || !strcmp(only, "launch")) bench_launch();
+    if (!strcmp(only, "profile50")) bench_profile("resnet50", 128, MD_BF16);
     if (!strcmp(only, "profile")) {
         bench_profile("resnet50", 128, MD_BF16);
         bench_profile("resnet18_cifar", 256, MD_BF16);

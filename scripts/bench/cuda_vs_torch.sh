@@ -17,7 +17,7 @@ root=$(cd "$here/../.." && pwd)
 if [ "${1:-}" = "--build" ]; then
     cd "$root"
     make --no-print-directory all >/dev/null
-    objs=$(find build/obj/src build/obj/metal -name '*.o' ! -path '*/src/main.o' | sort)
+    objs=$(find build/obj/src build/obj/metal -name '*.o' ! -path '*/src/main.o' ! -path '*/metal/sim/*' ! -name '*.sim.o' | sort)
     cc -O2 -std=c11 -Isrc -o build/cuda_kbench scripts/bench/cuda_kbench.c $objs \
         $(pkg-config --libs openblas libcjson libturbojpeg zlib) -lm -ldl -pthread -rdynamic
     echo "built build/cuda_kbench"
