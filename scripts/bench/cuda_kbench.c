@@ -517,7 +517,8 @@ int main(int argc, char **argv)
         bench_bn(128, 64, 56 * 56, MD_F32);
     }
     if (!strcmp(only, "all") || !strcmp(only, "launch")) bench_launch();
-    if (!strcmp(only, "profile50")) bench_profile("resnet50", 128, MD_BF16);
+    if (!strcmp(only, "profile50"))
+        bench_profile("resnet50", 128, getenv("KBENCH_F32") ? MD_F32 : MD_BF16);
     if (!strcmp(only, "profile")) {
         bench_profile("resnet50", 128, MD_BF16);
         bench_profile("resnet18_cifar", 256, MD_BF16);
