@@ -36,6 +36,24 @@ static const char *RESIDUAL =
     ""
     " {\"name\":\"fc\",\"type\":\"linear\",\"out\":3}]}";
 
+/* Sums of sums: the operands of an add share its gradient buffer (planned
+ * aliasing), except the output of an add with a fused ReLU, whose backward
+ * masks its gradient in place (add1 + relu1 is fused with compile on; c's
+ * backward runs after add1's, so a shared buffer would hand it the mask). */
+static const char *NESTED =
+    "{\"name\":\"nested\",\"num_classes\":3,\"inputs\":[{\"name\":\"x\",\"shape\":[2,4,4]}],"
+    "\"layers\":["
+    " {\"name\":\"a\",\"type\":\"conv2d\",\"out\":3,\"kernel\":3,\"padding\":1,\"inputs\":[\"x\"]},"
+    " {\"name\":\"b\",\"type\":\"conv2d\",\"out\":3,\"kernel\":1,\"inputs\":[\"x\"]},"
+    " {\"name\":\"c\",\"type\":\"conv2d\",\"out\":3,\"kernel\":3,\"padding\":1,\"inputs\":[\"x\"]},"
+    " {\"name\":\"add1\",\"type\":\"add\",\"inputs\":[\"a\",\"b\"]},"
+    " {\"name\":\"relu1\",\"type\":\"relu\"},"
+    " {\"name\":\"add2\",\"type\":\"add\",\"inputs\":[\"relu1\",\"c\"]},"
+    " {\"name\":\"d\",\"type\":\"conv2d\",\"out\":3,\"kernel\":1,\"inputs\":[\"x\"]},"
+    " {\"name\":\"add3\",\"type\":\"add\",\"inputs\":[\"add2\",\"d\"]},"
+    " {\"name\":\"gap\",\"type\":\"global_avgpool\"},"
+    " {\"name\":\"fc\",\"type\":\"linear\",\"out\":3}]}";
+
 /* Two inputs mixed by learnable integration weights, concat, avg-pool,
  * flatten, smooth activations. */
 static const char *DUAL =
@@ -185,6 +203,7 @@ static void gradcheck(const char *text, int batch, double eps_)
 
 Test(nn_grad, residual_block_matches_finite_differences, .timeout = 60) { gradcheck(RESIDUAL, 4, 1e-3); }
 Test(nn_grad, two_input_weighted_add_matches_finite_differences, .timeout = 60) { gradcheck(DUAL, 3, 1e-2); }
+Test(nn_grad, nested_adds_share_gradients_correctly, .timeout = 60) { gradcheck(NESTED, 3, 1e-2); }
 
 /* The gradient of a mixing weight is nonzero and its initial value is 1/k. */
 Test(nn_grad, integration_weights_start_at_one_over_k)

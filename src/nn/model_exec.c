@@ -102,6 +102,40 @@ static md_status ticks(const struct md_model *m, int ckpt, int *F, int *R, int *
     return MD_OK;
 }
 
+/* The gradient of a tensor read only by one add layer equals that layer's
+ * gradient: it shares the add's gradient buffer instead of receiving a copy
+ * (as autograd passes the same gradient to both operands of a sum). Fills
+ * galias[t] with the add layer, -1 otherwise. Not for the output of an add
+ * with a fused activation: its backward masks its gradient in place, which
+ * would change what the other operands of the outer add read. */
+static void grad_aliases(const struct md_model *m, int *galias)
+{
+    int L = m->nlayers, last = md_model_tensor_of(m, L - 1);
+    for (int t = 0; t < L; t++) {
+        galias[t] = -1;
+        const struct md_layer *T = &m->layers[t];
+        if (T->alias >= 0 || T->kind == MD_L_INPUT || t == last) continue;
+        if (T->kind == MD_L_ADD && T->act != MD_ACT_NONE) continue;
+        int reads = 0, reader = -1;
+        for (int j = t + 1; j < L; j++) {
+            const struct md_layer *C = &m->layers[j];
+            if (C->alias >= 0) continue;
+            for (int k = 0; k < C->nin; k++)
+                if (md_model_tensor_of(m, C->in[k]) == t) {
+                    reads++;
+                    reader = j;
+                }
+        }
+        if (reads == 1 && m->layers[reader].kind == MD_L_ADD) galias[t] = reader;
+    }
+}
+
+static int galias_root(const int *galias, int t)
+{
+    while (galias[t] >= 0) t = galias[t];
+    return t;
+}
+
 md_status md_model_plan_make(const struct md_model *m, int batch, int training, struct md_model_plan *plan)
 {
     md_status st = MD_OK;
@@ -112,16 +146,18 @@ md_status md_model_plan_make(const struct md_model *m, int batch, int training, 
     struct pbuf *bufs = md_calloc((size_t)L * 3, sizeof *bufs);
     struct pbuf **order = md_calloc((size_t)L * 3, sizeof *order);
     struct pbuf **live = md_calloc((size_t)L * 3, sizeof *live);
+    int *galias = md_malloc((size_t)L * sizeof *galias);
     memset(plan, 0, sizeof *plan);
     plan->off_fwd = md_malloc((size_t)L * sizeof(size_t));
     plan->off_bwd = md_malloc((size_t)L * sizeof(size_t));
     plan->goff = md_malloc((size_t)L * sizeof(size_t));
-    if (!F || !bufs || !order || !live || !plan->off_fwd || !plan->off_bwd || !plan->goff) {
+    if (!F || !bufs || !order || !live || !galias || !plan->off_fwd || !plan->off_bwd || !plan->goff) {
         st = md_errf(MD_ERR_OOM, "model: out of host memory while planning");
         goto fail;
     }
     int *R = F + L, *B = F + 2 * L, loss_tick;
     ticks(m, ckpt, F, R, B, &loss_tick);
+    grad_aliases(m, galias);
     int last = md_model_tensor_of(m, L - 1);
     int nb = 0;
     for (int t = 0; t < L; t++) {
@@ -160,9 +196,13 @@ md_status md_model_plan_make(const struct md_model *m, int batch, int training, 
                 bufs[nb++] = (struct pbuf){bytes, 0, F[t], e, &plan->off_fwd[t]};
             }
         }
-        if (training) {
+        if (training && galias[t] < 0) {
             int s = t == last ? loss_tick : (firstB >= 0 ? firstB : B[t]);
-            bufs[nb++] = (struct pbuf){bytes, 0, s, B[t], &plan->goff[t]};
+            /* the buffer also serves the tensors whose gradient it is (until their backward) */
+            int e = B[t];
+            for (int u = 0; u < t; u++)
+                if (galias[u] >= 0 && galias_root(galias, u) == t && B[u] > e) e = B[u];
+            bufs[nb++] = (struct pbuf){bytes, 0, s, e, &plan->goff[t]};
         }
     }
     for (int i = 0; i < nb; i++) order[i] = &bufs[i];
@@ -187,6 +227,9 @@ md_status md_model_plan_make(const struct md_model *m, int batch, int training, 
         if (off + b->size > total) total = off + b->size;
     }
     for (int i = 0; i < nb; i++) *bufs[i].dst = bufs[i].off;
+    if (training)
+        for (int t = 0; t < L; t++)
+            if (galias[t] >= 0) plan->goff[t] = plan->goff[galias_root(galias, t)];
     for (int t = 0; t < L; t++)
         if (plan->off_bwd[t] == NONE) plan->off_bwd[t] = plan->off_fwd[t];
     plan->bytes = total;
@@ -195,6 +238,7 @@ fail:
     md_free(bufs);
     md_free(order);
     md_free(live);
+    md_free(galias);
     if (st != MD_OK) md_model_plan_free(plan);
     return st;
 }
@@ -764,6 +808,7 @@ static md_status bwd_layer(const struct run *r, int i)
         }
         for (int k = 0; k < L->nin; k++) {
             void *dx = dx_for(r, i, k, &beta);
+            if (dx == dy) continue; /* that input's gradient is this buffer (planned) */
             MD_TRY(axpby(m, ne, 1.0f, NULL, dy, beta, dx, dx));
         }
         return MD_OK;
