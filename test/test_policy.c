@@ -74,9 +74,12 @@ Test(policy, batch_channels_compile)
     cr_assert_eq(out.channels_last, 1, "CUDA + half: channels-last on");
     in.amp = 0;
     md_policy_decide(&in, &out);
-    cr_assert_eq(out.channels_last, 0, "CUDA fp32: off");
-    in.channels_last = 1;
+    cr_assert_eq(out.channels_last, 1, "CUDA fp32: on too (NHWC measured faster)");
+    in.channels_last = 0;
     in.channels_last_given = 1;
+    md_policy_decide(&in, &out);
+    cr_assert_eq(out.channels_last, 0, "--no-channels-last: off");
+    in.channels_last = 1;
     md_policy_decide(&in, &out);
     cr_assert_eq(out.channels_last, 1, "asked: on");
     in.compile_mode = "reduce-overhead";

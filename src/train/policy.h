@@ -35,7 +35,7 @@ struct md_policy_out {
     int batch_size;
     int channels_last;
     int compile;
-    char why_precision[256], why_loss_scaling[160], why_batch[160], why_channels[160], why_compile[200];
+    char why_precision[256], why_loss_scaling[160], why_batch[160], why_channels[224], why_compile[200];
 };
 
 /* Pure: same inputs, same outputs. */
