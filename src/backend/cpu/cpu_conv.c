@@ -17,7 +17,6 @@
  * image or row per chunk.
  * fp16/bf16 are converted to fp32 scratch and back (storage types on the CPU).
  */
-#include <cblas.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -66,8 +65,7 @@ static md_status geom_init(const char *op, const struct md_conv2d_args *a, struc
 static void sgemm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta,
                   float *C, int ldc)
 {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, A,
-                lda, B, ldb, beta, C, ldc);
+    md_cpu_sgemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* Valid output range [lo, hi) along one axis for filter tap `t`:

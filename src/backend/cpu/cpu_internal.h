@@ -24,6 +24,11 @@ void md_cpu_unlock(void);
  * src is returned and nothing is copied). */
 const float *md_cpu_to_f32(const void *src, md_dtype t, size_t n, float *dst);
 
+/* Row-major sgemm (C = alpha op(A) op(B) + beta C) on the pool: single-threaded
+ * OpenBLAS calls on fixed tiles of C. Not reentrant from inside a pool job. */
+void md_cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc);
+
 md_status md_cpu_gemm(md_device *dev, const struct md_gemm_args *a);
 md_status md_cpu_conv2d_fwd(md_device *dev, const struct md_conv2d_args *a);
 md_status md_cpu_conv2d_bwd_data(md_device *dev, const struct md_conv2d_args *a);

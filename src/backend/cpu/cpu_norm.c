@@ -23,6 +23,8 @@
 struct bn_ctx {
     const struct md_batchnorm_args *a;
     float *scale, *shift;   /* (c): y = x*scale + shift (before ReLU) */
+    float *fk;              /* (c) fp32 fast path: the shift of the sums (fwd), the float mean (bwd) */
+    float *k1, *k2, *k3;    /* (c) fp32 fast path: dx coefficients */
     double *mean, *invstd;  /* (c) */
     double *part;           /* (nchunks, 2c) partial sums */
     double *s1, *s2;        /* (c) combined sums */
@@ -199,7 +201,7 @@ static void nhwc_fwd_range(void *vc, long long b, long long e)
 static md_status bn_alloc(struct bn_ctx *c, long long nchunks, void **block)
 {
     int C = c->a->c;
-    size_t bytes = sizeof(double) * ((size_t)C * 4 + (size_t)nchunks * 2 * C) + sizeof(float) * 2 * (size_t)C;
+    size_t bytes = sizeof(double) * ((size_t)C * 4 + (size_t)nchunks * 2 * C) + sizeof(float) * 6 * (size_t)C;
     char *p = md_malloc(bytes);
     *block = p;
     if (!p) return MD_ERR_OOM;
@@ -210,13 +212,173 @@ static md_status bn_alloc(struct bn_ctx *c, long long nchunks, void **block)
     c->part = c->s2 + C;
     c->scale = (float *)(c->part + (size_t)nchunks * 2 * C);
     c->shift = c->scale + C;
+    c->fk = c->shift + C;
+    c->k1 = c->fk + C;
+    c->k2 = c->k1 + C;
+    c->k3 = c->k2 + C;
     return MD_OK;
 }
+
+static void bwd_stats(const struct md_batchnorm_args *a, int ci, double *mean, double *invstd);
 
 static md_status bn_check(const char *op, const struct md_batchnorm_args *a)
 {
     if (!md_cpu_float_type(a->dtype))
         return md_errf(MD_ERR_UNSUPPORTED, "cpu %s: dtype %s is not supported", op, md_dtype_name(a->dtype));
+    return MD_OK;
+}
+
+/* ---- fp32 NHWC fast path: channels are the contiguous inner loop (vectorised);
+ * per chunk of ROW_CHUNK rows float accumulators, double across chunks.
+ * Forward statistics in one pass, shifted by a sample of each channel (its
+ * value in row 0) so that sum (x-k)^2 - (sum (x-k))^2/m does not cancel. */
+
+#define CH_BLOCK 64
+
+static void f32_nhwc_part_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    const struct md_batchnorm_args *a = c->a;
+    const float *x = a->x, *dy = a->dy, *y = a->y;
+    long long rows = (long long)a->n * a->hw;
+    int C = a->c, relu = a->act == MD_ACT_RELU;
+    for (long long chunk = b; chunk < e; chunk++) {
+        long long r0 = chunk * ROW_CHUNK, r1 = r0 + ROW_CHUNK < rows ? r0 + ROW_CHUNK : rows;
+        double *p1 = c->part + (size_t)chunk * 2 * C, *p2 = p1 + C;
+        for (int c0 = 0; c0 < C; c0 += CH_BLOCK) {
+            int len = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
+            float a1[CH_BLOCK] = {0}, a2[CH_BLOCK] = {0};
+            const float *k = c->fk + c0, *sc = c->scale + c0, *sh = c->shift + c0;
+            for (long long r = r0; r < r1; r++) {
+                size_t o = (size_t)r * C + c0;
+                const float *xr = x + o;
+                if (c->pass == 0) {
+                    for (int j = 0; j < len; j++) {
+                        float d = xr[j] - k[j];
+                        a1[j] += d;
+                        a2[j] += d * d;
+                    }
+                } else {
+                    const float *dr = dy + o, *yr = y ? y + o : NULL;
+                    for (int j = 0; j < len; j++) {
+                        float z = yr ? yr[j] : xr[j] * sc[j] + sh[j];
+                        float d = !relu || z > 0.0f ? dr[j] : 0.0f;
+                        a1[j] += d;
+                        a2[j] += d * (xr[j] - k[j]);
+                    }
+                }
+            }
+            for (int j = 0; j < len; j++) {
+                p1[c0 + j] = (double)a1[j];
+                p2[c0 + j] = (double)a2[j];
+            }
+        }
+    }
+}
+
+/* y = x*scale + shift (ReLU) (+ beta*y), or dx = k1*(dy' - k2 - (x - fk)*k3) (+ beta*dx) */
+static void f32_nhwc_apply_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    const struct md_batchnorm_args *a = c->a;
+    int C = a->c, relu = a->act == MD_ACT_RELU;
+    float beta = a->beta;
+    const float *sc = c->scale, *sh = c->shift;
+    for (long long r = b; r < e; r++) {
+        size_t o = (size_t)r * C;
+        const float *xr = (const float *)a->x + o;
+        if (c->pass == 0) {
+            float *yr = (float *)a->y + o;
+            if (beta == 0.0f && relu)
+                for (int j = 0; j < C; j++) {
+                    float v = xr[j] * sc[j] + sh[j];
+                    yr[j] = v > 0.0f ? v : 0.0f;
+                }
+            else if (beta == 0.0f)
+                for (int j = 0; j < C; j++) yr[j] = xr[j] * sc[j] + sh[j];
+            else
+                for (int j = 0; j < C; j++) {
+                    float v = xr[j] * sc[j] + sh[j];
+                    if (relu) v = v > 0.0f ? v : 0.0f;
+                    yr[j] = v + beta * yr[j];
+                }
+        } else {
+            const float *dr = (const float *)a->dy + o, *yr = a->y ? (const float *)a->y + o : NULL;
+            const float *k = c->fk, *k1 = c->k1, *k2 = c->k2, *k3 = c->k3;
+            float *dx = (float *)a->dx + o;
+            for (int j = 0; j < C; j++) {
+                float z = yr ? yr[j] : xr[j] * sc[j] + sh[j];
+                float d = !relu || z > 0.0f ? dr[j] : 0.0f;
+                float v = k1[j] * (d - k2[j] - (xr[j] - k[j]) * k3[j]);
+                dx[j] = beta != 0.0f ? v + beta * dx[j] : v;
+            }
+        }
+    }
+}
+
+static md_status f32_nhwc_fwd(struct bn_ctx *c)
+{
+    const struct md_batchnorm_args *a = c->a;
+    long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
+    void *block;
+    MD_TRY(bn_alloc(c, nchunks, &block));
+    double m = (double)rows;
+    const float *x = a->x;
+    for (int ci = 0; ci < a->c; ci++) c->fk[ci] = rows > 0 ? x[ci] : 0.0f;
+    if (a->training) {
+        c->pass = 0;
+        md_parallel_for(nchunks, 1, f32_nhwc_part_range, c);
+        nhwc_combine(c, nchunks);
+    }
+    for (int ci = 0; ci < a->c; ci++) {
+        double mean = 0.0, var = 0.0;
+        if (a->training) {
+            double d = c->s1[ci] / m;
+            mean = (double)c->fk[ci] + d;
+            var = c->s2[ci] / m - d * d;
+            if (var < 0.0) var = 0.0;
+        }
+        bn_finalize(a, ci, mean, var, &c->scale[ci], &c->shift[ci]);
+    }
+    c->pass = 0;
+    md_parallel_for(rows, md_parallel_grain(rows, 16), f32_nhwc_apply_range, c);
+    md_free(block);
+    return MD_OK;
+}
+
+static md_status f32_nhwc_bwd(struct bn_ctx *c)
+{
+    const struct md_batchnorm_args *a = c->a;
+    long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
+    void *block;
+    MD_TRY(bn_alloc(c, nchunks, &block));
+    double m = (double)rows;
+    for (int ci = 0; ci < a->c; ci++) {
+        bwd_stats(a, ci, &c->mean[ci], &c->invstd[ci]);
+        double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
+        c->scale[ci] = (float)(gam * c->invstd[ci]);
+        c->shift[ci] = (float)(bet - c->mean[ci] * gam * c->invstd[ci]);
+        c->fk[ci] = (float)c->mean[ci];
+    }
+    c->pass = 1;
+    md_parallel_for(nchunks, 1, f32_nhwc_part_range, c);
+    nhwc_combine(c, nchunks);
+    for (int ci = 0; ci < a->c; ci++) {
+        double invstd = c->invstd[ci], gam = a->gamma ? (double)a->gamma[ci] : 1.0, sdy = c->s1[ci];
+        /* sum dy*(x - mean) from deviations to the float mean */
+        double sdyx = (c->s2[ci] - sdy * (c->mean[ci] - (double)c->fk[ci])) * invstd;
+        c->k1[ci] = (float)(gam * invstd);
+        c->k2[ci] = a->training ? (float)(sdy / m) : 0.0f;
+        c->k3[ci] = a->training ? (float)(sdyx / m * invstd) : 0.0f;
+        c->s1[ci] = sdy;
+        c->s2[ci] = sdyx;
+    }
+    if (a->dx) md_parallel_for(rows, md_parallel_grain(rows, 16), f32_nhwc_apply_range, c);
+    for (int ci = 0; ci < a->c; ci++) {
+        if (a->dgamma) a->dgamma[ci] = (float)(c->s2[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
+        if (a->dbeta) a->dbeta[ci] = (float)(c->s1[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+    }
+    md_free(block);
     return MD_OK;
 }
 
@@ -229,6 +391,7 @@ md_status md_cpu_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a
         md_parallel_for(a->c, 1, nchw_fwd_range, &c);
         return MD_OK;
     }
+    if (a->dtype == MD_F32) return f32_nhwc_fwd(&c);
     long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
     void *block;
     MD_TRY(bn_alloc(&c, nchunks, &block));
@@ -503,6 +666,7 @@ md_status md_cpu_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
         md_parallel_for(a->c, 1, nchw_bwd_range, &c);
         return MD_OK;
     }
+    if (a->dtype == MD_F32) return f32_nhwc_bwd(&c);
     long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
     void *block;
     MD_TRY(bn_alloc(&c, nchunks, &block));
