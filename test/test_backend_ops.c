@@ -215,6 +215,9 @@ static const struct conv_case conv_cases[] = {
     {1, 2, 13, 11, 3, 5, 4, 3, 2, 3, 1, 1, 2, 1, 0},  /* 5x4 kernel, stride 3 */
     {5, 16, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},   /* several images per GEMM chunk */
     {9, 16, 32, 32, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0}, /* im2col larger than one CPU chunk (4 MiB) */
+    {2, 3, 9, 7, 4, 5, 5, 1, 1, 2, 2, 1, 1, 1, 0},    /* stride 1, q == w: the CPU's shifted-run im2col, 5x5 */
+    {2, 4, 6, 5, 4, 3, 3, 1, 1, 0, 1, 1, 1, 2, 0},    /* the same with p < h, groups 2 */
+    {1, 2, 4, 2, 3, 3, 5, 1, 1, 1, 2, 1, 1, 1, 0},    /* q == w with taps wholly outside the row */
 };
 
 static void op_conv(struct harness *h, int op)

@@ -17,6 +17,7 @@
  * image or row per chunk.
  * fp16/bf16 are converted to fp32 scratch and back (storage types on the CPU).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -32,6 +33,7 @@ struct geom {
     int sh, sw, ph, pw, dh, dw, g, cg, kg;
     int crs, pq;
     int is_1x1; /* 1x1, stride 1, no padding */
+    int same1;  /* stride 1, dilation 1, q == w: NCHW im2col rows are shifted runs */
     void *ws; size_t ws_bytes; /* the caller's workspace, if any */
 };
 
@@ -54,11 +56,12 @@ static md_status geom_init(const char *op, const struct md_conv2d_args *a, struc
         return md_errf(MD_ERR_INTERNAL, "cpu %s: output %dx%d does not match input %dx%d", op, a->p, a->q, a->h,
                        a->w);
     *o = (struct geom){a->n, a->c, a->h, a->w, a->k, a->r, a->s, a->p, a->q, a->stride_h, a->stride_w, a->pad_h,
-                       a->pad_w, a->dil_h, a->dil_w, a->groups, a->c / a->groups, a->k / a->groups, 0, 0, 0,
+                       a->pad_w, a->dil_h, a->dil_w, a->groups, a->c / a->groups, a->k / a->groups, 0, 0, 0, 0,
                        a->workspace, a->workspace_bytes};
     o->crs = o->cg * o->r * o->s;
     o->pq = o->p * o->q;
     o->is_1x1 = o->r == 1 && o->s == 1 && o->sh == 1 && o->sw == 1 && o->ph == 0 && o->pw == 0;
+    o->same1 = o->sh == 1 && o->sw == 1 && o->dh == 1 && o->dw == 1 && o->q == o->w;
     return MD_OK;
 }
 
@@ -109,6 +112,28 @@ static void im2col_nchw_range(void *vc, long long b, long long e)
                 int qlo, qhi;
                 valid_range(g->q, g->w, g->sw, g->pw, s, g->dw, &qlo, &qhi);
                 float *row = c->col + (size_t)((cg * g->r + r) * g->s + s) * c->ld + (size_t)img * g->pq;
+                int off = s * g->dw - g->pw; /* wi = q + off on the fast path */
+                if (g->same1 && off > -g->w && off < g->w) {
+                    /* stride 1, output as wide as the input: rows plo..phi-1 are
+                     * one shifted run of the plane; the columns that wrapped
+                     * around a row edge are zeroed afterwards */
+                    size_t lead = (size_t)plo * g->q, len = (size_t)(phi - plo) * g->q, cut = (size_t)abs(off);
+                    memset(row, 0, sizeof(float) * lead);
+                    memset(row + lead + len, 0, sizeof(float) * ((size_t)g->pq - lead - len));
+                    if (phi <= plo) continue;
+                    float *dst = row + lead;
+                    const float *src = xp + (size_t)(plo * g->sh - g->ph + r * g->dh) * g->w + off;
+                    size_t skip = off < 0 ? cut : 0; /* never read before the plane or past it */
+                    memcpy(dst + skip, src + skip, sizeof(float) * (len - cut));
+                    for (int p = plo; p < phi; p++) {
+                        float *o = dst + (size_t)(p - plo) * g->q;
+                        if (off < 0)
+                            for (int q = 0; q < -off; q++) o[q] = 0.0f;
+                        else
+                            for (int q = g->q - off; q < g->q; q++) o[q] = 0.0f;
+                    }
+                    continue;
+                }
                 for (int p = 0; p < g->p; p++) {
                     float *o = row + (size_t)p * g->q;
                     /* plain loops: on late layers rows are a few elements,
@@ -118,7 +143,7 @@ static void im2col_nchw_range(void *vc, long long b, long long e)
                         continue;
                     }
                     const float *xr = xp + (size_t)(p * g->sh - g->ph + r * g->dh) * g->w;
-                    int off = s * g->dw - g->pw; /* wi = q*sw + off, >= 0 for q >= qlo */
+                    /* wi = q*sw + off, >= 0 for q >= qlo */
                     for (int q = 0; q < qlo; q++) o[q] = 0.0f;
                     if (g->sw == 1 && qhi - qlo >= 32)
                         memcpy(o + qlo, xr + qlo + off, sizeof(float) * (size_t)(qhi - qlo));
@@ -152,11 +177,29 @@ static void col2im_nchw_range(void *vc, long long b, long long e)
             for (int s = 0; s < g->s; s++) {
                 int qlo, qhi;
                 valid_range(g->q, g->w, g->sw, g->pw, s, g->dw, &qlo, &qhi);
-                const float *row = c->col + (size_t)((cg * g->r + r) * g->s + s) * c->ld + (size_t)img * g->pq;
+                float *row = c->col + (size_t)((cg * g->r + r) * g->s + s) * c->ld + (size_t)img * g->pq;
+                int off = s * g->dw - g->pw;
+                if (g->same1 && off > -g->w && off < g->w) {
+                    /* stride 1, output as wide as the input: zero the col
+                     * entries of the columns that fall outside the plane (this
+                     * task owns them), then add rows plo..phi-1 as one run */
+                    if (phi <= plo) continue;
+                    float *src = row + (size_t)plo * g->q;
+                    for (int p = plo; p < phi; p++) {
+                        float *o = src + (size_t)(p - plo) * g->q;
+                        if (off < 0)
+                            for (int q = 0; q < -off; q++) o[q] = 0.0f;
+                        else
+                            for (int q = g->q - off; q < g->q; q++) o[q] = 0.0f;
+                    }
+                    float *dst = dp + (size_t)(plo * g->sh - g->ph + r * g->dh) * g->w + off;
+                    size_t len = (size_t)(phi - plo) * g->q, cut = (size_t)abs(off), b0 = off < 0 ? cut : 0;
+                    for (size_t i = b0; i < b0 + len - cut; i++) dst[i] += src[i];
+                    continue;
+                }
                 for (int p = plo; p < phi; p++) {
                     const float *o = row + (size_t)p * g->q;
                     float *xr = dp + (size_t)(p * g->sh - g->ph + r * g->dh) * g->w;
-                    int off = s * g->dw - g->pw;
                     if (g->sw == 1)
                         for (int q = qlo; q < qhi; q++) xr[q + off] += o[q];
                     else

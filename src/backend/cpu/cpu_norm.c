@@ -261,8 +261,8 @@ static void f32_nhwc_part_range(void *vc, long long b, long long e)
                 } else {
                     const float *dr = dy + o, *yr = y ? y + o : NULL;
                     for (int j = 0; j < len; j++) {
-                        float z = yr ? yr[j] : xr[j] * sc[j] + sh[j];
-                        float d = !relu || z > 0.0f ? dr[j] : 0.0f;
+                        float z = yr ? yr[j] : xr[j] * sc[j] + sh[j], d = dr[j];
+                        d = !relu || z > 0.0f ? d : 0.0f;
                         a1[j] += d;
                         a2[j] += d * (xr[j] - k[j]);
                     }
@@ -307,8 +307,8 @@ static void f32_nhwc_apply_range(void *vc, long long b, long long e)
             const float *k = c->fk, *k1 = c->k1, *k2 = c->k2, *k3 = c->k3;
             float *dx = (float *)a->dx + o;
             for (int j = 0; j < C; j++) {
-                float z = yr ? yr[j] : xr[j] * sc[j] + sh[j];
-                float d = !relu || z > 0.0f ? dr[j] : 0.0f;
+                float z = yr ? yr[j] : xr[j] * sc[j] + sh[j], d = dr[j];
+                d = !relu || z > 0.0f ? d : 0.0f;
                 float v = k1[j] * (d - k2[j] - (xr[j] - k[j]) * k3[j]);
                 dx[j] = beta != 0.0f ? v + beta * dx[j] : v;
             }
@@ -488,43 +488,74 @@ static ALWAYS_INLINE void nchw_bwd_channel(const struct md_batchnorm_args *a, in
 #define LANES 16
 #define BLOCK 512
 
-/* sum over i of f(i) for f: 0 = x, 1 = (x - c)^2 */
-static double f32_sum(const float *x, int n, int sq, float c)
+/* How backward masks dy by the fused ReLU: not at all, by y > 0, or by the
+ * pre-activation x*fg + fb > 0 recomputed as the forward did (no y given). */
+enum { MASK_NONE, MASK_Y, MASK_X };
+
+static ALWAYS_INLINE float masked_dy(int mode, const float *dy, const float *y, const float *x, size_t k, float fg,
+                                     float fb)
 {
-    double s = 0.0;
-    int i = 0;
-    for (; i + BLOCK <= n; i += BLOCK) {
-        float acc[LANES] = {0};
-        if (sq)
-            for (int j = 0; j < BLOCK; j += LANES)
-                for (int l = 0; l < LANES; l++) {
-                    float d = x[i + j + l] - c;
-                    acc[l] += d * d;
-                }
-        else
-            for (int j = 0; j < BLOCK; j += LANES)
-                for (int l = 0; l < LANES; l++) acc[l] += x[i + j + l];
-        for (int l = 0; l < LANES; l++) s += (double)acc[l];
-    }
-    for (; i < n; i++) {
-        double d = (double)x[i] - (sq ? (double)c : 0.0);
-        s += sq ? d * d : (double)x[i];
-    }
-    return s;
+    /* loads outside the select, so that gcc if-converts and vectorises */
+    float z = mode == MASK_Y ? y[k] : mode == MASK_X ? x[k] * fg + fb : 1.0f, d = dy[k];
+    return z > 0.0f ? d : 0.0f;
 }
 
+/* Over one contiguous run of n elements (an image's plane of one channel):
+ * forward (dy == NULL): s1 += sum (x-k), s2 += sum (x-k)^2;
+ * backward: s1 += sum dy', s2 += sum dy'*(x-k) (dy' masked by `mode`).
+ * Float lanes within blocks of BLOCK elements (vectorised), double across. */
+static ALWAYS_INLINE void run_sums(int mode, const float *x, const float *dy, const float *y, int n, float k, float fg,
+                                   float fb, double *s1, double *s2)
+{
+    for (int i = 0; i < n; i += BLOCK) {
+        int len = n - i < BLOCK ? n - i : BLOCK, j = 0;
+        float a1[LANES] = {0}, a2[LANES] = {0};
+        const float *xb = x + i;
+        if (!dy) {
+            for (; j + LANES <= len; j += LANES)
+                for (int l = 0; l < LANES; l++) {
+                    float d = xb[j + l] - k;
+                    a1[l] += d;
+                    a2[l] += d * d;
+                }
+            for (; j < len; j++) {
+                float d = xb[j] - k;
+                a1[0] += d;
+                a2[0] += d * d;
+            }
+        } else {
+            const float *db = dy + i, *yb = y ? y + i : NULL;
+            for (; j + LANES <= len; j += LANES)
+                for (int l = 0; l < LANES; l++) {
+                    float d = masked_dy(mode, db, yb, xb, (size_t)(j + l), fg, fb);
+                    a1[l] += d;
+                    a2[l] += d * (xb[j + l] - k);
+                }
+            for (; j < len; j++) {
+                float d = masked_dy(mode, db, yb, xb, (size_t)j, fg, fb);
+                a1[0] += d;
+                a2[0] += d * (xb[j] - k);
+            }
+        }
+        double t1 = 0.0, t2 = 0.0;
+        for (int l = 0; l < LANES; l++) t1 += (double)a1[l], t2 += (double)a2[l];
+        *s1 += t1;
+        *s2 += t2;
+    }
+}
+
+/* Forward statistics in one pass, shifted by the channel's first element so
+ * that var = E[(x-k)^2] - E[x-k]^2 does not cancel. */
 static void f32_stats(const struct md_batchnorm_args *a, int ci, double *mean, double *var)
 {
-    double m = (double)a->n * a->hw, s = 0.0, ss = 0.0;
+    double m = (double)a->n * a->hw, s1 = 0.0, s2 = 0.0;
     const float *x = a->x;
-    for (int ni = 0; ni < a->n; ni++) s += f32_sum(x + ((size_t)ni * a->c + ci) * a->hw, a->hw, 0, 0.0f);
-    *mean = s / m;
-    /* deviations from the float mean; the tiny offset to the exact mean is
-     * corrected below (var = E[(x-c)^2] - (mean-c)^2) */
-    float c = (float)*mean;
-    for (int ni = 0; ni < a->n; ni++) ss += f32_sum(x + ((size_t)ni * a->c + ci) * a->hw, a->hw, 1, c);
-    double off = *mean - (double)c;
-    *var = ss / m - off * off;
+    float k = m > 0 ? x[(size_t)ci * a->hw] : 0.0f;
+    for (int ni = 0; ni < a->n; ni++)
+        run_sums(MASK_NONE, x + ((size_t)ni * a->c + ci) * a->hw, NULL, NULL, a->hw, k, 0.0f, 0.0f, &s1, &s2);
+    double d = m > 0 ? s1 / m : 0.0;
+    *mean = (double)k + d;
+    *var = m > 0 ? s2 / m - d * d : 0.0;
     if (*var < 0.0) *var = 0.0;
 }
 
@@ -558,64 +589,52 @@ static void f32_fwd_channel(const struct md_batchnorm_args *a, int ci)
     }
 }
 
-/* dy masked by the fused ReLU: from y when given, else recomputed from x */
-static inline float f32_dy(const struct md_batchnorm_args *a, size_t k, float fg, float fb)
+/* dx over one run: k1*(dy' - k2 - (x - fm)*k3) (+ beta*dx) */
+static ALWAYS_INLINE void run_dx(int mode, const float *x, const float *dy, const float *y, float *dx, int n, float fm,
+                                 float fg, float fb, float k1, float k2, float k3, float beta)
 {
-    float d = ((const float *)a->dy)[k];
-    if (a->act != MD_ACT_RELU) return d;
-    float z = a->y ? ((const float *)a->y)[k] : ((const float *)a->x)[k] * fg + fb;
-    return z > 0.0f ? d : 0.0f;
+    if (beta == 0.0f)
+        for (int i = 0; i < n; i++) dx[i] = k1 * (masked_dy(mode, dy, y, x, (size_t)i, fg, fb) - k2 - (x[i] - fm) * k3);
+    else
+        for (int i = 0; i < n; i++)
+            dx[i] = k1 * (masked_dy(mode, dy, y, x, (size_t)i, fg, fb) - k2 - (x[i] - fm) * k3) + beta * dx[i];
 }
 
-static void f32_bwd_channel(const struct md_batchnorm_args *a, int ci)
+static ALWAYS_INLINE void f32_bwd_channel_mode(const struct md_batchnorm_args *a, int ci, int mode)
 {
     double mean, invstd;
     bwd_stats(a, ci, &mean, &invstd);
     double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
     double m = (double)a->n * a->hw, sdy = 0.0, sdxc = 0.0;
     float fm = (float)mean, fg = (float)(gam * invstd), fb = (float)(bet - mean * gam * invstd);
-    const float *x = a->x;
+    const float *x = a->x, *dy = a->dy, *y = a->y;
     for (int ni = 0; ni < a->n; ni++) {
         size_t o = ((size_t)ni * a->c + ci) * a->hw;
-        int i = 0;
-        for (; i + BLOCK <= a->hw; i += BLOCK) {
-            float a1[LANES] = {0}, a2[LANES] = {0};
-            for (int j = 0; j < BLOCK; j += LANES)
-                for (int l = 0; l < LANES; l++) {
-                    size_t k = o + (size_t)(i + j + l);
-                    float d = f32_dy(a, k, fg, fb);
-                    a1[l] += d;
-                    a2[l] += d * (x[k] - fm);
-                }
-            for (int l = 0; l < LANES; l++) sdy += (double)a1[l], sdxc += (double)a2[l];
-        }
-        for (; i < a->hw; i++) {
-            size_t k = o + (size_t)i;
-            double d = (double)f32_dy(a, k, fg, fb);
-            sdy += d;
-            sdxc += d * ((double)x[k] - (double)fm);
-        }
+        run_sums(mode, x + o, dy + o, y ? y + o : NULL, a->hw, fm, fg, fb, &sdy, &sdxc);
     }
     /* sum dy*(x - mean) from deviations to the float mean */
     double sdyx = (sdxc - sdy * (mean - (double)fm)) * invstd;
     if (a->dx) {
         /* training: dx = gam*invstd * (dy - sdy/m - xhat*sdyx/m); inference: gam*invstd*dy */
         float k1 = (float)(gam * invstd), k2 = a->training ? (float)(sdy / m) : 0.0f,
-              k3 = a->training ? (float)(sdyx / m * invstd) : 0.0f, beta = a->beta;
+              k3 = a->training ? (float)(sdyx / m * invstd) : 0.0f;
         for (int ni = 0; ni < a->n; ni++) {
             size_t o = ((size_t)ni * a->c + ci) * a->hw;
-            float *dx = (float *)a->dx + o;
-            const float *xp = x + o;
-            if (beta == 0.0f)
-                for (int i = 0; i < a->hw; i++)
-                    dx[i] = k1 * (f32_dy(a, o + (size_t)i, fg, fb) - k2 - (xp[i] - fm) * k3);
-            else
-                for (int i = 0; i < a->hw; i++)
-                    dx[i] = k1 * (f32_dy(a, o + (size_t)i, fg, fb) - k2 - (xp[i] - fm) * k3) + beta * dx[i];
+            run_dx(mode, x + o, dy + o, y ? y + o : NULL, (float *)a->dx + o, a->hw, fm, fg, fb, k1, k2, k3, a->beta);
         }
     }
     if (a->dgamma) a->dgamma[ci] = (float)(sdyx + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
     if (a->dbeta) a->dbeta[ci] = (float)(sdy + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+}
+
+static void f32_bwd_channel(const struct md_batchnorm_args *a, int ci)
+{
+    if (a->act != MD_ACT_RELU)
+        f32_bwd_channel_mode(a, ci, MASK_NONE);
+    else if (a->y)
+        f32_bwd_channel_mode(a, ci, MASK_Y);
+    else
+        f32_bwd_channel_mode(a, ci, MASK_X);
 }
 
 static void nchw_bwd_range(void *vc, long long b, long long e)
