@@ -1,10 +1,12 @@
 /* cpu_norm.c - batch normalisation forward and backward on the CPU.
  *
- * NCHW: one task per channel (its n planes of hw are contiguous runs).
- * NHWC: fixed chunks of rows produce per-channel partial sums (double),
- * combined in chunk order, so results do not depend on the thread count;
- * then one pass over rows writes the output. Statistics in double, the
- * element-wise passes in fp32. Conventions as the reference (ref_kernels.c). */
+ * fp32 (the fast paths): partial sums over fixed pieces (NCHW: one image's
+ * plane of a channel; NHWC: 64-row chunks, channels as the vectorised inner
+ * loop) in float lanes, double across pieces, combined in piece order so
+ * results do not depend on the thread count; then one element-wise pass.
+ * Forward statistics in one pass shifted by a sample of each channel.
+ * fp16/bf16 (storage types): NCHW one task per channel, NHWC the same chunked
+ * partials in double. Conventions as the reference (ref_kernels.c). */
 #include <math.h>
 #include <string.h>
 
@@ -105,17 +107,10 @@ static ALWAYS_INLINE void nchw_fwd_channel(const struct md_batchnorm_args *a, in
     }
 }
 
-static void f32_fwd_channel(const struct md_batchnorm_args *a, int ci);
-
 static void nchw_fwd_range(void *vc, long long b, long long e)
 {
     const struct bn_ctx *c = vc;
-    for (long long ci = b; ci < e; ci++) {
-        if (c->a->dtype == MD_F32)
-            f32_fwd_channel(c->a, (int)ci);
-        else
-            nchw_fwd_channel(c->a, (int)ci, c->a->dtype);
-    }
+    for (long long ci = b; ci < e; ci++) nchw_fwd_channel(c->a, (int)ci, c->a->dtype); /* fp16/bf16 */
 }
 
 /* NHWC partial sums over a chunk of rows: pass 0 sum x, pass 1 sum (x-mean)^2;
@@ -220,6 +215,7 @@ static md_status bn_alloc(struct bn_ctx *c, long long nchunks, void **block)
 }
 
 static void bwd_stats(const struct md_batchnorm_args *a, int ci, double *mean, double *invstd);
+static md_status f32_nchw_fwd(struct bn_ctx *c);
 
 static md_status bn_check(const char *op, const struct md_batchnorm_args *a)
 {
@@ -387,6 +383,7 @@ md_status md_cpu_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a
     (void)dev;
     MD_TRY(bn_check("batchnorm_fwd", a));
     struct bn_ctx c = {.a = a};
+    if (a->layout == MD_NCHW && a->dtype == MD_F32) return f32_nchw_fwd(&c);
     if (a->layout == MD_NCHW) {
         md_parallel_for(a->c, 1, nchw_fwd_range, &c);
         return MD_OK;
@@ -544,51 +541,6 @@ static ALWAYS_INLINE void run_sums(int mode, const float *x, const float *dy, co
     }
 }
 
-/* Forward statistics in one pass, shifted by the channel's first element so
- * that var = E[(x-k)^2] - E[x-k]^2 does not cancel. */
-static void f32_stats(const struct md_batchnorm_args *a, int ci, double *mean, double *var)
-{
-    double m = (double)a->n * a->hw, s1 = 0.0, s2 = 0.0;
-    const float *x = a->x;
-    float k = m > 0 ? x[(size_t)ci * a->hw] : 0.0f;
-    for (int ni = 0; ni < a->n; ni++)
-        run_sums(MASK_NONE, x + ((size_t)ni * a->c + ci) * a->hw, NULL, NULL, a->hw, k, 0.0f, 0.0f, &s1, &s2);
-    double d = m > 0 ? s1 / m : 0.0;
-    *mean = (double)k + d;
-    *var = m > 0 ? s2 / m - d * d : 0.0;
-    if (*var < 0.0) *var = 0.0;
-}
-
-static void f32_fwd_channel(const struct md_batchnorm_args *a, int ci)
-{
-    double mean = 0.0, var = 0.0;
-    float scale, shift;
-    if (a->training) f32_stats(a, ci, &mean, &var);
-    bn_finalize(a, ci, mean, var, &scale, &shift);
-    int relu = a->act == MD_ACT_RELU;
-    float beta = a->beta;
-    for (int ni = 0; ni < a->n; ni++) {
-        size_t o = ((size_t)ni * a->c + ci) * a->hw;
-        const float *x = (const float *)a->x + o;
-        float *y = (float *)a->y + o;
-        if (beta == 0.0f) {
-            if (relu)
-                for (int i = 0; i < a->hw; i++) {
-                    float v = x[i] * scale + shift;
-                    y[i] = v > 0.0f ? v : 0.0f;
-                }
-            else
-                for (int i = 0; i < a->hw; i++) y[i] = x[i] * scale + shift;
-        } else {
-            for (int i = 0; i < a->hw; i++) {
-                float v = x[i] * scale + shift;
-                if (relu) v = v > 0.0f ? v : 0.0f;
-                y[i] = v + beta * y[i];
-            }
-        }
-    }
-}
-
 /* dx over one run: k1*(dy' - k2 - (x - fm)*k3) (+ beta*dx) */
 static ALWAYS_INLINE void run_dx(int mode, const float *x, const float *dy, const float *y, float *dx, int n, float fm,
                                  float fg, float fb, float k1, float k2, float k3, float beta)
@@ -600,52 +552,170 @@ static ALWAYS_INLINE void run_dx(int mode, const float *x, const float *dy, cons
             dx[i] = k1 * (masked_dy(mode, dy, y, x, (size_t)i, fg, fb) - k2 - (x[i] - fm) * k3) + beta * dx[i];
 }
 
-static ALWAYS_INLINE void f32_bwd_channel_mode(const struct md_batchnorm_args *a, int ci, int mode)
+/* fp32 NCHW over planes: per (image, channel) plane partial sums into
+ * part[img][2][c], combined per channel in image order (so results do not
+ * depend on the thread count), then one element-wise pass over the planes.
+ * Planes in memory order stream; a per-channel pass would touch n short runs
+ * far apart (one cache line each on 4x4 planes). */
+
+static long long plane_grain(const struct md_batchnorm_args *a)
 {
-    double mean, invstd;
-    bwd_stats(a, ci, &mean, &invstd);
-    double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
-    double m = (double)a->n * a->hw, sdy = 0.0, sdxc = 0.0;
-    float fm = (float)mean, fg = (float)(gam * invstd), fb = (float)(bet - mean * gam * invstd);
-    const float *x = a->x, *dy = a->dy, *y = a->y;
-    for (int ni = 0; ni < a->n; ni++) {
-        size_t o = ((size_t)ni * a->c + ci) * a->hw;
-        run_sums(mode, x + o, dy + o, y ? y + o : NULL, a->hw, fm, fg, fb, &sdy, &sdxc);
-    }
-    /* sum dy*(x - mean) from deviations to the float mean */
-    double sdyx = (sdxc - sdy * (mean - (double)fm)) * invstd;
-    if (a->dx) {
-        /* training: dx = gam*invstd * (dy - sdy/m - xhat*sdyx/m); inference: gam*invstd*dy */
-        float k1 = (float)(gam * invstd), k2 = a->training ? (float)(sdy / m) : 0.0f,
-              k3 = a->training ? (float)(sdyx / m * invstd) : 0.0f;
-        for (int ni = 0; ni < a->n; ni++) {
-            size_t o = ((size_t)ni * a->c + ci) * a->hw;
-            run_dx(mode, x + o, dy + o, y ? y + o : NULL, (float *)a->dx + o, a->hw, fm, fg, fb, k1, k2, k3, a->beta);
-        }
-    }
-    if (a->dgamma) a->dgamma[ci] = (float)(sdyx + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
-    if (a->dbeta) a->dbeta[ci] = (float)(sdy + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+    long long g = CPU_GRAIN / (a->hw > 0 ? a->hw : 1);
+    return g > 0 ? g : 1;
 }
 
-static void f32_bwd_channel(const struct md_batchnorm_args *a, int ci)
+static ALWAYS_INLINE void plane_sums_mode(const struct bn_ctx *c, long long b, long long e, int mode)
 {
-    if (a->act != MD_ACT_RELU)
-        f32_bwd_channel_mode(a, ci, MASK_NONE);
-    else if (a->y)
-        f32_bwd_channel_mode(a, ci, MASK_Y);
-    else
-        f32_bwd_channel_mode(a, ci, MASK_X);
+    const struct md_batchnorm_args *a = c->a;
+    int C = a->c;
+    const float *x = a->x, *dy = a->dy, *y = a->y;
+    for (long long t = b; t < e; t++) {
+        int img = (int)(t / C), ci = (int)(t % C);
+        size_t o = (size_t)t * a->hw;
+        double s1 = 0.0, s2 = 0.0;
+        if (c->pass == 0)
+            run_sums(MASK_NONE, x + o, NULL, NULL, a->hw, c->fk[ci], 0.0f, 0.0f, &s1, &s2);
+        else
+            run_sums(mode, x + o, dy + o, y ? y + o : NULL, a->hw, c->fk[ci], c->scale[ci], c->shift[ci], &s1, &s2);
+        double *p = c->part + (size_t)img * 2 * C;
+        p[ci] = s1;
+        p[C + ci] = s2;
+    }
+}
+
+static int mask_mode(const struct md_batchnorm_args *a)
+{
+    return a->act != MD_ACT_RELU ? MASK_NONE : a->y ? MASK_Y : MASK_X;
+}
+
+static void plane_sums_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    switch (c->pass == 0 ? MASK_NONE : mask_mode(c->a)) {
+    case MASK_NONE: plane_sums_mode(c, b, e, MASK_NONE); break;
+    case MASK_Y: plane_sums_mode(c, b, e, MASK_Y); break;
+    default: plane_sums_mode(c, b, e, MASK_X); break;
+    }
+}
+
+static ALWAYS_INLINE void plane_dx_mode(const struct bn_ctx *c, long long b, long long e, int mode)
+{
+    const struct md_batchnorm_args *a = c->a;
+    int C = a->c;
+    const float *x = a->x, *dy = a->dy, *y = a->y;
+    for (long long t = b; t < e; t++) {
+        int ci = (int)(t % C);
+        size_t o = (size_t)t * a->hw;
+        run_dx(mode, x + o, dy + o, y ? y + o : NULL, (float *)a->dx + o, a->hw, c->fk[ci], c->scale[ci],
+               c->shift[ci], c->k1[ci], c->k2[ci], c->k3[ci], a->beta);
+    }
+}
+
+static void plane_apply_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    const struct md_batchnorm_args *a = c->a;
+    if (c->pass == 0) {
+        int C = a->c, relu = a->act == MD_ACT_RELU, hw = a->hw;
+        float beta = a->beta;
+        for (long long t = b; t < e; t++) {
+            int ci = (int)(t % C);
+            const float *x = (const float *)a->x + (size_t)t * hw;
+            float *y = (float *)a->y + (size_t)t * hw, sc = c->scale[ci], sh = c->shift[ci];
+            if (beta == 0.0f && relu)
+                for (int i = 0; i < hw; i++) {
+                    float v = x[i] * sc + sh;
+                    y[i] = v > 0.0f ? v : 0.0f;
+                }
+            else if (beta == 0.0f)
+                for (int i = 0; i < hw; i++) y[i] = x[i] * sc + sh;
+            else
+                for (int i = 0; i < hw; i++) {
+                    float v = x[i] * sc + sh;
+                    if (relu) v = v > 0.0f ? v : 0.0f;
+                    y[i] = v + beta * y[i];
+                }
+        }
+        return;
+    }
+    switch (mask_mode(a)) {
+    case MASK_NONE: plane_dx_mode(c, b, e, MASK_NONE); break;
+    case MASK_Y: plane_dx_mode(c, b, e, MASK_Y); break;
+    default: plane_dx_mode(c, b, e, MASK_X); break;
+    }
+}
+
+static md_status f32_nchw_fwd(struct bn_ctx *c)
+{
+    const struct md_batchnorm_args *a = c->a;
+    long long planes = (long long)a->n * a->c;
+    void *block;
+    MD_TRY(bn_alloc(c, a->n, &block));
+    double m = (double)a->n * a->hw;
+    const float *x = a->x;
+    /* the shift of the sums: each channel's first element */
+    for (int ci = 0; ci < a->c; ci++) c->fk[ci] = m > 0 ? x[(size_t)ci * a->hw] : 0.0f;
+    if (a->training) {
+        c->pass = 0;
+        md_parallel_for(planes, plane_grain(a), plane_sums_range, c);
+        nhwc_combine(c, a->n);
+    }
+    for (int ci = 0; ci < a->c; ci++) {
+        double mean = 0.0, var = 0.0;
+        if (a->training && m > 0) {
+            double d = c->s1[ci] / m;
+            mean = (double)c->fk[ci] + d;
+            var = c->s2[ci] / m - d * d;
+            if (var < 0.0) var = 0.0;
+        }
+        bn_finalize(a, ci, mean, var, &c->scale[ci], &c->shift[ci]);
+    }
+    c->pass = 0;
+    md_parallel_for(planes, plane_grain(a), plane_apply_range, c);
+    md_free(block);
+    return MD_OK;
+}
+
+static md_status f32_nchw_bwd(struct bn_ctx *c)
+{
+    const struct md_batchnorm_args *a = c->a;
+    long long planes = (long long)a->n * a->c;
+    void *block;
+    MD_TRY(bn_alloc(c, a->n, &block));
+    double m = (double)a->n * a->hw;
+    for (int ci = 0; ci < a->c; ci++) {
+        bwd_stats(a, ci, &c->mean[ci], &c->invstd[ci]);
+        double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
+        c->scale[ci] = (float)(gam * c->invstd[ci]);
+        c->shift[ci] = (float)(bet - c->mean[ci] * gam * c->invstd[ci]);
+        c->fk[ci] = (float)c->mean[ci];
+    }
+    c->pass = 1;
+    md_parallel_for(planes, plane_grain(a), plane_sums_range, c);
+    nhwc_combine(c, a->n);
+    for (int ci = 0; ci < a->c; ci++) {
+        double invstd = c->invstd[ci], gam = a->gamma ? (double)a->gamma[ci] : 1.0, sdy = c->s1[ci];
+        /* sum dy*(x - mean) from deviations to the float mean */
+        double sdyx = (c->s2[ci] - sdy * (c->mean[ci] - (double)c->fk[ci])) * invstd;
+        c->k1[ci] = (float)(gam * invstd);
+        c->k2[ci] = a->training ? (float)(sdy / m) : 0.0f;
+        c->k3[ci] = a->training ? (float)(sdyx / m * invstd) : 0.0f;
+        c->s1[ci] = sdy;
+        c->s2[ci] = sdyx;
+    }
+    if (a->dx) md_parallel_for(planes, plane_grain(a), plane_apply_range, c);
+    for (int ci = 0; ci < a->c; ci++) {
+        if (a->dgamma) a->dgamma[ci] = (float)(c->s2[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
+        if (a->dbeta) a->dbeta[ci] = (float)(c->s1[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+    }
+    md_free(block);
+    return MD_OK;
 }
 
 static void nchw_bwd_range(void *vc, long long b, long long e)
 {
     const struct bn_ctx *c = vc;
-    for (long long ci = b; ci < e; ci++) {
-        if (c->a->dtype == MD_F32)
-            f32_bwd_channel(c->a, (int)ci);
-        else
-            nchw_bwd_channel(c->a, (int)ci, c->a->dtype);
-    }
+    for (long long ci = b; ci < e; ci++) nchw_bwd_channel(c->a, (int)ci, c->a->dtype); /* fp16/bf16 */
 }
 
 static ALWAYS_INLINE void nhwc_bwd_rows(const struct bn_ctx *c, long long b, long long e, md_dtype t)
@@ -681,6 +751,7 @@ md_status md_cpu_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
     (void)dev;
     MD_TRY(bn_check("batchnorm_bwd", a));
     struct bn_ctx c = {.a = a};
+    if (a->layout == MD_NCHW && a->dtype == MD_F32) return f32_nchw_bwd(&c);
     if (a->layout == MD_NCHW) {
         md_parallel_for(a->c, 1, nchw_bwd_range, &c);
         return MD_OK;
