@@ -30,8 +30,11 @@ static struct {
     md_range_fn fn;
     void *ctx;
     long long n, grain, nchunks;
-    atomic_llong next;         /* next chunk to take */
-    atomic_llong done;         /* chunks finished */
+    /* the two counters written while a job runs, each on its own cache line,
+     * away from the read-only job fields */
+    _Alignas(64) atomic_llong next; /* next chunk to take */
+    _Alignas(64) atomic_llong done; /* chunks finished */
+    char pad_done[64 - sizeof(atomic_llong)];
     int open;                  /* the posted job still accepts workers */
     int active;                /* workers inside the current job (under m) */
 } P = {
@@ -44,16 +47,20 @@ static struct {
 
 static void run_chunks(void)
 {
+    /* chunks finished here are published once at the end: a contended atomic
+     * per chunk cost more than small chunks themselves */
+    long long mine = 0;
     for (;;) {
         long long i = atomic_fetch_add(&P.next, 1);
         if (i >= P.nchunks) break;
         long long b = i * P.grain, e = b + P.grain;
         P.fn(P.ctx, b, e < P.n ? e : P.n);
-        if (atomic_fetch_add(&P.done, 1) + 1 == P.nchunks) {
-            pthread_mutex_lock(&P.m);
-            pthread_cond_signal(&P.cv_done);
-            pthread_mutex_unlock(&P.m);
-        }
+        mine++;
+    }
+    if (mine && atomic_fetch_add(&P.done, mine) + mine == P.nchunks) {
+        pthread_mutex_lock(&P.m);
+        pthread_cond_signal(&P.cv_done);
+        pthread_mutex_unlock(&P.m);
     }
 }
 

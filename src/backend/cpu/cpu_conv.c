@@ -84,6 +84,14 @@ static void valid_range(int out, int size, int stride, int pad, int t, int dil, 
     *hi = h;
 }
 
+/* Tasks per pool chunk so that a chunk moves about 8K floats: tiny tasks
+ * (a 4x4 plane) would cost more in scheduling than in copying. */
+static long long task_grain(size_t floats_per_task)
+{
+    size_t g = 8192 / (floats_per_task ? floats_per_task : 1);
+    return g > 0 ? (long long)g : 1;
+}
+
 /* ================= NCHW ================================================== */
 
 struct nchw_ctx {
@@ -266,14 +274,14 @@ static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, 
         for (int grp = 0; grp < g->g; grp++) {
             struct nchw_ctx c = {.g = g, .x = x, .col = col, .ld = ld, .n0 = n0, .grp = grp, .beta = beta,
                                  .y = y, .tmp = tmp};
-            md_parallel_for((long long)cnt * g->cg, 1, im2col_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->cg, task_grain((size_t)g->r * g->s * g->pq), im2col_nchw_range, &c);
             if (cnt == 1) {
                 sgemm(0, 0, g->kg, g->pq, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, col, ld, beta,
                       y + ((size_t)n0 * g->k + (size_t)grp * g->kg) * g->pq, g->pq);
                 continue;
             }
             sgemm(0, 0, g->kg, cnt * g->pq, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, col, ld, 0.0f, tmp, ld);
-            md_parallel_for((long long)cnt * g->kg, 4, scatter_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->kg, task_grain((size_t)g->pq), scatter_nchw_range, &c);
         }
     }
     return MD_OK;
@@ -301,7 +309,7 @@ static md_status data_nchw(const struct geom *g, const float *dy, const float *w
         const float *src = dy + (size_t)n0 * g->k * g->pq;
         int lds = g->pq;
         if (cnt > 1) {
-            md_parallel_for((long long)cnt * g->k, 4, gather_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->k, task_grain((size_t)g->pq), gather_nchw_range, &c);
             src = dyb;
             lds = ld;
         }
@@ -309,7 +317,7 @@ static md_status data_nchw(const struct geom *g, const float *dy, const float *w
             c.grp = grp;
             sgemm(1, 0, g->crs, cnt * g->pq, g->kg, w + (size_t)grp * g->kg * g->crs, g->crs,
                   src + (size_t)grp * g->kg * lds, lds, 0.0f, col, ld);
-            md_parallel_for((long long)cnt * g->cg, 1, col2im_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->cg, task_grain((size_t)g->r * g->s * g->pq), col2im_nchw_range, &c);
         }
     }
     return MD_OK;
@@ -336,13 +344,13 @@ static md_status filter_nchw(const struct geom *g, const float *x, const float *
         const float *src = dy + (size_t)n0 * g->k * g->pq;
         int lds = g->pq;
         if (cnt > 1) {
-            md_parallel_for((long long)cnt * g->k, 4, gather_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->k, task_grain((size_t)g->pq), gather_nchw_range, &c);
             src = dyb;
             lds = ld;
         }
         for (int grp = 0; grp < g->g; grp++) {
             c.grp = grp;
-            md_parallel_for((long long)cnt * g->cg, 1, im2col_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->cg, task_grain((size_t)g->r * g->s * g->pq), im2col_nchw_range, &c);
             sgemm(0, 1, g->kg, g->crs, cnt * g->pq, src + (size_t)grp * g->kg * lds, lds, col, ld,
                   n0 == 0 ? beta : 1.0f, dw + (size_t)grp * g->kg * g->crs, g->crs);
         }
@@ -435,7 +443,7 @@ static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, 
         long long cnt = rows - r0 < mb ? rows - r0 : mb;
         for (int grp = 0; grp < g->g; grp++) {
             struct nhwc_ctx c = {.g = g, .x = x, .col = col, .r0 = r0, .grp = grp, .rsc = g->crs};
-            md_parallel_for(cnt, 16, im2col_nhwc_range, &c);
+            md_parallel_for(cnt, task_grain((size_t)g->crs), im2col_nhwc_range, &c);
             sgemm(0, 1, (int)cnt, g->kg, g->crs, col, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, beta,
                   y + (size_t)r0 * g->k + (size_t)grp * g->kg, g->k);
         }
@@ -485,7 +493,7 @@ static md_status filter_nhwc(const struct geom *g, const float *x, const float *
         long long cnt = rows - r0 < mb ? rows - r0 : mb;
         for (int grp = 0; grp < g->g; grp++) {
             struct nhwc_ctx c = {.g = g, .x = x, .col = col, .r0 = r0, .grp = grp, .rsc = g->crs};
-            md_parallel_for(cnt, 16, im2col_nhwc_range, &c);
+            md_parallel_for(cnt, task_grain((size_t)g->crs), im2col_nhwc_range, &c);
             sgemm(1, 0, g->kg, g->crs, (int)cnt, dy + (size_t)r0 * g->k + (size_t)grp * g->kg, g->k, col, g->crs,
                   r0 == 0 ? beta : 1.0f, dw + (size_t)grp * g->kg * g->crs, g->crs);
         }
