@@ -218,6 +218,8 @@ static const struct conv_case conv_cases[] = {
     {2, 3, 9, 7, 4, 5, 5, 1, 1, 2, 2, 1, 1, 1, 0},    /* stride 1, q == w: the CPU's shifted-run im2col, 5x5 */
     {2, 4, 6, 5, 4, 3, 3, 1, 1, 0, 1, 1, 1, 2, 0},    /* the same with p < h, groups 2 */
     {1, 2, 4, 2, 3, 3, 5, 1, 1, 1, 2, 1, 1, 1, 0},    /* q == w with taps wholly outside the row */
+    {1, 32, 60, 58, 4, 3, 3, 1, 1, 1, 1, 1, 1, 2, 0}, /* the CPU's per-thread row-block tiles, groups 2 */
+    {1, 32, 90, 70, 4, 3, 3, 2, 2, 1, 1, 1, 1, 2, 0}, /* the same with stride 2 (a short last block) */
 };
 
 static void op_conv(struct harness *h, int op)

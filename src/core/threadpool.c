@@ -37,6 +37,7 @@ static struct {
     char pad_done[64 - sizeof(atomic_llong)];
     int open;                  /* the posted job still accepts workers */
     int active;                /* workers inside the current job (under m) */
+    atomic_int ids;            /* next worker's md_parallel_thread_id */
 } P = {
     .call_lock = PTHREAD_MUTEX_INITIALIZER,
     .m = PTHREAD_MUTEX_INITIALIZER,
@@ -44,6 +45,10 @@ static struct {
     .cv_done = PTHREAD_COND_INITIALIZER,
     .want = 1,
 };
+
+static _Thread_local int thread_id; /* 0: any thread not in the pool */
+
+int md_parallel_thread_id(void) { return thread_id; }
 
 static void run_chunks(void)
 {
@@ -69,6 +74,7 @@ static void *worker(void *arg)
     /* the generation at creation, so a job posted before this thread first
      * looks is not missed */
     unsigned long seen = (unsigned long)(uintptr_t)arg;
+    thread_id = atomic_fetch_add(&P.ids, 1); /* 1..workers: unique while this pool lives */
     for (;;) {
         for (int i = 0; i < SPIN_ITERS && atomic_load(&P.gen) == seen; i++) CPU_RELAX();
         pthread_mutex_lock(&P.m);
@@ -112,6 +118,7 @@ static void ensure_workers(void)
     if (P.want <= 1) return;
     P.threads = md_calloc((size_t)P.want - 1, sizeof *P.threads);
     if (!P.threads) return;
+    atomic_store(&P.ids, 1);
     for (int i = 0; i < P.want - 1; i++) {
         if (pthread_create(&P.threads[i], NULL, worker, (void *)(uintptr_t)atomic_load(&P.gen)) != 0) break;
         P.workers++;
