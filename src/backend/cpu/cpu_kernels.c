@@ -115,8 +115,10 @@ void md_cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float 
     int tiles = (int)(flops / GEMM_TILE_FLOPS);
     if (tiles > GEMM_TILES) tiles = GEMM_TILES;
     struct sgemm_ctx c = {ta, tb, m, n, k, lda, ldb, ldc, n < m, 0, alpha, beta, A, B, C};
-    int dim = c.by_rows ? m : n, align = c.by_rows ? 16 : 64;
-    if (tiles > dim / align) tiles = dim / align;
+    /* tiles of at least 128 rows or columns: thinner ones run OpenBLAS's
+     * kernels at a fraction of their speed and repack the shared operand */
+    int dim = c.by_rows ? m : n, align = 16;
+    if (tiles > dim / 128) tiles = dim / 128;
     if (tiles < 2 || k <= 0) {
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A,
                     lda, B, ldb, beta, C, ldc);
