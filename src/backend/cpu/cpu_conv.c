@@ -180,7 +180,7 @@ static void im2col_nchw_range(void *vc, long long b, long long e)
  * scatter, no barrier between im2col and GEMM. Each output element is one
  * GEMM's, so results do not depend on the thread count. */
 
-#define TILE_FLOATS (96 * 1024) /* 384 KiB of col per thread */
+#define TILE_FLOATS (192 * 1024) /* 768 KiB of col per thread */
 
 struct tile_ctx {
     const struct geom *g;
@@ -250,6 +250,67 @@ static md_status tiled_fwd_nchw(const struct geom *g, const float *x, const floa
     struct tile_ctx c = {.x = x, .w = w, .y = y, .beta = beta};
     MD_TRY(tile_init(g, &c));
     md_parallel_for(c.ntasks, 1, tile_fwd_range, &c);
+    return MD_OK;
+}
+
+/* Forward on small planes (pq < 256): a task is (a fixed chunk of nb images,
+ * group): im2col of its images, one single-threaded GEMM over nb*pq columns
+ * (>= 256, so the weights are reused enough per packing) and the scatter to
+ * y, all in the thread's own buffers, with no barrier in between. */
+
+struct chunk_ctx {
+    const struct geom *g;
+    const float *x, *w;
+    float *y, *buf;
+    float beta;
+    int nb;
+    size_t per_thread;
+};
+
+static void chunk_fwd_range(void *vc, long long b, long long e)
+{
+    const struct chunk_ctx *c = vc;
+    const struct geom *g = c->g;
+    float *col = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    for (long long t = b; t < e; t++) {
+        int grp = (int)(t % g->g), n0 = (int)(t / g->g) * c->nb;
+        int cnt = g->n - n0 < c->nb ? g->n - n0 : c->nb;
+        size_t ld = (size_t)cnt * g->pq;
+        float *tmp = col + (size_t)g->crs * ld;
+        for (int img = 0; img < cnt; img++)
+            for (int cg = 0; cg < g->cg; cg++)
+                im2col_rows(g, c->x + ((size_t)(n0 + img) * g->c + (size_t)grp * g->cg + cg) * g->h * g->w,
+                            col + (size_t)cg * g->r * g->s * ld + (size_t)img * g->pq, ld, 0, g->p);
+        const float *wg = c->w + (size_t)grp * g->kg * g->crs;
+        float *y0 = c->y + ((size_t)n0 * g->k + (size_t)grp * g->kg) * g->pq;
+        if (cnt == 1) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->kg, g->pq, g->crs, 1.0f, wg, g->crs, col,
+                        (int)ld, c->beta, y0, g->pq);
+            continue;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->kg, (int)ld, g->crs, 1.0f, wg, g->crs, col,
+                    (int)ld, 0.0f, tmp, (int)ld);
+        for (int img = 0; img < cnt; img++)
+            for (int k = 0; k < g->kg; k++) {
+                float *yp = y0 + ((size_t)img * g->k + k) * g->pq;
+                const float *tp = tmp + (size_t)k * ld + (size_t)img * g->pq;
+                if (c->beta == 0.0f)
+                    memcpy(yp, tp, sizeof(float) * (size_t)g->pq);
+                else
+                    for (int i = 0; i < g->pq; i++) yp[i] = tp[i] + c->beta * yp[i];
+            }
+    }
+}
+
+static md_status chunked_fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
+{
+    size_t by_cols = (256 + (size_t)g->pq - 1) / (size_t)g->pq, by_mem = TILE_FLOATS * 4 / ((size_t)g->crs * g->pq);
+    size_t nb = by_cols > by_mem ? by_cols : by_mem;
+    if (nb > (size_t)g->n) nb = (size_t)g->n;
+    struct chunk_ctx c = {g, x, w, y, NULL, beta, (int)nb, (size_t)(g->crs + g->kg) * nb * g->pq};
+    c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
+    if (!c.buf) return MD_ERR_OOM;
+    md_parallel_for((long long)((g->n + c.nb - 1) / c.nb) * g->g, 1, chunk_fwd_range, &c);
     return MD_OK;
 }
 
@@ -391,6 +452,7 @@ static int chunk_images(const struct geom *g, size_t per_image_floats)
 static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
 {
     if (tiled_fwd_ok(g)) return tiled_fwd_nchw(g, x, w, y, beta);
+    if (!g->is_1x1) return chunked_fwd_nchw(g, x, w, y, beta);
     if (g->is_1x1) {
         for (int i = 0; i < g->n; i++)
             for (int grp = 0; grp < g->g; grp++)
