@@ -520,8 +520,67 @@ static md_status data_nchw(const struct geom *g, const float *dy, const float *w
     return MD_OK;
 }
 
+/* Backward-filter on small planes: fixed image chunks (as the forward's) cut
+ * into FILTER_SLOTS runs; a slot gathers each chunk's dy (kg, cnt*pq), does
+ * its im2col and accumulates dy @ col^T into the slot's dw partial, all in
+ * the thread's own buffers; partials are added in slot order. */
+struct chunk_filter_ctx {
+    const struct geom *g;
+    const float *x, *dy;
+    float *buf, *part;
+    int nb, nchunks;
+    size_t per_thread;
+};
+
+static void chunk_filter_range(void *vc, long long b, long long e)
+{
+    const struct chunk_filter_ctx *c = vc;
+    const struct geom *g = c->g;
+    size_t nw = (size_t)g->k * g->crs;
+    float *col = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    for (long long slot = b; slot < e; slot++) {
+        float *acc = c->part + (size_t)slot * nw;
+        memset(acc, 0, sizeof(float) * nw);
+        for (long long ch = slot * c->nchunks / FILTER_SLOTS; ch < (slot + 1) * c->nchunks / FILTER_SLOTS; ch++) {
+            int n0 = (int)ch * c->nb, cnt = g->n - n0 < c->nb ? g->n - n0 : c->nb;
+            size_t ld = (size_t)cnt * g->pq;
+            float *dyb = col + (size_t)g->crs * ld;
+            for (int grp = 0; grp < g->g; grp++) {
+                for (int img = 0; img < cnt; img++) {
+                    for (int cg = 0; cg < g->cg; cg++)
+                        im2col_rows(g, c->x + ((size_t)(n0 + img) * g->c + (size_t)grp * g->cg + cg) * g->h * g->w,
+                                    col + (size_t)cg * g->r * g->s * ld + (size_t)img * g->pq, ld, 0, g->p);
+                    for (int k = 0; k < g->kg; k++)
+                        memcpy(dyb + (size_t)k * ld + (size_t)img * g->pq,
+                               c->dy + ((size_t)(n0 + img) * g->k + (size_t)grp * g->kg + k) * g->pq,
+                               sizeof(float) * (size_t)g->pq);
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->kg, g->crs, (int)ld, 1.0f, dyb, (int)ld, col,
+                            (int)ld, 1.0f, acc + (size_t)grp * g->kg * g->crs, g->crs);
+            }
+        }
+    }
+}
+
+static md_status chunked_filter_nchw(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
+{
+    size_t by_cols = (256 + (size_t)g->pq - 1) / (size_t)g->pq, by_mem = TILE_FLOATS * 4 / ((size_t)g->crs * g->pq);
+    size_t nb = by_cols > by_mem ? by_cols : by_mem;
+    if (nb > (size_t)g->n) nb = (size_t)g->n;
+    struct chunk_filter_ctx c = {g, x, dy, NULL, NULL, (int)nb, (int)((g->n + (int)nb - 1) / (int)nb),
+                                 (size_t)(g->crs + g->kg) * nb * g->pq};
+    c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
+    c.part = md_cpu_scratch(CPU_SCR_TMP, sizeof(float) * FILTER_SLOTS * (size_t)g->k * g->crs);
+    if (!c.buf || !c.part) return MD_ERR_OOM;
+    md_parallel_for(FILTER_SLOTS, 1, chunk_filter_range, &c);
+    struct tile_ctx t = {.g = g, .y = dw, .beta = beta, .part = c.part};
+    md_parallel_for((long long)g->k * g->crs, CPU_GRAIN, tile_sum_range, &t);
+    return MD_OK;
+}
+
 static md_status filter_nchw(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
 {
+    if (!g->is_1x1 && !tiled_fwd_ok(g)) return chunked_filter_nchw(g, x, dy, dw, beta);
     if (tiled_fwd_ok(g)) return tiled_filter_nchw(g, x, dy, dw, beta);
     if (g->is_1x1) {
         for (int i = 0; i < g->n; i++)
