@@ -221,6 +221,7 @@ static const struct conv_case conv_cases[] = {
     {1, 32, 60, 58, 4, 3, 3, 1, 1, 1, 1, 1, 1, 2, 0}, /* the CPU's per-thread row-block tiles, groups 2 */
     {1, 32, 90, 70, 4, 3, 3, 2, 2, 1, 1, 1, 1, 2, 0}, /* the same with stride 2 (a short last block) */
     {23, 128, 8, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 2, 0}, /* small planes: two CPU image chunks (21 + 2), groups 2 */
+    {14, 64, 20, 20, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 0}, /* stride 2: two CPU image chunks (13 + 1) */
 };
 
 static void op_conv(struct harness *h, int op)

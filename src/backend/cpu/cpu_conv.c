@@ -253,6 +253,15 @@ static md_status tiled_fwd_nchw(const struct geom *g, const float *x, const floa
     return MD_OK;
 }
 
+/* Images per chunk of the per-thread pipelines: GEMMs of >= 256 columns
+ * (the weights reused enough per packing), or as many as fit the tile size. */
+static int pipeline_images(const struct geom *g)
+{
+    size_t by_cols = (256 + (size_t)g->pq - 1) / (size_t)g->pq, by_mem = TILE_FLOATS * 4 / ((size_t)g->crs * g->pq);
+    size_t nb = by_cols > by_mem ? by_cols : by_mem;
+    return nb > (size_t)g->n ? g->n : (int)nb;
+}
+
 /* Forward on small planes (pq < 256): a task is (a fixed chunk of nb images,
  * group): im2col of its images, one single-threaded GEMM over nb*pq columns
  * (>= 256, so the weights are reused enough per packing) and the scatter to
@@ -304,9 +313,7 @@ static void chunk_fwd_range(void *vc, long long b, long long e)
 
 static md_status chunked_fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
 {
-    size_t by_cols = (256 + (size_t)g->pq - 1) / (size_t)g->pq, by_mem = TILE_FLOATS * 4 / ((size_t)g->crs * g->pq);
-    size_t nb = by_cols > by_mem ? by_cols : by_mem;
-    if (nb > (size_t)g->n) nb = (size_t)g->n;
+    size_t nb = (size_t)pipeline_images(g);
     struct chunk_ctx c = {g, x, w, y, NULL, beta, (int)nb, (size_t)(g->crs + g->kg) * nb * g->pq};
     c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
     if (!c.buf) return MD_ERR_OOM;
@@ -484,8 +491,55 @@ static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, 
     return MD_OK;
 }
 
+/* Backward-data where it is not a forward convolution (stride > 1, ...): per
+ * fixed image chunk, in the thread's own buffers, gather dy, GEMM W^T dy into
+ * col and col2im into the chunk's images of dx (disjoint between tasks). */
+struct chunk_data_ctx {
+    const struct geom *g;
+    const float *dy, *w;
+    float *dx, *buf;
+    float beta;
+    int nb;
+    size_t per_thread;
+};
+
+static void chunk_data_range(void *vc, long long b, long long e)
+{
+    const struct chunk_data_ctx *c = vc;
+    const struct geom *g = c->g;
+    float *col = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    for (long long ch = b; ch < e; ch++) {
+        int n0 = (int)ch * c->nb, cnt = g->n - n0 < c->nb ? g->n - n0 : c->nb;
+        size_t ld = (size_t)cnt * g->pq;
+        float *dyb = col + (size_t)g->crs * ld;
+        for (int img = 0; img < cnt; img++)
+            for (int k = 0; k < g->k; k++)
+                memcpy(dyb + (size_t)k * ld + (size_t)img * g->pq, c->dy + ((size_t)(n0 + img) * g->k + k) * g->pq,
+                       sizeof(float) * (size_t)g->pq);
+        for (int grp = 0; grp < g->g; grp++) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g->crs, (int)ld, g->kg, 1.0f,
+                        c->w + (size_t)grp * g->kg * g->crs, g->crs, dyb + (size_t)grp * g->kg * ld, (int)ld, 0.0f,
+                        col, (int)ld);
+            struct nchw_ctx x = {.g = g, .col = col, .ld = (int)ld, .n0 = n0, .grp = grp, .dx = c->dx,
+                                 .beta = c->beta};
+            col2im_nchw_range(&x, 0, (long long)cnt * g->cg);
+        }
+    }
+}
+
+static md_status chunked_data_nchw(const struct geom *g, const float *dy, const float *w, float *dx, float beta)
+{
+    int nb = pipeline_images(g);
+    struct chunk_data_ctx c = {g, dy, w, dx, NULL, beta, nb, (size_t)(g->crs + g->k) * nb * g->pq};
+    c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
+    if (!c.buf) return MD_ERR_OOM;
+    md_parallel_for((g->n + nb - 1) / nb, 1, chunk_data_range, &c);
+    return MD_OK;
+}
+
 static md_status data_nchw(const struct geom *g, const float *dy, const float *w, float *dx, float beta)
 {
+    if (!g->is_1x1) return chunked_data_nchw(g, dy, w, dx, beta);
     if (g->is_1x1) {
         for (int i = 0; i < g->n; i++)
             for (int grp = 0; grp < g->g; grp++)
@@ -564,9 +618,7 @@ static void chunk_filter_range(void *vc, long long b, long long e)
 
 static md_status chunked_filter_nchw(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
 {
-    size_t by_cols = (256 + (size_t)g->pq - 1) / (size_t)g->pq, by_mem = TILE_FLOATS * 4 / ((size_t)g->crs * g->pq);
-    size_t nb = by_cols > by_mem ? by_cols : by_mem;
-    if (nb > (size_t)g->n) nb = (size_t)g->n;
+    size_t nb = (size_t)pipeline_images(g);
     struct chunk_filter_ctx c = {g, x, dy, NULL, NULL, (int)nb, (int)((g->n + (int)nb - 1) / (int)nb),
                                  (size_t)(g->crs + g->kg) * nb * g->pq};
     c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
