@@ -8,6 +8,7 @@
  * fp16/bf16 (storage types): NCHW one task per channel, NHWC the same chunked
  * partials in double. Conventions as the reference (ref_kernels.c). */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -492,9 +493,14 @@ enum { MASK_NONE, MASK_Y, MASK_X };
 static ALWAYS_INLINE float masked_dy(int mode, const float *dy, const float *y, const float *x, size_t k, float fg,
                                      float fb)
 {
-    /* loads outside the select, so that gcc if-converts and vectorises */
+    /* d where z > 0, else +0, as a bit mask: gcc leaves the float select
+     * scalar inside run_sums' lanes ("control flow in loop") */
     float z = mode == MASK_Y ? y[k] : mode == MASK_X ? x[k] * fg + fb : 1.0f, d = dy[k];
-    return z > 0.0f ? d : 0.0f;
+    uint32_t b;
+    memcpy(&b, &d, sizeof b);
+    b &= 0u - (uint32_t)(z > 0.0f);
+    memcpy(&d, &b, sizeof d);
+    return d;
 }
 
 /* Over one contiguous run of n elements (an image's plane of one channel):
