@@ -259,7 +259,11 @@ static int pipeline_images(const struct geom *g)
 {
     size_t by_cols = (256 + (size_t)g->pq - 1) / (size_t)g->pq, by_mem = TILE_FLOATS * 4 / ((size_t)g->crs * g->pq);
     size_t nb = by_cols > by_mem ? by_cols : by_mem;
-    return nb > (size_t)g->n ? g->n : (int)nb;
+    if (nb >= (size_t)g->n) return g->n;
+    /* chunks in a multiple of 4 (of similar size), so that 2 or 4 threads
+     * and the 4 filter partials get equal shares */
+    size_t n = (size_t)g->n, chunks = ((n + nb - 1) / nb + 3) / 4 * 4;
+    return (int)((n + chunks - 1) / chunks);
 }
 
 /* Forward on small planes (pq < 256): a task is (a fixed chunk of nb images,
