@@ -332,3 +332,9 @@ fuzz: deps
 	  echo "make fuzz: $(FUZZ_CC) has no libFuzzer here; running the smoke mode"; \
 	  $(MAKE) --no-print-directory test-run TEST_ARGS="--filter 'fuzz_smoke/*'"; \
 	fi
+
+# ---- CPU kernels (issue 3) -----------------------------------------------------
+# gcc -O2 vectorises only loops that need no run-time checks (aliasing, trip
+# counts); the CPU kernels' element-wise loops need -O3 for SIMD. Still IEEE:
+# no -ffast-math, so reductions are not reassociated.
+$(BUILD)/obj/src/backend/cpu/%.o: CFLAGS += -O3

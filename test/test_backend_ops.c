@@ -150,7 +150,10 @@ static void op_gemm(struct harness *h)
 {
     static const int cases[][8] = {/* m n k ta tb batch pad beta(x2) */
                                    {1, 1, 1, 0, 0, 1, 0, 0}, {7, 13, 5, 0, 0, 1, 1, 2}, {17, 3, 29, 1, 0, 1, 0, 0},
-                                   {5, 11, 7, 0, 1, 2, 2, 2}, {31, 37, 41, 1, 1, 3, 1, 1}, {64, 48, 96, 0, 1, 1, 0, 0}};
+                                   {5, 11, 7, 0, 1, 2, 2, 2}, {31, 37, 41, 1, 1, 3, 1, 1}, {64, 48, 96, 0, 1, 1, 0, 0},
+                                   /* large enough for the CPU's GEMM tiles: by columns, by rows */
+                                   {37, 517, 450, 1, 0, 1, 1, 2}, {517, 37, 450, 0, 1, 1, 2, 0},
+                                   {530, 45, 400, 1, 1, 1, 0, 2}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int di = 0; di < 3; di++) {
             const int *c = cases[ci];
@@ -212,6 +215,13 @@ static const struct conv_case conv_cases[] = {
     {1, 2, 13, 11, 3, 5, 4, 3, 2, 3, 1, 1, 2, 1, 0},  /* 5x4 kernel, stride 3 */
     {5, 16, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},   /* several images per GEMM chunk */
     {9, 16, 32, 32, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0}, /* im2col larger than one CPU chunk (4 MiB) */
+    {2, 3, 9, 7, 4, 5, 5, 1, 1, 2, 2, 1, 1, 1, 0},    /* stride 1, q == w: the CPU's shifted-run im2col, 5x5 */
+    {2, 4, 6, 5, 4, 3, 3, 1, 1, 0, 1, 1, 1, 2, 0},    /* the same with p < h, groups 2 */
+    {1, 2, 4, 2, 3, 3, 5, 1, 1, 1, 2, 1, 1, 1, 0},    /* q == w with taps wholly outside the row */
+    {1, 32, 60, 58, 4, 3, 3, 1, 1, 1, 1, 1, 1, 2, 0}, /* the CPU's per-thread row-block tiles, groups 2 */
+    {1, 32, 90, 70, 4, 3, 3, 2, 2, 1, 1, 1, 1, 2, 0}, /* the same with stride 2 (a short last block) */
+    {23, 128, 8, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 2, 0}, /* small planes: two CPU image chunks (21 + 2), groups 2 */
+    {14, 64, 20, 20, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 0}, /* stride 2: two CPU image chunks (13 + 1) */
 };
 
 static void op_conv(struct harness *h, int op)
@@ -267,8 +277,9 @@ static void op_conv(struct harness *h, int op)
 
 static void op_bn(struct harness *h, int op)
 {
-    static const int shapes[][3] = {{3, 5, 7}, {2, 16, 9}, {4, 3, 1}, {1, 7, 30}, {2, 3, 1100}};
-    for (size_t si = 0; si < 5; si++)
+    /* the last: NHWC rows in two of the CPU's 64-row chunks, channels in two 64-wide blocks */
+    static const int shapes[][3] = {{3, 5, 7}, {2, 16, 9}, {4, 3, 1}, {1, 7, 30}, {2, 3, 1100}, {3, 70, 23}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int lay = 0; lay < 2; lay++)
             for (int mode = 0; mode < 4; mode++) /* bit 0: training, bit 1: fused ReLU */
                 for (int di = 0; di < 3; di++) {
@@ -280,7 +291,7 @@ static void op_bn(struct harness *h, int op)
                     float beta = op == K_BN_BWD && (si + (size_t)mode) % 2 ? 1.0f : 0.0f;
                     void *X = host_typed(t, nx, 21 + si, -2, 3), *DY = host_typed(t, nx, 22 + si, -1, 1),
                          *DX0 = host_typed(t, nx, 23 + si, -1, 1);
-                    float gamma[16], betap[16], rm[16], rv[16], dg0[16], db0[16];
+                    float gamma[80], betap[80], rm[80], rv[80], dg0[80], db0[80];
                     kc_fill(gamma, (size_t)c, 24, 0.5f, 1.5f);
                     kc_fill(betap, (size_t)c, 25, -0.5f, 0.5f);
                     kc_fill(rm, (size_t)c, 26, -0.5f, 0.5f);
@@ -289,12 +300,12 @@ static void op_bn(struct harness *h, int op)
                     kc_fill(db0, (size_t)c, 29, -1, 1);
                     /* backward consumes the forward's y and saved statistics, computed by ref */
                     void *Y = malloc(nx * es);
-                    float sm[16], si_[16];
+                    float sm[80], si_[80];
                     {
                         md_device *ref = h->dev[1];
                         int side = h->side;
                         h->side = 1;
-                        float rm2[16], rv2[16];
+                        float rm2[80], rv2[80];
                         memcpy(rm2, rm, sizeof rm), memcpy(rv2, rv, sizeof rv);
                         struct md_batchnorm_args f = {.n = n, .c = c, .hw = hw, .layout = lay ? MD_NHWC : MD_NCHW,
                                                       .dtype = t, .training = training, .eps = 1e-5f, .momentum = 0.1f,
@@ -315,7 +326,7 @@ static void op_bn(struct harness *h, int op)
                         h->side = side;
                     }
                     void *o[2] = {malloc(nx * es), malloc(nx * es)};
-                    float st4[2][4][16];
+                    float st4[2][4][80];
                     md_status st[2];
                     for (h->side = 0; h->side < 2; h->side++) {
                         struct md_batchnorm_args b = {.n = n, .c = c, .hw = hw, .layout = lay ? MD_NHWC : MD_NCHW,

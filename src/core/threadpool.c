@@ -30,10 +30,14 @@ static struct {
     md_range_fn fn;
     void *ctx;
     long long n, grain, nchunks;
-    atomic_llong next;         /* next chunk to take */
-    atomic_llong done;         /* chunks finished */
+    /* the two counters written while a job runs, each on its own cache line,
+     * away from the read-only job fields */
+    _Alignas(64) atomic_llong next; /* next chunk to take */
+    _Alignas(64) atomic_llong done; /* chunks finished */
+    char pad_done[64 - sizeof(atomic_llong)];
     int open;                  /* the posted job still accepts workers */
     int active;                /* workers inside the current job (under m) */
+    atomic_int ids;            /* next worker's md_parallel_thread_id */
 } P = {
     .call_lock = PTHREAD_MUTEX_INITIALIZER,
     .m = PTHREAD_MUTEX_INITIALIZER,
@@ -42,18 +46,26 @@ static struct {
     .want = 1,
 };
 
+static _Thread_local int thread_id; /* 0: any thread not in the pool */
+
+int md_parallel_thread_id(void) { return thread_id; }
+
 static void run_chunks(void)
 {
+    /* chunks finished here are published once at the end: a contended atomic
+     * per chunk cost more than small chunks themselves */
+    long long mine = 0;
     for (;;) {
         long long i = atomic_fetch_add(&P.next, 1);
         if (i >= P.nchunks) break;
         long long b = i * P.grain, e = b + P.grain;
         P.fn(P.ctx, b, e < P.n ? e : P.n);
-        if (atomic_fetch_add(&P.done, 1) + 1 == P.nchunks) {
-            pthread_mutex_lock(&P.m);
-            pthread_cond_signal(&P.cv_done);
-            pthread_mutex_unlock(&P.m);
-        }
+        mine++;
+    }
+    if (mine && atomic_fetch_add(&P.done, mine) + mine == P.nchunks) {
+        pthread_mutex_lock(&P.m);
+        pthread_cond_signal(&P.cv_done);
+        pthread_mutex_unlock(&P.m);
     }
 }
 
@@ -62,6 +74,7 @@ static void *worker(void *arg)
     /* the generation at creation, so a job posted before this thread first
      * looks is not missed */
     unsigned long seen = (unsigned long)(uintptr_t)arg;
+    thread_id = atomic_fetch_add(&P.ids, 1); /* 1..workers: unique while this pool lives */
     for (;;) {
         for (int i = 0; i < SPIN_ITERS && atomic_load(&P.gen) == seen; i++) CPU_RELAX();
         pthread_mutex_lock(&P.m);
@@ -105,6 +118,7 @@ static void ensure_workers(void)
     if (P.want <= 1) return;
     P.threads = md_calloc((size_t)P.want - 1, sizeof *P.threads);
     if (!P.threads) return;
+    atomic_store(&P.ids, 1);
     for (int i = 0; i < P.want - 1; i++) {
         if (pthread_create(&P.threads[i], NULL, worker, (void *)(uintptr_t)atomic_load(&P.gen)) != 0) break;
         P.workers++;

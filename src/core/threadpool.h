@@ -28,6 +28,10 @@ int md_threadpool_size(void);
  * inline on the caller. Chunk i covers [i*grain, min((i+1)*grain, n)). */
 void md_parallel_for(long long n, long long grain, md_range_fn fn, void *ctx);
 
+/* Inside a job: 0 on the calling thread, 1..size-1 on the pool's workers
+ * (for per-thread scratch); 0 outside jobs. */
+int md_parallel_thread_id(void);
+
 /* A grain giving about `chunks_per_thread` chunks per thread, at least min_grain. */
 long long md_parallel_grain(long long n, long long min_grain);
 

@@ -41,9 +41,10 @@ static md_status cpu_open(md_device *dev)
     int threads = dev->opts.threads > 0 ? dev->opts.threads : md_cpu_physical_cores();
     dev->opts.threads = threads;
     dev->info.compute_units = threads;
-    /* One pool of `threads` workers: OpenBLAS gets the same number, and our
-     * own kernels never run while a GEMM does, so cores are not oversubscribed. */
-    openblas_set_num_threads(threads);
+    /* One pool of `threads` workers runs everything, GEMM tiles included
+     * (md_cpu_sgemm): OpenBLAS itself stays single-threaded, so its spinning
+     * threads never compete with ours. */
+    openblas_set_num_threads(1);
     md_cpu_set_threads(threads);
     return MD_OK;
 }

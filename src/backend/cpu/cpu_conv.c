@@ -17,8 +17,10 @@
  * image or row per chunk.
  * fp16/bf16 are converted to fp32 scratch and back (storage types on the CPU).
  */
-#include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <cblas.h>
 
 #include "backend/cpu/cpu_internal.h"
 #include "core/mem.h"
@@ -33,6 +35,7 @@ struct geom {
     int sh, sw, ph, pw, dh, dw, g, cg, kg;
     int crs, pq;
     int is_1x1; /* 1x1, stride 1, no padding */
+    int same1;  /* stride 1, dilation 1, q == w: NCHW im2col rows are shifted runs */
     void *ws; size_t ws_bytes; /* the caller's workspace, if any */
 };
 
@@ -55,19 +58,19 @@ static md_status geom_init(const char *op, const struct md_conv2d_args *a, struc
         return md_errf(MD_ERR_INTERNAL, "cpu %s: output %dx%d does not match input %dx%d", op, a->p, a->q, a->h,
                        a->w);
     *o = (struct geom){a->n, a->c, a->h, a->w, a->k, a->r, a->s, a->p, a->q, a->stride_h, a->stride_w, a->pad_h,
-                       a->pad_w, a->dil_h, a->dil_w, a->groups, a->c / a->groups, a->k / a->groups, 0, 0, 0,
+                       a->pad_w, a->dil_h, a->dil_w, a->groups, a->c / a->groups, a->k / a->groups, 0, 0, 0, 0,
                        a->workspace, a->workspace_bytes};
     o->crs = o->cg * o->r * o->s;
     o->pq = o->p * o->q;
     o->is_1x1 = o->r == 1 && o->s == 1 && o->sh == 1 && o->sw == 1 && o->ph == 0 && o->pw == 0;
+    o->same1 = o->sh == 1 && o->sw == 1 && o->dh == 1 && o->dw == 1 && o->q == o->w;
     return MD_OK;
 }
 
 static void sgemm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta,
                   float *C, int ldc)
 {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, A,
-                lda, B, ldb, beta, C, ldc);
+    md_cpu_sgemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* Valid output range [lo, hi) along one axis for filter tap `t`:
@@ -83,6 +86,14 @@ static void valid_range(int out, int size, int stride, int pad, int t, int dil, 
     *hi = h;
 }
 
+/* Tasks per pool chunk so that a chunk moves about 8K floats: tiny tasks
+ * (a 4x4 plane) would cost more in scheduling than in copying. */
+static long long task_grain(size_t floats_per_task)
+{
+    size_t g = 8192 / (floats_per_task ? floats_per_task : 1);
+    return g > 0 ? (long long)g : 1;
+}
+
 /* ================= NCHW ================================================== */
 
 struct nchw_ctx {
@@ -96,6 +107,60 @@ struct nchw_ctx {
     float *y; const float *tmp; float *dst;
 };
 
+/* im2col of output rows [p0, p1) of one input channel plane xp: col rows
+ * r*S + s (row stride ld) hold (p1-p0)*Q values each. */
+static void im2col_rows(const struct geom *g, const float *xp, float *dst, size_t ld, int p0, int p1)
+{
+    size_t nq = (size_t)g->q;
+    for (int r = 0; r < g->r; r++) {
+        int plo, phi;
+        valid_range(g->p, g->h, g->sh, g->ph, r, g->dh, &plo, &phi);
+        int lo = plo > p0 ? plo : p0, hi = phi < p1 ? phi : p1;
+        if (hi < lo) hi = lo;
+        for (int s = 0; s < g->s; s++) {
+            int qlo, qhi;
+            valid_range(g->q, g->w, g->sw, g->pw, s, g->dw, &qlo, &qhi);
+            float *row = dst + (size_t)(r * g->s + s) * ld;
+            int off = s * g->dw - g->pw; /* wi = q*sw + off, >= 0 for q >= qlo */
+            memset(row, 0, sizeof(float) * (size_t)(lo - p0) * nq);
+            memset(row + (size_t)(hi - p0) * nq, 0, sizeof(float) * (size_t)(p1 - hi) * nq);
+            if (hi <= lo) continue;
+            if (g->same1 && off > -g->w && off < g->w) {
+                /* stride 1, output as wide as the input: rows lo..hi-1 are one
+                 * shifted run of the plane; the columns that wrapped around a
+                 * row edge are zeroed afterwards */
+                size_t len = (size_t)(hi - lo) * nq, cut = (size_t)abs(off);
+                float *d = row + (size_t)(lo - p0) * nq;
+                const float *src = xp + (size_t)(lo - g->ph + r * g->dh) * g->w + off;
+                size_t skip = off < 0 ? cut : 0; /* never read before the plane or past it */
+                memcpy(d + skip, src + skip, sizeof(float) * (len - cut));
+                for (int p = lo; p < hi; p++) {
+                    float *o = d + (size_t)(p - lo) * nq;
+                    if (off < 0)
+                        for (int q = 0; q < -off; q++) o[q] = 0.0f;
+                    else
+                        for (int q = g->q - off; q < g->q; q++) o[q] = 0.0f;
+                }
+                continue;
+            }
+            for (int p = lo; p < hi; p++) {
+                /* plain loops: on late layers rows are a few elements, where
+                 * memset/memcpy calls cost more than the copy */
+                float *o = row + (size_t)(p - p0) * nq;
+                const float *xr = xp + (size_t)(p * g->sh - g->ph + r * g->dh) * g->w;
+                for (int q = 0; q < qlo; q++) o[q] = 0.0f;
+                if (g->sw == 1 && qhi - qlo >= 32)
+                    memcpy(o + qlo, xr + qlo + off, sizeof(float) * (size_t)(qhi - qlo));
+                else if (g->sw == 1)
+                    for (int q = qlo; q < qhi; q++) o[q] = xr[q + off];
+                else
+                    for (int q = qlo; q < qhi; q++) o[q] = xr[q * g->sw + off];
+                for (int q = qhi; q < g->q; q++) o[q] = 0.0f;
+            }
+        }
+    }
+}
+
 /* im2col for one (image, channel-of-group) pair: rows (cg*R + r)*S + s. */
 static void im2col_nchw_range(void *vc, long long b, long long e)
 {
@@ -104,35 +169,207 @@ static void im2col_nchw_range(void *vc, long long b, long long e)
     for (long long t = b; t < e; t++) {
         int img = (int)(t / g->cg), cg = (int)(t % g->cg);
         const float *xp = c->x + ((size_t)(c->n0 + img) * g->c + (size_t)c->grp * g->cg + cg) * g->h * g->w;
-        for (int r = 0; r < g->r; r++) {
-            int plo, phi;
-            valid_range(g->p, g->h, g->sh, g->ph, r, g->dh, &plo, &phi);
-            for (int s = 0; s < g->s; s++) {
-                int qlo, qhi;
-                valid_range(g->q, g->w, g->sw, g->pw, s, g->dw, &qlo, &qhi);
-                float *row = c->col + (size_t)((cg * g->r + r) * g->s + s) * c->ld + (size_t)img * g->pq;
-                for (int p = 0; p < g->p; p++) {
-                    float *o = row + (size_t)p * g->q;
-                    /* plain loops: on late layers rows are a few elements,
-                     * where memset/memcpy calls cost more than the copy */
-                    if (p < plo || p >= phi) {
-                        for (int q = 0; q < g->q; q++) o[q] = 0.0f;
-                        continue;
-                    }
-                    const float *xr = xp + (size_t)(p * g->sh - g->ph + r * g->dh) * g->w;
-                    int off = s * g->dw - g->pw; /* wi = q*sw + off, >= 0 for q >= qlo */
-                    for (int q = 0; q < qlo; q++) o[q] = 0.0f;
-                    if (g->sw == 1 && qhi - qlo >= 32)
-                        memcpy(o + qlo, xr + qlo + off, sizeof(float) * (size_t)(qhi - qlo));
-                    else if (g->sw == 1)
-                        for (int q = qlo; q < qhi; q++) o[q] = xr[q + off];
-                    else
-                        for (int q = qlo; q < qhi; q++) o[q] = xr[q * g->sw + off];
-                    for (int q = qhi; q < g->q; q++) o[q] = 0.0f;
-                }
+        im2col_rows(g, xp, c->col + (size_t)cg * g->r * g->s * c->ld + (size_t)img * g->pq, (size_t)c->ld, 0, g->p);
+    }
+}
+
+/* ---- forward on large planes: per-thread im2col + GEMM pipelines ----------
+ * A task is (image, block of output rows, group): its im2col tile (crs x
+ * rows*Q, sized for the core's L2) goes straight into a single-threaded GEMM
+ * that writes y in place (with beta): no col round trip through memory, no
+ * scatter, no barrier between im2col and GEMM. Each output element is one
+ * GEMM's, so results do not depend on the thread count. */
+
+#define TILE_FLOATS (192 * 1024) /* 768 KiB of col per thread */
+
+struct tile_ctx {
+    const struct geom *g;
+    const float *x, *w;
+    float *y, *buf;
+    float beta;
+    int rows, nblk;
+    size_t per_thread;
+    /* backward-filter */
+    const float *dy;
+    float *part; /* (FILTER_SLOTS, k, crs) */
+    long long ntasks;
+};
+
+/* A task's im2col tile; returns its columns, sets *p0 and *grp. */
+static size_t tile_im2col(const struct tile_ctx *c, long long t, float *col, int *p0_out, int *img_out, int *grp_out)
+{
+    const struct geom *g = c->g;
+    int grp = (int)(t % g->g);
+    long long u = t / g->g;
+    int img = (int)(u / c->nblk), p0 = (int)(u % c->nblk) * c->rows;
+    int p1 = p0 + c->rows < g->p ? p0 + c->rows : g->p;
+    size_t len = (size_t)(p1 - p0) * g->q;
+    for (int cg = 0; cg < g->cg; cg++)
+        im2col_rows(g, c->x + ((size_t)img * g->c + (size_t)grp * g->cg + cg) * g->h * g->w,
+                    col + (size_t)cg * g->r * g->s * len, len, p0, p1);
+    *p0_out = p0;
+    *img_out = img;
+    *grp_out = grp;
+    return len;
+}
+
+static void tile_fwd_range(void *vc, long long b, long long e)
+{
+    const struct tile_ctx *c = vc;
+    const struct geom *g = c->g;
+    float *col = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    for (long long t = b; t < e; t++) {
+        int p0, img, grp;
+        size_t len = tile_im2col(c, t, col, &p0, &img, &grp);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->kg, (int)len, g->crs, 1.0f,
+                    c->w + (size_t)grp * g->kg * g->crs, g->crs, col, (int)len, c->beta,
+                    c->y + ((size_t)img * g->k + (size_t)grp * g->kg) * g->pq + (size_t)p0 * g->q, g->pq);
+    }
+}
+
+/* Worth it where a plane gives GEMMs of >= 128 columns per task. */
+static int tiled_fwd_ok(const struct geom *g) { return !g->is_1x1 && g->pq >= 256; }
+
+/* Rows per task and the per-thread col tiles. */
+static md_status tile_init(const struct geom *g, struct tile_ctx *c)
+{
+    int cols = TILE_FLOATS / g->crs;
+    if (cols < 128) cols = 128;
+    c->g = g;
+    c->rows = (cols + g->q - 1) / g->q;
+    if (c->rows > g->p) c->rows = g->p;
+    c->nblk = (g->p + c->rows - 1) / c->rows;
+    c->ntasks = (long long)g->n * c->nblk * g->g;
+    c->per_thread = (size_t)g->crs * c->rows * g->q;
+    c->buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c->per_thread * (size_t)md_threadpool_size());
+    return c->buf ? MD_OK : MD_ERR_OOM;
+}
+
+static md_status tiled_fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
+{
+    struct tile_ctx c = {.x = x, .w = w, .y = y, .beta = beta};
+    MD_TRY(tile_init(g, &c));
+    md_parallel_for(c.ntasks, 1, tile_fwd_range, &c);
+    return MD_OK;
+}
+
+/* Images per chunk of the per-thread pipelines: GEMMs of >= 256 columns
+ * (the weights reused enough per packing), or as many as fit the tile size. */
+static int pipeline_images(const struct geom *g)
+{
+    size_t by_cols = (256 + (size_t)g->pq - 1) / (size_t)g->pq, by_mem = TILE_FLOATS * 4 / ((size_t)g->crs * g->pq);
+    size_t nb = by_cols > by_mem ? by_cols : by_mem;
+    if (nb >= (size_t)g->n) return g->n;
+    /* chunks in a multiple of 4 (of similar size), so that 2 or 4 threads
+     * and the 4 filter partials get equal shares */
+    size_t n = (size_t)g->n, chunks = ((n + nb - 1) / nb + 3) / 4 * 4;
+    return (int)((n + chunks - 1) / chunks);
+}
+
+/* Forward on small planes (pq < 256): a task is (a fixed chunk of nb images,
+ * group): im2col of its images, one single-threaded GEMM over nb*pq columns
+ * (>= 256, so the weights are reused enough per packing) and the scatter to
+ * y, all in the thread's own buffers, with no barrier in between. */
+
+struct chunk_ctx {
+    const struct geom *g;
+    const float *x, *w;
+    float *y, *buf;
+    float beta;
+    int nb;
+    size_t per_thread;
+};
+
+static void chunk_fwd_range(void *vc, long long b, long long e)
+{
+    const struct chunk_ctx *c = vc;
+    const struct geom *g = c->g;
+    float *col = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    for (long long t = b; t < e; t++) {
+        int grp = (int)(t % g->g), n0 = (int)(t / g->g) * c->nb;
+        int cnt = g->n - n0 < c->nb ? g->n - n0 : c->nb;
+        size_t ld = (size_t)cnt * g->pq;
+        float *tmp = col + (size_t)g->crs * ld;
+        for (int img = 0; img < cnt; img++)
+            for (int cg = 0; cg < g->cg; cg++)
+                im2col_rows(g, c->x + ((size_t)(n0 + img) * g->c + (size_t)grp * g->cg + cg) * g->h * g->w,
+                            col + (size_t)cg * g->r * g->s * ld + (size_t)img * g->pq, ld, 0, g->p);
+        const float *wg = c->w + (size_t)grp * g->kg * g->crs;
+        float *y0 = c->y + ((size_t)n0 * g->k + (size_t)grp * g->kg) * g->pq;
+        if (cnt == 1) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->kg, g->pq, g->crs, 1.0f, wg, g->crs, col,
+                        (int)ld, c->beta, y0, g->pq);
+            continue;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->kg, (int)ld, g->crs, 1.0f, wg, g->crs, col,
+                    (int)ld, 0.0f, tmp, (int)ld);
+        for (int img = 0; img < cnt; img++)
+            for (int k = 0; k < g->kg; k++) {
+                float *yp = y0 + ((size_t)img * g->k + k) * g->pq;
+                const float *tp = tmp + (size_t)k * ld + (size_t)img * g->pq;
+                if (c->beta == 0.0f)
+                    memcpy(yp, tp, sizeof(float) * (size_t)g->pq);
+                else
+                    for (int i = 0; i < g->pq; i++) yp[i] = tp[i] + c->beta * yp[i];
             }
+    }
+}
+
+static md_status chunked_fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
+{
+    size_t nb = (size_t)pipeline_images(g);
+    struct chunk_ctx c = {g, x, w, y, NULL, beta, (int)nb, (size_t)(g->crs + g->kg) * nb * g->pq};
+    c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
+    if (!c.buf) return MD_ERR_OOM;
+    md_parallel_for((long long)((g->n + c.nb - 1) / c.nb) * g->g, 1, chunk_fwd_range, &c);
+    return MD_OK;
+}
+
+/* Backward-filter on the same tiles: the tasks are cut into FILTER_SLOTS
+ * fixed runs, each summing its GEMMs (dy tile @ col tile^T, dy read in place)
+ * into its own dw partial in task order; partials are then added in slot
+ * order. Neither depends on the thread count. */
+#define FILTER_SLOTS 4
+
+static void tile_filter_range(void *vc, long long b, long long e)
+{
+    const struct tile_ctx *c = vc;
+    const struct geom *g = c->g;
+    size_t nw = (size_t)g->k * g->crs;
+    float *col = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    for (long long slot = b; slot < e; slot++) {
+        float *acc = c->part + (size_t)slot * nw;
+        memset(acc, 0, sizeof(float) * nw);
+        for (long long t = slot * c->ntasks / FILTER_SLOTS; t < (slot + 1) * c->ntasks / FILTER_SLOTS; t++) {
+            int p0, img, grp;
+            size_t len = tile_im2col(c, t, col, &p0, &img, &grp);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->kg, g->crs, (int)len, 1.0f,
+                        c->dy + ((size_t)img * g->k + (size_t)grp * g->kg) * g->pq + (size_t)p0 * g->q, g->pq, col,
+                        (int)len, 1.0f, acc + (size_t)grp * g->kg * g->crs, g->crs);
         }
     }
+}
+
+static void tile_sum_range(void *vc, long long b, long long e)
+{
+    const struct tile_ctx *c = vc;
+    size_t nw = (size_t)c->g->k * c->g->crs;
+    for (long long i = b; i < e; i++) {
+        float v = 0.0f;
+        for (int sl = 0; sl < FILTER_SLOTS; sl++) v += c->part[(size_t)sl * nw + (size_t)i];
+        c->y[i] = c->beta != 0.0f ? v + c->beta * c->y[i] : v;
+    }
+}
+
+static md_status tiled_filter_nchw(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
+{
+    struct tile_ctx c = {.x = x, .dy = dy, .y = dw, .beta = beta};
+    MD_TRY(tile_init(g, &c));
+    c.part = md_cpu_scratch(CPU_SCR_TMP, sizeof(float) * FILTER_SLOTS * (size_t)g->k * g->crs);
+    if (!c.part) return MD_ERR_OOM;
+    md_parallel_for(FILTER_SLOTS, 1, tile_filter_range, &c);
+    md_parallel_for((long long)g->k * g->crs, CPU_GRAIN, tile_sum_range, &c);
+    return MD_OK;
 }
 
 /* col2im for one (image, channel-of-group) pair: dx plane = beta*dx + sum. */
@@ -154,11 +391,29 @@ static void col2im_nchw_range(void *vc, long long b, long long e)
             for (int s = 0; s < g->s; s++) {
                 int qlo, qhi;
                 valid_range(g->q, g->w, g->sw, g->pw, s, g->dw, &qlo, &qhi);
-                const float *row = c->col + (size_t)((cg * g->r + r) * g->s + s) * c->ld + (size_t)img * g->pq;
+                float *row = c->col + (size_t)((cg * g->r + r) * g->s + s) * c->ld + (size_t)img * g->pq;
+                int off = s * g->dw - g->pw;
+                if (g->same1 && off > -g->w && off < g->w) {
+                    /* stride 1, output as wide as the input: zero the col
+                     * entries of the columns that fall outside the plane (this
+                     * task owns them), then add rows plo..phi-1 as one run */
+                    if (phi <= plo) continue;
+                    float *src = row + (size_t)plo * g->q;
+                    for (int p = plo; p < phi; p++) {
+                        float *o = src + (size_t)(p - plo) * g->q;
+                        if (off < 0)
+                            for (int q = 0; q < -off; q++) o[q] = 0.0f;
+                        else
+                            for (int q = g->q - off; q < g->q; q++) o[q] = 0.0f;
+                    }
+                    float *dst = dp + (size_t)(plo * g->sh - g->ph + r * g->dh) * g->w + off;
+                    size_t len = (size_t)(phi - plo) * g->q, cut = (size_t)abs(off), b0 = off < 0 ? cut : 0;
+                    for (size_t i = b0; i < b0 + len - cut; i++) dst[i] += src[i];
+                    continue;
+                }
                 for (int p = plo; p < phi; p++) {
                     const float *o = row + (size_t)p * g->q;
                     float *xr = dp + (size_t)(p * g->sh - g->ph + r * g->dh) * g->w;
-                    int off = s * g->dw - g->pw;
                     if (g->sw == 1)
                         for (int q = qlo; q < qhi; q++) xr[q + off] += o[q];
                     else
@@ -207,6 +462,8 @@ static int chunk_images(const struct geom *g, size_t per_image_floats)
 
 static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
 {
+    if (tiled_fwd_ok(g)) return tiled_fwd_nchw(g, x, w, y, beta);
+    if (!g->is_1x1) return chunked_fwd_nchw(g, x, w, y, beta);
     if (g->is_1x1) {
         for (int i = 0; i < g->n; i++)
             for (int grp = 0; grp < g->g; grp++)
@@ -225,21 +482,68 @@ static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, 
         for (int grp = 0; grp < g->g; grp++) {
             struct nchw_ctx c = {.g = g, .x = x, .col = col, .ld = ld, .n0 = n0, .grp = grp, .beta = beta,
                                  .y = y, .tmp = tmp};
-            md_parallel_for((long long)cnt * g->cg, 1, im2col_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->cg, task_grain((size_t)g->r * g->s * g->pq), im2col_nchw_range, &c);
             if (cnt == 1) {
                 sgemm(0, 0, g->kg, g->pq, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, col, ld, beta,
                       y + ((size_t)n0 * g->k + (size_t)grp * g->kg) * g->pq, g->pq);
                 continue;
             }
             sgemm(0, 0, g->kg, cnt * g->pq, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, col, ld, 0.0f, tmp, ld);
-            md_parallel_for((long long)cnt * g->kg, 4, scatter_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->kg, task_grain((size_t)g->pq), scatter_nchw_range, &c);
         }
     }
     return MD_OK;
 }
 
+/* Backward-data where it is not a forward convolution (stride > 1, ...): per
+ * fixed image chunk, in the thread's own buffers, gather dy, GEMM W^T dy into
+ * col and col2im into the chunk's images of dx (disjoint between tasks). */
+struct chunk_data_ctx {
+    const struct geom *g;
+    const float *dy, *w;
+    float *dx, *buf;
+    float beta;
+    int nb;
+    size_t per_thread;
+};
+
+static void chunk_data_range(void *vc, long long b, long long e)
+{
+    const struct chunk_data_ctx *c = vc;
+    const struct geom *g = c->g;
+    float *col = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    for (long long ch = b; ch < e; ch++) {
+        int n0 = (int)ch * c->nb, cnt = g->n - n0 < c->nb ? g->n - n0 : c->nb;
+        size_t ld = (size_t)cnt * g->pq;
+        float *dyb = col + (size_t)g->crs * ld;
+        for (int img = 0; img < cnt; img++)
+            for (int k = 0; k < g->k; k++)
+                memcpy(dyb + (size_t)k * ld + (size_t)img * g->pq, c->dy + ((size_t)(n0 + img) * g->k + k) * g->pq,
+                       sizeof(float) * (size_t)g->pq);
+        for (int grp = 0; grp < g->g; grp++) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g->crs, (int)ld, g->kg, 1.0f,
+                        c->w + (size_t)grp * g->kg * g->crs, g->crs, dyb + (size_t)grp * g->kg * ld, (int)ld, 0.0f,
+                        col, (int)ld);
+            struct nchw_ctx x = {.g = g, .col = col, .ld = (int)ld, .n0 = n0, .grp = grp, .dx = c->dx,
+                                 .beta = c->beta};
+            col2im_nchw_range(&x, 0, (long long)cnt * g->cg);
+        }
+    }
+}
+
+static md_status chunked_data_nchw(const struct geom *g, const float *dy, const float *w, float *dx, float beta)
+{
+    int nb = pipeline_images(g);
+    struct chunk_data_ctx c = {g, dy, w, dx, NULL, beta, nb, (size_t)(g->crs + g->k) * nb * g->pq};
+    c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
+    if (!c.buf) return MD_ERR_OOM;
+    md_parallel_for((g->n + nb - 1) / nb, 1, chunk_data_range, &c);
+    return MD_OK;
+}
+
 static md_status data_nchw(const struct geom *g, const float *dy, const float *w, float *dx, float beta)
 {
+    if (!g->is_1x1) return chunked_data_nchw(g, dy, w, dx, beta);
     if (g->is_1x1) {
         for (int i = 0; i < g->n; i++)
             for (int grp = 0; grp < g->g; grp++)
@@ -260,7 +564,7 @@ static md_status data_nchw(const struct geom *g, const float *dy, const float *w
         const float *src = dy + (size_t)n0 * g->k * g->pq;
         int lds = g->pq;
         if (cnt > 1) {
-            md_parallel_for((long long)cnt * g->k, 4, gather_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->k, task_grain((size_t)g->pq), gather_nchw_range, &c);
             src = dyb;
             lds = ld;
         }
@@ -268,14 +572,72 @@ static md_status data_nchw(const struct geom *g, const float *dy, const float *w
             c.grp = grp;
             sgemm(1, 0, g->crs, cnt * g->pq, g->kg, w + (size_t)grp * g->kg * g->crs, g->crs,
                   src + (size_t)grp * g->kg * lds, lds, 0.0f, col, ld);
-            md_parallel_for((long long)cnt * g->cg, 1, col2im_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->cg, task_grain((size_t)g->r * g->s * g->pq), col2im_nchw_range, &c);
         }
     }
     return MD_OK;
 }
 
+/* Backward-filter on small planes: fixed image chunks (as the forward's) cut
+ * into FILTER_SLOTS runs; a slot gathers each chunk's dy (kg, cnt*pq), does
+ * its im2col and accumulates dy @ col^T into the slot's dw partial, all in
+ * the thread's own buffers; partials are added in slot order. */
+struct chunk_filter_ctx {
+    const struct geom *g;
+    const float *x, *dy;
+    float *buf, *part;
+    int nb, nchunks;
+    size_t per_thread;
+};
+
+static void chunk_filter_range(void *vc, long long b, long long e)
+{
+    const struct chunk_filter_ctx *c = vc;
+    const struct geom *g = c->g;
+    size_t nw = (size_t)g->k * g->crs;
+    float *col = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    for (long long slot = b; slot < e; slot++) {
+        float *acc = c->part + (size_t)slot * nw;
+        memset(acc, 0, sizeof(float) * nw);
+        for (long long ch = slot * c->nchunks / FILTER_SLOTS; ch < (slot + 1) * c->nchunks / FILTER_SLOTS; ch++) {
+            int n0 = (int)ch * c->nb, cnt = g->n - n0 < c->nb ? g->n - n0 : c->nb;
+            size_t ld = (size_t)cnt * g->pq;
+            float *dyb = col + (size_t)g->crs * ld;
+            for (int grp = 0; grp < g->g; grp++) {
+                for (int img = 0; img < cnt; img++) {
+                    for (int cg = 0; cg < g->cg; cg++)
+                        im2col_rows(g, c->x + ((size_t)(n0 + img) * g->c + (size_t)grp * g->cg + cg) * g->h * g->w,
+                                    col + (size_t)cg * g->r * g->s * ld + (size_t)img * g->pq, ld, 0, g->p);
+                    for (int k = 0; k < g->kg; k++)
+                        memcpy(dyb + (size_t)k * ld + (size_t)img * g->pq,
+                               c->dy + ((size_t)(n0 + img) * g->k + (size_t)grp * g->kg + k) * g->pq,
+                               sizeof(float) * (size_t)g->pq);
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->kg, g->crs, (int)ld, 1.0f, dyb, (int)ld, col,
+                            (int)ld, 1.0f, acc + (size_t)grp * g->kg * g->crs, g->crs);
+            }
+        }
+    }
+}
+
+static md_status chunked_filter_nchw(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
+{
+    size_t nb = (size_t)pipeline_images(g);
+    struct chunk_filter_ctx c = {g, x, dy, NULL, NULL, (int)nb, (int)((g->n + (int)nb - 1) / (int)nb),
+                                 (size_t)(g->crs + g->kg) * nb * g->pq};
+    c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
+    c.part = md_cpu_scratch(CPU_SCR_TMP, sizeof(float) * FILTER_SLOTS * (size_t)g->k * g->crs);
+    if (!c.buf || !c.part) return MD_ERR_OOM;
+    md_parallel_for(FILTER_SLOTS, 1, chunk_filter_range, &c);
+    struct tile_ctx t = {.g = g, .y = dw, .beta = beta, .part = c.part};
+    md_parallel_for((long long)g->k * g->crs, CPU_GRAIN, tile_sum_range, &t);
+    return MD_OK;
+}
+
 static md_status filter_nchw(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
 {
+    if (!g->is_1x1 && !tiled_fwd_ok(g)) return chunked_filter_nchw(g, x, dy, dw, beta);
+    if (tiled_fwd_ok(g)) return tiled_filter_nchw(g, x, dy, dw, beta);
     if (g->is_1x1) {
         for (int i = 0; i < g->n; i++)
             for (int grp = 0; grp < g->g; grp++)
@@ -295,13 +657,13 @@ static md_status filter_nchw(const struct geom *g, const float *x, const float *
         const float *src = dy + (size_t)n0 * g->k * g->pq;
         int lds = g->pq;
         if (cnt > 1) {
-            md_parallel_for((long long)cnt * g->k, 4, gather_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->k, task_grain((size_t)g->pq), gather_nchw_range, &c);
             src = dyb;
             lds = ld;
         }
         for (int grp = 0; grp < g->g; grp++) {
             c.grp = grp;
-            md_parallel_for((long long)cnt * g->cg, 1, im2col_nchw_range, &c);
+            md_parallel_for((long long)cnt * g->cg, task_grain((size_t)g->r * g->s * g->pq), im2col_nchw_range, &c);
             sgemm(0, 1, g->kg, g->crs, cnt * g->pq, src + (size_t)grp * g->kg * lds, lds, col, ld,
                   n0 == 0 ? beta : 1.0f, dw + (size_t)grp * g->kg * g->crs, g->crs);
         }
@@ -394,7 +756,7 @@ static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, 
         long long cnt = rows - r0 < mb ? rows - r0 : mb;
         for (int grp = 0; grp < g->g; grp++) {
             struct nhwc_ctx c = {.g = g, .x = x, .col = col, .r0 = r0, .grp = grp, .rsc = g->crs};
-            md_parallel_for(cnt, 16, im2col_nhwc_range, &c);
+            md_parallel_for(cnt, task_grain((size_t)g->crs), im2col_nhwc_range, &c);
             sgemm(0, 1, (int)cnt, g->kg, g->crs, col, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, beta,
                   y + (size_t)r0 * g->k + (size_t)grp * g->kg, g->k);
         }
@@ -444,12 +806,63 @@ static md_status filter_nhwc(const struct geom *g, const float *x, const float *
         long long cnt = rows - r0 < mb ? rows - r0 : mb;
         for (int grp = 0; grp < g->g; grp++) {
             struct nhwc_ctx c = {.g = g, .x = x, .col = col, .r0 = r0, .grp = grp, .rsc = g->crs};
-            md_parallel_for(cnt, 16, im2col_nhwc_range, &c);
+            md_parallel_for(cnt, task_grain((size_t)g->crs), im2col_nhwc_range, &c);
             sgemm(1, 0, g->kg, g->crs, (int)cnt, dy + (size_t)r0 * g->k + (size_t)grp * g->kg, g->k, col, g->crs,
                   r0 == 0 ? beta : 1.0f, dw + (size_t)grp * g->kg * g->crs, g->crs);
         }
     }
     return MD_OK;
+}
+
+/* ================= backward-data as a forward convolution ================
+ * With stride 1 and dilation 1, dx is the forward convolution of dy with the
+ * filters transposed (K <-> C within each group) and flipped (r -> R-1-r,
+ * s -> S-1-s), padded by R-1-pad: the GEMM writes dx directly (with beta),
+ * and im2col of dy replaces the GEMM into a 9x larger col buffer and the
+ * col2im that read it back. */
+
+static int data_as_fwd(const struct geom *g)
+{
+    /* cg >= 8: the flipped GEMM has cg rows; a 1-3 channel input (a stem)
+     * would get a GEMM too thin to pay for it */
+    return !g->is_1x1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->ph <= g->r - 1 &&
+           g->pw <= g->s - 1 && g->cg >= 8;
+}
+
+/* wf (g*cg, [kg r s] or [r s kg]) from w (g*kg, [cg r s] or [r s cg]), flipped. */
+static void flip_weights(const struct geom *g, int nhwc, const float *w, float *wf)
+{
+    int R = g->r, S = g->s;
+    for (int grp = 0; grp < g->g; grp++)
+        for (int k = 0; k < g->kg; k++)
+            for (int c = 0; c < g->cg; c++)
+                for (int r = 0; r < R; r++)
+                    for (int s = 0; s < S; s++) {
+                        size_t src = nhwc ? (((size_t)(grp * g->kg + k) * R + r) * S + s) * g->cg + c
+                                          : (((size_t)(grp * g->kg + k) * g->cg + c) * R + r) * S + s;
+                        size_t dst = nhwc ? (((size_t)(grp * g->cg + c) * R + (R - 1 - r)) * S + (S - 1 - s)) * g->kg + k
+                                          : (((size_t)(grp * g->cg + c) * g->kg + k) * R + (R - 1 - r)) * S + (S - 1 - s);
+                        wf[dst] = w[src];
+                    }
+}
+
+static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta);
+static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, float *y, float beta);
+
+static md_status data_via_fwd(const struct geom *g, int nhwc, const float *dy, const float *w, float *dx, float beta)
+{
+    float *wf = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)g->k * g->crs);
+    if (!wf) return MD_ERR_OOM;
+    flip_weights(g, nhwc, w, wf);
+    struct geom f = *g;
+    f.c = g->k, f.h = g->p, f.w = g->q;   /* input: dy */
+    f.k = g->c, f.p = g->h, f.q = g->w;   /* output: dx */
+    f.cg = g->kg, f.kg = g->cg;
+    f.ph = g->r - 1 - g->ph, f.pw = g->s - 1 - g->pw;
+    f.crs = f.cg * f.r * f.s;
+    f.pq = f.p * f.q;
+    f.same1 = f.q == f.w;
+    return nhwc ? fwd_nhwc(&f, dy, wf, dx, beta) : fwd_nchw(&f, dy, wf, dx, beta);
 }
 
 /* ================= NCHW depthwise (one input channel per group) ============
@@ -571,7 +984,9 @@ static md_status run_f32(int which, const struct geom *g, md_layout layout, cons
     if (!nhwc && g->cg == 1 && g->g > 1) return depthwise_nchw(which, g, x, w, dy, out, beta);
     switch (which) {
     case CONV_FWD: return nhwc ? fwd_nhwc(g, x, w, out, beta) : fwd_nchw(g, x, w, out, beta);
-    case CONV_DATA: return nhwc ? data_nhwc(g, dy, w, out, beta) : data_nchw(g, dy, w, out, beta);
+    case CONV_DATA:
+        if (data_as_fwd(g)) return data_via_fwd(g, nhwc, dy, w, out, beta);
+        return nhwc ? data_nhwc(g, dy, w, out, beta) : data_nchw(g, dy, w, out, beta);
     default: return nhwc ? filter_nhwc(g, x, dy, out, beta) : filter_nchw(g, x, dy, out, beta);
     }
 }

@@ -4,6 +4,7 @@
  * compiler vectorises, fp16/bf16 go through md_load_f/md_store_f. The
  * conventions (beta, masks) are those of src/backend/ref/ref_kernels.c. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -84,6 +85,17 @@ static void act_fwd_range(void *vc, long long b, long long e)
         st_beta(a->y, a->dtype, (size_t)i, act_f(a->act, md_load_f(a->x, a->dtype, (size_t)i), a->alpha), a->beta);
 }
 
+/* d where z > 0, else +0 (z NaN: +0), as a bit mask: gcc leaves the float
+ * select with a conditional load scalar ("control flow in loop"). */
+static inline float pass_if_positive(float z, float d)
+{
+    uint32_t m;
+    memcpy(&m, &d, sizeof m);
+    m &= 0u - (uint32_t)(z > 0.0f);
+    memcpy(&d, &m, sizeof d);
+    return d;
+}
+
 static void act_bwd_range(void *vc, long long b, long long e)
 {
     const struct md_act_args *a = vc;
@@ -93,9 +105,9 @@ static void act_bwd_range(void *vc, long long b, long long e)
         float beta = a->beta;
         if (a->act == MD_ACT_RELU) {
             if (beta == 0.0f)
-                for (long long i = b; i < e; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+                for (long long i = b; i < e; i++) dx[i] = pass_if_positive(x[i], dy[i]);
             else
-                for (long long i = b; i < e; i++) dx[i] = (x[i] > 0.0f ? dy[i] : 0.0f) + beta * dx[i];
+                for (long long i = b; i < e; i++) dx[i] = pass_if_positive(x[i], dy[i]) + beta * dx[i];
             return;
         }
         if (beta == 0.0f)

@@ -11,7 +11,7 @@
 
 /* Scratch slots (grow, never shrink; freed by md_cpu_scratch_release).
  * Callers hold md_cpu_lock() while they use a slot. */
-enum { CPU_SCR_COL = 0, CPU_SCR_TMP, CPU_SCR_DY, CPU_SCR_X32, CPU_SCR_W32, CPU_SCR_Y32, CPU_SCR_COUNT };
+enum { CPU_SCR_COL = 0, CPU_SCR_TMP, CPU_SCR_DY, CPU_SCR_X32, CPU_SCR_W32, CPU_SCR_Y32, CPU_SCR_WFLIP, CPU_SCR_COUNT };
 void *md_cpu_scratch(int slot, size_t bytes);
 void md_cpu_scratch_release(void);
 void md_cpu_lock(void);
@@ -23,6 +23,11 @@ void md_cpu_unlock(void);
 /* Converts n elements of type t to fp32 (dst may be src when t is F32: then
  * src is returned and nothing is copied). */
 const float *md_cpu_to_f32(const void *src, md_dtype t, size_t n, float *dst);
+
+/* Row-major sgemm (C = alpha op(A) op(B) + beta C) on the pool: single-threaded
+ * OpenBLAS calls on fixed tiles of C. Not reentrant from inside a pool job. */
+void md_cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc);
 
 md_status md_cpu_gemm(md_device *dev, const struct md_gemm_args *a);
 md_status md_cpu_conv2d_fwd(md_device *dev, const struct md_conv2d_args *a);

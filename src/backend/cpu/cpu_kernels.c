@@ -73,6 +73,62 @@ const float *md_cpu_to_f32(const void *src, md_dtype t, size_t n, float *dst)
 
 /* ---- GEMM ------------------------------------------------------------------------ */
 
+/* OpenBLAS runs single-threaded (cpu_open); its own threads would spin with
+ * sched_yield against our pool on every switch between a GEMM and an
+ * element-wise kernel. Instead a large GEMM is cut into column (or row) tiles
+ * of C that the pool runs. Tile boundaries depend only on the shape, and a
+ * tile's elements are computed exactly as in one whole call (the k order is
+ * OpenBLAS's), so results do not depend on the thread count. */
+#define GEMM_TILE_FLOPS (8.0 * 1024 * 1024) /* below this a tile is not worth a thread */
+#define GEMM_TILES 8                        /* at most; enough to balance 2-4 threads */
+
+struct sgemm_ctx {
+    int ta, tb, m, n, k, lda, ldb, ldc, by_rows, tile;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+};
+
+static void sgemm_tile_range(void *vc, long long b, long long e)
+{
+    const struct sgemm_ctx *c = vc;
+    for (long long t = b; t < e; t++) {
+        int lo = (int)t * c->tile, hi = lo + c->tile;
+        int len = (c->by_rows ? c->m : c->n) - lo;
+        if (hi - lo < len) len = hi - lo;
+        if (c->by_rows) /* rows lo.. of op(A) and C */
+            cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, len,
+                        c->n, c->k, c->alpha, c->A + (c->ta ? (size_t)lo : (size_t)lo * c->lda), c->lda, c->B, c->ldb,
+                        c->beta, c->C + (size_t)lo * c->ldc, c->ldc);
+        else /* columns lo.. of op(B) and C */
+            cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, c->m,
+                        len, c->k, c->alpha, c->A, c->lda, c->B + (c->tb ? (size_t)lo * c->ldb : (size_t)lo), c->ldb,
+                        c->beta, c->C + lo, c->ldc);
+    }
+}
+
+void md_cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc)
+{
+    if (m <= 0 || n <= 0) return;
+    double flops = 2.0 * m * n * (k > 0 ? k : 1);
+    int tiles = (int)(flops / GEMM_TILE_FLOPS);
+    if (tiles > GEMM_TILES) tiles = GEMM_TILES;
+    struct sgemm_ctx c = {ta, tb, m, n, k, lda, ldb, ldc, n < m, 0, alpha, beta, A, B, C};
+    /* tiles of at least 128 rows or columns: thinner ones run OpenBLAS's
+     * kernels at a fraction of their speed and repack the shared operand */
+    int dim = c.by_rows ? m : n, align = 16;
+    if (tiles > dim / 128) tiles = dim / 128;
+    if (tiles < 2 || k <= 0) {
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A,
+                    lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    c.tile = (dim + tiles - 1) / tiles;
+    c.tile = (c.tile + align - 1) / align * align;
+    md_parallel_for((dim + c.tile - 1) / c.tile, 1, sgemm_tile_range, &c);
+}
+
 static size_t gemm_extent(int batch, long long stride, int rows, int ld, int cols)
 {
     if (rows <= 0 || cols <= 0) return 0;
@@ -82,9 +138,8 @@ static size_t gemm_extent(int batch, long long stride, int rows, int ld, int col
 static void sgemm_batch(const struct md_gemm_args *a, const float *A, const float *B, float *C, float beta)
 {
     for (int bi = 0; bi < a->batch; bi++)
-        cblas_sgemm(CblasRowMajor, a->trans_a ? CblasTrans : CblasNoTrans, a->trans_b ? CblasTrans : CblasNoTrans,
-                    a->m, a->n, a->k, a->alpha, A + bi * a->stride_a, a->lda, B + bi * a->stride_b, a->ldb, beta,
-                    C + bi * a->stride_c, a->ldc);
+        md_cpu_sgemm(a->trans_a, a->trans_b, a->m, a->n, a->k, a->alpha, A + bi * a->stride_a, a->lda,
+                     B + bi * a->stride_b, a->ldb, beta, C + bi * a->stride_c, a->ldc);
 }
 
 md_status md_cpu_gemm(md_device *dev, const struct md_gemm_args *a)

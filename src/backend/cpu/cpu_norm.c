@@ -1,11 +1,14 @@
 /* cpu_norm.c - batch normalisation forward and backward on the CPU.
  *
- * NCHW: one task per channel (its n planes of hw are contiguous runs).
- * NHWC: fixed chunks of rows produce per-channel partial sums (double),
- * combined in chunk order, so results do not depend on the thread count;
- * then one pass over rows writes the output. Statistics in double, the
- * element-wise passes in fp32. Conventions as the reference (ref_kernels.c). */
+ * fp32 (the fast paths): partial sums over fixed pieces (NCHW: one image's
+ * plane of a channel; NHWC: 64-row chunks, channels as the vectorised inner
+ * loop) in float lanes, double across pieces, combined in piece order so
+ * results do not depend on the thread count; then one element-wise pass.
+ * Forward statistics in one pass shifted by a sample of each channel.
+ * fp16/bf16 (storage types): NCHW one task per channel, NHWC the same chunked
+ * partials in double. Conventions as the reference (ref_kernels.c). */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -23,6 +26,8 @@
 struct bn_ctx {
     const struct md_batchnorm_args *a;
     float *scale, *shift;   /* (c): y = x*scale + shift (before ReLU) */
+    float *fk;              /* (c) fp32 fast path: the shift of the sums (fwd), the float mean (bwd) */
+    float *k1, *k2, *k3;    /* (c) fp32 fast path: dx coefficients */
     double *mean, *invstd;  /* (c) */
     double *part;           /* (nchunks, 2c) partial sums */
     double *s1, *s2;        /* (c) combined sums */
@@ -103,17 +108,10 @@ static ALWAYS_INLINE void nchw_fwd_channel(const struct md_batchnorm_args *a, in
     }
 }
 
-static void f32_fwd_channel(const struct md_batchnorm_args *a, int ci);
-
 static void nchw_fwd_range(void *vc, long long b, long long e)
 {
     const struct bn_ctx *c = vc;
-    for (long long ci = b; ci < e; ci++) {
-        if (c->a->dtype == MD_F32)
-            f32_fwd_channel(c->a, (int)ci);
-        else
-            nchw_fwd_channel(c->a, (int)ci, c->a->dtype);
-    }
+    for (long long ci = b; ci < e; ci++) nchw_fwd_channel(c->a, (int)ci, c->a->dtype); /* fp16/bf16 */
 }
 
 /* NHWC partial sums over a chunk of rows: pass 0 sum x, pass 1 sum (x-mean)^2;
@@ -199,7 +197,7 @@ static void nhwc_fwd_range(void *vc, long long b, long long e)
 static md_status bn_alloc(struct bn_ctx *c, long long nchunks, void **block)
 {
     int C = c->a->c;
-    size_t bytes = sizeof(double) * ((size_t)C * 4 + (size_t)nchunks * 2 * C) + sizeof(float) * 2 * (size_t)C;
+    size_t bytes = sizeof(double) * ((size_t)C * 4 + (size_t)nchunks * 2 * C) + sizeof(float) * 6 * (size_t)C;
     char *p = md_malloc(bytes);
     *block = p;
     if (!p) return MD_ERR_OOM;
@@ -210,8 +208,15 @@ static md_status bn_alloc(struct bn_ctx *c, long long nchunks, void **block)
     c->part = c->s2 + C;
     c->scale = (float *)(c->part + (size_t)nchunks * 2 * C);
     c->shift = c->scale + C;
+    c->fk = c->shift + C;
+    c->k1 = c->fk + C;
+    c->k2 = c->k1 + C;
+    c->k3 = c->k2 + C;
     return MD_OK;
 }
+
+static void bwd_stats(const struct md_batchnorm_args *a, int ci, double *mean, double *invstd);
+static md_status f32_nchw_fwd(struct bn_ctx *c);
 
 static md_status bn_check(const char *op, const struct md_batchnorm_args *a)
 {
@@ -220,15 +225,171 @@ static md_status bn_check(const char *op, const struct md_batchnorm_args *a)
     return MD_OK;
 }
 
+/* ---- fp32 NHWC fast path: channels are the contiguous inner loop (vectorised);
+ * per chunk of ROW_CHUNK rows float accumulators, double across chunks.
+ * Forward statistics in one pass, shifted by a sample of each channel (its
+ * value in row 0) so that sum (x-k)^2 - (sum (x-k))^2/m does not cancel. */
+
+#define CH_BLOCK 64
+
+static void f32_nhwc_part_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    const struct md_batchnorm_args *a = c->a;
+    const float *x = a->x, *dy = a->dy, *y = a->y;
+    long long rows = (long long)a->n * a->hw;
+    int C = a->c, relu = a->act == MD_ACT_RELU;
+    for (long long chunk = b; chunk < e; chunk++) {
+        long long r0 = chunk * ROW_CHUNK, r1 = r0 + ROW_CHUNK < rows ? r0 + ROW_CHUNK : rows;
+        double *p1 = c->part + (size_t)chunk * 2 * C, *p2 = p1 + C;
+        for (int c0 = 0; c0 < C; c0 += CH_BLOCK) {
+            int len = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
+            float a1[CH_BLOCK] = {0}, a2[CH_BLOCK] = {0};
+            const float *k = c->fk + c0, *sc = c->scale + c0, *sh = c->shift + c0;
+            for (long long r = r0; r < r1; r++) {
+                size_t o = (size_t)r * C + c0;
+                const float *xr = x + o;
+                if (c->pass == 0) {
+                    for (int j = 0; j < len; j++) {
+                        float d = xr[j] - k[j];
+                        a1[j] += d;
+                        a2[j] += d * d;
+                    }
+                } else {
+                    const float *dr = dy + o, *yr = y ? y + o : NULL;
+                    for (int j = 0; j < len; j++) {
+                        float z = yr ? yr[j] : xr[j] * sc[j] + sh[j], d = dr[j];
+                        d = !relu || z > 0.0f ? d : 0.0f;
+                        a1[j] += d;
+                        a2[j] += d * (xr[j] - k[j]);
+                    }
+                }
+            }
+            for (int j = 0; j < len; j++) {
+                p1[c0 + j] = (double)a1[j];
+                p2[c0 + j] = (double)a2[j];
+            }
+        }
+    }
+}
+
+/* y = x*scale + shift (ReLU) (+ beta*y), or dx = k1*(dy' - k2 - (x - fk)*k3) (+ beta*dx) */
+static void f32_nhwc_apply_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    const struct md_batchnorm_args *a = c->a;
+    int C = a->c, relu = a->act == MD_ACT_RELU;
+    float beta = a->beta;
+    const float *sc = c->scale, *sh = c->shift;
+    for (long long r = b; r < e; r++) {
+        size_t o = (size_t)r * C;
+        const float *xr = (const float *)a->x + o;
+        if (c->pass == 0) {
+            float *yr = (float *)a->y + o;
+            if (beta == 0.0f && relu)
+                for (int j = 0; j < C; j++) {
+                    float v = xr[j] * sc[j] + sh[j];
+                    yr[j] = v > 0.0f ? v : 0.0f;
+                }
+            else if (beta == 0.0f)
+                for (int j = 0; j < C; j++) yr[j] = xr[j] * sc[j] + sh[j];
+            else
+                for (int j = 0; j < C; j++) {
+                    float v = xr[j] * sc[j] + sh[j];
+                    if (relu) v = v > 0.0f ? v : 0.0f;
+                    yr[j] = v + beta * yr[j];
+                }
+        } else {
+            const float *dr = (const float *)a->dy + o, *yr = a->y ? (const float *)a->y + o : NULL;
+            const float *k = c->fk, *k1 = c->k1, *k2 = c->k2, *k3 = c->k3;
+            float *dx = (float *)a->dx + o;
+            for (int j = 0; j < C; j++) {
+                float z = yr ? yr[j] : xr[j] * sc[j] + sh[j], d = dr[j];
+                d = !relu || z > 0.0f ? d : 0.0f;
+                float v = k1[j] * (d - k2[j] - (xr[j] - k[j]) * k3[j]);
+                dx[j] = beta != 0.0f ? v + beta * dx[j] : v;
+            }
+        }
+    }
+}
+
+static md_status f32_nhwc_fwd(struct bn_ctx *c)
+{
+    const struct md_batchnorm_args *a = c->a;
+    long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
+    void *block;
+    MD_TRY(bn_alloc(c, nchunks, &block));
+    double m = (double)rows;
+    const float *x = a->x;
+    for (int ci = 0; ci < a->c; ci++) c->fk[ci] = rows > 0 ? x[ci] : 0.0f;
+    if (a->training) {
+        c->pass = 0;
+        md_parallel_for(nchunks, 1, f32_nhwc_part_range, c);
+        nhwc_combine(c, nchunks);
+    }
+    for (int ci = 0; ci < a->c; ci++) {
+        double mean = 0.0, var = 0.0;
+        if (a->training) {
+            double d = c->s1[ci] / m;
+            mean = (double)c->fk[ci] + d;
+            var = c->s2[ci] / m - d * d;
+            if (var < 0.0) var = 0.0;
+        }
+        bn_finalize(a, ci, mean, var, &c->scale[ci], &c->shift[ci]);
+    }
+    c->pass = 0;
+    md_parallel_for(rows, md_parallel_grain(rows, 16), f32_nhwc_apply_range, c);
+    md_free(block);
+    return MD_OK;
+}
+
+static md_status f32_nhwc_bwd(struct bn_ctx *c)
+{
+    const struct md_batchnorm_args *a = c->a;
+    long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
+    void *block;
+    MD_TRY(bn_alloc(c, nchunks, &block));
+    double m = (double)rows;
+    for (int ci = 0; ci < a->c; ci++) {
+        bwd_stats(a, ci, &c->mean[ci], &c->invstd[ci]);
+        double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
+        c->scale[ci] = (float)(gam * c->invstd[ci]);
+        c->shift[ci] = (float)(bet - c->mean[ci] * gam * c->invstd[ci]);
+        c->fk[ci] = (float)c->mean[ci];
+    }
+    c->pass = 1;
+    md_parallel_for(nchunks, 1, f32_nhwc_part_range, c);
+    nhwc_combine(c, nchunks);
+    for (int ci = 0; ci < a->c; ci++) {
+        double invstd = c->invstd[ci], gam = a->gamma ? (double)a->gamma[ci] : 1.0, sdy = c->s1[ci];
+        /* sum dy*(x - mean) from deviations to the float mean */
+        double sdyx = (c->s2[ci] - sdy * (c->mean[ci] - (double)c->fk[ci])) * invstd;
+        c->k1[ci] = (float)(gam * invstd);
+        c->k2[ci] = a->training ? (float)(sdy / m) : 0.0f;
+        c->k3[ci] = a->training ? (float)(sdyx / m * invstd) : 0.0f;
+        c->s1[ci] = sdy;
+        c->s2[ci] = sdyx;
+    }
+    if (a->dx) md_parallel_for(rows, md_parallel_grain(rows, 16), f32_nhwc_apply_range, c);
+    for (int ci = 0; ci < a->c; ci++) {
+        if (a->dgamma) a->dgamma[ci] = (float)(c->s2[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
+        if (a->dbeta) a->dbeta[ci] = (float)(c->s1[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+    }
+    md_free(block);
+    return MD_OK;
+}
+
 md_status md_cpu_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a)
 {
     (void)dev;
     MD_TRY(bn_check("batchnorm_fwd", a));
     struct bn_ctx c = {.a = a};
+    if (a->layout == MD_NCHW && a->dtype == MD_F32) return f32_nchw_fwd(&c);
     if (a->layout == MD_NCHW) {
         md_parallel_for(a->c, 1, nchw_fwd_range, &c);
         return MD_OK;
     }
+    if (a->dtype == MD_F32) return f32_nhwc_fwd(&c);
     long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
     void *block;
     MD_TRY(bn_alloc(&c, nchunks, &block));
@@ -325,145 +486,242 @@ static ALWAYS_INLINE void nchw_bwd_channel(const struct md_batchnorm_args *a, in
 #define LANES 16
 #define BLOCK 512
 
-/* sum over i of f(i) for f: 0 = x, 1 = (x - c)^2 */
-static double f32_sum(const float *x, int n, int sq, float c)
+/* How backward masks dy by the fused ReLU: not at all, by y > 0, or by the
+ * pre-activation x*fg + fb > 0 recomputed as the forward did (no y given). */
+enum { MASK_NONE, MASK_Y, MASK_X };
+
+static ALWAYS_INLINE float masked_dy(int mode, const float *dy, const float *y, const float *x, size_t k, float fg,
+                                     float fb)
 {
-    double s = 0.0;
-    int i = 0;
-    for (; i + BLOCK <= n; i += BLOCK) {
-        float acc[LANES] = {0};
-        if (sq)
-            for (int j = 0; j < BLOCK; j += LANES)
+    /* d where z > 0, else +0, as a bit mask: gcc leaves the float select
+     * scalar inside run_sums' lanes ("control flow in loop") */
+    float z = mode == MASK_Y ? y[k] : mode == MASK_X ? x[k] * fg + fb : 1.0f, d = dy[k];
+    uint32_t b;
+    memcpy(&b, &d, sizeof b);
+    b &= 0u - (uint32_t)(z > 0.0f);
+    memcpy(&d, &b, sizeof d);
+    return d;
+}
+
+/* Over one contiguous run of n elements (an image's plane of one channel):
+ * forward (dy == NULL): s1 += sum (x-k), s2 += sum (x-k)^2;
+ * backward: s1 += sum dy', s2 += sum dy'*(x-k) (dy' masked by `mode`).
+ * Float lanes within blocks of BLOCK elements (vectorised), double across. */
+static ALWAYS_INLINE void run_sums(int mode, const float *x, const float *dy, const float *y, int n, float k, float fg,
+                                   float fb, double *s1, double *s2)
+{
+    for (int i = 0; i < n; i += BLOCK) {
+        int len = n - i < BLOCK ? n - i : BLOCK, j = 0;
+        float a1[LANES] = {0}, a2[LANES] = {0};
+        const float *xb = x + i;
+        if (!dy) {
+            for (; j + LANES <= len; j += LANES)
                 for (int l = 0; l < LANES; l++) {
-                    float d = x[i + j + l] - c;
-                    acc[l] += d * d;
+                    float d = xb[j + l] - k;
+                    a1[l] += d;
+                    a2[l] += d * d;
                 }
-        else
-            for (int j = 0; j < BLOCK; j += LANES)
-                for (int l = 0; l < LANES; l++) acc[l] += x[i + j + l];
-        for (int l = 0; l < LANES; l++) s += (double)acc[l];
-    }
-    for (; i < n; i++) {
-        double d = (double)x[i] - (sq ? (double)c : 0.0);
-        s += sq ? d * d : (double)x[i];
-    }
-    return s;
-}
-
-static void f32_stats(const struct md_batchnorm_args *a, int ci, double *mean, double *var)
-{
-    double m = (double)a->n * a->hw, s = 0.0, ss = 0.0;
-    const float *x = a->x;
-    for (int ni = 0; ni < a->n; ni++) s += f32_sum(x + ((size_t)ni * a->c + ci) * a->hw, a->hw, 0, 0.0f);
-    *mean = s / m;
-    /* deviations from the float mean; the tiny offset to the exact mean is
-     * corrected below (var = E[(x-c)^2] - (mean-c)^2) */
-    float c = (float)*mean;
-    for (int ni = 0; ni < a->n; ni++) ss += f32_sum(x + ((size_t)ni * a->c + ci) * a->hw, a->hw, 1, c);
-    double off = *mean - (double)c;
-    *var = ss / m - off * off;
-    if (*var < 0.0) *var = 0.0;
-}
-
-static void f32_fwd_channel(const struct md_batchnorm_args *a, int ci)
-{
-    double mean = 0.0, var = 0.0;
-    float scale, shift;
-    if (a->training) f32_stats(a, ci, &mean, &var);
-    bn_finalize(a, ci, mean, var, &scale, &shift);
-    int relu = a->act == MD_ACT_RELU;
-    float beta = a->beta;
-    for (int ni = 0; ni < a->n; ni++) {
-        size_t o = ((size_t)ni * a->c + ci) * a->hw;
-        const float *x = (const float *)a->x + o;
-        float *y = (float *)a->y + o;
-        if (beta == 0.0f) {
-            if (relu)
-                for (int i = 0; i < a->hw; i++) {
-                    float v = x[i] * scale + shift;
-                    y[i] = v > 0.0f ? v : 0.0f;
-                }
-            else
-                for (int i = 0; i < a->hw; i++) y[i] = x[i] * scale + shift;
+            for (; j < len; j++) {
+                float d = xb[j] - k;
+                a1[0] += d;
+                a2[0] += d * d;
+            }
         } else {
-            for (int i = 0; i < a->hw; i++) {
-                float v = x[i] * scale + shift;
-                if (relu) v = v > 0.0f ? v : 0.0f;
-                y[i] = v + beta * y[i];
+            const float *db = dy + i, *yb = y ? y + i : NULL;
+            for (; j + LANES <= len; j += LANES)
+                for (int l = 0; l < LANES; l++) {
+                    float d = masked_dy(mode, db, yb, xb, (size_t)(j + l), fg, fb);
+                    a1[l] += d;
+                    a2[l] += d * (xb[j + l] - k);
+                }
+            for (; j < len; j++) {
+                float d = masked_dy(mode, db, yb, xb, (size_t)j, fg, fb);
+                a1[0] += d;
+                a2[0] += d * (xb[j] - k);
             }
         }
+        double t1 = 0.0, t2 = 0.0;
+        for (int l = 0; l < LANES; l++) t1 += (double)a1[l], t2 += (double)a2[l];
+        *s1 += t1;
+        *s2 += t2;
     }
 }
 
-/* dy masked by the fused ReLU: from y when given, else recomputed from x */
-static inline float f32_dy(const struct md_batchnorm_args *a, size_t k, float fg, float fb)
+/* dx over one run: k1*(dy' - k2 - (x - fm)*k3) (+ beta*dx) */
+static ALWAYS_INLINE void run_dx(int mode, const float *x, const float *dy, const float *y, float *dx, int n, float fm,
+                                 float fg, float fb, float k1, float k2, float k3, float beta)
 {
-    float d = ((const float *)a->dy)[k];
-    if (a->act != MD_ACT_RELU) return d;
-    float z = a->y ? ((const float *)a->y)[k] : ((const float *)a->x)[k] * fg + fb;
-    return z > 0.0f ? d : 0.0f;
+    if (beta == 0.0f)
+        for (int i = 0; i < n; i++) dx[i] = k1 * (masked_dy(mode, dy, y, x, (size_t)i, fg, fb) - k2 - (x[i] - fm) * k3);
+    else
+        for (int i = 0; i < n; i++)
+            dx[i] = k1 * (masked_dy(mode, dy, y, x, (size_t)i, fg, fb) - k2 - (x[i] - fm) * k3) + beta * dx[i];
 }
 
-static void f32_bwd_channel(const struct md_batchnorm_args *a, int ci)
+/* fp32 NCHW over planes: per (image, channel) plane partial sums into
+ * part[img][2][c], combined per channel in image order (so results do not
+ * depend on the thread count), then one element-wise pass over the planes.
+ * Planes in memory order stream; a per-channel pass would touch n short runs
+ * far apart (one cache line each on 4x4 planes). */
+
+static long long plane_grain(const struct md_batchnorm_args *a)
 {
-    double mean, invstd;
-    bwd_stats(a, ci, &mean, &invstd);
-    double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
-    double m = (double)a->n * a->hw, sdy = 0.0, sdxc = 0.0;
-    float fm = (float)mean, fg = (float)(gam * invstd), fb = (float)(bet - mean * gam * invstd);
-    const float *x = a->x;
-    for (int ni = 0; ni < a->n; ni++) {
-        size_t o = ((size_t)ni * a->c + ci) * a->hw;
-        int i = 0;
-        for (; i + BLOCK <= a->hw; i += BLOCK) {
-            float a1[LANES] = {0}, a2[LANES] = {0};
-            for (int j = 0; j < BLOCK; j += LANES)
-                for (int l = 0; l < LANES; l++) {
-                    size_t k = o + (size_t)(i + j + l);
-                    float d = f32_dy(a, k, fg, fb);
-                    a1[l] += d;
-                    a2[l] += d * (x[k] - fm);
+    long long g = CPU_GRAIN / (a->hw > 0 ? a->hw : 1);
+    return g > 0 ? g : 1;
+}
+
+static ALWAYS_INLINE void plane_sums_mode(const struct bn_ctx *c, long long b, long long e, int mode)
+{
+    const struct md_batchnorm_args *a = c->a;
+    int C = a->c;
+    const float *x = a->x, *dy = a->dy, *y = a->y;
+    for (long long t = b; t < e; t++) {
+        int img = (int)(t / C), ci = (int)(t % C);
+        size_t o = (size_t)t * a->hw;
+        double s1 = 0.0, s2 = 0.0;
+        if (c->pass == 0)
+            run_sums(MASK_NONE, x + o, NULL, NULL, a->hw, c->fk[ci], 0.0f, 0.0f, &s1, &s2);
+        else
+            run_sums(mode, x + o, dy + o, y ? y + o : NULL, a->hw, c->fk[ci], c->scale[ci], c->shift[ci], &s1, &s2);
+        double *p = c->part + (size_t)img * 2 * C;
+        p[ci] = s1;
+        p[C + ci] = s2;
+    }
+}
+
+static int mask_mode(const struct md_batchnorm_args *a)
+{
+    return a->act != MD_ACT_RELU ? MASK_NONE : a->y ? MASK_Y : MASK_X;
+}
+
+static void plane_sums_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    switch (c->pass == 0 ? MASK_NONE : mask_mode(c->a)) {
+    case MASK_NONE: plane_sums_mode(c, b, e, MASK_NONE); break;
+    case MASK_Y: plane_sums_mode(c, b, e, MASK_Y); break;
+    default: plane_sums_mode(c, b, e, MASK_X); break;
+    }
+}
+
+static ALWAYS_INLINE void plane_dx_mode(const struct bn_ctx *c, long long b, long long e, int mode)
+{
+    const struct md_batchnorm_args *a = c->a;
+    int C = a->c;
+    const float *x = a->x, *dy = a->dy, *y = a->y;
+    for (long long t = b; t < e; t++) {
+        int ci = (int)(t % C);
+        size_t o = (size_t)t * a->hw;
+        run_dx(mode, x + o, dy + o, y ? y + o : NULL, (float *)a->dx + o, a->hw, c->fk[ci], c->scale[ci],
+               c->shift[ci], c->k1[ci], c->k2[ci], c->k3[ci], a->beta);
+    }
+}
+
+static void plane_apply_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    const struct md_batchnorm_args *a = c->a;
+    if (c->pass == 0) {
+        int C = a->c, relu = a->act == MD_ACT_RELU, hw = a->hw;
+        float beta = a->beta;
+        for (long long t = b; t < e; t++) {
+            int ci = (int)(t % C);
+            const float *x = (const float *)a->x + (size_t)t * hw;
+            float *y = (float *)a->y + (size_t)t * hw, sc = c->scale[ci], sh = c->shift[ci];
+            if (beta == 0.0f && relu)
+                for (int i = 0; i < hw; i++) {
+                    float v = x[i] * sc + sh;
+                    y[i] = v > 0.0f ? v : 0.0f;
                 }
-            for (int l = 0; l < LANES; l++) sdy += (double)a1[l], sdxc += (double)a2[l];
-        }
-        for (; i < a->hw; i++) {
-            size_t k = o + (size_t)i;
-            double d = (double)f32_dy(a, k, fg, fb);
-            sdy += d;
-            sdxc += d * ((double)x[k] - (double)fm);
-        }
-    }
-    /* sum dy*(x - mean) from deviations to the float mean */
-    double sdyx = (sdxc - sdy * (mean - (double)fm)) * invstd;
-    if (a->dx) {
-        /* training: dx = gam*invstd * (dy - sdy/m - xhat*sdyx/m); inference: gam*invstd*dy */
-        float k1 = (float)(gam * invstd), k2 = a->training ? (float)(sdy / m) : 0.0f,
-              k3 = a->training ? (float)(sdyx / m * invstd) : 0.0f, beta = a->beta;
-        for (int ni = 0; ni < a->n; ni++) {
-            size_t o = ((size_t)ni * a->c + ci) * a->hw;
-            float *dx = (float *)a->dx + o;
-            const float *xp = x + o;
-            if (beta == 0.0f)
-                for (int i = 0; i < a->hw; i++)
-                    dx[i] = k1 * (f32_dy(a, o + (size_t)i, fg, fb) - k2 - (xp[i] - fm) * k3);
+            else if (beta == 0.0f)
+                for (int i = 0; i < hw; i++) y[i] = x[i] * sc + sh;
             else
-                for (int i = 0; i < a->hw; i++)
-                    dx[i] = k1 * (f32_dy(a, o + (size_t)i, fg, fb) - k2 - (xp[i] - fm) * k3) + beta * dx[i];
+                for (int i = 0; i < hw; i++) {
+                    float v = x[i] * sc + sh;
+                    if (relu) v = v > 0.0f ? v : 0.0f;
+                    y[i] = v + beta * y[i];
+                }
         }
+        return;
     }
-    if (a->dgamma) a->dgamma[ci] = (float)(sdyx + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
-    if (a->dbeta) a->dbeta[ci] = (float)(sdy + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+    switch (mask_mode(a)) {
+    case MASK_NONE: plane_dx_mode(c, b, e, MASK_NONE); break;
+    case MASK_Y: plane_dx_mode(c, b, e, MASK_Y); break;
+    default: plane_dx_mode(c, b, e, MASK_X); break;
+    }
+}
+
+static md_status f32_nchw_fwd(struct bn_ctx *c)
+{
+    const struct md_batchnorm_args *a = c->a;
+    long long planes = (long long)a->n * a->c;
+    void *block;
+    MD_TRY(bn_alloc(c, a->n, &block));
+    double m = (double)a->n * a->hw;
+    const float *x = a->x;
+    /* the shift of the sums: each channel's first element */
+    for (int ci = 0; ci < a->c; ci++) c->fk[ci] = m > 0 ? x[(size_t)ci * a->hw] : 0.0f;
+    if (a->training) {
+        c->pass = 0;
+        md_parallel_for(planes, plane_grain(a), plane_sums_range, c);
+        nhwc_combine(c, a->n);
+    }
+    for (int ci = 0; ci < a->c; ci++) {
+        double mean = 0.0, var = 0.0;
+        if (a->training && m > 0) {
+            double d = c->s1[ci] / m;
+            mean = (double)c->fk[ci] + d;
+            var = c->s2[ci] / m - d * d;
+            if (var < 0.0) var = 0.0;
+        }
+        bn_finalize(a, ci, mean, var, &c->scale[ci], &c->shift[ci]);
+    }
+    c->pass = 0;
+    md_parallel_for(planes, plane_grain(a), plane_apply_range, c);
+    md_free(block);
+    return MD_OK;
+}
+
+static md_status f32_nchw_bwd(struct bn_ctx *c)
+{
+    const struct md_batchnorm_args *a = c->a;
+    long long planes = (long long)a->n * a->c;
+    void *block;
+    MD_TRY(bn_alloc(c, a->n, &block));
+    double m = (double)a->n * a->hw;
+    for (int ci = 0; ci < a->c; ci++) {
+        bwd_stats(a, ci, &c->mean[ci], &c->invstd[ci]);
+        double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
+        c->scale[ci] = (float)(gam * c->invstd[ci]);
+        c->shift[ci] = (float)(bet - c->mean[ci] * gam * c->invstd[ci]);
+        c->fk[ci] = (float)c->mean[ci];
+    }
+    c->pass = 1;
+    md_parallel_for(planes, plane_grain(a), plane_sums_range, c);
+    nhwc_combine(c, a->n);
+    for (int ci = 0; ci < a->c; ci++) {
+        double invstd = c->invstd[ci], gam = a->gamma ? (double)a->gamma[ci] : 1.0, sdy = c->s1[ci];
+        /* sum dy*(x - mean) from deviations to the float mean */
+        double sdyx = (c->s2[ci] - sdy * (c->mean[ci] - (double)c->fk[ci])) * invstd;
+        c->k1[ci] = (float)(gam * invstd);
+        c->k2[ci] = a->training ? (float)(sdy / m) : 0.0f;
+        c->k3[ci] = a->training ? (float)(sdyx / m * invstd) : 0.0f;
+        c->s1[ci] = sdy;
+        c->s2[ci] = sdyx;
+    }
+    if (a->dx) md_parallel_for(planes, plane_grain(a), plane_apply_range, c);
+    for (int ci = 0; ci < a->c; ci++) {
+        if (a->dgamma) a->dgamma[ci] = (float)(c->s2[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
+        if (a->dbeta) a->dbeta[ci] = (float)(c->s1[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+    }
+    md_free(block);
+    return MD_OK;
 }
 
 static void nchw_bwd_range(void *vc, long long b, long long e)
 {
     const struct bn_ctx *c = vc;
-    for (long long ci = b; ci < e; ci++) {
-        if (c->a->dtype == MD_F32)
-            f32_bwd_channel(c->a, (int)ci);
-        else
-            nchw_bwd_channel(c->a, (int)ci, c->a->dtype);
-    }
+    for (long long ci = b; ci < e; ci++) nchw_bwd_channel(c->a, (int)ci, c->a->dtype); /* fp16/bf16 */
 }
 
 static ALWAYS_INLINE void nhwc_bwd_rows(const struct bn_ctx *c, long long b, long long e, md_dtype t)
@@ -499,10 +757,12 @@ md_status md_cpu_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
     (void)dev;
     MD_TRY(bn_check("batchnorm_bwd", a));
     struct bn_ctx c = {.a = a};
+    if (a->layout == MD_NCHW && a->dtype == MD_F32) return f32_nchw_bwd(&c);
     if (a->layout == MD_NCHW) {
         md_parallel_for(a->c, 1, nchw_bwd_range, &c);
         return MD_OK;
     }
+    if (a->dtype == MD_F32) return f32_nhwc_bwd(&c);
     long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
     void *block;
     MD_TRY(bn_alloc(&c, nchunks, &block));
