@@ -48,7 +48,9 @@ static void device_settings(md_job *job)
     if (md_device_kind(job->dev) == MD_BACKEND_CPU) {
         snprintf(v, sizeof v, "%d", info->compute_units);
         md_job_setting(job, "threads", v,
-                       o->threads ? "--threads" : "physical cores; OpenBLAS set to match (no oversubscription)");
+                       o->threads ? "--threads; one pool runs every CPU kernel, GEMM tiles included"
+                                  : "physical cores; one pool runs every CPU kernel, GEMM tiles included (OpenBLAS "
+                                    "itself single-threaded, so nothing oversubscribes)");
     }
     if (o->memory_fraction > 0) {
         snprintf(v, sizeof v, "%.2f", o->memory_fraction);

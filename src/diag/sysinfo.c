@@ -139,8 +139,7 @@ void md_sysinfo_print(const cJSON *s)
     md_out("  %-16s %s\n", "SIMD", js(s, "simd"));
     md_out("  %-16s %s total, %s available\n", "RAM", jbytes(s, "ram_total_bytes", a, sizeof a),
            jbytes(s, "ram_available_bytes", b, sizeof b));
-    md_out("  %-16s OpenBLAS, %s kernels, %d threads\n", "BLAS", js(blas, "core"),
-           cJSON_GetObjectItemCaseSensitive(blas, "threads")->valueint);
+    md_out("  %-16s OpenBLAS, %s kernels (GEMM in tiles on mpsdiag's CPU threads)\n", "BLAS", js(blas, "core"));
     md_verbose("  %-16s %s\n", "BLAS config", js(blas, "config"));
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(blas, "warning");
     if (cJSON_IsString(w)) md_out("  %-16s %s\n", "BLAS note", w->valuestring);
