@@ -222,6 +222,10 @@ static const struct conv_case conv_cases[] = {
     {1, 32, 90, 70, 4, 3, 3, 2, 2, 1, 1, 1, 1, 2, 0}, /* the same with stride 2 (a short last block) */
     {23, 128, 8, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 2, 0}, /* small planes: two CPU image chunks (21 + 2), groups 2 */
     {14, 64, 20, 20, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 0}, /* stride 2: two CPU image chunks (13 + 1) */
+    /* the CPU's shifted GEMMs on a padded grid (stride 1, one group, >= 256 outputs), beta 1, 0, 1 */
+    {3, 8, 17, 19, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  /* odd H and W */
+    {4, 12, 15, 21, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0}, /* more channels, K > C */
+    {4, 9, 18, 20, 8, 5, 3, 1, 1, 2, 0, 1, 1, 1, 0},   /* 5x3 kernel, no horizontal padding */
 };
 
 static void op_conv(struct harness *h, int op)

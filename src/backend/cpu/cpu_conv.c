@@ -325,6 +325,106 @@ static md_status chunked_fwd_nchw(const struct geom *g, const float *x, const fl
     return MD_OK;
 }
 
+/* ---- forward, stride 1, dilation 1, one group: shifted GEMMs ---------------
+ * Per image, x is copied once into zero-padded channel planes of Hp x Wp
+ * (Hp = H + 2ph, Wp = W + 2pw; plane stride L >= Hp*Wp + S). The output is
+ * computed on the padded-width grid (P rows x Wp columns; the last S-1 of
+ * each row are junk): for tap (r, s) the input it needs is, in every plane,
+ * the contiguous run of P*Wp values from r*Wp + s, i.e. a (C, P*Wp) matrix of
+ * leading dimension L. So grid (K, P*Wp) = sum over taps W_rs (K, C) @ that
+ * slice: R*S GEMMs accumulating in place, with no im2col at all. The last
+ * slice ends at (R-1)*Wp + S-1 + P*Wp = Hp*Wp + S-1, inside the plane's zeroed
+ * tail. The valid Q columns of each grid row then go to y (with beta). Each
+ * output element is one task's, so results do not depend on the thread count. */
+
+struct shift_ctx {
+    const struct geom *g;
+    const float *x, *wt; /* wt: (R*S, K, C) */
+    float *y, *buf;
+    float beta;
+    int hp, wp;
+    size_t plane, per_thread; /* plane: L */
+};
+
+/* Zero-padded copy of one image's (C, H, W) planes into (C, L). */
+static void shift_pad(const struct shift_ctx *c, const float *xi, float *xp)
+{
+    const struct geom *g = c->g;
+    size_t head = (size_t)g->ph * c->wp + g->pw, gap = 2 * (size_t)g->pw;
+    for (int ch = 0; ch < g->c; ch++) {
+        const float *src = xi + (size_t)ch * g->h * g->w;
+        float *d = xp + (size_t)ch * c->plane;
+        memset(d, 0, sizeof(float) * head);
+        size_t pos = head;
+        for (int i = 0; i < g->h; i++) {
+            memcpy(d + pos, src + (size_t)i * g->w, sizeof(float) * (size_t)g->w);
+            pos += (size_t)g->w;
+            if (i + 1 < g->h) {
+                memset(d + pos, 0, sizeof(float) * gap);
+                pos += gap;
+            }
+        }
+        memset(d + pos, 0, sizeof(float) * (c->plane - pos));
+    }
+}
+
+static void shift_fwd_range(void *vc, long long b, long long e)
+{
+    const struct shift_ctx *c = vc;
+    const struct geom *g = c->g;
+    float *xp = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    float *grid = xp + (size_t)g->c * c->plane;
+    int ncol = g->p * c->wp;
+    for (long long img = b; img < e; img++) {
+        shift_pad(c, c->x + (size_t)img * g->c * g->h * g->w, xp);
+        for (int r = 0; r < g->r; r++)
+            for (int s = 0; s < g->s; s++) {
+                int tap = r * g->s + s;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->k, ncol, g->c, 1.0f,
+                            c->wt + (size_t)tap * g->k * g->c, g->c, xp + (size_t)r * c->wp + s, (int)c->plane,
+                            tap ? 1.0f : 0.0f, grid, ncol);
+            }
+        for (int k = 0; k < g->k; k++)
+            for (int p = 0; p < g->p; p++) {
+                float *yp = c->y + ((size_t)img * g->k + k) * g->pq + (size_t)p * g->q;
+                const float *gp = grid + (size_t)k * ncol + (size_t)p * c->wp;
+                if (c->beta == 0.0f)
+                    memcpy(yp, gp, sizeof(float) * (size_t)g->q);
+                else
+                    for (int i = 0; i < g->q; i++) yp[i] = gp[i] + c->beta * yp[i];
+            }
+    }
+}
+
+/* Where the junk columns and the thinner (K x C) GEMMs cost less than the
+ * im2col they replace: planes of >= 256 outputs, one group, enough images
+ * for every thread. */
+static int shift_fwd_ok(const struct geom *g)
+{
+    return g->g == 1 && !g->is_1x1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->pq >= 256 &&
+           g->n >= md_threadpool_size();
+}
+
+static md_status shift_fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
+{
+    struct shift_ctx c = {.g = g, .x = x, .y = y, .beta = beta};
+    c.hp = g->h + 2 * g->ph;
+    c.wp = g->w + 2 * g->pw;
+    c.plane = ((size_t)c.hp * c.wp + (size_t)g->s + 15) / 16 * 16;
+    c.per_thread = (size_t)g->c * c.plane + (size_t)g->k * g->p * c.wp;
+    size_t rs = (size_t)g->r * g->s;
+    float *wt = md_cpu_scratch(CPU_SCR_WTAP, sizeof(float) * rs * g->k * g->c);
+    c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
+    if (!wt || !c.buf) return MD_ERR_OOM;
+    /* (K, C, R, S) -> (R*S, K, C) */
+    for (int k = 0; k < g->k; k++)
+        for (int ch = 0; ch < g->c; ch++)
+            for (size_t t = 0; t < rs; t++) wt[(t * g->k + k) * g->c + ch] = w[((size_t)k * g->c + ch) * rs + t];
+    c.wt = wt;
+    md_parallel_for(g->n, 1, shift_fwd_range, &c);
+    return MD_OK;
+}
+
 /* Backward-filter on the same tiles: the tasks are cut into FILTER_SLOTS
  * fixed runs, each summing its GEMMs (dy tile @ col tile^T, dy read in place)
  * into its own dw partial in task order; partials are then added in slot
@@ -462,6 +562,7 @@ static int chunk_images(const struct geom *g, size_t per_image_floats)
 
 static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
 {
+    if (shift_fwd_ok(g)) return shift_fwd_nchw(g, x, w, y, beta);
     if (tiled_fwd_ok(g)) return tiled_fwd_nchw(g, x, w, y, beta);
     if (!g->is_1x1) return chunked_fwd_nchw(g, x, w, y, beta);
     if (g->is_1x1) {

@@ -11,7 +11,7 @@
 
 /* Scratch slots (grow, never shrink; freed by md_cpu_scratch_release).
  * Callers hold md_cpu_lock() while they use a slot. */
-enum { CPU_SCR_COL = 0, CPU_SCR_TMP, CPU_SCR_DY, CPU_SCR_X32, CPU_SCR_W32, CPU_SCR_Y32, CPU_SCR_WFLIP, CPU_SCR_COUNT };
+enum { CPU_SCR_COL = 0, CPU_SCR_TMP, CPU_SCR_DY, CPU_SCR_X32, CPU_SCR_W32, CPU_SCR_Y32, CPU_SCR_WFLIP, CPU_SCR_WTAP, CPU_SCR_COUNT };
 void *md_cpu_scratch(int slot, size_t bytes);
 void md_cpu_scratch_release(void);
 void md_cpu_lock(void);
