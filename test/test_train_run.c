@@ -221,16 +221,24 @@ Test(train_run, checkpoint_dir_that_cannot_exist_fails_clearly)
     free(dir);
 }
 
+/* The flags of a run of unstable_model with lr 100 (diverges within 3 epochs). */
+static void unstable_args(const char *dir, const char *extra, char *args, size_t n)
+{
+    char *m = th_write(dir, "unstable.json", unstable_model);
+    snprintf(args, n,
+             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
+             "--num-workers 0 --quiet --epochs 3 --lr 100 --lradj constant %s",
+             m, extra);
+    free(m);
+}
+
 Test(train_run, diverging_run_stops_with_numeric_error, .timeout = 120)
 {
     char *dir = th_tmpdir();
     char args[1024];
-    char *m = th_write(dir, "unstable.json", unstable_model);
-    snprintf(args, sizeof args,
-             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
-             "--num-workers 0 --quiet --epochs 3 --lr 100 --lradj constant --checkpoint-dir %s",
-             m, dir);
-    free(m);
+    char ck[1100];
+    snprintf(ck, sizeof ck, "--checkpoint-dir %s", dir);
+    unstable_args(dir, ck, args, sizeof args);
     struct run_out r = run_job(args, 0);
     fprintf(stderr, "  lr 100: %s\n", r.err);
     cr_assert_eq(r.st, MD_ERR_NUMERIC, "status %d: %s", r.st, r.err);
@@ -472,12 +480,7 @@ Test(train_pipe, diverging_run_stops_with_numeric_error, .timeout = 120)
 {
     char *dir = th_tmpdir();
     char args[1024];
-    char *m = th_write(dir, "unstable.json", unstable_model);
-    snprintf(args, sizeof args,
-             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
-             "--num-workers 0 --quiet --epochs 3 --lr 100 --lradj constant",
-             m);
-    free(m);
+    unstable_args(dir, "", args, sizeof args);
     g_force_pipe = 0;
     struct run_out a = run_job(args, 0);
     g_force_pipe = 1;
