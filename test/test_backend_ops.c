@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_conv_direct.h"
 #include "backend/kernels_call.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -226,6 +227,10 @@ static const struct conv_case conv_cases[] = {
     {3, 8, 17, 19, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  /* odd H and W */
     {4, 12, 15, 21, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0}, /* more channels, K > C */
     {4, 9, 18, 20, 8, 5, 3, 1, 1, 2, 0, 1, 1, 1, 0},   /* 5x3 kernel, no horizontal padding */
+    /* the CPU's direct AVX-512 kernels: C in two blocks (C > ~113 for 3x3), K
+     * in two 64-channel blocks with a 6-channel tail, MR pixel tails, dilation */
+    {3, 130, 6, 7, 70, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},
+    {4, 20, 9, 11, 33, 3, 3, 2, 1, 2, 1, 2, 1, 1, 1},
 };
 
 static void op_conv(struct harness *h, int op)
@@ -937,6 +942,20 @@ static int run_backend(const char *name)
 Test(backend_ops, cpu, .timeout = 120)
 {
     cr_assert_eq(run_backend("cpu"), 0, "some cpu ops failed (see stderr)");
+}
+
+/* The CPU's im2col/GEMM convolution paths, which the direct AVX-512 kernels
+ * replace where the CPU has AVX-512 (and which other CPUs always take). */
+Test(backend_ops, cpu_gemm_convolutions, .timeout = 120)
+{
+    struct harness h;
+    cr_assert(open_pair(&h, "cpu"));
+    md_cpu_direct_set(0);
+    for (int op = K_CONV_FWD; op <= K_CONV_FILTER; op++) run_op(&h, op);
+    md_cpu_direct_set(-1);
+    int failed = h.failed[K_CONV_FWD] + h.failed[K_CONV_DATA] + h.failed[K_CONV_FILTER];
+    close_pair(&h);
+    cr_assert_eq(failed, 0, "im2col/GEMM convolutions failed (see stderr)");
 }
 
 Test(backend_ops, cuda, .timeout = 300)

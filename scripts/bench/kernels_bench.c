@@ -79,6 +79,7 @@ int main(int argc, char **argv)
     double tot[3] = {0, 0, 0};
     for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
         const struct layer *l = &layers[i];
+        if (getenv("KB_LAYER") && !strstr(l->name, getenv("KB_LAYER"))) continue; /* KB_LAYER=l4: only those */
         struct md_conv2d_args a = {.n = l->n, .c = l->c, .h = l->h, .w = l->w, .k = l->k, .r = l->r, .s = l->r,
                                    .stride_h = l->stride, .stride_w = l->stride, .pad_h = l->pad, .pad_w = l->pad,
                                    .dil_h = 1, .dil_w = 1, .groups = 1, .layout = layout, .dtype = MD_F32};

@@ -22,6 +22,7 @@
 
 #include <cblas.h>
 
+#include "backend/cpu/cpu_conv_direct.h"
 #include "backend/cpu/cpu_internal.h"
 #include "core/mem.h"
 
@@ -65,6 +66,15 @@ static md_status geom_init(const char *op, const struct md_conv2d_args *a, struc
     o->is_1x1 = o->r == 1 && o->s == 1 && o->sh == 1 && o->sw == 1 && o->ph == 0 && o->pw == 0;
     o->same1 = o->sh == 1 && o->sw == 1 && o->dh == 1 && o->dw == 1 && o->q == o->w;
     return MD_OK;
+}
+
+/* The direct AVX-512 kernels (cpu_conv_direct.c) take one-group convolutions
+ * where the CPU has them; 0 when they do not apply. */
+static int direct_geom(const struct geom *g, struct md_dconv *d)
+{
+    if (g->g != 1) return 0;
+    *d = (struct md_dconv){g->n, g->c, g->h, g->w, g->k, g->r, g->s, g->p, g->q, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw};
+    return 1;
 }
 
 static void sgemm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta,
@@ -562,6 +572,8 @@ static int chunk_images(const struct geom *g, size_t per_image_floats)
 
 static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
 {
+    struct md_dconv d;
+    if (direct_geom(g, &d) && md_cpu_direct_fwd_ok(&d)) return md_cpu_direct_fwd(&d, 0, 0, x, w, y, beta);
     if (shift_fwd_ok(g)) return shift_fwd_nchw(g, x, w, y, beta);
     if (tiled_fwd_ok(g)) return tiled_fwd_nchw(g, x, w, y, beta);
     if (!g->is_1x1) return chunked_fwd_nchw(g, x, w, y, beta);
@@ -737,6 +749,8 @@ static md_status chunked_filter_nchw(const struct geom *g, const float *x, const
 
 static md_status filter_nchw(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
 {
+    struct md_dconv d;
+    if (direct_geom(g, &d) && md_cpu_direct_filter_ok(&d)) return md_cpu_direct_filter(&d, 0, x, dy, dw, beta);
     if (!g->is_1x1 && !tiled_fwd_ok(g)) return chunked_filter_nchw(g, x, dy, dw, beta);
     if (tiled_fwd_ok(g)) return tiled_filter_nchw(g, x, dy, dw, beta);
     if (g->is_1x1) {
@@ -841,6 +855,8 @@ static void col2im_nhwc_range(void *vc, long long b, long long e)
 
 static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, float *y, float beta)
 {
+    struct md_dconv d;
+    if (direct_geom(g, &d) && md_cpu_direct_fwd_ok(&d)) return md_cpu_direct_fwd(&d, 1, 0, x, w, y, beta);
     long long rows = (long long)g->n * g->pq;
     if (g->is_1x1) {
         for (int grp = 0; grp < g->g; grp++)
@@ -891,6 +907,8 @@ static md_status data_nhwc(const struct geom *g, const float *dy, const float *w
 
 static md_status filter_nhwc(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
 {
+    struct md_dconv d;
+    if (direct_geom(g, &d) && md_cpu_direct_filter_ok(&d)) return md_cpu_direct_filter(&d, 1, x, dy, dw, beta);
     long long rows = (long long)g->n * g->pq;
     if (g->is_1x1) {
         for (int grp = 0; grp < g->g; grp++)
@@ -952,9 +970,6 @@ static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, 
 
 static md_status data_via_fwd(const struct geom *g, int nhwc, const float *dy, const float *w, float *dx, float beta)
 {
-    float *wf = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)g->k * g->crs);
-    if (!wf) return MD_ERR_OOM;
-    flip_weights(g, nhwc, w, wf);
     struct geom f = *g;
     f.c = g->k, f.h = g->p, f.w = g->q;   /* input: dy */
     f.k = g->c, f.p = g->h, f.q = g->w;   /* output: dx */
@@ -963,6 +978,11 @@ static md_status data_via_fwd(const struct geom *g, int nhwc, const float *dy, c
     f.crs = f.cg * f.r * f.s;
     f.pq = f.p * f.q;
     f.same1 = f.q == f.w;
+    struct md_dconv d; /* the direct kernels read w flipped in place */
+    if (direct_geom(&f, &d) && md_cpu_direct_fwd_ok(&d)) return md_cpu_direct_fwd(&d, nhwc, 1, dy, w, dx, beta);
+    float *wf = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)g->k * g->crs);
+    if (!wf) return MD_ERR_OOM;
+    flip_weights(g, nhwc, w, wf);
     return nhwc ? fwd_nhwc(&f, dy, wf, dx, beta) : fwd_nchw(&f, dy, wf, dx, beta);
 }
 

@@ -1,0 +1,32 @@
+/* cpu_conv_direct.h - direct AVX-512 convolution kernels of the CPU backend
+ * (cpu_conv_direct.c): forward and backward-filter for one group, fp32, NCHW
+ * or NHWC activations with the backend's weight layouts. */
+#ifndef MD_CPU_CONV_DIRECT_H
+#define MD_CPU_CONV_DIRECT_H
+
+#include "backend/cpu/cpu_internal.h"
+
+struct md_dconv {
+    int n, c, h, w, k, r, s, p, q;
+    int sh, sw, ph, pw, dh, dw;
+};
+
+/* Whether the direct kernels run: AVX-512F at run time and not turned off by
+ * MPSDIAG_CPU_DIRECT=0 (read once). md_cpu_direct_set(0/1) overrides both
+ * (tests: to exercise the GEMM paths on an AVX-512 machine); -1 re-reads. */
+int md_cpu_direct_enabled(void);
+void md_cpu_direct_set(int on);
+
+int md_cpu_direct_fwd_ok(const struct md_dconv *g);
+int md_cpu_direct_filter_ok(const struct md_dconv *g);
+/* y = conv(x, w) + beta*y; w is (K, C, R, S) for NCHW, (K, R, S, C) for NHWC.
+ * flip: w is instead the weight of the convolution whose stride-1
+ * backward-data this forward is ((C, K, R, S) or (C, R, S, K)); it is read
+ * transposed and rotated by 180 degrees (no flipped copy needed). */
+md_status md_cpu_direct_fwd(const struct md_dconv *g, int nhwc, int flip, const float *x, const float *w, float *y,
+                            float beta);
+/* dw = conv_filter_grad(x, dy) + beta*dw, dw in w's layout. */
+md_status md_cpu_direct_filter(const struct md_dconv *g, int nhwc, const float *x, const float *dy, float *dw,
+                               float beta);
+
+#endif
