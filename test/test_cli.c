@@ -112,7 +112,7 @@ Test(cli, report_json_has_documented_keys)
     cr_assert_eq(cJSON_GetObjectItem(r, "schema_version")->valueint, 1);
     cJSON *sys = cJSON_GetObjectItem(r, "system");
     static const char *const skeys[] = {"os", "kernel", "cpu_model", "physical_cores", "logical_cores", "simd",
-                                        "ram_total_bytes", "blas", "libraries", "compiler"};
+                                        "ram_total_bytes", "blas", "cpu_convolution", "libraries", "compiler"};
     for (size_t i = 0; i < sizeof skeys / sizeof skeys[0]; i++)
         cr_assert(cJSON_GetObjectItem(sys, skeys[i]), "missing system.%s", skeys[i]);
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "selected_device"), "backend")->valuestring, "cpu");

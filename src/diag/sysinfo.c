@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/platform.h"
@@ -94,6 +95,8 @@ cJSON *md_sysinfo_collect(void)
     if (advice[0]) cJSON_AddStringToObject(blas, "warning", advice);
     else cJSON_AddNullToObject(blas, "warning");
 
+    add_str(s, "cpu_convolution", md_cpu_conv_kernels());
+
     cJSON *lib = cJSON_AddObjectToObject(s, "libraries");
     add_str(lib, "cjson", cJSON_Version());
     add_str(lib, "libjpeg_turbo", STR(LIBJPEG_TURBO_VERSION));
@@ -143,6 +146,7 @@ void md_sysinfo_print(const cJSON *s)
     md_verbose("  %-16s %s\n", "BLAS config", js(blas, "config"));
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(blas, "warning");
     if (cJSON_IsString(w)) md_out("  %-16s %s\n", "BLAS note", w->valuestring);
+    md_out("  %-16s %s\n", "CPU convolution", js(s, "cpu_convolution"));
     md_out("  %-16s cJSON %s, libjpeg-turbo %s, zlib %s\n", "Libraries", js(lib, "cjson"),
            js(lib, "libjpeg_turbo"), js(lib, "zlib"));
     md_out("  %-16s %s\n", "Compiler", js(s, "compiler"));

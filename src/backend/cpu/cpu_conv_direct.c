@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_conv_direct.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "core/mem.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -49,6 +50,19 @@ enum { VL = 16, NVMAX = 4, KB = VL * NVMAX, MR = 6 };
 static int g_direct = -1; /* -1: decide on first use */
 
 void md_cpu_direct_set(int on) { g_direct = on; }
+
+const char *md_cpu_conv_kernels(void)
+{
+#if MD_HAVE_DIRECT
+    const char *e = getenv("MPSDIAG_CPU_DIRECT");
+    if (e && e[0] == '0') return "im2col + OpenBLAS GEMM (direct kernels off: MPSDIAG_CPU_DIRECT=0)";
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) return "im2col + OpenBLAS GEMM (no AVX-512 for the direct kernels)";
+    return "direct AVX-512 kernels (one group), im2col + OpenBLAS GEMM otherwise";
+#else
+    return "im2col + OpenBLAS GEMM (direct kernels are x86-64 AVX-512 only)";
+#endif
+}
 
 int md_cpu_direct_enabled(void)
 {

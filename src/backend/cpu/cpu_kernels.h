@@ -11,4 +11,8 @@ extern const struct md_kernels md_cpu_kernels;
 void md_cpu_set_threads(int n);
 int md_cpu_threads(void);
 
+/* How the CPU backend convolves on this machine, for the system report:
+ * its direct AVX-512 kernels or im2col + GEMM, and why (cpu_conv_direct.c). */
+const char *md_cpu_conv_kernels(void);
+
 #endif
