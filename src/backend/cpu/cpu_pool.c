@@ -1,6 +1,6 @@
 /* cpu_pool.c - max/average pooling and global average pooling on the CPU.
- * NCHW: one task per (image, channel) plane; NHWC: one task per image, with
- * the channel loop innermost. Window clipping, first-maximum routing and
+ * NCHW: one task per (image, channel) plane; fp32 NHWC: one task per image,
+ * with the channel loop innermost (fp16/bf16 NHWC: per (image, channel)). Window clipping, first-maximum routing and
  * empty windows as the reference (ref_kernels.c). */
 #include <math.h>
 #include <string.h>
@@ -159,6 +159,102 @@ static void f32_nchw_bwd_plane(const struct md_pool2d_args *a, size_t plane)
         }
 }
 
+/* ---- fp32 NHWC: one image per task, channels innermost (contiguous) ---- */
+
+static void f32_nhwc_fwd_image(const struct md_pool2d_args *a, int ni)
+{
+    int C = a->c;
+    const float *xi = (const float *)a->x + (size_t)ni * a->h * a->w * C;
+    float *yi = (float *)a->y_out + (size_t)ni * a->p * a->q * C;
+    float acc[64];
+    for (int pi = 0; pi < a->p; pi++)
+        for (int qi = 0; qi < a->q; qi++) {
+            struct win w = window(a, pi, qi);
+            float *yo = yi + ((size_t)pi * a->q + qi) * C;
+            for (int c0 = 0; c0 < C; c0 += 64) {
+                int cn = C - c0 < 64 ? C - c0 : 64;
+                int first = 1;
+                for (int c = 0; c < cn; c++) acc[c] = 0.0f;
+                for (int hi = w.h0; hi < w.h1; hi++)
+                    for (int wi = w.w0; wi < w.w1; wi++) {
+                        const float *xr = xi + ((size_t)hi * a->w + wi) * C + c0;
+                        if (a->kind == MD_POOL_MAX && first)
+                            for (int c = 0; c < cn; c++) acc[c] = xr[c];
+                        else if (a->kind == MD_POOL_MAX) /* as the reference: a NaN never replaces */
+                            for (int c = 0; c < cn; c++) acc[c] = xr[c] > acc[c] ? xr[c] : acc[c];
+                        else
+                            for (int c = 0; c < cn; c++) acc[c] += xr[c];
+                        first = 0;
+                    }
+                if (a->kind != MD_POOL_MAX)
+                    for (int c = 0; c < cn; c++) acc[c] = w.div > 0.0f ? acc[c] / w.div : 0.0f;
+                float *o = yo + c0;
+                if (a->beta != 0.0f)
+                    for (int c = 0; c < cn; c++) o[c] = acc[c] + a->beta * o[c];
+                else
+                    memcpy(o, acc, sizeof(float) * (size_t)cn);
+            }
+        }
+}
+
+/* dx of one image: beta-scaled, then every output's share added in output
+ * order (as the reference). Max routes to the first maximum of the window. */
+static void f32_nhwc_bwd_image(const struct md_pool2d_args *a, int ni)
+{
+    int C = a->c;
+    size_t hwc = (size_t)a->h * a->w * C;
+    const float *xi = (const float *)a->x + (size_t)ni * hwc;
+    const float *dyi = (const float *)a->dy + (size_t)ni * a->p * a->q * C;
+    float *dxi = (float *)a->dx + (size_t)ni * hwc;
+    if (a->beta == 0.0f)
+        memset(dxi, 0, sizeof(float) * hwc);
+    else if (a->beta != 1.0f)
+        for (size_t i = 0; i < hwc; i++) dxi[i] *= a->beta;
+    float bv[64];
+    int best[64];
+    for (int pi = 0; pi < a->p; pi++)
+        for (int qi = 0; qi < a->q; qi++) {
+            struct win w = window(a, pi, qi);
+            const float *d = dyi + ((size_t)pi * a->q + qi) * C;
+            if (a->kind != MD_POOL_MAX) {
+                if (w.div <= 0.0f) continue;
+                for (int hi = w.h0; hi < w.h1; hi++)
+                    for (int wi = w.w0; wi < w.w1; wi++) {
+                        float *o = dxi + ((size_t)hi * a->w + wi) * C;
+                        for (int c = 0; c < C; c++) o[c] += d[c] / w.div;
+                    }
+                continue;
+            }
+            if (w.h0 >= w.h1 || w.w0 >= w.w1) continue;
+            for (int c0 = 0; c0 < C; c0 += 64) {
+                int cn = C - c0 < 64 ? C - c0 : 64, first = 1;
+                for (int hi = w.h0; hi < w.h1; hi++)
+                    for (int wi = w.w0; wi < w.w1; wi++) {
+                        int pos = hi * a->w + wi;
+                        const float *xr = xi + (size_t)pos * C + c0;
+                        if (first) {
+                            for (int c = 0; c < cn; c++) bv[c] = xr[c], best[c] = pos;
+                            first = 0;
+                        } else {
+                            for (int c = 0; c < cn; c++)
+                                if (xr[c] > bv[c]) bv[c] = xr[c], best[c] = pos;
+                        }
+                    }
+                for (int c = 0; c < cn; c++) dxi[(size_t)best[c] * C + c0 + c] += d[c0 + c];
+            }
+        }
+}
+
+static void nhwc_fwd_range(void *vc, long long b, long long e)
+{
+    for (long long n = b; n < e; n++) f32_nhwc_fwd_image(vc, (int)n);
+}
+
+static void nhwc_bwd_range(void *vc, long long b, long long e)
+{
+    for (long long n = b; n < e; n++) f32_nhwc_bwd_image(vc, (int)n);
+}
+
 /* Tasks are (image, channel) pairs in image-major order, for both layouts;
  * NHWC pairs of one image touch interleaved but disjoint elements. */
 static void pool_fwd_range(void *vc, long long b, long long e)
@@ -199,6 +295,10 @@ md_status md_cpu_pool2d_fwd(md_device *dev, const struct md_pool2d_args *a)
 {
     (void)dev;
     MD_TRY(pool_check("pool2d_fwd", a));
+    if (a->dtype == MD_F32 && a->layout == MD_NHWC) {
+        md_parallel_for(a->n, 1, nhwc_fwd_range, (void *)a);
+        return MD_OK;
+    }
     md_parallel_for((long long)a->n * a->c, pair_grain(a), pool_fwd_range, (void *)a);
     return MD_OK;
 }
@@ -207,6 +307,10 @@ md_status md_cpu_pool2d_bwd(md_device *dev, const struct md_pool2d_args *a)
 {
     (void)dev;
     MD_TRY(pool_check("pool2d_bwd", a));
+    if (a->dtype == MD_F32 && a->layout == MD_NHWC) {
+        md_parallel_for(a->n, 1, nhwc_bwd_range, (void *)a);
+        return MD_OK;
+    }
     md_parallel_for((long long)a->n * a->c, pair_grain(a), pool_bwd_range, (void *)a);
     return MD_OK;
 }
