@@ -67,6 +67,16 @@ Test(policy, batch_channels_compile)
     cr_assert_eq(out.channels_last, 0);
     cr_assert(out.compile && strstr(out.why_compile, "command buffer"), "%s", out.why_compile);
 
+    in = base(MD_BACKEND_CPU, 1, 1);
+    md_policy_decide(&in, &out);
+    cr_assert_eq(out.channels_last, 0, "CPU without the direct kernels: NCHW");
+    in.cpu_nhwc_fast = 1;
+    md_policy_decide(&in, &out);
+    cr_assert(out.channels_last && strstr(out.why_channels, "direct AVX-512"), "%s", out.why_channels);
+    in.channels_last_given = 1; /* --no-channels-last */
+    md_policy_decide(&in, &out);
+    cr_assert_eq(out.channels_last, 0, "--no-channels-last wins on the CPU");
+
     in = base(MD_BACKEND_CUDA, 1, 1);
     in.amp = 1;
     md_policy_decide(&in, &out);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_kernels.h"
 #include "cli/job.h"
 
 static int model_is_small(const char *model)
@@ -126,6 +127,12 @@ void md_policy_decide(const struct md_policy_in *in, struct md_policy_out *out)
         snprintf(out->why_channels, sizeof out->why_channels,
                  "CUDA: tensor-core convolutions (TF32, fp16, bf16) run natively in NHWC and the NHWC batch-norm "
                  "and pooling kernels are vectorised (--no-channels-last to change)");
+    } else if (in->kind == MD_BACKEND_CPU && in->cpu_nhwc_fast) {
+        /* measured, 2 threads: resnet18_cifar b64 686 against 713-727 ms, small_cnn b128 30.0 against 36.5 */
+        out->channels_last = 1;
+        snprintf(out->why_channels, sizeof out->why_channels,
+                 "CPU: the direct AVX-512 convolutions read and write channels-last data as it is (NCHW costs a "
+                 "transpose in and out of each); steps 4-18%% faster (--no-channels-last to change)");
     } else {
         out->channels_last = 0;
         snprintf(out->why_channels, sizeof out->why_channels, "NCHW by default on %s (--channels-last to change)",
@@ -173,6 +180,7 @@ md_status md_stage_policy(md_job *job)
         .compile = o->compile,
         .compile_given = md_options_given(o, "no-compile"),
         .compile_mode = o->compile_mode,
+        .cpu_nhwc_fast = md_cpu_conv_prefers_nhwc(),
     };
     struct md_policy_out out;
     md_policy_decide(&in, &out);

@@ -64,6 +64,8 @@ const char *md_cpu_conv_kernels(void)
 #endif
 }
 
+int md_cpu_conv_prefers_nhwc(void) { return md_cpu_direct_enabled(); }
+
 int md_cpu_direct_enabled(void)
 {
 #if MD_HAVE_DIRECT

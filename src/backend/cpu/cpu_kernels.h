@@ -15,4 +15,8 @@ int md_cpu_threads(void);
  * its direct AVX-512 kernels or im2col + GEMM, and why (cpu_conv_direct.c). */
 const char *md_cpu_conv_kernels(void);
 
+/* Whether the CPU's convolutions run faster on channels-last activations
+ * (they do with the direct kernels: no transposes). */
+int md_cpu_conv_prefers_nhwc(void);
+
 #endif
