@@ -4,12 +4,15 @@
 # in PyTorch (Debian's python3-torch) on this machine, with the same number of
 # threads, in one run, and prints a ratio table.
 #
-#   scripts/bench/cpu_step_vs_torch.sh [THREADS] [ROUNDS] [FLAGS]
+#   scripts/bench/cpu_step_vs_torch.sh [THREADS] [ROUNDS] [LAYOUTS]
 #
 # THREADS defaults to the physical cores. The two implementations run
 # alternately ROUNDS times (default 3) so that load from elsewhere hits both
 # alike; each round times ITERS steps after WARMUP; the table shows the best
-# round's median per implementation. FLAGS: channels_last (both sides).
+# round's median per implementation. LAYOUTS: "nchw", "channels_last" or both
+# (the default), the same memory format on both sides; mpsdiag's own CPU
+# default is channels-last where its direct AVX-512 convolutions run (the
+# system report says which), NCHW elsewhere, PyTorch's is NCHW.
 # Environment: ITERS (default 5), WARMUP (default 2), PYTHON (default
 # /usr/bin/python3, where apt puts torch), MODELS ("small_cnn:128 resnet18_cifar:64").
 set -euo pipefail
@@ -17,7 +20,7 @@ cd "$(dirname "$0")/../.."
 
 threads=${1:-$(lscpu -p=CORE 2>/dev/null | grep -v '^#' | sort -u | wc -l)}
 rounds=${2:-3}
-flags=${3:-}
+layouts=${3:-nchw channels_last}
 iters=${ITERS:-5}
 warmup=${WARMUP:-2}
 py=${PYTHON:-/usr/bin/python3}
@@ -34,17 +37,20 @@ best() { sort -g | head -1; }
 
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $threads threads, $rounds rounds of $iters steps (+$warmup warm-up)"
 echo "OpenBLAS core: ${OPENBLAS_CORETYPE:-auto}; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-16s %6s %14s %14s %10s\n' model batch "mpsdiag ms" "pytorch ms" "speed-up"
+printf '%-16s %6s %-14s %12s %12s %10s\n' model batch layout "mpsdiag ms" "pytorch ms" "speed-up"
 for mb in $models; do
     model=${mb%%:*}
     batch=${mb##*:}
-    ours=() theirs=()
-    for ((r = 0; r < rounds; r++)); do
-        ours+=("$(build/bench_step "$model" "$batch" "$iters" "$warmup" "$threads" cpu "$flags" | median_of)")
-        theirs+=("$("$py" scripts/bench/cpu_step_vs_torch.py "$model" "$batch" "$iters" "$warmup" "$threads" "$flags" | median_of)")
+    for layout in $layouts; do
+        flags=$([ "$layout" = channels_last ] && echo channels_last || true)
+        ours=() theirs=()
+        for ((r = 0; r < rounds; r++)); do
+            ours+=("$(build/bench_step "$model" "$batch" "$iters" "$warmup" "$threads" cpu "$flags" | median_of)")
+            theirs+=("$("$py" scripts/bench/cpu_step_vs_torch.py "$model" "$batch" "$iters" "$warmup" "$threads" "$flags" | median_of)")
+        done
+        a=$(printf '%s\n' "${ours[@]}" | best)
+        b=$(printf '%s\n' "${theirs[@]}" | best)
+        printf '%-16s %6s %-14s %12.1f %12.1f %9.2fx\n' "$model" "$batch" "$layout" "$a" "$b" "$(echo "$b / $a" | bc -l)"
     done
-    a=$(printf '%s\n' "${ours[@]}" | best)
-    b=$(printf '%s\n' "${theirs[@]}" | best)
-    printf '%-16s %6s %14.1f %14.1f %9.2fx\n' "$model" "$batch" "$a" "$b" "$(echo "$b / $a" | bc -l)"
 done
 echo "speed-up = PyTorch step time / mpsdiag step time (above 1: mpsdiag is faster)"
