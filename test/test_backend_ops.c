@@ -974,6 +974,20 @@ Test(backend_ops, cpu_gemm_convolutions, .timeout = 120)
     cr_assert_eq(failed, 0, "im2col/GEMM convolutions failed (see stderr)");
 }
 
+/* The direct backward-filter with its scratch budget so small that every
+ * slot takes one image per wave (the sums carry across waves). */
+Test(backend_ops, cpu_filter_in_waves, .timeout = 120)
+{
+    struct harness h;
+    cr_assert(open_pair(&h, "cpu"));
+    md_cpu_direct_set_prep_bytes(1);
+    run_op(&h, K_CONV_FILTER);
+    md_cpu_direct_set_prep_bytes(0);
+    int failed = h.failed[K_CONV_FILTER];
+    close_pair(&h);
+    cr_assert_eq(failed, 0, "backward-filter in waves failed (see stderr)");
+}
+
 Test(backend_ops, cuda, .timeout = 300)
 {
     cr_assert_eq(run_backend("cuda"), 0, "some cuda ops failed (see stderr)");

@@ -428,21 +428,36 @@ struct filt_ctx {
     const struct md_dconv *g;
     struct pad_geom pg;
     int nhwc, kp, kps, nkb, slots, rs; /* kps: dyt's row stride */
+    int waves, wave, cap; /* the batch in waves of at most cap images per slot (bounded scratch) */
     const float *x, *dy;
-    float *xpad, *dyt, *part; /* all images padded; dy as (n, P*Q, kp); per slot (tap, C, kp) */
+    float *xpad, *dyt, *part; /* the wave's images padded; their dy as (P*Q, kps); per slot (tap, C, kp) */
     float *dw;
     float beta;
     const int *toff;
 };
+
+/* Images of slot s: [s*n/slots, (s+1)*n/slots); in the current wave w of W,
+ * the part [w*len/W, (w+1)*len/W) of them, at buffer index s*cap onwards. */
+static void slot_images(const struct filt_ctx *c, int s, int *i0, int *i1)
+{
+    int a = (int)((long long)s * c->g->n / c->slots), b = (int)((long long)(s + 1) * c->g->n / c->slots);
+    long long len = b - a;
+    *i0 = a + (int)(len * c->wave / c->waves);
+    *i1 = a + (int)(len * (c->wave + 1) / c->waves);
+}
 
 static void filt_prep_range(void *vc, long long b, long long e)
 {
     const struct filt_ctx *c = vc;
     const struct md_dconv *g = c->g;
     int pq = g->p * g->q;
-    for (long long img = b; img < e; img++) {
-        pad_image(g, &c->pg, c->nhwc, c->x + (size_t)img * g->c * g->h * g->w, c->xpad + (size_t)img * c->pg.img);
-        float *d = c->dyt + (size_t)img * pq * c->kps;
+    for (long long pos = b; pos < e; pos++) {
+        int i0, i1, slot = (int)(pos / c->cap);
+        slot_images(c, slot, &i0, &i1);
+        long long img = i0 + pos % c->cap;
+        if (img >= i1) continue;
+        pad_image(g, &c->pg, c->nhwc, c->x + (size_t)img * g->c * g->h * g->w, c->xpad + (size_t)pos * c->pg.img);
+        float *d = c->dyt + (size_t)pos * pq * c->kps;
         if (c->nhwc) {
             const float *s = c->dy + (size_t)img * pq * g->k;
             for (int i = 0; i < pq; i++) {
@@ -519,13 +534,11 @@ static AVX512 void filt_tile_any(int mr, int nv, const struct filt_ctx *c, const
  * loaded and stored once per block (measured: 128 was ~5% slower). */
 #define FILT_PIXELS 1024
 #define FILT_ROWS 1024
+/* Scratch for the padded inputs and dy rows of one wave of images. */
+#define FILT_PREP_BYTES ((size_t)64 << 20)
+static size_t g_prep_bytes = FILT_PREP_BYTES;
 
-/* Images of slot s: [s*n/slots, (s+1)*n/slots). */
-static void slot_images(const struct filt_ctx *c, int s, int *i0, int *i1)
-{
-    *i0 = (int)((long long)s * c->g->n / c->slots);
-    *i1 = (int)((long long)(s + 1) * c->g->n / c->slots);
-}
+void md_cpu_direct_set_prep_bytes(size_t bytes) { g_prep_bytes = bytes ? bytes : FILT_PREP_BYTES; }
 
 static void filt_range(void *vc, long long b, long long e)
 {
@@ -537,7 +550,9 @@ static void filt_range(void *vc, long long b, long long e)
         int i0, i1;
         slot_images(c, slot, &i0, &i1);
         float *part = c->part + (size_t)slot * c->rs * g->c * c->kp;
-        for (size_t j = 0; j < (size_t)c->rs * g->c; j++) memset(part + j * c->kp + k0, 0, sizeof(float) * nv * VL);
+        if (c->wave == 0)
+            for (size_t j = 0; j < (size_t)c->rs * g->c; j++) memset(part + j * c->kp + k0, 0, sizeof(float) * nv * VL);
+        size_t buf0 = (size_t)slot * c->cap; /* the buffer index of image i0 */
         /* rows (image, p) of the slot in blocks of ~FILT_PIXELS pixels */
         /* runs of nq pixels: whole output rows, or single pixels where rows
          * are short (the loop over a 4-pixel row would cost more than its
@@ -549,9 +564,10 @@ static void filt_range(void *vc, long long b, long long e)
             int nrow = runs - run0 < rb ? runs - run0 : rb;
             for (int j = 0; j < nrow; j++) {
                 int run = run0 + j, row = run / (g->q / nq), q = (run % (g->q / nq)) * nq;
-                int img = i0 + row / g->p, p = row % g->p;
-                xr[j] = c->xpad + (size_t)img * c->pg.img + ((size_t)(p * g->sh) * c->pg.wp + (size_t)q * g->sw) * c->pg.cs;
-                dr[j] = c->dyt + (((size_t)img * g->p + p) * g->q + q) * c->kps;
+                size_t img = buf0 + (size_t)(row / g->p);
+                int p = row % g->p;
+                xr[j] = c->xpad + img * c->pg.img + ((size_t)(p * g->sh) * c->pg.wp + (size_t)q * g->sw) * c->pg.cs;
+                dr[j] = c->dyt + ((img * g->p + p) * g->q + q) * c->kps;
             }
             for (int t = 0; t < c->rs; t++)
                 for (int c0 = 0; c0 < g->c; c0 += MR) {
@@ -606,7 +622,14 @@ md_status md_cpu_direct_filter(const struct md_dconv *g, int nhwc, const float *
     c.slots = (8 + c.nkb - 1) / c.nkb;
     if (c.slots > g->n) c.slots = g->n;
     size_t pq = (size_t)g->p * g->q, slot_floats = (size_t)c.rs * g->c * c.kp;
-    size_t fl_x = c.pg.img * g->n, fl_dy = pq * c.kps * g->n, fl_part = slot_floats * c.slots;
+    /* padded inputs and dy rows of at most FILT_PREP_BYTES at a time (at
+     * least one image per slot): waves of cap images per slot */
+    size_t per_img = c.pg.img + pq * c.kps, fit = g_prep_bytes / 4 / per_img / (size_t)c.slots;
+    int longest = (g->n + c.slots - 1) / c.slots;
+    c.cap = fit < 1 ? 1 : fit > (size_t)longest ? longest : (int)fit;
+    c.waves = (longest + c.cap - 1) / c.cap;
+    c.cap = (longest + c.waves - 1) / c.waves; /* the largest wave of a slot */
+    size_t fl_x = c.pg.img * c.cap * c.slots, fl_dy = pq * c.kps * c.cap * c.slots, fl_part = slot_floats * c.slots;
     float *buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (fl_x + fl_dy + fl_part));
     int *toff = md_cpu_scratch(CPU_SCR_WTAP, sizeof(int) * (size_t)c.rs);
     if (!buf || !toff) return MD_ERR_OOM;
@@ -616,14 +639,17 @@ md_status md_cpu_direct_filter(const struct md_dconv *g, int nhwc, const float *
     for (int r = 0; r < g->r; r++)
         for (int s = 0; s < g->s; s++) toff[r * g->s + s] = (r * g->dh * c.pg.wp + s * g->dw) * c.pg.cs;
     c.toff = toff;
-    md_parallel_for(g->n, 1, filt_prep_range, &c);
-    md_parallel_for((long long)c.slots * c.nkb, 1, filt_range, &c);
+    for (c.wave = 0; c.wave < c.waves; c.wave++) {
+        md_parallel_for((long long)c.slots * c.cap, 1, filt_prep_range, &c);
+        md_parallel_for((long long)c.slots * c.nkb, 1, filt_range, &c);
+    }
     md_parallel_for((g->k + VL - 1) / VL, 1, filt_sum_range, &c);
     return MD_OK;
 }
 
 #else /* no AVX-512 build: never enabled */
 
+void md_cpu_direct_set_prep_bytes(size_t bytes) { (void)bytes; }
 int md_cpu_direct_fwd_ok(const struct md_dconv *g) { (void)g; return 0; }
 int md_cpu_direct_filter_ok(const struct md_dconv *g) { (void)g; return 0; }
 md_status md_cpu_direct_fwd(const struct md_dconv *g, int nhwc, int flip, const float *x, const float *w, float *y,

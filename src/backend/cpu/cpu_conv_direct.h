@@ -17,6 +17,11 @@ struct md_dconv {
 int md_cpu_direct_enabled(void);
 void md_cpu_direct_set(int on);
 
+/* Backward-filter pads the input and transposes dy for a wave of images at
+ * a time, within this many bytes (default 64 MiB; 0 restores it). Tests set
+ * it tiny to run many waves. */
+void md_cpu_direct_set_prep_bytes(size_t bytes);
+
 int md_cpu_direct_fwd_ok(const struct md_dconv *g);
 int md_cpu_direct_filter_ok(const struct md_dconv *g);
 /* y = conv(x, w) + beta*y; w is (K, C, R, S) for NCHW, (K, R, S, C) for NHWC.
