@@ -102,6 +102,39 @@ Test(kernels_cpu, results_do_not_depend_on_thread_count)
     free(logits);
 }
 
+/* Convolutions too (the direct AVX-512 kernels where the CPU has them: image
+ * groups per task follow the thread count, the filter's slots do not; the
+ * im2col/GEMM paths otherwise): bit-identical for 1 and 3 threads. */
+Test(kernels_cpu, convolutions_do_not_depend_on_thread_count)
+{
+    enum { N = 6, C = 20, H = 9, W = 11, K = 70, R = 3 };
+    size_t nx = (size_t)N * C * H * W, nw = (size_t)K * C * R * R, ny = (size_t)N * K * H * W;
+    float *x = malloc(nx * 4), *w = malloc(nw * 4), *dy = malloc(ny * 4);
+    float *out[3][2] = {{malloc(ny * 4), malloc(ny * 4)}, {malloc(nx * 4), malloc(nx * 4)},
+                        {malloc(nw * 4), malloc(nw * 4)}};
+    kc_fill(x, nx, 31, -1, 1);
+    kc_fill(w, nw, 32, -1, 1);
+    kc_fill(dy, ny, 33, -1, 1);
+    for (int lay = 0; lay < 2; lay++) {
+        for (int t = 0; t < 2; t++) {
+            md_device *dev = open_cpu(t ? 3 : 1);
+            struct md_conv2d_args a = {.n = N, .c = C, .h = H, .w = W, .k = K, .r = R, .s = R, .p = H, .q = W,
+                                       .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1,
+                                       .groups = 1, .layout = lay ? MD_NHWC : MD_NCHW, .dtype = MD_F32,
+                                       .x = x, .wt = w, .dy = dy, .y = out[0][t], .dx = out[1][t], .dwt = out[2][t]};
+            cr_assert_eq(md_k_conv2d_fwd(dev, &a), MD_OK, "%s", md_errmsg());
+            cr_assert_eq(md_k_conv2d_bwd_data(dev, &a), MD_OK, "%s", md_errmsg());
+            cr_assert_eq(md_k_conv2d_bwd_filter(dev, &a), MD_OK, "%s", md_errmsg());
+            md_device_close(dev);
+        }
+        cr_assert(memcmp(out[0][0], out[0][1], ny * 4) == 0, "conv fwd (layout %d) differs between 1 and 3 threads", lay);
+        cr_assert(memcmp(out[1][0], out[1][1], nx * 4) == 0, "conv data (layout %d) differs between 1 and 3 threads", lay);
+        cr_assert(memcmp(out[2][0], out[2][1], nw * 4) == 0, "conv filter (layout %d) differs between 1 and 3 threads", lay);
+    }
+    for (int i = 0; i < 3; i++) free(out[i][0]), free(out[i][1]);
+    free(x), free(w), free(dy);
+}
+
 /* fp16/bf16 arguments of a GEMM go through fp32 scratch: rows between ldc
  * gaps must stay untouched. */
 Test(kernels_cpu, half_gemm_leaves_row_gaps_alone)

@@ -605,7 +605,8 @@ static AVX512 void filt_sum_range(void *vc, long long b, long long e)
 int md_cpu_direct_filter_ok(const struct md_dconv *g)
 {
     if (g->r * g->s == 1 && g->c < 128) return 0; /* as for the forward */
-    return md_cpu_direct_enabled() && g->n >= 1 && (size_t)g->r * g->s <= 1024;
+    struct pad_geom pg = pad_geom(g); /* tap offsets within int */
+    return md_cpu_direct_enabled() && g->n >= 1 && (size_t)g->r * g->s <= 1024 && pg.img < (size_t)1 << 30;
 }
 
 md_status md_cpu_direct_filter(const struct md_dconv *g, int nhwc, const float *x, const float *dy, float *dw,
