@@ -231,6 +231,7 @@ static const struct conv_case conv_cases[] = {
      * in two 64-channel blocks with a 6-channel tail, MR pixel tails, dilation */
     {3, 130, 6, 7, 70, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},
     {4, 20, 9, 11, 33, 3, 3, 2, 1, 2, 1, 2, 1, 1, 1},
+    {9, 16, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0}, /* more images than filter slots; NHWC dy read in place */
 };
 
 static void op_conv(struct harness *h, int op)

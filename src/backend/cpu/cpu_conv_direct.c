@@ -364,6 +364,23 @@ static void pack_range(void *vc, long long b, long long e)
         int k0 = kb * KB, nv = (c->kp - k0) / VL < NVMAX ? (c->kp - k0) / VL : NVMAX, kw = nv * VL;
         int c0 = cb * c->cbs, cn = g->c - c0 < c->cbs ? g->c - c0 : c->cbs;
         float *wb = pk->wpk + (size_t)k0 * rs * C + (size_t)c0 * rs * kw;
+        int kn = (size_t)(k0 + kw) <= K ? kw : (int)(K - (size_t)k0); /* real output channels */
+        if (c->nhwc) {
+            /* (K, R*S, C): per tap a (kn, cn) block to transpose; flipped,
+             * (C, R*S, K): per tap and channel a run of kn to copy */
+            for (size_t t = 0; t < rs; t++) {
+                float *dt = wb + t * (size_t)cn * kw;
+                if (!pk->flip)
+                    transpose(pk->w + (size_t)k0 * rs * C + t * C + (size_t)c0, rs * C, kn, cn, dt, (size_t)kw, 0.0f);
+                else
+                    for (int ch = 0; ch < cn; ch++)
+                        memcpy(dt + (size_t)ch * kw, pk->w + ((size_t)(c0 + ch) * rs + (rs - 1 - t)) * K + (size_t)k0,
+                               sizeof(float) * (size_t)kn);
+                if (kn < kw)
+                    for (int ch = 0; ch < cn; ch++) memset(dt + (size_t)ch * kw + kn, 0, sizeof(float) * (size_t)(kw - kn));
+            }
+            continue;
+        }
         /* written in order; the reads walk kw rows of w side by side (for
          * each k, consecutive (c, tap) are near), which stay in L1 */
         float *d = wb;
@@ -429,6 +446,7 @@ struct filt_ctx {
     struct pad_geom pg;
     int nhwc, kp, kps, nkb, slots, rs; /* kps: dyt's row stride */
     int waves, wave, cap; /* the batch in waves of at most cap images per slot (bounded scratch) */
+    int dy_in_place;      /* dyt is dy itself (NHWC, K a multiple of 16 that does not alias; kps = K) */
     const float *x, *dy;
     float *xpad, *dyt, *part; /* the wave's images padded; their dy as (P*Q, kps); per slot (tap, C, kp) */
     float *dw;
@@ -457,6 +475,7 @@ static void filt_prep_range(void *vc, long long b, long long e)
         long long img = i0 + pos % c->cap;
         if (img >= i1) continue;
         pad_image(g, &c->pg, c->nhwc, c->x + (size_t)img * g->c * g->h * g->w, c->xpad + (size_t)pos * c->pg.img);
+        if (c->dy_in_place) continue; /* NHWC dy rows of a multiple of 16 channels: read where they are */
         float *d = c->dyt + (size_t)pos * pq * c->kps;
         if (c->nhwc) {
             const float *s = c->dy + (size_t)img * pq * g->k;
@@ -567,7 +586,8 @@ static void filt_range(void *vc, long long b, long long e)
                 size_t img = buf0 + (size_t)(row / g->p);
                 int p = row % g->p;
                 xr[j] = c->xpad + img * c->pg.img + ((size_t)(p * g->sh) * c->pg.wp + (size_t)q * g->sw) * c->pg.cs;
-                dr[j] = c->dyt + ((img * g->p + p) * g->q + q) * c->kps;
+                size_t dimg = c->dy_in_place ? (size_t)i0 + (size_t)(row / g->p) : img;
+                dr[j] = (c->dy_in_place ? c->dy : c->dyt) + ((dimg * g->p + p) * g->q + q) * c->kps;
             }
             for (int t = 0; t < c->rs; t++)
                 for (int c0 = 0; c0 < g->c; c0 += MR) {
@@ -616,7 +636,11 @@ md_status md_cpu_direct_filter(const struct md_dconv *g, int nhwc, const float *
     c.pg = pad_geom(g);
     c.rs = g->r * g->s;
     c.kp = (g->k + VL - 1) / VL * VL;
-    c.kps = row_stride(c.kp);
+    /* rows of 1 KiB and more a power of two apart alias in L1 (resnet18's
+     * 256 and 512 channel filters: 14 -> 19 ms); up to 64 channels the rows
+     * spread over the sets and the copy is only a cost */
+    c.dy_in_place = nhwc && g->k % VL == 0 && (g->k <= 64 || row_stride(g->k) == g->k);
+    c.kps = c.dy_in_place ? g->k : row_stride(c.kp);
     c.nkb = (c.kp + KB - 1) / KB;
     /* about 8 tasks whatever the thread count (from the shape alone, so the
      * summation order is fixed); fewer slots where partials are large */
@@ -625,12 +649,12 @@ md_status md_cpu_direct_filter(const struct md_dconv *g, int nhwc, const float *
     size_t pq = (size_t)g->p * g->q, slot_floats = (size_t)c.rs * g->c * c.kp;
     /* padded inputs and dy rows of at most FILT_PREP_BYTES at a time (at
      * least one image per slot): waves of cap images per slot */
-    size_t per_img = c.pg.img + pq * c.kps, fit = g_prep_bytes / 4 / per_img / (size_t)c.slots;
+    size_t per_img = c.pg.img + (c.dy_in_place ? 0 : pq * c.kps), fit = g_prep_bytes / 4 / per_img / (size_t)c.slots;
     int longest = (g->n + c.slots - 1) / c.slots;
     c.cap = fit < 1 ? 1 : fit > (size_t)longest ? longest : (int)fit;
     c.waves = (longest + c.cap - 1) / c.cap;
     c.cap = (longest + c.waves - 1) / c.waves; /* the largest wave of a slot */
-    size_t fl_x = c.pg.img * c.cap * c.slots, fl_dy = pq * c.kps * c.cap * c.slots, fl_part = slot_floats * c.slots;
+    size_t fl_x = c.pg.img * c.cap * c.slots, fl_dy = c.dy_in_place ? 0 : pq * c.kps * c.cap * c.slots, fl_part = slot_floats * c.slots;
     float *buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (fl_x + fl_dy + fl_part));
     int *toff = md_cpu_scratch(CPU_SCR_WTAP, sizeof(int) * (size_t)c.rs);
     if (!buf || !toff) return MD_ERR_OOM;
