@@ -36,7 +36,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "core/mem.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(MD_NO_DIRECT)
 #define MD_HAVE_DIRECT 1
 #include <immintrin.h>
 #define AVX512 __attribute__((target("avx512f,fma")))
