@@ -203,50 +203,64 @@ struct fwd_ctx {
 
 /* One tile: mr pixels (input offsets off[]) x nv vectors of output channels,
  * over the taps and the cn channels of one C-block (xb: the block's first
- * channel). Sums start from zero or from part (row stride KB) and end in out
- * (row stride KB). */
+ * channel), into out (row stride KB). The sum runs in pieces of about
+ * FWD_PIECE products (whole taps), each started from zero in the registers
+ * and then added to out, as a blocked GEMM does: one long running sum in a
+ * register rounds about twice as badly. add: out already holds a partial
+ * sum (an earlier C-block's). */
+#define FWD_PIECE 192
+
 INLINE AVX512 void fwd_tile(const int mr, const int nv, const float *xb, const int *off, const int *toff, int rs,
-                            int cn, const float *wb, const float *part, float *out)
+                            int cn, const float *wb, int add, float *out)
 {
-    __m512 acc[MR][NVMAX];
+    int tpp = FWD_PIECE / cn; /* taps per piece */
+    if (tpp < 1) tpp = 1;
+    for (int t0 = 0; t0 < rs; t0 += tpp) {
+        int t1 = t0 + tpp < rs ? t0 + tpp : rs;
+        __m512 acc[MR][NVMAX];
 #pragma GCC unroll 6
-    for (int i = 0; i < mr; i++)
+        for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) acc[i][v] = part ? _mm512_loadu_ps(part + i * KB + v * VL) : _mm512_setzero_ps();
-    for (int t = 0; t < rs; t++) {
-        const float *xs[MR];
+            for (int v = 0; v < nv; v++) acc[i][v] = _mm512_setzero_ps();
+        for (int t = t0; t < t1; t++) {
+            const float *xs[MR];
 #pragma GCC unroll 6
-        for (int i = 0; i < mr; i++) xs[i] = xb + toff[t] + off[i];
-        const float *wt = wb + (size_t)t * cn * nv * VL;
-        for (int c = 0; c < cn; c++) {
-            __m512 w[NVMAX];
+            for (int i = 0; i < mr; i++) xs[i] = xb + toff[t] + off[i];
+            const float *wt = wb + (size_t)t * cn * nv * VL;
+            for (int c = 0; c < cn; c++) {
+                __m512 w[NVMAX];
 #pragma GCC unroll 4
-            for (int v = 0; v < nv; v++) w[v] = _mm512_loadu_ps(wt + v * VL);
-            wt += nv * VL;
+                for (int v = 0; v < nv; v++) w[v] = _mm512_loadu_ps(wt + v * VL);
+                wt += nv * VL;
 #pragma GCC unroll 6
-            for (int i = 0; i < mr; i++) {
-                __m512 a = _mm512_set1_ps(xs[i][c]);
+                for (int i = 0; i < mr; i++) {
+                    __m512 a = _mm512_set1_ps(xs[i][c]);
 #pragma GCC unroll 4
-                for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(a, w[v], acc[i][v]);
+                    for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(a, w[v], acc[i][v]);
+                }
             }
         }
-    }
 #pragma GCC unroll 6
-    for (int i = 0; i < mr; i++)
+        for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) _mm512_storeu_ps(out + i * KB + v * VL, acc[i][v]);
+            for (int v = 0; v < nv; v++) {
+                float *o = out + i * KB + v * VL;
+                _mm512_storeu_ps(o, add ? _mm512_add_ps(_mm512_loadu_ps(o), acc[i][v]) : acc[i][v]);
+            }
+        add = 1;
+    }
 }
 
 #define FWD_NV(MRC)                                                                                              \
     switch (nv) {                                                                                                \
-    case 1: fwd_tile(MRC, 1, xb, off, toff, rs, cn, wb, part, out); break;                                      \
-    case 2: fwd_tile(MRC, 2, xb, off, toff, rs, cn, wb, part, out); break;                                      \
-    case 3: fwd_tile(MRC, 3, xb, off, toff, rs, cn, wb, part, out); break;                                      \
-    default: fwd_tile(MRC, 4, xb, off, toff, rs, cn, wb, part, out); break;                                     \
+    case 1: fwd_tile(MRC, 1, xb, off, toff, rs, cn, wb, add, out); break;                                      \
+    case 2: fwd_tile(MRC, 2, xb, off, toff, rs, cn, wb, add, out); break;                                      \
+    case 3: fwd_tile(MRC, 3, xb, off, toff, rs, cn, wb, add, out); break;                                      \
+    default: fwd_tile(MRC, 4, xb, off, toff, rs, cn, wb, add, out); break;                                     \
     }
 
 static AVX512 void fwd_tile_any(int mr, int nv, const float *xb, const int *off, const int *toff, int rs, int cn,
-                                const float *wb, const float *part, float *out)
+                                const float *wb, int add, float *out)
 {
     switch (mr) {
     case 1: FWD_NV(1) break;
@@ -312,7 +326,7 @@ static void fwd_range(void *vc, long long b, long long e)
                             off[i] = (int)(il * c->pg.img) + ((p * g->sh) * c->pg.wp + q * g->sw) * c->pg.cs;
                         }
                         float *st = stage + (size_t)(pix0 - ch0) * KB;
-                        fwd_tile_any(mr, nv, xp + c0, off, c->toff, c->rs, cn, wb, cb ? st : NULL, st);
+                        fwd_tile_any(mr, nv, xp + c0, off, c->toff, c->rs, cn, wb, cb > 0, st);
                     }
                 }
                 fwd_flush(c, img0, ch0, ch0, ch1, k0, kn, stage);
