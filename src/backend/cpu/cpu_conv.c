@@ -13,6 +13,8 @@
  *   data:   col = dy[rows, g*Kg:] @ W_g; dx += col2im(col)
  *   filter: dW_g += dy[rows, g*Kg:]^T @ col
  * A 1x1, stride-1, unpadded convolution skips im2col (x is its own col).
+ * On CPUs with AVX-512, one-group convolutions go to the direct kernels of
+ * cpu_conv_direct.c instead (run_f32 and data_via_fwd decide).
  * Chunks keep the col buffer under COL_BYTES (cache-resident), at least one
  * image or row per chunk.
  * fp16/bf16 are converted to fp32 scratch and back (storage types on the CPU).
@@ -572,8 +574,6 @@ static int chunk_images(const struct geom *g, size_t per_image_floats)
 
 static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
 {
-    struct md_dconv d;
-    if (direct_geom(g, &d) && md_cpu_direct_fwd_ok(&d)) return md_cpu_direct_fwd(&d, 0, 0, x, w, y, beta);
     if (shift_fwd_ok(g)) return shift_fwd_nchw(g, x, w, y, beta);
     if (tiled_fwd_ok(g)) return tiled_fwd_nchw(g, x, w, y, beta);
     if (!g->is_1x1) return chunked_fwd_nchw(g, x, w, y, beta);
@@ -749,8 +749,6 @@ static md_status chunked_filter_nchw(const struct geom *g, const float *x, const
 
 static md_status filter_nchw(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
 {
-    struct md_dconv d;
-    if (direct_geom(g, &d) && md_cpu_direct_filter_ok(&d)) return md_cpu_direct_filter(&d, 0, x, dy, dw, beta);
     if (!g->is_1x1 && !tiled_fwd_ok(g)) return chunked_filter_nchw(g, x, dy, dw, beta);
     if (tiled_fwd_ok(g)) return tiled_filter_nchw(g, x, dy, dw, beta);
     if (g->is_1x1) {
@@ -855,8 +853,6 @@ static void col2im_nhwc_range(void *vc, long long b, long long e)
 
 static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, float *y, float beta)
 {
-    struct md_dconv d;
-    if (direct_geom(g, &d) && md_cpu_direct_fwd_ok(&d)) return md_cpu_direct_fwd(&d, 1, 0, x, w, y, beta);
     long long rows = (long long)g->n * g->pq;
     if (g->is_1x1) {
         for (int grp = 0; grp < g->g; grp++)
@@ -907,8 +903,6 @@ static md_status data_nhwc(const struct geom *g, const float *dy, const float *w
 
 static md_status filter_nhwc(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
 {
-    struct md_dconv d;
-    if (direct_geom(g, &d) && md_cpu_direct_filter_ok(&d)) return md_cpu_direct_filter(&d, 1, x, dy, dw, beta);
     long long rows = (long long)g->n * g->pq;
     if (g->is_1x1) {
         for (int grp = 0; grp < g->g; grp++)
@@ -1103,6 +1097,11 @@ static md_status run_f32(int which, const struct geom *g, md_layout layout, cons
 {
     int nhwc = layout == MD_NHWC;
     if (!nhwc && g->cg == 1 && g->g > 1) return depthwise_nchw(which, g, x, w, dy, out, beta);
+    struct md_dconv d; /* the direct kernels first, where they apply (backward-data: data_via_fwd) */
+    if (which == CONV_FWD && direct_geom(g, &d) && md_cpu_direct_fwd_ok(&d))
+        return md_cpu_direct_fwd(&d, nhwc, 0, x, w, out, beta);
+    if (which == CONV_FILTER && direct_geom(g, &d) && md_cpu_direct_filter_ok(&d))
+        return md_cpu_direct_filter(&d, nhwc, x, dy, out, beta);
     switch (which) {
     case CONV_FWD: return nhwc ? fwd_nhwc(g, x, w, out, beta) : fwd_nchw(g, x, w, out, beta);
     case CONV_DATA:
