@@ -1,34 +1,40 @@
 /* cpu_conv_direct.c - direct convolution (forward and backward-filter) with
  * AVX-512 register tiles: no im2col buffer and no GEMM library call.
  *
- * Both passes work on a zero-padded channels-last copy of each input image,
- * xpad (Hp, Wp, C): pixel (p, q) reads tap (r, s) at
- *   ((p*sh + r*dh) * Wp + q*sw + s*dw) * C + c
- * so the taps of any stride, padding and dilation are plain offsets and the
- * channels of one pixel are contiguous.
+ * Both passes work on a zero-padded channels-last copy of the input images,
+ * xpad (Hp, Wp, cs), cs >= C floats per pixel (an odd number of cache lines:
+ * pixels a power of two apart would share L1 sets). Pixel (p, q) reads tap
+ * (r, s) at ((p*sh + r*dh) * Wp + q*sw + s*dw) * cs + c, so the taps of any
+ * stride, padding and dilation are plain offsets and the channels of one
+ * pixel are contiguous. NCHW tensors are transposed in and out (16x16 in
+ * registers); NHWC ones are copied.
  *
  * Forward: output channels go across the 16 lanes of a vector. A tile is
- * MR = 6 consecutive output pixels x NV <= 4 vectors (64 channels) of
- * accumulators (24 of the 32 zmm registers); for every tap and input channel
- * it loads NV vectors of packed weights (K-block, C-block, tap, c, 64) and
- * broadcasts one input value per pixel: 24 FMAs per 10 loads, with the sum
- * over all taps and channels of a C-block kept in registers. C is cut into
- * blocks whose packed weights fit in L2 (partial sums go through a per-thread
- * buffer between blocks). Tasks are whole images: each output element is
- * computed by one task in a fixed order, so results do not depend on the
- * thread count.
+ * MR = 6 output pixels x NV <= 4 vectors (64 channels) of accumulators (24 of
+ * the 32 zmm registers); for every tap and input channel it loads NV vectors
+ * of packed weights (K-block, C-block, tap, c, 64) and broadcasts one input
+ * value per pixel: 24 FMAs per 10 loads. The sum runs in pieces of about 192
+ * products started from zero and added to a staging tile, as a blocked GEMM
+ * does (one running sum per register rounds twice as badly). C is cut into
+ * blocks whose packed weights fit in L2. Tasks are groups of images (several
+ * where planes are small, so that a weight block serves ~192 pixels); each
+ * output element is computed by one task in a fixed order, so results do not
+ * depend on the thread count.
  *
  * Backward-filter: dW (tap, c, k) = sum over pixels of x(pixel + tap, c) *
- * dy(pixel, k). Output channels again go across the lanes (dy is transposed
- * to (pixel, K) rows), and a tile is 6 input channels x NV vectors of output
- * channels, summed over a block of ~128 pixels in registers. Images are split
- * into fixed slots (their number depends on the shape only); tasks are (slot,
- * 64-channel block) pairs writing disjoint parts of per-slot partial sums,
- * added in slot order at the end: again independent of the thread count.
+ * dy(pixel, k). Output channels again go across the lanes (dy as (pixel, K)
+ * rows: transposed or copied, or NHWC dy itself), and a tile is 6 input
+ * channels x NV vectors of output channels, summed over blocks of 1024 pixels
+ * in registers. Images are split into fixed slots (their number depends on
+ * the shape only); tasks are (slot, 64-channel block) pairs writing disjoint
+ * parts of per-slot partial sums, added in slot order at the end: again
+ * independent of the thread count. The padded inputs and dy rows are made
+ * for a wave of images at a time, within a fixed scratch budget.
  *
- * Used where it applies (x86-64 with AVX-512F at run time, one group) unless
- * MPSDIAG_CPU_DIRECT=0; everything else goes the im2col/GEMM way in
- * cpu_conv.c, which stays the reference path on other CPUs. */
+ * Used where it applies (x86-64 with AVX-512F at run time, one group; 1x1
+ * from 128 input channels) unless MPSDIAG_CPU_DIRECT=0 or the build defines
+ * MD_NO_DIRECT; everything else goes the im2col/GEMM way in cpu_conv.c,
+ * which stays the path of other CPUs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,12 +59,10 @@ void md_cpu_direct_set(int on) { g_direct = on; }
 
 const char *md_cpu_conv_kernels(void)
 {
+    if (md_cpu_direct_enabled()) return "direct AVX-512 kernels (one group), im2col + OpenBLAS GEMM otherwise";
 #if MD_HAVE_DIRECT
-    const char *e = getenv("MPSDIAG_CPU_DIRECT");
-    if (e && e[0] == '0') return "im2col + OpenBLAS GEMM (direct kernels off: MPSDIAG_CPU_DIRECT=0)";
-    __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f")) return "im2col + OpenBLAS GEMM (no AVX-512 for the direct kernels)";
-    return "direct AVX-512 kernels (one group), im2col + OpenBLAS GEMM otherwise";
+    return "im2col + OpenBLAS GEMM (direct kernels off: MPSDIAG_CPU_DIRECT=0)";
 #else
     return "im2col + OpenBLAS GEMM (direct kernels are x86-64 AVX-512 only)";
 #endif
