@@ -975,6 +975,67 @@ Test(backend_ops, cpu_gemm_convolutions, .timeout = 120)
     cr_assert_eq(failed, 0, "im2col/GEMM convolutions failed (see stderr)");
 }
 
+/* Random one-group convolutions (sizes 1-20, 1-150 channels, kernels 1-5,
+ * stride and dilation 1-3, padding 0-4, both layouts, beta 0 and 1): the CPU
+ * (its direct kernels where they apply) against the reference, on a fixed
+ * seed. Host memory on both sides, so CPU only. */
+static unsigned long long rs_state = 0x2545F4914F6CDD1Dull;
+static int rs_int(int a, int b)
+{
+    rs_state ^= rs_state << 13, rs_state ^= rs_state >> 7, rs_state ^= rs_state << 17;
+    return a + (int)(rs_state % (unsigned long long)(b - a + 1));
+}
+
+Test(backend_ops, cpu_random_convolutions, .timeout = 120)
+{
+    struct harness h;
+    cr_assert(open_pair(&h, "cpu"));
+    int bad = 0;
+    for (int it = 0; it < 60; it++) {
+        struct md_conv2d_args a = {.n = rs_int(1, 9), .c = rs_int(1, 150), .k = rs_int(1, 150), .r = rs_int(1, 5),
+                                   .s = rs_int(1, 5), .h = rs_int(1, 20), .w = rs_int(1, 20),
+                                   .stride_h = rs_int(1, 3), .stride_w = rs_int(1, 3), .pad_h = rs_int(0, 4),
+                                   .pad_w = rs_int(0, 4), .dil_h = rs_int(1, 3), .dil_w = rs_int(1, 3), .groups = 1,
+                                   .layout = rs_int(0, 1) ? MD_NHWC : MD_NCHW, .dtype = MD_F32,
+                                   .beta = (float)rs_int(0, 1)};
+        a.p = md_conv_out(a.h, a.r, a.stride_h, a.pad_h, a.dil_h);
+        a.q = md_conv_out(a.w, a.s, a.stride_w, a.pad_w, a.dil_w);
+        if (a.p <= 0 || a.q <= 0) { it--; continue; }
+        size_t nx = (size_t)a.n * a.c * a.h * a.w, nw = (size_t)a.k * a.c * a.r * a.s,
+               ny = (size_t)a.n * a.k * a.p * a.q;
+        float *X = host_typed(MD_F32, nx, 100 + (uint64_t)it, -1, 1), *W = host_typed(MD_F32, nw, 200 + (uint64_t)it, -1, 1),
+              *DY = host_typed(MD_F32, ny, 300 + (uint64_t)it, -1, 1);
+        for (int op = K_CONV_FWD; op <= K_CONV_FILTER; op++) {
+            size_t nout = op == K_CONV_FWD ? ny : op == K_CONV_DATA ? nx : nw;
+            float *O0 = host_typed(MD_F32, nout, 400 + (uint64_t)it, -1, 1), *out[2];
+            md_status st[2];
+            for (int side = 0; side < 2; side++) {
+                struct md_conv2d_args b = a;
+                out[side] = malloc(nout * 4);
+                memcpy(out[side], O0, nout * 4);
+                b.x = X, b.wt = W, b.dy = DY;
+                if (op == K_CONV_FWD) b.y = out[side], st[side] = md_k_conv2d_fwd(h.dev[side], &b);
+                if (op == K_CONV_DATA) b.dx = out[side], st[side] = md_k_conv2d_bwd_data(h.dev[side], &b);
+                if (op == K_CONV_FILTER) b.dwt = out[side], st[side] = md_k_conv2d_bwd_filter(h.dev[side], &b);
+            }
+            struct tol tl = tol_of(op, MD_F32);
+            double len = op == K_CONV_FILTER ? (double)a.n * a.p * a.q : (double)(op == K_CONV_FWD ? a.c : a.k) * a.r * a.s;
+            if (len > 1024) tl.atol *= sqrt(len / 1024);
+            char what[200];
+            snprintf(what, sizeof what, "random %s %d (n%d c%d %dx%d k%d %dx%d s%d,%d p%d,%d d%d,%d) %s beta %g",
+                     md_kernel_names[op], it, a.n, a.c, a.h, a.w, a.k, a.r, a.s, a.stride_h, a.stride_w, a.pad_h,
+                     a.pad_w, a.dil_h, a.dil_w, md_layout_name(a.layout), (double)a.beta);
+            if (statuses_ok(&h, op, what, st[0], st[1]) && !cmp_typed(&h, what, out[0], out[1], MD_F32, nout, tl))
+                bad++;
+            free(O0), free(out[0]), free(out[1]);
+        }
+        free(X), free(W), free(DY);
+    }
+    bad += h.failed[K_CONV_FWD] + h.failed[K_CONV_DATA] + h.failed[K_CONV_FILTER];
+    close_pair(&h);
+    cr_assert_eq(bad, 0, "%d random convolutions differ from the reference or failed (see stderr)", bad);
+}
+
 /* The direct backward-filter with its scratch budget so small that every
  * slot takes one image per wave (the sums carry across waves). */
 Test(backend_ops, cpu_filter_in_waves, .timeout = 120)
