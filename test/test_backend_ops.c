@@ -1036,6 +1036,21 @@ Test(backend_ops, cpu_random_convolutions, .timeout = 120)
     cr_assert_eq(bad, 0, "%d random convolutions differ from the reference or failed (see stderr)", bad);
 }
 
+/* The direct kernels' AVX2 build (what CPUs without AVX-512 run), forced on
+ * this machine: the convolution table again (GEMM paths where the CPU has
+ * no AVX2 either). */
+Test(backend_ops, cpu_avx2_convolutions, .timeout = 120)
+{
+    struct harness h;
+    cr_assert(open_pair(&h, "cpu"));
+    md_cpu_direct_set(2);
+    for (int op = K_CONV_FWD; op <= K_CONV_FILTER; op++) run_op(&h, op);
+    md_cpu_direct_set(-1);
+    int failed = h.failed[K_CONV_FWD] + h.failed[K_CONV_DATA] + h.failed[K_CONV_FILTER];
+    close_pair(&h);
+    cr_assert_eq(failed, 0, "AVX2 direct convolutions failed (see stderr)");
+}
+
 /* The direct backward-filter with its scratch budget so small that every
  * slot takes one image per wave (the sums carry across waves). */
 Test(backend_ops, cpu_filter_in_waves, .timeout = 120)

@@ -27,7 +27,7 @@ struct md_policy_in {
     int channels_last, channels_last_given;
     int compile, compile_given;
     const char *compile_mode;
-    int cpu_nhwc_fast;          /* CPU: convolutions are faster channels-last (the direct AVX-512 kernels) */
+    int cpu_nhwc_fast;          /* CPU: convolutions are faster channels-last (the direct kernels) */
 };
 
 struct md_policy_out {

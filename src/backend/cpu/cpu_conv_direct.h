@@ -1,4 +1,4 @@
-/* cpu_conv_direct.h - direct AVX-512 convolution kernels of the CPU backend
+/* cpu_conv_direct.h - direct AVX-512 / AVX2 convolution kernels of the CPU backend
  * (cpu_conv_direct.c): forward and backward-filter for one group, fp32, NCHW
  * or NHWC activations with the backend's weight layouts. */
 #ifndef MD_CPU_CONV_DIRECT_H
@@ -11,9 +11,11 @@ struct md_dconv {
     int sh, sw, ph, pw, dh, dw;
 };
 
-/* Whether the direct kernels run: AVX-512F at run time and not turned off by
- * MPSDIAG_CPU_DIRECT=0 (read once). md_cpu_direct_set(0/1) overrides both
- * (tests: to exercise the GEMM paths on an AVX-512 machine); -1 re-reads. */
+/* Whether the direct kernels run: AVX-512F at run time, else AVX2 + FMA,
+ * unless MPSDIAG_CPU_DIRECT=0 (none) or =avx2 (the AVX2 ones even where
+ * AVX-512 is there), read once. md_cpu_direct_set overrides: 0 none, 1 the
+ * best, 2 AVX2 (tests: the GEMM paths and the AVX2 kernels on an AVX-512
+ * machine), -1 decides again from the environment. */
 int md_cpu_direct_enabled(void);
 void md_cpu_direct_set(int on);
 
