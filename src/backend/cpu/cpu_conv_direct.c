@@ -226,7 +226,8 @@ static size_t g_prep_bytes = FILT_PREP_BYTES;
 
 void md_cpu_direct_set_prep_bytes(size_t bytes) { g_prep_bytes = bytes ? bytes : FILT_PREP_BYTES; }
 
-/* Pixels per staging chunk when C is one block: 16 tiles of 6, 24 KiB. */
+/* Pixels per staging chunk when C is one block: 16 tiles of 6 (24 KiB of
+ * staging with AVX-512). */
 #define FWD_CHUNK 96
 
 /* ---- the kernels, once per instruction set ---------------------------------- */

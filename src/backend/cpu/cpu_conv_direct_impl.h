@@ -12,7 +12,7 @@
 #define NV_(n) ((n) <= NVMAX ? (n) : NVMAX)
 
 /* dst[j*ldd + i] = src[i*lds + j] (+ beta * dst) for i < m, j < n. Full
- * 16x16 blocks go through registers; edges are scalar. beta == 0 never reads
+ * VL x VL blocks go through registers; edges are scalar. beta == 0 never reads
  * dst (it may hold NaN). */
 static TARGET void FN(transpose)(const float *src, size_t lds, int m, int n, float *dst, size_t ldd, float beta)
 {
