@@ -961,18 +961,29 @@ Test(backend_ops, cpu, .timeout = 120)
     cr_assert_eq(run_backend("cpu"), 0, "some cpu ops failed (see stderr)");
 }
 
-/* The CPU's im2col/GEMM convolution paths, which the direct AVX-512 kernels
- * replace where the CPU has AVX-512 (and which other CPUs always take). */
-Test(backend_ops, cpu_gemm_convolutions, .timeout = 120)
+/* The CPU's convolution ops `first`..`last` with a direct-kernel mode
+ * (md_cpu_direct_set; -1: the default) and a filter scratch budget (0: the
+ * default), both restored after; returns the failures. */
+static int cpu_conv_failures(int direct, size_t prep_bytes, int first, int last)
 {
     struct harness h;
     cr_assert(open_pair(&h, "cpu"));
-    md_cpu_direct_set(0);
-    for (int op = K_CONV_FWD; op <= K_CONV_FILTER; op++) run_op(&h, op);
+    md_cpu_direct_set(direct);
+    md_cpu_direct_set_prep_bytes(prep_bytes);
+    for (int op = first; op <= last; op++) run_op(&h, op);
     md_cpu_direct_set(-1);
-    int failed = h.failed[K_CONV_FWD] + h.failed[K_CONV_DATA] + h.failed[K_CONV_FILTER];
+    md_cpu_direct_set_prep_bytes(0);
+    int failed = 0;
+    for (int op = first; op <= last; op++) failed += h.failed[op];
     close_pair(&h);
-    cr_assert_eq(failed, 0, "im2col/GEMM convolutions failed (see stderr)");
+    return failed;
+}
+
+/* The CPU's im2col/GEMM convolution paths, which the direct kernels replace
+ * where the CPU has AVX-512 or AVX2 (and which other CPUs always take). */
+Test(backend_ops, cpu_gemm_convolutions, .timeout = 120)
+{
+    cr_assert_eq(cpu_conv_failures(0, 0, K_CONV_FWD, K_CONV_FILTER), 0, "im2col/GEMM convolutions failed (see stderr)");
 }
 
 /* Random one-group convolutions (sizes 1-20, 1-150 channels, kernels 1-5,
@@ -1041,28 +1052,14 @@ Test(backend_ops, cpu_random_convolutions, .timeout = 120)
  * no AVX2 either). */
 Test(backend_ops, cpu_avx2_convolutions, .timeout = 120)
 {
-    struct harness h;
-    cr_assert(open_pair(&h, "cpu"));
-    md_cpu_direct_set(2);
-    for (int op = K_CONV_FWD; op <= K_CONV_FILTER; op++) run_op(&h, op);
-    md_cpu_direct_set(-1);
-    int failed = h.failed[K_CONV_FWD] + h.failed[K_CONV_DATA] + h.failed[K_CONV_FILTER];
-    close_pair(&h);
-    cr_assert_eq(failed, 0, "AVX2 direct convolutions failed (see stderr)");
+    cr_assert_eq(cpu_conv_failures(2, 0, K_CONV_FWD, K_CONV_FILTER), 0, "AVX2 direct convolutions failed (see stderr)");
 }
 
 /* The direct backward-filter with its scratch budget so small that every
  * slot takes one image per wave (the sums carry across waves). */
 Test(backend_ops, cpu_filter_in_waves, .timeout = 120)
 {
-    struct harness h;
-    cr_assert(open_pair(&h, "cpu"));
-    md_cpu_direct_set_prep_bytes(1);
-    run_op(&h, K_CONV_FILTER);
-    md_cpu_direct_set_prep_bytes(0);
-    int failed = h.failed[K_CONV_FILTER];
-    close_pair(&h);
-    cr_assert_eq(failed, 0, "backward-filter in waves failed (see stderr)");
+    cr_assert_eq(cpu_conv_failures(-1, 1, K_CONV_FILTER, K_CONV_FILTER), 0, "backward-filter in waves failed (see stderr)");
 }
 
 Test(backend_ops, cuda, .timeout = 300)

@@ -245,18 +245,6 @@ void md_cpu_direct_set_prep_bytes(size_t bytes) { g_prep_bytes = bytes ? bytes :
 #define VZERO _mm512_setzero_ps
 #define TRV trv_512
 #include "backend/cpu/cpu_conv_direct_impl.h"
-#undef ISA
-#undef VL
-#undef NVMAX
-#undef TARGET
-#undef VEC
-#undef VLOAD
-#undef VSTORE
-#undef VSET1
-#undef VFMA
-#undef VADD
-#undef VZERO
-#undef TRV
 
 /* AVX2: 16 ymm registers, so a tile is 6 x 2 vectors (16 channels): 12
  * accumulators, 2 weight vectors and a broadcast. */
@@ -273,18 +261,6 @@ void md_cpu_direct_set_prep_bytes(size_t bytes) { g_prep_bytes = bytes ? bytes :
 #define VZERO _mm256_setzero_ps
 #define TRV trv_256
 #include "backend/cpu/cpu_conv_direct_impl.h"
-#undef ISA
-#undef VL
-#undef NVMAX
-#undef TARGET
-#undef VEC
-#undef VLOAD
-#undef VSTORE
-#undef VSET1
-#undef VFMA
-#undef VADD
-#undef VZERO
-#undef TRV
 
 int md_cpu_direct_fwd_ok(const struct md_dconv *g)
 {

@@ -3,7 +3,8 @@
  * set there, with ISA (the name suffix), VL (floats per vector), NVMAX
  * (vectors of output channels per tile), TARGET (the function attribute),
  * VEC and the V* operations, and TRV (a VL x VL in-register transpose)
- * defined; everything here is static. Not a header to include elsewhere. */
+ * defined (and undefined again at the end); everything here is static. Not a
+ * header to include elsewhere. */
 
 #define CAT_(a, b) a##_##b
 #define CAT(a, b) CAT_(a, b)
@@ -532,3 +533,15 @@ static md_status FN(direct_filter)(const struct md_dconv *g, int nhwc, const flo
 #undef FN
 #undef KB
 #undef NV_
+#undef ISA
+#undef VL
+#undef NVMAX
+#undef TARGET
+#undef VEC
+#undef VLOAD
+#undef VSTORE
+#undef VSET1
+#undef VFMA
+#undef VADD
+#undef VZERO
+#undef TRV
