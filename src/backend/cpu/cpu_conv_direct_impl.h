@@ -120,26 +120,32 @@ INLINE TARGET void FN(fwd_tile)(const int mr, const int nv, const float *xb, con
     }
 }
 
-#undef FWD_NV
-#define FWD_NV(MRC)                                                                                              \
+/* A tile for run-time mr (1..MR) and nv (1..NVMAX): T(mr, nv) for each
+ * constant pair, so that the tile's loops unroll and its sums stay in
+ * registers. */
+#define TILE_NV(T, M)                                                                                            \
     switch (nv) {                                                                                                \
-    case 1: FN(fwd_tile)(MRC, 1, xb, off, toff, rs, cn, wb, add, out); break;                                      \
-    case 2: FN(fwd_tile)(MRC, 2, xb, off, toff, rs, cn, wb, add, out); break;                                      \
-    case 3: FN(fwd_tile)(MRC, NV_(3), xb, off, toff, rs, cn, wb, add, out); break;                                      \
-    default: FN(fwd_tile)(MRC, NV_(4), xb, off, toff, rs, cn, wb, add, out); break;                                     \
+    case 1: T(M, 1); break;                                                                                      \
+    case 2: T(M, 2); break;                                                                                      \
+    case 3: T(M, NV_(3)); break;                                                                                 \
+    default: T(M, NV_(4)); break;                                                                                \
+    }
+#define TILE_DISPATCH(T)                                                                                         \
+    switch (mr) {                                                                                                \
+    case 1: TILE_NV(T, 1) break;                                                                                 \
+    case 2: TILE_NV(T, 2) break;                                                                                 \
+    case 3: TILE_NV(T, 3) break;                                                                                 \
+    case 4: TILE_NV(T, 4) break;                                                                                 \
+    case 5: TILE_NV(T, 5) break;                                                                                 \
+    default: TILE_NV(T, 6) break;                                                                                \
     }
 
 static TARGET void FN(fwd_tile_any)(int mr, int nv, const float *xb, const int *off, const int *toff, int rs, int cn,
-                                const float *wb, int add, float *out)
+                                    const float *wb, int add, float *out)
 {
-    switch (mr) {
-    case 1: FWD_NV(1) break;
-    case 2: FWD_NV(2) break;
-    case 3: FWD_NV(3) break;
-    case 4: FWD_NV(4) break;
-    case 5: FWD_NV(5) break;
-    default: FWD_NV(6) break;
-    }
+#define T(M, N) FN(fwd_tile)(M, N, xb, off, toff, rs, cn, wb, add, out)
+    TILE_DISPATCH(T)
+#undef T
 }
 
 /* Pixels [a, b) of the task's images (pixel i: image i / PQ) from the
@@ -392,28 +398,13 @@ INLINE TARGET void FN(filt_tile)(const int mr, const int nv, const struct filt_c
         for (int v = 0; v < nv; v++) VSTORE(pd + (size_t)i * c->kp + v * VL, acc[i][v]);
 }
 
-#undef FILT_NV
-#define FILT_NV(MRC)                                                                                             \
-    switch (nv) {                                                                                                \
-    case 1: FN(filt_tile)(MRC, 1, c, xr, dr, nrow, nq, xoff, k0, pd); break;                                            \
-    case 2: FN(filt_tile)(MRC, 2, c, xr, dr, nrow, nq, xoff, k0, pd); break;                                            \
-    case 3: FN(filt_tile)(MRC, NV_(3), c, xr, dr, nrow, nq, xoff, k0, pd); break;                                            \
-    default: FN(filt_tile)(MRC, NV_(4), c, xr, dr, nrow, nq, xoff, k0, pd); break;                                           \
-    }
-
 static TARGET void FN(filt_tile_any)(int mr, int nv, const struct filt_ctx *c, const float *const *xr,
-                                 const float *const *dr, int nrow, int nq, int xoff, int k0, float *pd)
+                                     const float *const *dr, int nrow, int nq, int xoff, int k0, float *pd)
 {
-    switch (mr) {
-    case 1: FILT_NV(1) break;
-    case 2: FILT_NV(2) break;
-    case 3: FILT_NV(3) break;
-    case 4: FILT_NV(4) break;
-    case 5: FILT_NV(5) break;
-    default: FILT_NV(6) break;
-    }
+#define T(M, N) FN(filt_tile)(M, N, c, xr, dr, nrow, nq, xoff, k0, pd)
+    TILE_DISPATCH(T)
+#undef T
 }
-
 
 static void FN(filt_range)(void *vc, long long b, long long e)
 {
@@ -533,6 +524,8 @@ static md_status FN(direct_filter)(const struct md_dconv *g, int nhwc, const flo
 #undef FN
 #undef KB
 #undef NV_
+#undef TILE_NV
+#undef TILE_DISPATCH
 #undef ISA
 #undef VL
 #undef NVMAX
