@@ -234,7 +234,7 @@ $(TESTBIN): LDLIBS += $(METAL_SIM_LIBS)
 
 # The MSL sources embedded in the binary as one C string (compiled at start-up).
 METAL_SOURCE_H := $(BUILD)/gen/md_metal_source.h
-METAL_EMBED := metal/md_metal_args.h metal/md_metal_common.h $(METAL_SHADERS)
+METAL_EMBED := metal/md_metal_args.h metal/md_metal_common.h src/backend/act_math.h $(METAL_SHADERS)
 $(METAL_SOURCE_H): metal/embed_source.sh $(METAL_EMBED)
 	@mkdir -p $(dir $@)
 	$(say) EMBED $@

@@ -15,48 +15,13 @@
  * Activations
  * ------------------------------------------------------------------------- */
 
-__device__ __forceinline__ float act_f(int act, float x, float alpha)
-{
-    switch (act) {
-    case MD_ACT_RELU: return x > 0.0f ? x : 0.0f;
-    case MD_ACT_LEAKY_RELU: return x > 0.0f ? x : alpha * x;
-    case MD_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case MD_ACT_SILU: return x / (1.0f + expf(-x));
-    case MD_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case MD_ACT_TANH: return tanhf(x);
-    default: return x;
-    }
-}
-
-/* d act / dx at the forward input x. */
-__device__ __forceinline__ float act_d(int act, float x, float alpha)
-{
-    switch (act) {
-    case MD_ACT_RELU: return x > 0.0f ? 1.0f : 0.0f;
-    case MD_ACT_LEAKY_RELU: return x > 0.0f ? 1.0f : alpha;
-    case MD_ACT_GELU:
-        return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
-    case MD_ACT_SILU: {
-        float s = 1.0f / (1.0f + expf(-x));
-        return s * (1.0f + x * (1.0f - s));
-    }
-    case MD_ACT_SIGMOID: {
-        float s = 1.0f / (1.0f + expf(-x));
-        return s * (1.0f - s);
-    }
-    case MD_ACT_TANH: {
-        float t = tanhf(x);
-        return 1.0f - t * t;
-    }
-    default: return 1.0f;
-    }
-}
+/* md_act_f / md_act_grad_f: backend/act_math.h (via kernels.h) */
 
 template <class T> __global__ void k_act_fwd(int act, float alpha, size_t n, const T *x, T *y, float beta)
 {
     GRID_STRIDE(i, n)
     {
-        float v = act_f(act, tof(x[i]), alpha);
+        float v = md_act_f(act, tof(x[i]), alpha);
         if (beta != 0.0f) v += beta * tof(y[i]);
         y[i] = fromf<T>(v);
     }
@@ -68,7 +33,7 @@ __global__ void k_act_bwd(int act, float alpha, size_t n, const T *x, const T *d
     GRID_STRIDE(i, n)
     {
         float v = act == MD_ACT_RELU ? (tof(x[i]) > 0.0f ? tof(dy[i]) : 0.0f)
-                                     : act_d(act, tof(x[i]), alpha) * tof(dy[i]);
+                                     : md_act_grad_f(act, tof(x[i]), alpha) * tof(dy[i]);
         if (beta != 0.0f) v += beta * tof(dx[i]);
         dx[i] = fromf<T>(v);
     }
@@ -91,7 +56,7 @@ __global__ void k_act_fwd_v(int act, float alpha, size_t nv, const T *x, T *y, f
         T *oe = (T *)&o;
 #pragma unroll
         for (int k = 0; k < V; k++) {
-            float v = act_f(act, tof(e[k]), alpha);
+            float v = md_act_f(act, tof(e[k]), alpha);
             if (beta != 0.0f) v += beta * tof(ey[k]);
             oe[k] = fromf<T>(v);
         }
@@ -112,7 +77,7 @@ __global__ void k_act_bwd_v(int act, float alpha, size_t nv, const T *x, const T
 #pragma unroll
         for (int k = 0; k < V; k++) {
             float xv = tof(ex[k]);
-            float v = act == MD_ACT_RELU ? (xv > 0.0f ? tof(eg[k]) : 0.0f) : act_d(act, xv, alpha) * tof(eg[k]);
+            float v = act == MD_ACT_RELU ? (xv > 0.0f ? tof(eg[k]) : 0.0f) : md_act_grad_f(act, xv, alpha) * tof(eg[k]);
             if (beta != 0.0f) v += beta * tof(ed[k]);
             oe[k] = fromf<T>(v);
         }

@@ -3,54 +3,18 @@
  * casts, layout permutes, channel slices, pooling, the fused optimizer step,
  * and an empty kernel that event timestamps ride on. */
 #include "md_metal_common.h"
+#include "backend/act_math.h"
 
 #define MD_GRID_LOOP(i, n) \
     for (ulong i = gid.x, md_step_ = ulong(ngrp.x) * tgsz.x; i < (n); i += md_step_)
 
-/* ---- activations (src/backend/ref/ref_math.h) --------------------------------- */
-inline float md_mtl_phi(float x) { return 0.5f * md_mtl_erfc(-x * 0.70710678118654752f); }
-
-inline float md_mtl_act(int act, float x, float alpha)
-{
-    switch (act) {
-    case 1: return x > 0.0f ? x : 0.0f;
-    case 2: return x > 0.0f ? x : alpha * x;
-    case 3: return x * md_mtl_phi(x);
-    case 4: return x / (1.0f + exp(-x));
-    case 5: return 1.0f / (1.0f + exp(-x));
-    case 6: return precise::tanh(x);
-    default: return x;
-    }
-}
-
-inline float md_mtl_act_grad(int act, float x, float alpha)
-{
-    switch (act) {
-    case 1: return x > 0.0f ? 1.0f : 0.0f;
-    case 2: return x > 0.0f ? 1.0f : alpha;
-    case 3: return md_mtl_phi(x) + x * 0.39894228040143268f * exp(-0.5f * x * x);
-    case 4: {
-        float s = 1.0f / (1.0f + exp(-x));
-        return s * (1.0f + x * (1.0f - s));
-    }
-    case 5: {
-        float s = 1.0f / (1.0f + exp(-x));
-        return s * (1.0f - s);
-    }
-    case 6: {
-        float t = precise::tanh(x);
-        return 1.0f - t * t;
-    }
-    default: return 1.0f;
-    }
-}
-
+/* ---- activations: md_act_f / md_act_grad_f of backend/act_math.h ---------------- */
 template <int DT>
 [[kernel]] void md_mtl_act_fwd(MD_KARGS, constant md_mtl_act_params &p [[buffer(0)]],
                                device const typename md_dt<DT>::S *x [[buffer(1)]],
                                device typename md_dt<DT>::S *y [[buffer(2)]])
 {
-    MD_GRID_LOOP(i, p.n) md_mtl_put<DT>(y + i, md_mtl_act(p.act, md_dt<DT>::ld(x[i]), p.alpha), p.beta);
+    MD_GRID_LOOP(i, p.n) md_mtl_put<DT>(y + i, md_act_f(p.act, md_dt<DT>::ld(x[i]), p.alpha), p.beta);
 }
 
 template <int DT>
@@ -60,7 +24,7 @@ template <int DT>
                                device typename md_dt<DT>::S *dx [[buffer(3)]])
 {
     MD_GRID_LOOP(i, p.n)
-        md_mtl_put<DT>(dx + i, md_mtl_act_grad(p.act, md_dt<DT>::ld(x[i]), p.alpha) * md_dt<DT>::ld(dy[i]), p.beta);
+        md_mtl_put<DT>(dx + i, md_act_grad_f(p.act, md_dt<DT>::ld(x[i]), p.alpha) * md_dt<DT>::ld(dy[i]), p.beta);
 }
 
 /* ---- dropout: the mask is md_rng_uniform(seed, offset + i) >= p everywhere ---------- */

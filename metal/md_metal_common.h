@@ -108,6 +108,13 @@ inline float md_mtl_erfc(float x)
     return x >= 0.0f ? r : 2.0f - r;
 }
 
+/* The MSL spellings of backend/act_math.h (the activations every backend
+ * shares), which the shaders include after this header. */
+#define MD_AM_FN inline
+#define MD_AM_EXP(x) exp(x)
+#define MD_AM_TANH(x) precise::tanh(x)
+#define MD_AM_PHI(x) (0.5f * md_mtl_erfc(-(x) * 0.70710678118654752f))
+
 /* ---- tiled matrix product ---------------------------------------------------------
  * C(m, n) = sum_k A(m, k) B(k, n) over one BM x BN tile per threadgroup of
  * TX x TY threads, each thread owning a (BM/TY) x (BN/TX) strided block.

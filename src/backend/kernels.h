@@ -30,6 +30,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "backend/act_math.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -100,16 +101,7 @@ struct md_batchnorm_args {
 };
 
 /* ---- element-wise activations ---------------------------------------------- */
-enum md_act {
-    MD_ACT_NONE = 0,
-    MD_ACT_RELU,
-    MD_ACT_LEAKY_RELU, /* alpha = negative slope */
-    MD_ACT_GELU,       /* exact (erf) form, as PyTorch's default */
-    MD_ACT_SILU,
-    MD_ACT_SIGMOID,
-    MD_ACT_TANH,
-    MD_ACT_COUNT
-};
+/* enum md_act and the fp32 formulas: backend/act_math.h */
 
 /* fwd: y = act(x); bwd: dx = act'(x) * dy + beta * dx (x is the fwd input). */
 struct md_act_args {

@@ -27,42 +27,6 @@ static inline void st_beta(void *p, md_dtype t, size_t i, float v, float beta)
 
 /* ---- activations --------------------------------------------------------------------- */
 
-static inline float act_f(int act, float x, float alpha)
-{
-    switch (act) {
-    case MD_ACT_RELU: return x > 0.0f ? x : 0.0f;
-    case MD_ACT_LEAKY_RELU: return x > 0.0f ? x : alpha * x;
-    case MD_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case MD_ACT_SILU: return x / (1.0f + expf(-x));
-    case MD_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case MD_ACT_TANH: return tanhf(x);
-    default: return x;
-    }
-}
-
-static inline float act_grad_f(int act, float x, float alpha)
-{
-    switch (act) {
-    case MD_ACT_RELU: return x > 0.0f ? 1.0f : 0.0f;
-    case MD_ACT_LEAKY_RELU: return x > 0.0f ? 1.0f : alpha;
-    case MD_ACT_GELU:
-        return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
-    case MD_ACT_SILU: {
-        float s = 1.0f / (1.0f + expf(-x));
-        return s * (1.0f + x * (1.0f - s));
-    }
-    case MD_ACT_SIGMOID: {
-        float s = 1.0f / (1.0f + expf(-x));
-        return s * (1.0f - s);
-    }
-    case MD_ACT_TANH: {
-        float t = tanhf(x);
-        return 1.0f - t * t;
-    }
-    default: return 1.0f;
-    }
-}
-
 static void act_fwd_range(void *vc, long long b, long long e)
 {
     const struct md_act_args *a = vc;
@@ -77,12 +41,12 @@ static void act_fwd_range(void *vc, long long b, long long e)
             if (x != y) memmove(y + b, x + b, sizeof(float) * (size_t)(e - b));
             return;
         default:
-            for (long long i = b; i < e; i++) y[i] = act_f(a->act, x[i], a->alpha);
+            for (long long i = b; i < e; i++) y[i] = md_act_f(a->act, x[i], a->alpha);
             return;
         }
     }
     for (long long i = b; i < e; i++)
-        st_beta(a->y, a->dtype, (size_t)i, act_f(a->act, md_load_f(a->x, a->dtype, (size_t)i), a->alpha), a->beta);
+        st_beta(a->y, a->dtype, (size_t)i, md_act_f(a->act, md_load_f(a->x, a->dtype, (size_t)i), a->alpha), a->beta);
 }
 
 /* d where z > 0, else +0 (z NaN: +0), as a bit mask: gcc leaves the float
@@ -111,14 +75,14 @@ static void act_bwd_range(void *vc, long long b, long long e)
             return;
         }
         if (beta == 0.0f)
-            for (long long i = b; i < e; i++) dx[i] = act_grad_f(a->act, x[i], a->alpha) * dy[i];
+            for (long long i = b; i < e; i++) dx[i] = md_act_grad_f(a->act, x[i], a->alpha) * dy[i];
         else
-            for (long long i = b; i < e; i++) dx[i] = act_grad_f(a->act, x[i], a->alpha) * dy[i] + beta * dx[i];
+            for (long long i = b; i < e; i++) dx[i] = md_act_grad_f(a->act, x[i], a->alpha) * dy[i] + beta * dx[i];
         return;
     }
     for (long long i = b; i < e; i++)
         st_beta(a->dx, a->dtype, (size_t)i,
-                act_grad_f(a->act, md_load_f(a->x, a->dtype, (size_t)i), a->alpha) * md_load_f(a->dy, a->dtype, (size_t)i),
+                md_act_grad_f(a->act, md_load_f(a->x, a->dtype, (size_t)i), a->alpha) * md_load_f(a->dy, a->dtype, (size_t)i),
                 a->beta);
 }
 
