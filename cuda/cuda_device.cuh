@@ -64,6 +64,10 @@ __device__ __forceinline__ float block_sum(float v)
     return warp_sum(v);
 }
 
+/* 16-byte vector accesses: V elements of T per load/store. */
+template <class T> struct vw { enum { V = 16 / sizeof(T) }; };
+static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 /* Channel of element i of an (n, c, hw) tensor. */
 __device__ __forceinline__ int chan_of(size_t i, int c, int hw, int nhwc)
 {

@@ -1,12 +1,10 @@
 /* eltwise.metal - one thread per output element (grid-stride loops, so the
  * host may cap the grid): activations, dropout, element-wise arithmetic,
- * casts, layout permutes, channel slices, pooling, the fused optimizer step,
- * and an empty kernel that event timestamps ride on. */
+ * casts, layout permutes, channel slices, bias add; and the bias gradient
+ * and whole-tensor sums (fixed-order reductions); and an empty kernel that
+ * event timestamps ride on. */
 #include "md_metal_common.h"
 #include "backend/act_math.h"
-
-#define MD_GRID_LOOP(i, n) \
-    for (ulong i = gid.x, md_step_ = ulong(ngrp.x) * tgsz.x; i < (n); i += md_step_)
 
 /* ---- activations: md_act_f / md_act_grad_f of backend/act_math.h ---------------- */
 template <int DT>
@@ -119,143 +117,57 @@ template <int DT>
     }
 }
 
-/* ---- pooling -------------------------------------------------------------------------------
- * Windows are clipped to the input; average divides by kh*kw when
- * count_include_pad, else by the clipped size; max takes the first maximal
- * element; an empty window gives 0 and no gradient (as the reference). */
-struct md_mtl_win { int h0, h1, w0, w1; };
-
-inline md_mtl_win md_mtl_pool_win(constant md_mtl_pool_params &p, int pp, int q)
-{
-    md_mtl_win r;
-    int hs = pp * p.stride_h - p.pad_h, ws = q * p.stride_w - p.pad_w;
-    r.h0 = max(hs, 0);
-    r.w0 = max(ws, 0);
-    r.h1 = min(hs + p.kh, p.h);
-    r.w1 = min(ws + p.kw, p.w);
-    return r;
-}
-
-/* Offset of the first maximal element of window (pp, q), -1 if empty. */
+/* ---- bias add (in place) ------------------------------------------------------------ */
 template <int DT>
-inline int md_mtl_pool_argmax(constant md_mtl_pool_params &p, device const typename md_dt<DT>::S *x,
-                              int ni, int c, int pp, int q)
+[[kernel]] void md_mtl_bias_add(MD_KARGS, constant md_mtl_nchw_params &p [[buffer(0)]],
+                                device typename md_dt<DT>::S *y [[buffer(1)]],
+                                device const float *bias [[buffer(2)]])
 {
-    md_mtl_win win = md_mtl_pool_win(p, pp, q);
-    int best = -1;
-    float bv = 0.0f;
-    for (int h = win.h0; h < win.h1; h++)
-        for (int w = win.w0; w < win.w1; w++) {
-            int o = md_mtl_act_idx(p.nhwc, p.c, p.h, p.w, ni, c, h, w);
-            float v = md_dt<DT>::ld(x[o]);
-            if (best < 0 || v > bv) { best = o; bv = v; }
-        }
-    return best;
-}
-
-inline float md_mtl_pool_div(constant md_mtl_pool_params &p, md_mtl_win win)
-{
-    return p.count_include_pad ? float(p.kh * p.kw) : float((win.h1 - win.h0) * (win.w1 - win.w0));
-}
-
-/* Decomposes a linear index of an (n, c, h, w) tensor stored in its layout. */
-inline void md_mtl_unravel(int nhwc, int C, int H, int W, int t, thread int &ni, thread int &c,
-                           thread int &h, thread int &w)
-{
-    if (nhwc) { c = t % C; t /= C; w = t % W; t /= W; h = t % H; ni = t / H; }
-    else { w = t % W; t /= W; h = t % H; t /= H; c = t % C; ni = t / C; }
-}
-
-template <int DT>
-[[kernel]] void md_mtl_pool_fwd(MD_KARGS, constant md_mtl_pool_params &p [[buffer(0)]],
-                                device const typename md_dt<DT>::S *x [[buffer(1)]],
-                                device typename md_dt<DT>::S *y [[buffer(2)]])
-{
-    const ulong total = ulong(p.n) * p.c * p.p * p.q;
-    MD_GRID_LOOP(i, total) {
-        int ni, c, pp, q;
-        md_mtl_unravel(p.nhwc, p.c, p.p, p.q, int(i), ni, c, pp, q);
-        float v = 0.0f;
-        if (p.kind == 0) {
-            int o = md_mtl_pool_argmax<DT>(p, x, ni, c, pp, q);
-            if (o >= 0) v = md_dt<DT>::ld(x[o]);
-        } else {
-            md_mtl_win win = md_mtl_pool_win(p, pp, q);
-            float s = 0.0f, div = md_mtl_pool_div(p, win);
-            for (int h = win.h0; h < win.h1; h++)
-                for (int w = win.w0; w < win.w1; w++)
-                    s += md_dt<DT>::ld(x[md_mtl_act_idx(p.nhwc, p.c, p.h, p.w, ni, c, h, w)]);
-            v = div > 0.0f ? s / div : 0.0f;
-        }
-        md_mtl_put<DT>(y + i, v, p.beta);
+    const int total = p.n * p.c * p.hw, step = int(ngrp.x * tgsz.x);
+    for (int i = int(gid.x); i < total; i += step) {
+        int c = p.nhwc ? i % p.c : (i / p.hw) % p.c;
+        y[i] = md_dt<DT>::st(md_dt<DT>::ld(y[i]) + bias[c]);
     }
 }
 
-/* Gather form: each input element sums the windows that cover it (no atomics). */
+/* ---- bias gradient (per channel) ------------------------------------------------- */
 template <int DT>
-[[kernel]] void md_mtl_pool_bwd(MD_KARGS, constant md_mtl_pool_params &p [[buffer(0)]],
-                                device const typename md_dt<DT>::S *x [[buffer(1)]],
-                                device const typename md_dt<DT>::S *dy [[buffer(2)]],
-                                device typename md_dt<DT>::S *dx [[buffer(3)]])
+[[kernel]] void md_mtl_bias_grad(MD_KARGS, constant md_mtl_nchw_params &p [[buffer(0)]],
+                                 device const typename md_dt<DT>::S *dy [[buffer(1)]],
+                                 device float *dbias [[buffer(2)]])
 {
-    const ulong total = ulong(p.n) * p.c * p.h * p.w;
-    MD_GRID_LOOP(i, total) {
-        int ni, c, h, w;
-        md_mtl_unravel(p.nhwc, p.c, p.h, p.w, int(i), ni, c, h, w);
-        /* windows pp with pp*sh - ph <= h < pp*sh - ph + kh */
-        int p0 = max(0, (h + p.pad_h - p.kh + p.stride_h) / p.stride_h);
-        int p1 = min(p.p - 1, (h + p.pad_h) / p.stride_h);
-        int q0 = max(0, (w + p.pad_w - p.kw + p.stride_w) / p.stride_w);
-        int q1 = min(p.q - 1, (w + p.pad_w) / p.stride_w);
-        float s = 0.0f;
-        for (int pp = p0; pp <= p1; pp++)
-            for (int q = q0; q <= q1; q++) {
-                md_mtl_win win = md_mtl_pool_win(p, pp, q);
-                if (h < win.h0 || h >= win.h1 || w < win.w0 || w >= win.w1) continue;
-                float d = md_dt<DT>::ld(dy[md_mtl_act_idx(p.nhwc, p.c, p.p, p.q, ni, c, pp, q)]);
-                if (p.kind == 0) {
-                    if (md_mtl_pool_argmax<DT>(p, x, ni, c, pp, q) == int(i)) s += d;
-                } else {
-                    float div = md_mtl_pool_div(p, win);
-                    if (div > 0.0f) s += d / div;
-                }
-            }
-        md_mtl_put<DT>(dx + i, s, p.beta);
-    }
+    const int c = int(tgid.x), m = p.n * p.hw;
+    float s = 0.0f;
+    for (int j = int(lid.x); j < m; j += int(tgsz.x)) s += md_dt<DT>::ld(dy[md_mtl_ch_idx(p.nhwc, p.c, p.hw, c, j)]);
+    s = md_mtl_tg_sum(s, tg, lid.x, tgsz.x);
+    if (lid.x == 0) md_mtl_putf(dbias + c, s, p.beta);
 }
 
-/* ---- fused optimizer step over flat fp32 parameters (PyTorch SGD / AdamW) --------------- */
-[[kernel]] void md_mtl_optim(MD_KARGS, constant md_mtl_optim_params &p [[buffer(0)]],
-                             device float *params [[buffer(1)]],
-                             device const float *grads [[buffer(2)]],
-                             device float *mbuf [[buffer(3)]],
-                             device float *vbuf [[buffer(4)]],
-                             device ushort *half_out [[buffer(5)]],
-                             device const float *scale [[buffer(6)]])
+/* ---- sum / sum of squares / dot: partials, then one threadgroup ------------------------ */
+template <int DT>
+[[kernel]] void md_mtl_reduce_part(MD_KARGS, constant md_mtl_reduce_params &p [[buffer(0)]],
+                                   device const typename md_dt<DT>::S *a [[buffer(1)]],
+                                   device const typename md_dt<DT>::S *b [[buffer(2)]],
+                                   device float *partials [[buffer(3)]])
 {
-    const float gs = p.grad_scale * (p.has_scale ? scale[0] : 1.0f);
-    MD_GRID_LOOP(i, p.n) {
-        float w = params[i], g = grads[i] * gs;
-        if (p.kind == 0) {
-            g += p.weight_decay * w;
-            if (p.momentum != 0.0f) {
-                float buf = p.first_step ? g : p.momentum * mbuf[i] + g;
-                mbuf[i] = buf;
-                g = p.nesterov ? g + p.momentum * buf : buf;
-            }
-            w -= p.lr * g;
-        } else {
-            w *= 1.0f - p.lr * p.weight_decay;
-            float m = p.beta1 * mbuf[i] + (1.0f - p.beta1) * g;
-            float v = p.beta2 * vbuf[i] + (1.0f - p.beta2) * g * g;
-            mbuf[i] = m;
-            vbuf[i] = v;
-            w -= p.lr * (m / p.bc1) / (sqrt(v / p.bc2) + p.eps);
-        }
-        params[i] = w;
-        if (p.has_half)
-            half_out[i] = p.half_dtype == MD_MTL_F16 ? as_type<ushort>(half(w)) : md_dt<MD_MTL_BF16>::st(w);
+    const ulong step = ulong(ngrp.x) * tgsz.x;
+    float s = 0.0f;
+    for (ulong i = gid.x; i < p.n; i += step) {
+        float v = md_dt<DT>::ld(a[i]);
+        s += p.op == 0 ? v : p.op == 1 ? v * v : v * md_dt<DT>::ld(b[i]);
     }
+    s = md_mtl_tg_sum(s, tg, lid.x, tgsz.x);
+    if (lid.x == 0) partials[tgid.x] = s;
+}
+
+[[kernel]] void md_mtl_reduce_final(MD_KARGS, constant md_mtl_reduce_params &p [[buffer(0)]],
+                                    device const float *partials [[buffer(1)]],
+                                    device float *out [[buffer(2)]])
+{
+    float s = 0.0f;
+    for (int i = int(lid.x); i < p.parts; i += int(tgsz.x)) s += partials[i];
+    s = md_mtl_tg_sum(s, tg, lid.x, tgsz.x);
+    if (lid.x == 0) md_mtl_putf(out, s, p.beta);
 }
 
 /* Nothing: a command buffer for event timestamps needs one dispatch. */
@@ -268,8 +180,9 @@ template <int DT>
     MD_INSTANTIATE("md_dropout_bwd_" sfx, md_mtl_dropout_bwd<DT>)      \
     MD_INSTANTIATE("md_ew_" sfx, md_mtl_ew<DT>)                        \
     MD_INSTANTIATE("md_chslice_" sfx, md_mtl_chslice<DT>)              \
-    MD_INSTANTIATE("md_pool_fwd_" sfx, md_mtl_pool_fwd<DT>)            \
-    MD_INSTANTIATE("md_pool_bwd_" sfx, md_mtl_pool_bwd<DT>)
+    MD_INSTANTIATE("md_bias_add_" sfx, md_mtl_bias_add<DT>)            \
+    MD_INSTANTIATE("md_bias_grad_" sfx, md_mtl_bias_grad<DT>)          \
+    MD_INSTANTIATE("md_reduce_part_" sfx, md_mtl_reduce_part<DT>)
 
 MD_ELT_INST(MD_MTL_F32, "f32")
 MD_ELT_INST(MD_MTL_F16, "f16")
@@ -289,5 +202,5 @@ MD_CAST_INST(MD_MTL_BF16, MD_MTL_F32, "md_cast_bf16_f32")
 MD_CAST_INST(MD_MTL_BF16, MD_MTL_F16, "md_cast_bf16_f16")
 MD_CAST_INST(MD_MTL_BF16, MD_MTL_BF16, "md_cast_bf16_bf16")
 
-MD_KERNEL_NAME("md_mtl_optim", md_mtl_optim)
+MD_KERNEL_NAME("md_mtl_reduce_final", md_mtl_reduce_final)
 MD_KERNEL_NAME("md_mtl_noop", md_mtl_noop)

@@ -108,6 +108,17 @@ inline float md_mtl_erfc(float x)
     return x >= 0.0f ? r : 2.0f - r;
 }
 
+/* Grid-stride loop over n elements (the host may cap the grid). */
+#define MD_GRID_LOOP(i, n) \
+    for (ulong i = gid.x, md_step_ = ulong(ngrp.x) * tgsz.x; i < (n); i += md_step_)
+
+/* Offset of element j (of n*hw) of channel c. */
+inline int md_mtl_ch_idx(int nhwc, int C, int hw, int c, int j)
+{
+    int ni = j / hw, i = j % hw;
+    return nhwc ? (ni * hw + i) * C + c : (ni * C + c) * hw + i;
+}
+
 /* The MSL spellings of backend/act_math.h (the activations every backend
  * shares), which the shaders include after this header. */
 #define MD_AM_FN inline

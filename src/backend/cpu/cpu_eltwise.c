@@ -1,6 +1,5 @@
 /* cpu_eltwise.c - element-wise CPU kernels: activations, dropout, ew, reduce,
- * cast, bias, channel slices, permute, optimizer and the fused softmax
- * cross-entropy. Threaded over element ranges; fp32 has plain loops the
+ * cast, bias, channel slices, permute. Threaded over element ranges; fp32 has plain loops the
  * compiler vectorises, fp16/bf16 go through md_load_f/md_store_f. The
  * conventions (beta, masks) are those of src/backend/ref/ref_kernels.c. */
 #include <math.h>
@@ -11,12 +10,6 @@
 #include "backend/ref/ref_math.h"
 #include "core/mem.h"
 #include "core/rng.h"
-
-static md_status dtype_check(const char *op, md_dtype t)
-{
-    if (md_cpu_float_type(t)) return MD_OK;
-    return md_errf(MD_ERR_UNSUPPORTED, "cpu %s: dtype %s is not supported (fp32, fp16, bf16)", op, md_dtype_name(t));
-}
 
 /* out[i] = v + beta * out[i] (old value unread when beta == 0). */
 static inline void st_beta(void *p, md_dtype t, size_t i, float v, float beta)
@@ -88,7 +81,7 @@ static void act_bwd_range(void *vc, long long b, long long e)
 
 static md_status act_check(const char *op, const struct md_act_args *a)
 {
-    MD_TRY(dtype_check(op, a->dtype));
+    MD_TRY(md_cpu_dtype_check(op, a->dtype));
     if (a->act < 0 || a->act >= MD_ACT_COUNT) return md_errf(MD_ERR_INTERNAL, "cpu %s: unknown activation %d", op, a->act);
     return MD_OK;
 }
@@ -137,7 +130,7 @@ static void dropout_bwd_range(void *vc, long long b, long long e)
 md_status md_cpu_dropout_fwd(md_device *dev, const struct md_dropout_args *a)
 {
     (void)dev;
-    MD_TRY(dtype_check("dropout_fwd", a->dtype));
+    MD_TRY(md_cpu_dtype_check("dropout_fwd", a->dtype));
     struct md_dropout_args r = *a;
     r.offset = md_dropout_offset(a);
     r.offset_dev = NULL;
@@ -148,7 +141,7 @@ md_status md_cpu_dropout_fwd(md_device *dev, const struct md_dropout_args *a)
 md_status md_cpu_dropout_bwd(md_device *dev, const struct md_dropout_args *a)
 {
     (void)dev;
-    MD_TRY(dtype_check("dropout_bwd", a->dtype));
+    MD_TRY(md_cpu_dtype_check("dropout_bwd", a->dtype));
     struct md_dropout_args r = *a;
     r.offset = md_dropout_offset(a);
     r.offset_dev = NULL;
@@ -202,7 +195,7 @@ static void ew_range(void *vc, long long b, long long e)
 md_status md_cpu_ew(md_device *dev, const struct md_ew_args *a)
 {
     (void)dev;
-    MD_TRY(dtype_check("ew", a->dtype));
+    MD_TRY(md_cpu_dtype_check("ew", a->dtype));
     if (a->op < 0 || a->op >= MD_EW_COUNT) return md_errf(MD_ERR_INTERNAL, "cpu ew: unknown op %d", a->op);
     struct ew_ctx c = {a, a->alpha * (a->scale_dev ? *a->scale_dev : 1.0f)};
     md_parallel_for((long long)a->n, CPU_GRAIN, ew_range, &c);
@@ -239,7 +232,7 @@ static void reduce_range(void *vc, long long b, long long e)
 md_status md_cpu_reduce(md_device *dev, const struct md_reduce_args *a)
 {
     (void)dev;
-    MD_TRY(dtype_check("reduce", a->dtype));
+    MD_TRY(md_cpu_dtype_check("reduce", a->dtype));
     if (a->op < MD_RED_SUM || a->op > MD_RED_DOT) return md_errf(MD_ERR_INTERNAL, "cpu reduce: unknown op %d", a->op);
     size_t nchunks = (a->n + RED_CHUNK - 1) / RED_CHUNK;
     double one = 0.0, *part = nchunks > 1 ? md_calloc(nchunks, sizeof *part) : &one;
@@ -270,8 +263,8 @@ static void cast_range(void *vc, long long b, long long e)
 md_status md_cpu_cast(md_device *dev, const struct md_cast_args *a)
 {
     (void)dev;
-    MD_TRY(dtype_check("cast", a->src_type));
-    MD_TRY(dtype_check("cast", a->dst_type));
+    MD_TRY(md_cpu_dtype_check("cast", a->src_type));
+    MD_TRY(md_cpu_dtype_check("cast", a->dst_type));
     md_parallel_for((long long)a->n, CPU_GRAIN, cast_range, (void *)a);
     return MD_OK;
 }
@@ -296,7 +289,7 @@ static void bias_add_range(void *vc, long long b, long long e)
 md_status md_cpu_bias_add(md_device *dev, const struct md_bias_args *a)
 {
     (void)dev;
-    MD_TRY(dtype_check("bias_add", a->dtype));
+    MD_TRY(md_cpu_dtype_check("bias_add", a->dtype));
     long long per = (long long)a->c * a->hw;
     md_parallel_for(a->n, per >= CPU_GRAIN ? 1 : CPU_GRAIN / (per ? per : 1) + 1, bias_add_range, (void *)a);
     return MD_OK;
@@ -317,7 +310,7 @@ static void bias_grad_range(void *vc, long long b, long long e)
 md_status md_cpu_bias_grad(md_device *dev, const struct md_bias_args *a)
 {
     (void)dev;
-    MD_TRY(dtype_check("bias_grad", a->dtype));
+    MD_TRY(md_cpu_dtype_check("bias_grad", a->dtype));
     long long per = (long long)a->n * a->hw;
     md_parallel_for(a->c, per >= CPU_GRAIN ? 1 : CPU_GRAIN / (per ? per : 1) + 1, bias_grad_range, (void *)a);
     return MD_OK;
@@ -357,7 +350,7 @@ static void chslice_range(void *vc, long long b, long long e)
 md_status md_cpu_chslice(md_device *dev, const struct md_chslice_args *a)
 {
     (void)dev;
-    MD_TRY(dtype_check("chslice", a->dtype));
+    MD_TRY(md_cpu_dtype_check("chslice", a->dtype));
     md_parallel_for(a->n, 1, chslice_range, (void *)a);
     return MD_OK;
 }
@@ -397,131 +390,9 @@ static void permute_range(void *vc, long long b, long long e)
 md_status md_cpu_permute(md_device *dev, const struct md_permute_args *a)
 {
     (void)dev;
-    MD_TRY(dtype_check("permute", a->dtype));
+    MD_TRY(md_cpu_dtype_check("permute", a->dtype));
     int hw = a->h * a->w;
     struct perm_ctx c = {a, a->to_nhwc ? a->c : hw, a->to_nhwc ? hw : a->c};
     md_parallel_for(a->n, 1, permute_range, &c);
-    return MD_OK;
-}
-
-/* ---- optimizer --------------------------------------------------------------------------------------------- */
-
-struct opt_ctx { const struct md_optim_args *a; float gs, bc1, bc2; };
-
-static void optim_range(void *vc, long long b, long long e)
-{
-    const struct opt_ctx *c = vc;
-    const struct md_optim_args *a = c->a;
-    float lr = a->lr, wd = a->weight_decay, mom = a->momentum, gs = c->gs;
-    float *p = a->params, *m = a->m, *v = a->v;
-    const float *g = a->grads;
-    if (a->kind == MD_OPT_SGD) {
-        for (long long i = b; i < e; i++) {
-            float gi = g[i] * gs + wd * p[i];
-            if (mom != 0.0f) {
-                float buf = a->step == 1 ? gi : mom * m[i] + gi;
-                m[i] = buf;
-                gi = a->nesterov ? gi + mom * buf : buf;
-            }
-            p[i] -= lr * gi;
-        }
-    } else {
-        float b1 = a->beta1, b2 = a->beta2, eps = a->eps, decay = 1.0f - lr * wd;
-        for (long long i = b; i < e; i++) {
-            float gi = g[i] * gs;
-            float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-            m[i] = mi;
-            v[i] = vi;
-            p[i] = p[i] * decay - lr * (mi / c->bc1) / (sqrtf(vi / c->bc2) + eps);
-        }
-    }
-    if (a->params_half)
-        for (long long i = b; i < e; i++) md_store_f(a->params_half, a->half_dtype, (size_t)i, p[i]);
-}
-
-md_status md_cpu_optim(md_device *dev, const struct md_optim_args *args)
-{
-    (void)dev;
-    struct md_optim_args resolved;
-    if (!md_optim_ctl_resolve(args, &resolved)) return MD_OK; /* non-finite step: skipped */
-    const struct md_optim_args *a = &resolved;
-    if (a->params_half) MD_TRY(dtype_check("optim", a->half_dtype));
-    if (a->step < 1) return md_errf(MD_ERR_INTERNAL, "cpu optim: step %lld < 1", a->step);
-    if (a->kind != MD_OPT_SGD && a->kind != MD_OPT_ADAMW) return md_errf(MD_ERR_INTERNAL, "cpu optim: unknown kind %d", a->kind);
-    struct opt_ctx c = {a, a->grad_scale * (a->grad_scale_dev ? *a->grad_scale_dev : 1.0f),
-                        (float)(1.0 - pow((double)a->beta1, (double)a->step)),
-                        (float)(1.0 - pow((double)a->beta2, (double)a->step))};
-    md_parallel_for((long long)a->n, CPU_GRAIN, optim_range, &c);
-    return MD_OK;
-}
-
-/* ---- softmax cross-entropy: per-row partials, combined in row order ---------------------------------------- */
-
-struct xent_ctx { const struct md_xent_args *a; double *loss; int *hit; int bad_row; };
-
-static void xent_range(void *vc, long long b, long long e)
-{
-    struct xent_ctx *c = vc;
-    const struct md_xent_args *a = c->a;
-    int C = a->classes;
-    double sm = (double)a->smoothing;
-    for (long long ni = b; ni < e; ni++) {
-        int lab = a->labels[ni];
-        c->loss[ni] = 0.0;
-        c->hit[ni] = 0;
-        if (lab < 0 || lab >= C) continue;
-        size_t row = (size_t)ni * C;
-        float mx = md_load_f(a->logits, a->dtype, row);
-        int arg = 0;
-        for (int j = 1; j < C; j++) {
-            float v = md_load_f(a->logits, a->dtype, row + j);
-            if (v > mx) mx = v, arg = j;
-        }
-        c->hit[ni] = arg == lab;
-        double se = 0.0, sz = 0.0;
-        for (int j = 0; j < C; j++) {
-            double z = (double)md_load_f(a->logits, a->dtype, row + j) - (double)mx;
-            se += exp(z);
-            sz += z;
-        }
-        double lse = log(se); /* relative to mx */
-        double zl = (double)md_load_f(a->logits, a->dtype, row + lab) - (double)mx;
-        /* -sum_j t_j (z_j - lse) with t = (1-sm) onehot + sm/C */
-        c->loss[ni] = -((1.0 - sm) * (zl - lse) + sm / C * (sz - C * lse));
-        if (a->dlogits) {
-            float gsc = a->grad_scale;
-            for (int j = 0; j < C; j++) {
-                double z = (double)md_load_f(a->logits, a->dtype, row + j) - (double)mx;
-                double t = (j == lab ? 1.0 - sm : 0.0) + sm / C;
-                md_store_f(a->dlogits, a->dtype, row + j, gsc * (float)(exp(z - lse) - t));
-            }
-        }
-    }
-}
-
-md_status md_cpu_xent(md_device *dev, const struct md_xent_args *a)
-{
-    (void)dev;
-    MD_TRY(dtype_check("xent", a->dtype));
-    for (int i = 0; i < a->n; i++)
-        if (a->labels[i] < 0 || a->labels[i] >= a->classes)
-            return md_errf(MD_ERR_DATA, "xent: label %d of sample %d is outside [0, %d)", a->labels[i], i, a->classes);
-    double *loss = md_malloc(sizeof(double) * (size_t)(a->n > 0 ? a->n : 1));
-    int *hit = md_malloc(sizeof(int) * (size_t)(a->n > 0 ? a->n : 1));
-    if (!loss || !hit) {
-        md_free(loss);
-        md_free(hit);
-        return MD_ERR_OOM;
-    }
-    struct xent_ctx c = {a, loss, hit, -1};
-    long long per = a->classes > 0 ? a->classes : 1;
-    md_parallel_for(a->n, CPU_GRAIN / per + 1, xent_range, &c);
-    double total = 0.0;
-    int correct = 0;
-    for (int i = 0; i < a->n; i++) total += loss[i], correct += hit[i];
-    if (a->loss_sum) *a->loss_sum = (float)((double)*a->loss_sum + total);
-    if (a->correct) *a->correct += correct;
-    md_free(loss);
-    md_free(hit);
     return MD_OK;
 }

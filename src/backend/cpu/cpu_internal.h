@@ -55,4 +55,10 @@ md_status md_cpu_optim(md_device *dev, const struct md_optim_args *a);
 
 static inline int md_cpu_float_type(md_dtype t) { return t == MD_F32 || t == MD_F16 || t == MD_BF16; }
 
+static inline md_status md_cpu_dtype_check(const char *op, md_dtype t)
+{
+    if (md_cpu_float_type(t)) return MD_OK;
+    return md_errf(MD_ERR_UNSUPPORTED, "cpu %s: dtype %s is not supported (fp32, fp16, bf16)", op, md_dtype_name(t));
+}
+
 #endif

@@ -1,6 +1,6 @@
-/* mm.metal - matrix products: gemm and the three 2-D convolutions as
- * implicit GEMM (no im2col buffer: the tile loaders compute addresses).
- * Grid: (ceil(N/BN), ceil(M/BM), batch or groups) threadgroups of TX x TY.
+/* conv.metal - the three 2-D convolutions as implicit GEMM on the tiled
+ * engine of md_metal_common.h (no im2col buffer: the tile loaders compute addresses).
+ * Grid: (ceil(N/BN), ceil(M/BM), groups) threadgroups of TX x TY.
  *
  *   conv fwd:        M = K/g,  N = n*p*q,     K = C/g*r*s   (A = filter, B = x)
  *   conv bwd_data:   M = C/g,  N = n*h*w,     K = K/g*r*s   (A = filter^T, B = dy)
@@ -10,36 +10,6 @@
  * 1 simdgroup matrices.
  */
 #include "md_metal_common.h"
-
-/* ---- gemm -------------------------------------------------------------------- */
-template <int DT> struct md_mtl_gemm_op {
-    typedef typename md_dt<DT>::S S;
-    device const S *A;
-    device const S *B;
-    device S *C;
-    int M, N, K, lda, ldb, ldc, ta, tb;
-    float alpha, beta;
-    float a(int m, int k) const { return md_dt<DT>::ld(ta ? A[k * lda + m] : A[m * lda + k]); }
-    float b(int k, int n) const { return md_dt<DT>::ld(tb ? B[n * ldb + k] : B[k * ldb + n]); }
-    void store(int m, int n, float v) const { md_mtl_put<DT>(C + m * ldc + n, alpha * v, beta); }
-};
-
-template <int DT, int SG>
-[[kernel]] void md_mtl_gemm(MD_KARGS, constant md_mtl_gemm_params &p [[buffer(0)]],
-                            device const typename md_dt<DT>::S *a [[buffer(1)]],
-                            device const typename md_dt<DT>::S *b [[buffer(2)]],
-                            device typename md_dt<DT>::S *c [[buffer(3)]])
-{
-    md_mtl_gemm_op<DT> op;
-    op.A = a + p.stride_a * long(tgid.z);
-    op.B = b + p.stride_b * long(tgid.z);
-    op.C = c + p.stride_c * long(tgid.z);
-    op.M = p.m; op.N = p.n; op.K = p.k;
-    op.lda = p.lda; op.ldb = p.ldb; op.ldc = p.ldc;
-    op.ta = p.trans_a; op.tb = p.trans_b;
-    op.alpha = p.alpha; op.beta = p.beta;
-    md_mtl_mm<SG>::run(op, tg, lid, tgid);
-}
 
 /* ---- conv fwd ------------------------------------------------------------------- */
 template <int DT> struct md_mtl_conv_fwd_op {
@@ -166,19 +136,18 @@ template <int DT, int SG>
     md_mtl_mm<SG>::run(op, tg, lid, tgid);
 }
 
-#define MD_MM_INST(DT, SG, sfx)                                                     \
-    MD_INSTANTIATE("md_gemm_" sfx, md_mtl_gemm<DT, SG>)                              \
+#define MD_CONV_INST(DT, SG, sfx)                                                   \
     MD_INSTANTIATE("md_conv_fwd_" sfx, md_mtl_conv_fwd<DT, SG>)                      \
     MD_INSTANTIATE("md_conv_bwd_data_" sfx, md_mtl_conv_bwd_data<DT, SG>)            \
     MD_INSTANTIATE("md_conv_bwd_filter_" sfx, md_mtl_conv_bwd_filter<DT, SG>)
 
-MD_MM_INST(MD_MTL_F32, 0, "f32")
-MD_MM_INST(MD_MTL_F16, 0, "f16")
-MD_MM_INST(MD_MTL_BF16, 0, "bf16")
+MD_CONV_INST(MD_MTL_F32, 0, "f32")
+MD_CONV_INST(MD_MTL_F16, 0, "f16")
+MD_CONV_INST(MD_MTL_BF16, 0, "bf16")
 /* The simdgroup-matrix variants: same names with "_sg" (the host picks them
  * on GPUs that have simdgroup matrices). */
 #if MD_METAL_SIMDGROUP_MM
-MD_MM_INST(MD_MTL_F32, 1, "f32_sg")
-MD_MM_INST(MD_MTL_F16, 1, "f16_sg")
-MD_MM_INST(MD_MTL_BF16, 1, "bf16_sg")
+MD_CONV_INST(MD_MTL_F32, 1, "f32_sg")
+MD_CONV_INST(MD_MTL_F16, 1, "f16_sg")
+MD_CONV_INST(MD_MTL_BF16, 1, "bf16_sg")
 #endif

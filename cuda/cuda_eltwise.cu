@@ -1,6 +1,6 @@
-/* cuda_ew.cu - element-wise and small kernels: activations, dropout,
- * arithmetic, reductions, channel slices, the fused softmax cross-entropy,
- * casts, NCHW<->NHWC and the fused optimizer step.
+/* cuda_eltwise.cu - element-wise and small kernels: activations, dropout,
+ * arithmetic, reductions, channel slices, casts, NCHW<->NHWC, bias add and
+ * bias gradient (through the per-channel sums of cuda_chred.cuh).
  *
  * Memory-bound loops are grid-stride with consecutive threads on consecutive
  * elements (coalesced); reductions are two-stage with a fixed grid and a
@@ -9,7 +9,7 @@
 #include <math.h>
 
 #include "core/rng.h"
-#include "cuda_device.cuh"
+#include "cuda_chred.cuh"
 
 /* ---------------------------------------------------------------------------
  * Activations
@@ -41,13 +41,11 @@ __global__ void k_act_bwd(int act, float alpha, size_t n, const T *x, const T *d
 
 /* 16-byte vector versions (V = 16 / sizeof(T) elements per load), used when
  * n is a multiple of V and every pointer is 16-byte aligned. */
-template <class T> struct vwe { enum { V = 16 / sizeof(T) }; };
-static inline int al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 template <class T>
 __global__ void k_act_fwd_v(int act, float alpha, size_t nv, const T *x, T *y, float beta)
 {
-    const int V = vwe<T>::V;
+    const int V = vw<T>::V;
     GRID_STRIDE(i, nv)
     {
         uint4 u = ((const uint4 *)x)[i], o, uy = u;
@@ -67,7 +65,7 @@ __global__ void k_act_fwd_v(int act, float alpha, size_t nv, const T *x, T *y, f
 template <class T>
 __global__ void k_act_bwd_v(int act, float alpha, size_t nv, const T *x, const T *dy, T *dx, float beta)
 {
-    const int V = vwe<T>::V;
+    const int V = vw<T>::V;
     GRID_STRIDE(i, nv)
     {
         uint4 ux = ((const uint4 *)x)[i], ug = ((const uint4 *)dy)[i], ud = ug, o;
@@ -96,8 +94,8 @@ md_status md_cuda_act_fwd(md_device *dev, const struct md_act_args *a)
     MD_TRY(check_act(a->act, "act_fwd"));
     if (!a->n) return MD_OK;
     MD_CU_DISPATCH(a->dtype, "act_fwd", {
-        if (a->n % vwe<T>::V == 0 && al16(a->x) && al16(a->y)) {
-            size_t nv = a->n / vwe<T>::V;
+        if (a->n % vw<T>::V == 0 && aligned16(a->x) && aligned16(a->y)) {
+            size_t nv = a->n / vw<T>::V;
             k_act_fwd_v<T><<<md_cu_blocks(dev, nv), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
                 a->act, a->alpha, nv, (const T *)a->x, (T *)a->y, a->beta);
             return md_cuda_check_launch("act_fwd");
@@ -113,8 +111,8 @@ md_status md_cuda_act_bwd(md_device *dev, const struct md_act_args *a)
     MD_TRY(check_act(a->act, "act_bwd"));
     if (!a->n) return MD_OK;
     MD_CU_DISPATCH(a->dtype, "act_bwd", {
-        if (a->n % vwe<T>::V == 0 && al16(a->x) && al16(a->dy) && al16(a->dx)) {
-            size_t nv = a->n / vwe<T>::V;
+        if (a->n % vw<T>::V == 0 && aligned16(a->x) && aligned16(a->dy) && aligned16(a->dx)) {
+            size_t nv = a->n / vw<T>::V;
             k_act_bwd_v<T><<<md_cu_blocks(dev, nv), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
                 a->act, a->alpha, nv, (const T *)a->x, (const T *)a->dy, (T *)a->dx, a->beta);
             return md_cuda_check_launch("act_bwd");
@@ -205,7 +203,7 @@ __global__ void k_ew(int op, size_t n, float alpha, float beta, const float *sca
 template <class T>
 __global__ void k_ew_v(int op, size_t nv, float alpha, float beta, const float *scale, const T *a, const T *b, T *y)
 {
-    const int V = vwe<T>::V;
+    const int V = vw<T>::V;
     float al = scale ? alpha * *scale : alpha;
     GRID_STRIDE(i, nv)
     {
@@ -233,9 +231,9 @@ md_status md_cuda_ew(md_device *dev, const struct md_ew_args *a)
         return MD_OK;
     }
     MD_CU_DISPATCH(a->dtype, "ew", {
-        if ((a->op == MD_EW_AXPBY || a->op == MD_EW_MUL) && a->n % vwe<T>::V == 0 && al16(a->a) && al16(a->y) &&
-            (a->op == MD_EW_AXPBY && a->beta == 0.0f ? 1 : al16(a->b))) {
-            size_t nv = a->n / vwe<T>::V;
+        if ((a->op == MD_EW_AXPBY || a->op == MD_EW_MUL) && a->n % vw<T>::V == 0 && aligned16(a->a) && aligned16(a->y) &&
+            (a->op == MD_EW_AXPBY && a->beta == 0.0f ? 1 : aligned16(a->b))) {
+            size_t nv = a->n / vw<T>::V;
             k_ew_v<T><<<md_cu_blocks(dev, nv), MD_THREADS, 0, s>>>(a->op, nv, a->alpha, a->beta, a->scale_dev,
                                                                   (const T *)a->a, (const T *)a->b, (T *)a->y);
             return md_cuda_check_launch("ew");
@@ -325,114 +323,6 @@ md_status md_cuda_chslice(md_device *dev, const struct md_chslice_args *a)
             (const T *)a->src, (T *)a->dst, a->beta);
     });
     return md_cuda_check_launch("chslice");
-}
-
-/* ---------------------------------------------------------------------------
- * Softmax cross-entropy: a block per sample writes its loss and hit into the
- * scratch and its gradient row; one block then adds the batch in order.
- * ------------------------------------------------------------------------- */
-
-#define XENT_THREADS 128
-
-template <class T>
-__global__ void k_xent_rows(int classes, float smoothing, const T *logits, const int32_t *labels, float *row_loss,
-                            float *row_hit, T *dlogits, float grad_scale)
-{
-    __shared__ float smax[32];
-    __shared__ int sarg[32];
-    int row = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const T *x = logits + (size_t)row * classes;
-    /* max and the lowest index reaching it */
-    float m = -INFINITY;
-    int arg = classes;
-    for (int j = threadIdx.x; j < classes; j += blockDim.x) {
-        float v = tof(x[j]);
-        if (v > m || (v == m && j < arg)) {
-            m = v;
-            arg = j;
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        float om = __shfl_xor_sync(0xffffffffu, m, o);
-        int oa = __shfl_xor_sync(0xffffffffu, arg, o);
-        if (om > m || (om == m && oa < arg)) {
-            m = om;
-            arg = oa;
-        }
-    }
-    if (lane == 0) {
-        smax[wid] = m;
-        sarg[wid] = arg;
-    }
-    __syncthreads();
-    m = lane < nw ? smax[lane] : -INFINITY;
-    arg = lane < nw ? sarg[lane] : classes;
-    for (int o = 16; o > 0; o >>= 1) {
-        float om = __shfl_xor_sync(0xffffffffu, m, o);
-        int oa = __shfl_xor_sync(0xffffffffu, arg, o);
-        if (om > m || (om == m && oa < arg)) {
-            m = om;
-            arg = oa;
-        }
-    }
-    /* every thread now has the row's max and argmax; a NaN row gives m = -inf
-     * or NaN below, and the loss comes out NaN, which is what the caller checks */
-    float se = 0.0f, sx = 0.0f;
-    for (int j = threadIdx.x; j < classes; j += blockDim.x) {
-        float v = tof(x[j]);
-        se += expf(v - m);
-        sx += v;
-    }
-    se = block_sum(se);
-    sx = block_sum(sx);
-    int label = labels[row];
-    int ok = label >= 0 && label < classes;
-    if (threadIdx.x == 0) {
-        float xl = ok ? tof(x[label]) : NAN;
-        float lse = logf(se) + m;
-        row_loss[row] = lse - ((1.0f - smoothing) * xl + smoothing / (float)classes * sx);
-        row_hit[row] = ok && arg == label ? 1.0f : 0.0f;
-    }
-    if (dlogits) {
-        T *d = dlogits + (size_t)row * classes;
-        float off = smoothing / (float)classes, inv = 1.0f / se;
-        for (int j = threadIdx.x; j < classes; j += blockDim.x) {
-            float p = expf(tof(x[j]) - m) * inv;
-            float t = off + (j == label ? 1.0f - smoothing : 0.0f);
-            d[j] = fromf<T>(grad_scale * (p - t));
-        }
-    }
-}
-
-__global__ void k_xent_sum(int n, const float *row_loss, const float *row_hit, float *loss_sum, int32_t *correct)
-{
-    float s = 0.0f, h = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        s += row_loss[i];
-        h += row_hit[i];
-    }
-    s = block_sum(s);
-    h = block_sum(h);
-    if (threadIdx.x == 0) {
-        if (loss_sum) loss_sum[0] += s;
-        if (correct) correct[0] += (int32_t)(h + 0.5f);
-    }
-}
-
-md_status md_cuda_xent(md_device *dev, const struct md_xent_args *a)
-{
-    struct md_cuda_dev *cd = md_cuda_impl(dev);
-    if (a->n <= 0 || a->classes <= 0) return MD_OK;
-    MD_TRY(md_cuda_scratch_get(dev, &cd->red_ws, (size_t)a->n * 2 * sizeof(float), "reduction scratch"));
-    float *row_loss = (float *)cd->red_ws.ptr, *row_hit = row_loss + a->n;
-    MD_CU_DISPATCH(a->dtype, "xent", {
-        k_xent_rows<T><<<a->n, XENT_THREADS, 0, cd->stream>>>(a->classes, a->smoothing, (const T *)a->logits,
-                                                             a->labels, row_loss, row_hit, (T *)a->dlogits,
-                                                             a->grad_scale);
-    });
-    MD_TRY(md_cuda_check_launch("xent"));
-    k_xent_sum<<<1, 1024, 0, cd->stream>>>(a->n, row_loss, row_hit, a->loss_sum, a->correct);
-    return md_cuda_check_launch("xent (batch sum)");
 }
 
 /* ---------------------------------------------------------------------------
@@ -526,102 +416,48 @@ md_status md_cuda_permute(md_device *dev, const struct md_permute_args *a)
 }
 
 /* ---------------------------------------------------------------------------
- * Optimizer step over the flat fp32 parameter buffer (PyTorch's formulas).
+ * Bias
  * ------------------------------------------------------------------------- */
 
-/* The per-step values of a captured step (kernels.h, md_optim_ctl), read by
- * every thread: false when the step must change nothing. */
-__device__ static bool ctl_values(const md_optim_ctl *c, float &lr, float &scale, long long &t)
+template <class T>
+__global__ void k_bias_add(size_t total, int c, int hw, int nhwc, T *y, const float *bias)
 {
-    float ls = c->loss_sum, ss = c->grad_sumsq;
-    if (!isfinite(ls) || !isfinite(ss)) return false;
-    double g = (double)c->grad_scale;
-    if (c->clip > 0) {
-        double norm = sqrt((double)ss) * g;
-        if (norm > c->clip) g *= c->clip / (norm + 1e-6);
-    }
-    lr = c->lr;
-    scale = (float)g;
-    t = c->step;
-    return true;
+    GRID_STRIDE(i, total) { y[i] = fromf<T>(tof(y[i]) + bias[chan_of(i, c, hw, nhwc)]); }
 }
 
-template <class H>
-__global__ void k_sgd(size_t n, float lr, float mom, float wd, int nesterov, int first, float gs, const float *gs_dev,
-                      const md_optim_ctl *ctl, float *p, const float *g, float *buf, H *ph)
+md_status md_cuda_bias_add(md_device *dev, const struct md_bias_args *a)
 {
-    float scale = gs_dev ? gs * *gs_dev : gs;
-    if (ctl) {
-        long long t;
-        if (!ctl_values(ctl, lr, scale, t)) return;
-        first = t == 1;
-    }
-    GRID_STRIDE(i, n)
-    {
-        float w = p[i];
-        float d = g[i] * scale + wd * w;
-        if (buf && mom != 0.0f) {
-            float b = first ? d : mom * buf[i] + d;
-            buf[i] = b;
-            d = nesterov ? d + mom * b : b;
-        }
-        w -= lr * d;
-        p[i] = w;
-        if (ph) ph[i] = fromf<H>(w);
-    }
-}
-
-template <class H>
-__global__ void k_adamw(size_t n, float lr, float b1, float b2, float eps, float wd, float step_size, float bc2_sqrt,
-                        float gs, const float *gs_dev, const md_optim_ctl *ctl, float *p, const float *g, float *m,
-                        float *v, H *ph)
-{
-    float scale = gs_dev ? gs * *gs_dev : gs;
-    if (ctl) {
-        long long t;
-        if (!ctl_values(ctl, lr, scale, t)) return;
-        double bc1 = 1.0 - pow((double)b1, (double)t), bc2 = 1.0 - pow((double)b2, (double)t);
-        step_size = (float)((double)lr / bc1);
-        bc2_sqrt = (float)sqrt(bc2);
-    }
-    GRID_STRIDE(i, n)
-    {
-        float w = p[i] * (1.0f - lr * wd);
-        float gr = g[i] * scale;
-        float mi = b1 * m[i] + (1.0f - b1) * gr;
-        float vi = b2 * v[i] + (1.0f - b2) * gr * gr;
-        m[i] = mi;
-        v[i] = vi;
-        w -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-        p[i] = w;
-        if (ph) ph[i] = fromf<H>(w);
-    }
-}
-
-md_status md_cuda_optim(md_device *dev, const struct md_optim_args *a)
-{
-    if (!a->n) return MD_OK;
-    if (a->kind != MD_OPT_SGD && a->kind != MD_OPT_ADAMW)
-        return md_errf(MD_ERR_INTERNAL, "cuda optim: unknown optimizer %d", a->kind);
-    if (a->kind == MD_OPT_ADAMW && (!a->m || !a->v))
-        return md_errf(MD_ERR_INTERNAL, "cuda optim: AdamW needs m and v");
-    cudaStream_t s = md_cuda_impl(dev)->stream;
-    unsigned blocks = md_cu_blocks(dev, a->n);
-    long long t = a->step > 0 ? a->step : 1;
-    double bc1 = 1.0 - pow((double)a->beta1, (double)t), bc2 = 1.0 - pow((double)a->beta2, (double)t);
-    float step_size = (float)((double)a->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-    md_dtype ht = a->params_half ? a->half_dtype : MD_F32;
-    if (a->params_half && ht != MD_F16 && ht != MD_BF16 && ht != MD_F32)
-        return md_errf(MD_ERR_UNSUPPORTED, "cuda optim: half copy of type %s", md_dtype_name(ht));
-    MD_CU_DISPATCH(ht, "optim", {
-        T *ph = (T *)a->params_half;
-        if (a->kind == MD_OPT_SGD)
-            k_sgd<T><<<blocks, MD_THREADS, 0, s>>>(a->n, a->lr, a->momentum, a->weight_decay, a->nesterov, t == 1,
-                                                  a->grad_scale, a->grad_scale_dev, a->ctl, a->params, a->grads, a->m, ph);
-        else
-            k_adamw<T><<<blocks, MD_THREADS, 0, s>>>(a->n, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay,
-                                                    step_size, bc2_sqrt, a->grad_scale, a->grad_scale_dev, a->ctl, a->params,
-                                                    a->grads, a->m, a->v, ph);
+    size_t total = (size_t)a->n * a->c * a->hw;
+    if (!total) return MD_OK;
+    MD_CU_DISPATCH(a->dtype, "bias_add", {
+        k_bias_add<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+            total, a->c, a->hw, a->layout == MD_NHWC, (T *)a->y, a->bias);
     });
-    return md_cuda_check_launch("optim");
+    return md_cuda_check_launch("bias_add");
+}
+
+__global__ void k_bias_fin(int c, int splits, const float *part, float *dbias, float beta)
+{
+    float s1, s2;
+    int ch = fin_sums(part, c, splits, &s1, &s2);
+    if (ch < 0) return;
+    dbias[ch] = beta != 0.0f ? s1 + beta * dbias[ch] : s1;
+}
+
+md_status md_cuda_bias_grad(md_device *dev, const struct md_bias_args *a)
+{
+    struct md_cuda_dev *cd = md_cuda_impl(dev);
+    if (a->c <= 0) return MD_OK;
+    if ((size_t)a->n * a->hw == 0) {
+        if (a->beta == 0.0f) MD_CU_TRY(cudaMemsetAsync(a->dbias, 0, (size_t)a->c * 4, cd->stream), "bias_grad");
+        return MD_OK;
+    }
+    MD_CU_DISPATCH(a->dtype, "bias_grad", {
+        red_in in = {NULL, NULL, a->dy, NULL, NULL, NULL, NULL, 0};
+        float *part, *unused;
+        int splits;
+        MD_TRY((chan_reduce<T, RED_BIAS>(dev, in, a->n, a->c, a->hw, a->layout, 0, &part, &unused, &splits)));
+        k_bias_fin<<<FIN_BLOCKS(a->c), 128, 0, cd->stream>>>(a->c, splits, part, a->dbias, a->beta);
+    });
+    return md_cuda_check_launch("bias_grad");
 }

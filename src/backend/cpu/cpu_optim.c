@@ -1,0 +1,57 @@
+/* cpu_optim.c - the fused optimizer step (SGD with momentum/Nesterov, AdamW)
+ * over the flat fp32 parameter buffer, threaded over element ranges with
+ * PyTorch's formulas. */
+#include <math.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+/* ---- optimizer --------------------------------------------------------------------------------------------- */
+
+struct opt_ctx { const struct md_optim_args *a; float gs, bc1, bc2; };
+
+static void optim_range(void *vc, long long b, long long e)
+{
+    const struct opt_ctx *c = vc;
+    const struct md_optim_args *a = c->a;
+    float lr = a->lr, wd = a->weight_decay, mom = a->momentum, gs = c->gs;
+    float *p = a->params, *m = a->m, *v = a->v;
+    const float *g = a->grads;
+    if (a->kind == MD_OPT_SGD) {
+        for (long long i = b; i < e; i++) {
+            float gi = g[i] * gs + wd * p[i];
+            if (mom != 0.0f) {
+                float buf = a->step == 1 ? gi : mom * m[i] + gi;
+                m[i] = buf;
+                gi = a->nesterov ? gi + mom * buf : buf;
+            }
+            p[i] -= lr * gi;
+        }
+    } else {
+        float b1 = a->beta1, b2 = a->beta2, eps = a->eps, decay = 1.0f - lr * wd;
+        for (long long i = b; i < e; i++) {
+            float gi = g[i] * gs;
+            float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            p[i] = p[i] * decay - lr * (mi / c->bc1) / (sqrtf(vi / c->bc2) + eps);
+        }
+    }
+    if (a->params_half)
+        for (long long i = b; i < e; i++) md_store_f(a->params_half, a->half_dtype, (size_t)i, p[i]);
+}
+
+md_status md_cpu_optim(md_device *dev, const struct md_optim_args *args)
+{
+    (void)dev;
+    struct md_optim_args resolved;
+    if (!md_optim_ctl_resolve(args, &resolved)) return MD_OK; /* non-finite step: skipped */
+    const struct md_optim_args *a = &resolved;
+    if (a->params_half) MD_TRY(md_cpu_dtype_check("optim", a->half_dtype));
+    if (a->step < 1) return md_errf(MD_ERR_INTERNAL, "cpu optim: step %lld < 1", a->step);
+    if (a->kind != MD_OPT_SGD && a->kind != MD_OPT_ADAMW) return md_errf(MD_ERR_INTERNAL, "cpu optim: unknown kind %d", a->kind);
+    struct opt_ctx c = {a, a->grad_scale * (a->grad_scale_dev ? *a->grad_scale_dev : 1.0f),
+                        (float)(1.0 - pow((double)a->beta1, (double)a->step)),
+                        (float)(1.0 - pow((double)a->beta2, (double)a->step))};
+    md_parallel_for((long long)a->n, CPU_GRAIN, optim_range, &c);
+    return MD_OK;
+}
