@@ -49,6 +49,14 @@ static void bind(struct md_metal_dispatch *d, const void *ptr)
     d->bufs[d->nbufs++] = (void *)(uintptr_t)ptr;
 }
 
+/* BIND(d, p1, p2, ...): bind() each in order (the shader's buffer(1), (2), ...). */
+#define BIND(d, ...) bind_list((d), (const void *const[]){__VA_ARGS__}, \
+                               sizeof((const void *const[]){__VA_ARGS__}) / sizeof(const void *))
+static void bind_list(struct md_metal_dispatch *d, const void *const *ptrs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) bind(d, ptrs[i]);
+}
+
 static void bind_scratch(struct md_metal_dispatch *d)
 {
     d->scratch_mask |= 1u << d->nbufs;
@@ -87,9 +95,7 @@ md_status md_metal_plan_gemm(const struct md_gemm_args *a, struct md_metal_plan 
         .trans_a = a->trans_a, .trans_b = a->trans_b, .alpha = a->alpha, .beta = a->beta,
     };
     struct md_metal_dispatch *d = begin(p, 0, "md_gemm", a->dtype, &g, sizeof g);
-    bind(d, a->a);
-    bind(d, a->b);
-    bind(d, a->c);
+    BIND(d, a->a, a->b, a->c);
     tiles(d, a->m, a->n, a->batch);
     return MD_OK;
 }
@@ -117,9 +123,7 @@ md_status md_metal_plan_conv2d_fwd(const struct md_conv2d_args *a, struct md_met
     struct md_mtl_conv_params c;
     MD_TRY(conv_params("conv2d_fwd", a, &c));
     struct md_metal_dispatch *d = begin(p, 0, "md_conv_fwd", a->dtype, &c, sizeof c);
-    bind(d, a->x);
-    bind(d, a->wt);
-    bind(d, a->y);
+    BIND(d, a->x, a->wt, a->y);
     tiles(d, c.kg, c.n * c.p * c.q, c.groups);
     return MD_OK;
 }
@@ -129,9 +133,7 @@ md_status md_metal_plan_conv2d_bwd_data(const struct md_conv2d_args *a, struct m
     struct md_mtl_conv_params c;
     MD_TRY(conv_params("conv2d_bwd_data", a, &c));
     struct md_metal_dispatch *d = begin(p, 0, "md_conv_bwd_data", a->dtype, &c, sizeof c);
-    bind(d, a->dy);
-    bind(d, a->wt);
-    bind(d, a->dx);
+    BIND(d, a->dy, a->wt, a->dx);
     tiles(d, c.cg, c.n * c.h * c.w, c.groups);
     return MD_OK;
 }
@@ -141,9 +143,7 @@ md_status md_metal_plan_conv2d_bwd_filter(const struct md_conv2d_args *a, struct
     struct md_mtl_conv_params c;
     MD_TRY(conv_params("conv2d_bwd_filter", a, &c));
     struct md_metal_dispatch *d = begin(p, 0, "md_conv_bwd_filter", a->dtype, &c, sizeof c);
-    bind(d, a->dy);
-    bind(d, a->x);
-    bind(d, a->dwt);
+    BIND(d, a->dy, a->x, a->dwt);
     tiles(d, c.kg, c.cg * c.r * c.s, c.groups);
     return MD_OK;
 }
@@ -182,14 +182,7 @@ md_status md_metal_plan_batchnorm_fwd(const struct md_batchnorm_args *a, struct 
     MD_TRY(bn_check("batchnorm_fwd", a));
     struct md_mtl_bn_params b = bn_params(a);
     struct md_metal_dispatch *d = begin(p, 0, "md_bn_fwd", a->dtype, &b, sizeof b);
-    bind(d, a->x);
-    bind(d, a->y);
-    bind(d, a->gamma);
-    bind(d, a->beta_p);
-    bind(d, a->running_mean);
-    bind(d, a->running_var);
-    bind(d, a->save_mean);
-    bind(d, a->save_invstd);
+    BIND(d, a->x, a->y, a->gamma, a->beta_p, a->running_mean, a->running_var, a->save_mean, a->save_invstd);
     rows(d, a->c);
     return MD_OK;
 }
@@ -199,18 +192,8 @@ md_status md_metal_plan_batchnorm_bwd(const struct md_batchnorm_args *a, struct 
     MD_TRY(bn_check("batchnorm_bwd", a));
     struct md_mtl_bn_params b = bn_params(a);
     struct md_metal_dispatch *d = begin(p, 0, "md_bn_bwd", a->dtype, &b, sizeof b);
-    bind(d, a->x);
-    bind(d, a->y);
-    bind(d, a->dy);
-    bind(d, a->dx);
-    bind(d, a->gamma);
-    bind(d, a->beta_p);
-    bind(d, a->running_mean);
-    bind(d, a->running_var);
-    bind(d, a->save_mean);
-    bind(d, a->save_invstd);
-    bind(d, a->dgamma);
-    bind(d, a->dbeta);
+    BIND(d, a->x, a->y, a->dy, a->dx, a->gamma, a->beta_p, a->running_mean, a->running_var, a->save_mean,
+         a->save_invstd, a->dgamma, a->dbeta);
     rows(d, a->c);
     return MD_OK;
 }
@@ -233,8 +216,7 @@ md_status md_metal_plan_act_fwd(const struct md_act_args *a, struct md_metal_pla
 {
     struct md_metal_dispatch *d;
     MD_TRY(act_plan("act_fwd", "md_act_fwd", a, p, &d));
-    bind(d, a->x);
-    bind(d, a->y);
+    BIND(d, a->x, a->y);
     return MD_OK;
 }
 
@@ -242,9 +224,7 @@ md_status md_metal_plan_act_bwd(const struct md_act_args *a, struct md_metal_pla
 {
     struct md_metal_dispatch *d;
     MD_TRY(act_plan("act_bwd", "md_act_bwd", a, p, &d));
-    bind(d, a->x);
-    bind(d, a->dy);
-    bind(d, a->dx);
+    BIND(d, a->x, a->dy, a->dx);
     return MD_OK;
 }
 
@@ -269,8 +249,7 @@ md_status md_metal_plan_pool2d_fwd(const struct md_pool2d_args *a, struct md_met
     struct md_mtl_pool_params v;
     MD_TRY(pool_params("pool2d_fwd", a, &v));
     struct md_metal_dispatch *d = begin(p, 0, "md_pool_fwd", a->dtype, &v, sizeof v);
-    bind(d, a->x);
-    bind(d, a->y_out);
+    BIND(d, a->x, a->y_out);
     ew_grid(d, (unsigned long long)a->n * a->c * a->p * a->q);
     return MD_OK;
 }
@@ -280,20 +259,21 @@ md_status md_metal_plan_pool2d_bwd(const struct md_pool2d_args *a, struct md_met
     struct md_mtl_pool_params v;
     MD_TRY(pool_params("pool2d_bwd", a, &v));
     struct md_metal_dispatch *d = begin(p, 0, "md_pool_bwd", a->dtype, &v, sizeof v);
-    bind(d, a->x);
-    bind(d, a->dy);
-    bind(d, a->dx);
+    BIND(d, a->x, a->dy, a->dx);
     ew_grid(d, (unsigned long long)a->n * a->c * a->h * a->w);
     return MD_OK;
 }
 
+/* The (n, c, hw) parameters of gap and bias (both args structs name them alike). */
+#define NCHW_PARAMS(a) \
+    ((struct md_mtl_nchw_params){.n = (a)->n, .c = (a)->c, .hw = (a)->hw, .nhwc = (a)->layout == MD_NHWC, .beta = (a)->beta})
+
 md_status md_metal_plan_gap_fwd(const struct md_gap_args *a, struct md_metal_plan *p)
 {
     MD_TRY(check_dtype("gap_fwd", a->dtype));
-    struct md_mtl_nchw_params v = {.n = a->n, .c = a->c, .hw = a->hw, .nhwc = a->layout == MD_NHWC, .beta = a->beta};
+    struct md_mtl_nchw_params v = NCHW_PARAMS(a);
     struct md_metal_dispatch *d = begin(p, 0, "md_gap_fwd", a->dtype, &v, sizeof v);
-    bind(d, a->x);
-    bind(d, a->y);
+    BIND(d, a->x, a->y);
     ew_grid(d, (unsigned long long)a->n * a->c);
     return MD_OK;
 }
@@ -301,10 +281,9 @@ md_status md_metal_plan_gap_fwd(const struct md_gap_args *a, struct md_metal_pla
 md_status md_metal_plan_gap_bwd(const struct md_gap_args *a, struct md_metal_plan *p)
 {
     MD_TRY(check_dtype("gap_bwd", a->dtype));
-    struct md_mtl_nchw_params v = {.n = a->n, .c = a->c, .hw = a->hw, .nhwc = a->layout == MD_NHWC, .beta = a->beta};
+    struct md_mtl_nchw_params v = NCHW_PARAMS(a);
     struct md_metal_dispatch *d = begin(p, 0, "md_gap_bwd", a->dtype, &v, sizeof v);
-    bind(d, a->dy);
-    bind(d, a->dx);
+    BIND(d, a->dy, a->dx);
     ew_grid(d, (unsigned long long)a->n * a->c * a->hw);
     return MD_OK;
 }
@@ -312,10 +291,9 @@ md_status md_metal_plan_gap_bwd(const struct md_gap_args *a, struct md_metal_pla
 md_status md_metal_plan_bias_add(const struct md_bias_args *a, struct md_metal_plan *p)
 {
     MD_TRY(check_dtype("bias_add", a->dtype));
-    struct md_mtl_nchw_params v = {.n = a->n, .c = a->c, .hw = a->hw, .nhwc = a->layout == MD_NHWC, .beta = a->beta};
+    struct md_mtl_nchw_params v = NCHW_PARAMS(a);
     struct md_metal_dispatch *d = begin(p, 0, "md_bias_add", a->dtype, &v, sizeof v);
-    bind(d, a->y);
-    bind(d, a->bias);
+    BIND(d, a->y, a->bias);
     ew_grid(d, (unsigned long long)a->n * a->c * a->hw);
     return MD_OK;
 }
@@ -323,10 +301,9 @@ md_status md_metal_plan_bias_add(const struct md_bias_args *a, struct md_metal_p
 md_status md_metal_plan_bias_grad(const struct md_bias_args *a, struct md_metal_plan *p)
 {
     MD_TRY(check_dtype("bias_grad", a->dtype));
-    struct md_mtl_nchw_params v = {.n = a->n, .c = a->c, .hw = a->hw, .nhwc = a->layout == MD_NHWC, .beta = a->beta};
+    struct md_mtl_nchw_params v = NCHW_PARAMS(a);
     struct md_metal_dispatch *d = begin(p, 0, "md_bias_grad", a->dtype, &v, sizeof v);
-    bind(d, a->dy);
-    bind(d, a->dbias);
+    BIND(d, a->dy, a->dbias);
     rows(d, a->c);
     return MD_OK;
 }
@@ -347,9 +324,7 @@ md_status md_metal_plan_dropout_fwd(const struct md_dropout_args *a, struct md_m
         return md_errf(MD_ERR_UNSUPPORTED, "metal dropout_fwd: a device-side offset is for captured steps (CUDA graphs)");
     struct md_mtl_dropout_params v = dropout_params(a);
     struct md_metal_dispatch *d = begin(p, 0, "md_dropout_fwd", a->dtype, &v, sizeof v);
-    bind(d, a->x);
-    bind(d, a->y);
-    bind(d, a->mask);
+    BIND(d, a->x, a->y, a->mask);
     ew_grid(d, a->n);
     return MD_OK;
 }
@@ -361,9 +336,7 @@ md_status md_metal_plan_dropout_bwd(const struct md_dropout_args *a, struct md_m
         return md_errf(MD_ERR_UNSUPPORTED, "metal dropout_bwd: a device-side offset is for captured steps (CUDA graphs)");
     struct md_mtl_dropout_params v = dropout_params(a);
     struct md_metal_dispatch *d = begin(p, 0, "md_dropout_bwd", a->dtype, &v, sizeof v);
-    bind(d, a->dy);
-    bind(d, a->mask);
-    bind(d, a->dx);
+    BIND(d, a->dy, a->mask, a->dx);
     ew_grid(d, a->n);
     return MD_OK;
 }
@@ -376,10 +349,7 @@ md_status md_metal_plan_ew(const struct md_ew_args *a, struct md_metal_plan *p)
         .n = a->n, .op = a->op, .has_scale = a->scale_dev != NULL, .alpha = a->alpha, .beta = a->beta,
     };
     struct md_metal_dispatch *d = begin(p, 0, "md_ew", a->dtype, &v, sizeof v);
-    bind(d, a->a);
-    bind(d, a->b);
-    bind(d, a->y);
-    bind(d, a->scale_dev);
+    BIND(d, a->a, a->b, a->y, a->scale_dev);
     ew_grid(d, a->n);
     return MD_OK;
 }
@@ -392,8 +362,7 @@ md_status md_metal_plan_reduce(const struct md_reduce_args *a, struct md_metal_p
     if (parts > MD_MTL_RED_PARTIALS) parts = MD_MTL_RED_PARTIALS;
     struct md_mtl_reduce_params v = {.n = a->n, .op = a->op, .parts = (md_mi32)parts, .beta = a->beta};
     struct md_metal_dispatch *d = begin(p, 0, "md_reduce_part", a->dtype, &v, sizeof v);
-    bind(d, a->a);
-    bind(d, a->b);
+    BIND(d, a->a, a->b);
     bind_scratch(d);
     rows(d, (int)parts);
     d = begin(p, 1, "md_mtl_reduce_final", -1, &v, sizeof v);
@@ -411,8 +380,7 @@ md_status md_metal_plan_chslice(const struct md_chslice_args *a, struct md_metal
         .dst_off = a->dst_off, .nhwc = a->layout == MD_NHWC, .beta = a->beta,
     };
     struct md_metal_dispatch *d = begin(p, 0, "md_chslice", a->dtype, &v, sizeof v);
-    bind(d, a->src);
-    bind(d, a->dst);
+    BIND(d, a->src, a->dst);
     ew_grid(d, (unsigned long long)a->n * a->cc * a->hw);
     return MD_OK;
 }
@@ -425,11 +393,7 @@ md_status md_metal_plan_xent(const struct md_xent_args *a, struct md_metal_plan 
         .has_dlogits = a->dlogits != NULL, .smoothing = a->smoothing, .grad_scale = a->grad_scale,
     };
     struct md_metal_dispatch *d = begin(p, 0, "md_xent", a->dtype, &v, sizeof v);
-    bind(d, a->logits);
-    bind(d, a->labels);
-    bind(d, a->loss_sum);
-    bind(d, a->correct);
-    bind(d, a->dlogits);
+    BIND(d, a->logits, a->labels, a->loss_sum, a->correct, a->dlogits);
     rows(d, 1);
     return MD_OK;
 }
@@ -442,8 +406,7 @@ md_status md_metal_plan_cast(const struct md_cast_args *a, struct md_metal_plan 
     char name[32];
     snprintf(name, sizeof name, "md_cast_%s", dt_sfx(a->src_type));
     struct md_metal_dispatch *d = begin(p, 0, name, a->dst_type, &v, sizeof v);
-    bind(d, a->src);
-    bind(d, a->dst);
+    BIND(d, a->src, a->dst);
     ew_grid(d, a->n);
     return MD_OK;
 }
@@ -454,8 +417,7 @@ md_status md_metal_plan_permute(const struct md_permute_args *a, struct md_metal
     struct md_mtl_permute_params v = {.n = a->n, .c = a->c, .h = a->h, .w = a->w, .to_nhwc = a->to_nhwc != 0};
     struct md_metal_dispatch *d =
         begin(p, 0, md_dtype_size(a->dtype) == 4 ? "md_permute_b4" : "md_permute_b2", -1, &v, sizeof v);
-    bind(d, a->src);
-    bind(d, a->dst);
+    BIND(d, a->src, a->dst);
     ew_grid(d, (unsigned long long)a->n * a->c * a->h * a->w);
     return MD_OK;
 }
@@ -481,12 +443,7 @@ md_status md_metal_plan_optim(const struct md_optim_args *a, struct md_metal_pla
         .bc2 = (float)(1.0 - pow((double)a->beta2, (double)a->step)),
     };
     struct md_metal_dispatch *d = begin(p, 0, "md_mtl_optim", -1, &v, sizeof v);
-    bind(d, a->params);
-    bind(d, a->grads);
-    bind(d, a->m);
-    bind(d, a->v);
-    bind(d, a->params_half);
-    bind(d, a->grad_scale_dev);
+    BIND(d, a->params, a->grads, a->m, a->v, a->params_half, a->grad_scale_dev);
     ew_grid(d, a->n);
     return MD_OK;
 }
