@@ -43,40 +43,6 @@ static void sim_close(md_device *dev)
     dev->impl = NULL;
 }
 
-static md_status sim_alloc(md_device *dev, size_t bytes, void **ptr)
-{
-    (void)dev;
-    *ptr = md_malloc(bytes);
-    return *ptr ? MD_OK : MD_ERR_OOM;
-}
-
-static void sim_free(md_device *dev, void *ptr, size_t bytes)
-{
-    (void)dev;
-    (void)bytes;
-    md_free(ptr);
-}
-
-static md_status sim_copy(md_device *dev, void *dst, const void *src, size_t bytes)
-{
-    (void)dev;
-    memmove(dst, src, bytes);
-    return MD_OK;
-}
-
-static md_status sim_memset0(md_device *dev, void *dst, size_t bytes)
-{
-    (void)dev;
-    memset(dst, 0, bytes);
-    return MD_OK;
-}
-
-static md_status sim_sync(md_device *dev)
-{
-    (void)dev;
-    return MD_OK;
-}
-
 /* As the real backend on Apple7+ GPUs: gemm/conv through the "_sg"
  * simdgroup-matrix kernels unless MPSDIAG_METAL_SIMDGROUP=0. */
 static md_status sim_run(md_device *dev, struct md_metal_plan *p)
@@ -128,13 +94,7 @@ static const struct md_backend_ops sim_ops = {
     .device_info = sim_device_info,
     .open = sim_open,
     .close = sim_close,
-    .alloc = sim_alloc,
-    .free = sim_free,
-    .upload = sim_copy,
-    .download = sim_copy,
-    .copy = sim_copy,
-    .memset0 = sim_memset0,
-    .sync = sim_sync,
+    MD_HOST_MEMORY_OPS,
     .kernels = {
         .gemm = sim_gemm,
         .conv2d_fwd = sim_conv2d_fwd,

@@ -81,6 +81,18 @@ struct md_device {
     struct md_ptrmap blocks;  /* live allocations (md_dev_alloc) */
 };
 
+/* Memory entries for backends whose device memory is host memory (cpu, ref,
+ * the Metal simulation): md_malloc/md_free, memmove, memset, nothing to wait
+ * for. MD_HOST_MEMORY_OPS fills the table's memory entries with them. */
+md_status md_host_alloc(md_device *dev, size_t bytes, void **ptr);
+void md_host_free(md_device *dev, void *ptr, size_t bytes);
+md_status md_host_copy(md_device *dev, void *dst, const void *src, size_t bytes);
+md_status md_host_memset0(md_device *dev, void *dst, size_t bytes);
+md_status md_host_sync(md_device *dev);
+#define MD_HOST_MEMORY_OPS                                                                        \
+    .alloc = md_host_alloc, .free = md_host_free, .upload = md_host_copy, .download = md_host_copy, \
+    .copy = md_host_copy, .memset0 = md_host_memset0, .sync = md_host_sync
+
 /* Built-in backends. */
 const struct md_backend_ops *md_cpu_backend_ops(void);
 const struct md_backend_ops *md_ref_backend_ops(void);

@@ -2,7 +2,6 @@
  * threading. The kernels are in the other files of this folder. */
 #include <cblas.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "backend/backend_impl.h"
 #include "backend/cpu/cpu_internal.h"
@@ -58,40 +57,6 @@ static void cpu_close(md_device *dev)
     md_threadpool_shutdown();
 }
 
-static md_status cpu_alloc(md_device *dev, size_t bytes, void **ptr)
-{
-    (void)dev;
-    *ptr = md_malloc(bytes);
-    return *ptr ? MD_OK : MD_ERR_OOM;
-}
-
-static void cpu_free(md_device *dev, void *ptr, size_t bytes)
-{
-    (void)dev;
-    (void)bytes;
-    md_free(ptr);
-}
-
-static md_status cpu_copy(md_device *dev, void *dst, const void *src, size_t bytes)
-{
-    (void)dev;
-    memmove(dst, src, bytes);
-    return MD_OK;
-}
-
-static md_status cpu_memset0(md_device *dev, void *dst, size_t bytes)
-{
-    (void)dev;
-    memset(dst, 0, bytes);
-    return MD_OK;
-}
-
-static md_status cpu_sync(md_device *dev)
-{
-    (void)dev;
-    return MD_OK;
-}
-
 static const struct md_backend_ops cpu_ops = {
     .api_version = MD_BACKEND_API_VERSION,
     .name = "cpu",
@@ -99,13 +64,7 @@ static const struct md_backend_ops cpu_ops = {
     .device_info = cpu_device_info,
     .open = cpu_open,
     .close = cpu_close,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .upload = cpu_copy,
-    .download = cpu_copy,
-    .copy = cpu_copy,
-    .memset0 = cpu_memset0,
-    .sync = cpu_sync,
+    MD_HOST_MEMORY_OPS,
 };
 
 static struct md_backend_ops cpu_ops_with_kernels;

@@ -1,7 +1,6 @@
 /* ref_backend.c - the reference "device": host memory, one thread, the plain
  * kernels of ref_kernels.c. Not user-selectable; tests open it by name. */
 #include <stdio.h>
-#include <string.h>
 
 #include "backend/backend_impl.h"
 #include "backend/ref/ref_kernels.h"
@@ -26,36 +25,6 @@ static md_status ref_device_info(int index, struct md_device_info *out)
 static md_status ref_open(md_device *dev) { (void)dev; return MD_OK; }
 static void ref_close(md_device *dev) { (void)dev; }
 
-static md_status ref_alloc(md_device *dev, size_t bytes, void **ptr)
-{
-    (void)dev;
-    *ptr = md_malloc(bytes);
-    return *ptr ? MD_OK : MD_ERR_OOM;
-}
-
-static void ref_free(md_device *dev, void *ptr, size_t bytes)
-{
-    (void)dev;
-    (void)bytes;
-    md_free(ptr);
-}
-
-static md_status ref_copy(md_device *dev, void *dst, const void *src, size_t bytes)
-{
-    (void)dev;
-    memmove(dst, src, bytes);
-    return MD_OK;
-}
-
-static md_status ref_memset0(md_device *dev, void *dst, size_t bytes)
-{
-    (void)dev;
-    memset(dst, 0, bytes);
-    return MD_OK;
-}
-
-static md_status ref_sync(md_device *dev) { (void)dev; return MD_OK; }
-
 static struct md_backend_ops ref_ops = {
     .api_version = MD_BACKEND_API_VERSION,
     .name = "ref",
@@ -63,13 +32,7 @@ static struct md_backend_ops ref_ops = {
     .device_info = ref_device_info,
     .open = ref_open,
     .close = ref_close,
-    .alloc = ref_alloc,
-    .free = ref_free,
-    .upload = ref_copy,
-    .download = ref_copy,
-    .copy = ref_copy,
-    .memset0 = ref_memset0,
-    .sync = ref_sync,
+    MD_HOST_MEMORY_OPS,
 };
 
 const struct md_backend_ops *md_ref_backend_ops(void)
