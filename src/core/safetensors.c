@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -660,4 +661,25 @@ md_status md_st_copy(const md_st_file *f, const char *name, md_dtype dtype, int 
     MD_TRY(md_st_expect(f, name, dtype, ndim, shape, &t));
     if (t->nbytes) memcpy(dst, t->data, t->nbytes);
     return MD_OK;
+}
+
+md_status md_st_filter_layout(const md_st_file *f, int *krsc)
+{
+    *krsc = 0;
+    const char *lay = md_st_meta(f, MD_ST_LAYOUT_KEY);
+    if (lay) {
+        if (strcmp(lay, MD_ST_LAYOUT_TORCH) == 0) return MD_OK;
+        return md_errf(MD_ERR_DATA,
+                       "%s: metadata %s is '%s'; only '%s' files can be read (convolution weights (K, C/groups, R, S))",
+                       f->path, MD_ST_LAYOUT_KEY, lay, MD_ST_LAYOUT_TORCH);
+    }
+    /* before the key: "layout" was the device's, and checkpoints held its bytes */
+    const char *old = md_st_meta(f, "layout"), *fmt = md_st_meta(f, "format");
+    if (!old || strcasecmp(old, "NCHW") == 0) return MD_OK;
+    if (strcasecmp(old, "NHWC") == 0 && fmt && strcmp(fmt, "mpsdiag-checkpoint-1") == 0) {
+        *krsc = 1;
+        return MD_OK;
+    }
+    return md_errf(MD_ERR_DATA, "%s: metadata layout is '%s' and %s is missing; cannot tell how its tensors are laid out",
+                   f->path, old, MD_ST_LAYOUT_KEY);
 }

@@ -96,6 +96,23 @@ md_status md_st_expect(const md_st_file *f, const char *name, md_dtype dtype, in
 md_status md_st_copy(const md_st_file *f, const char *name, md_dtype dtype, int ndim,
                      const long long *shape, void *dst);
 
+/* ---- tensor layout ------------------------------------------------------------
+ * Files mpsdiag writes for others (checkpoints, --dump-grads) hold PyTorch's
+ * layout whatever the device's: convolution filters (K, C/groups, R, S),
+ * activations NCHW; their metadata says so with MD_ST_LAYOUT_KEY =
+ * MD_ST_LAYOUT_TORCH. */
+#define MD_ST_LAYOUT_KEY "tensor_layout"
+#define MD_ST_LAYOUT_TORCH "pytorch"
+
+/* How the file's convolution filters are laid out, from its metadata:
+ * *krsc = 0 for PyTorch's (K, C/groups, R, S): MD_ST_LAYOUT_KEY says
+ * "pytorch", or the file names no layout (PyTorch's own files); *krsc = 1
+ * for (K, R, S, C/groups): a checkpoint of an earlier mpsdiag trained
+ * channels-last (format "mpsdiag-checkpoint-1" with "layout" "NHWC", written
+ * before the key existed), which readers convert. Any other layout is
+ * MD_ERR_DATA naming the file, the key and the value. */
+md_status md_st_filter_layout(const md_st_file *f, int *krsc);
+
 /* safetensors dtype string ("F32") <-> md_dtype; returns -1 when unknown. */
 const char *md_st_dtype_name(md_dtype t);
 int md_st_dtype_parse(const char *s);
