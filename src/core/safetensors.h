@@ -9,7 +9,8 @@
  *   rest      the byte buffer: tensor data, raw little-endian, row-major;
  *             [b, e) is relative to the buffer's start, e - b = numel * size,
  *             and the tensors tile the buffer exactly (no holes, no overlap).
- * dtypes here: F32, F16, BF16, I32, U8 (md_dtype).
+ * dtypes here: F32, F16, BF16, I32, U8 (md_dtype); the reader also accepts
+ * safetensors' other dtypes (I64, F64, BOOL, ...) for tensors it only skips.
  *
  * The writer streams to "<path>.tmp", fsyncs, renames over <path> and fsyncs
  * the directory, so a crash or a full disk never leaves a torn file and the
@@ -62,7 +63,11 @@ typedef struct md_st_file md_st_file;
 
 struct md_st_tensor {
     const char *name;
+    /* MD_DTYPE_COUNT for a dtype mpsdiag does not compute in (I64, F64, BOOL,
+     * ...: PyTorch's BatchNorm num_batches_tracked is I64): such tensors are
+     * read, and refused by md_st_expect, so a file holding them still opens. */
     md_dtype dtype;
+    const char *dtype_name; /* the file's dtype string ("F32", "I64") */
     int ndim;
     long long shape[MD_ST_MAX_DIMS];
     long long numel;

@@ -1098,6 +1098,84 @@ fail:
     return st;
 }
 
+/* Adds "input.<name>" (batch, c, h, w) F32 NCHW for every input, read from
+ * the device into `buf` (2 x the inputs' floats; borrowed by w until written). */
+static md_status add_inputs(md_model *m, md_st_writer *w, int batch, float *buf)
+{
+    size_t total = 0;
+    char name[700];
+    for (int i = 0; i < m->ninputs; i++) total += (size_t)batch * numel(&m->layers[i]);
+    float *in = buf, *tmp = buf + total;
+    for (int i = 0; i < m->ninputs; i++) {
+        const struct md_layer *L = &m->layers[i];
+        size_t n = (size_t)batch * numel(L);
+        MD_TRY(md_dev_download(m->dev, tmp, m->inputs[i], n * 4));
+        MD_TRY(md_dev_sync(m->dev));
+        if (m->opts.layout == MD_NHWC) {
+            size_t hw = (size_t)L->h * L->w;
+            for (int b = 0; b < batch; b++)
+                for (int c = 0; c < L->c; c++)
+                    for (size_t p = 0; p < hw; p++)
+                        in[((size_t)b * L->c + c) * hw + p] = tmp[((size_t)b * hw + p) * L->c + c];
+        } else {
+            memcpy(in, tmp, n * 4);
+        }
+        long long shape[4] = {batch, L->c, L->h, L->w};
+        snprintf(name, sizeof name, "input.%s", L->name);
+        MD_TRY(md_st_writer_add(w, name, MD_F32, 4, shape, in));
+        in += n;
+    }
+    return MD_OK;
+}
+
+/* Metadata of the dump files: the tensors are in PyTorch's layout; the
+ * device's is only a fact of the run. */
+static md_status add_meta(md_model *m, md_st_writer *w)
+{
+    MD_TRY(md_st_writer_meta(w, "model", m->name));
+    MD_TRY(md_st_writer_meta(w, "compute_dtype", md_dtype_name(m->opts.compute_dtype)));
+    MD_TRY(md_st_writer_meta(w, MD_ST_LAYOUT_KEY, MD_ST_LAYOUT_TORCH));
+    return md_st_writer_meta(w, "device_layout", md_layout_name(m->opts.layout));
+}
+
+md_status md_model_dump_logits(md_model *m, const int32_t *labels_host, int batch, const char *path)
+{
+    md_status st = MD_OK;
+    md_st_writer *w = NULL;
+    float *logits = NULL, *inputs = NULL;
+    void *raw = NULL;
+    MD_TRY(check_bound(m, batch));
+    size_t in_total = 0, nl = (size_t)batch * (size_t)m->num_classes;
+    for (int i = 0; i < m->ninputs; i++) in_total += (size_t)batch * numel(&m->layers[i]);
+    size_t es = md_dtype_size(m->opts.compute_dtype);
+    logits = md_malloc(nl * 4 + 4);
+    raw = md_malloc(nl * es + 4);
+    inputs = md_malloc(in_total * 4 * 2 + 4);
+    if (!logits || !raw || !inputs) {
+        st = md_errf(MD_ERR_OOM, "out of host memory");
+        goto fail;
+    }
+    if ((st = md_model_forward(m, batch, 0)) != MD_OK) goto fail;
+    if ((st = md_dev_download(m->dev, raw, md_model_logits(m), nl * es)) != MD_OK) goto fail;
+    if ((st = md_dev_sync(m->dev)) != MD_OK) goto fail;
+    for (size_t i = 0; i < nl; i++) logits[i] = md_load_f(raw, m->opts.compute_dtype, i);
+    long long ls[1] = {batch}, lg[2] = {batch, m->num_classes};
+    if ((st = md_st_writer_new(&w)) != MD_OK) goto fail;
+    if ((st = add_inputs(m, w, batch, inputs)) != MD_OK) goto fail;
+    if ((st = md_st_writer_add(w, "labels", MD_I32, 1, ls, labels_host)) != MD_OK) goto fail;
+    if ((st = md_st_writer_add(w, "logits", MD_F32, 2, lg, logits)) != MD_OK) goto fail;
+    if ((st = add_meta(m, w)) != MD_OK) goto fail;
+    if ((st = md_st_writer_meta(w, "mode", "eval")) != MD_OK) goto fail;
+    st = md_st_writer_write(w, path);
+fail:
+    if (st != MD_OK) md_err_prefix("--dump-logits %s", path);
+    md_st_writer_free(w);
+    md_free(logits);
+    md_free(raw);
+    md_free(inputs);
+    return st;
+}
+
 md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch, float smoothing, const char *path)
 {
     md_status st = MD_OK;
@@ -1138,26 +1216,7 @@ md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch
     for (size_t i = 0; i < (size_t)batch * m->num_classes; i++) logits[i] = md_load_f(raw, m->opts.compute_dtype, i);
 
     if ((st = md_st_writer_new(&w)) != MD_OK) goto fail;
-    float *in = inputs;
-    for (int i = 0; i < m->ninputs; i++) {
-        const struct md_layer *L = &m->layers[i];
-        size_t n = (size_t)batch * numel(L);
-        float *tmp = inputs + in_total;
-        if ((st = md_dev_download(d, tmp, m->inputs[i], n * 4)) != MD_OK) goto fail;
-        if (m->opts.layout == MD_NHWC) {
-            size_t hw = (size_t)L->h * L->w;
-            for (int b = 0; b < batch; b++)
-                for (int c = 0; c < L->c; c++)
-                    for (size_t p = 0; p < hw; p++)
-                        in[((size_t)b * L->c + c) * hw + p] = tmp[((size_t)b * hw + p) * L->c + c];
-        } else {
-            memcpy(in, tmp, n * 4);
-        }
-        long long shape[4] = {batch, L->c, L->h, L->w};
-        snprintf(name, sizeof name, "input.%s", L->name);
-        if ((st = md_st_writer_add(w, name, MD_F32, 4, shape, in)) != MD_OK) goto fail;
-        in += n;
-    }
+    if ((st = add_inputs(m, w, batch, inputs)) != MD_OK) goto fail;
     long long ls[1] = {batch}, lg[2] = {batch, m->num_classes};
     if ((st = md_st_writer_add(w, "labels", MD_I32, 1, ls, labels_host)) != MD_OK) goto fail;
     if ((st = md_st_writer_add(w, "logits", MD_F32, 2, lg, logits)) != MD_OK) goto fail;
@@ -1177,11 +1236,7 @@ md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch
         snprintf(name, sizeof name, "buffer.%s", bi->name);
         if ((st = md_st_writer_add(w, name, MD_F32, 1, shape, stats + bi->offset)) != MD_OK) goto fail;
     }
-    if ((st = md_st_writer_meta(w, "model", m->name)) != MD_OK) goto fail;
-    if ((st = md_st_writer_meta(w, "compute_dtype", md_dtype_name(m->opts.compute_dtype))) != MD_OK) goto fail;
-    /* the tensors are in PyTorch's layout; the device's is only a fact of the run */
-    if ((st = md_st_writer_meta(w, MD_ST_LAYOUT_KEY, MD_ST_LAYOUT_TORCH)) != MD_OK) goto fail;
-    if ((st = md_st_writer_meta(w, "device_layout", md_layout_name(m->opts.layout))) != MD_OK) goto fail;
+    if ((st = add_meta(m, w)) != MD_OK) goto fail;
     st = md_st_writer_write(w, path);
 fail:
     if (st != MD_OK) md_err_prefix("--dump-grads %s", path);

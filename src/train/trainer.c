@@ -366,6 +366,26 @@ md_status md_trainer_dump_grads(md_trainer *t, const char *path)
     return MD_OK;
 }
 
+md_status md_trainer_dump_logits(md_trainer *t, const char *path)
+{
+    struct md_loader *l = t->test_l ? t->test_l : t->val_l ? t->val_l : t->train_l;
+    const char *split = t->test_l ? "test" : t->val_l ? "validation" : "training";
+    struct md_batch *b = NULL;
+    MD_TRY(md_loader_start_epoch(l, 0));
+    MD_TRY(md_loader_next(l, &b));
+    if (!b) return md_errf(MD_ERR_DATA, "--dump-logits: the %s split gave no batch", split);
+    /* the evaluation batch may exceed the bound batch: its first part */
+    int n = b->n < t->max_batch ? b->n : t->max_batch;
+    md_status st = upload_batch(t, b, 0, n);
+    if (st == MD_OK) st = md_model_dump_logits(t->model, b->labels, n, path);
+    md_status sync = md_dev_sync(t->dev);
+    md_loader_release(l, b);
+    MD_TRY(st);
+    MD_TRY(sync);
+    md_out("  Evaluation logits of the first %s batch (%d samples) and its inputs written to %s\n", split, n, path);
+    return MD_OK;
+}
+
 /* ---- checkpoints ------------------------------------------------------------------- */
 
 /* Parameters (views into the flat buffer), buffers and optimizer state, in
