@@ -195,7 +195,7 @@ Test(safetensors, every_corruption_is_a_data_error)
         {"malformed JSON", "{\"a\":{\"dtype\":\"F32\",", 4, "malformed JSON"},
         {"not an object", "[1, 2]  ", 0, "does not start"},
         {"text after object", "{} x", 0, "text after"},
-        {"unknown dtype", "{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8, "'a': dtype 'F64'"},
+        {"unknown dtype", "{\"a\":{\"dtype\":\"X64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8, "'a': dtype 'X64'"},
         {"dtype/shape mismatch", "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
          "'a': data_offsets span 8 bytes"},
         {"offsets out of range", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 8,

@@ -30,12 +30,12 @@ Test(checkpoint, round_trip_identical)
     const float hw[6] = {1.5f, -2.25f, 3e-9f, 1e20f, -0.0f, 0.1f}, hm[6] = {0.5f, 1, 2, 3, 4, 5};
     md_dev_upload(dev, w, hw, sizeof hw);
     md_dev_upload(dev, m, hm, sizeof hm);
-    struct md_ckpt_tensor t[2] = {{"fc.weight", MD_F32, 2, {2, 3}, w}, {"__optim__.m", MD_F32, 1, {6}, m}};
+    struct md_ckpt_tensor t[2] = {{"fc.weight", MD_F32, 2, {2, 3}, w, NULL, 0, 0}, {"__optim__.m", MD_F32, 1, {6}, m, NULL, 0, 0}};
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "epoch", "3");
     cr_assert_eq(md_checkpoint_save(dev, path, t, 2, meta), MD_OK, "%s", md_errmsg());
 
-    struct md_ckpt_tensor u[2] = {{"fc.weight", MD_F32, 2, {2, 3}, w2}, {"__optim__.m", MD_F32, 1, {6}, m2}};
+    struct md_ckpt_tensor u[2] = {{"fc.weight", MD_F32, 2, {2, 3}, w2, NULL, 0, 0}, {"__optim__.m", MD_F32, 1, {6}, m2, NULL, 0, 0}};
     md_st_file *f;
     cr_assert_eq(md_checkpoint_load(dev, path, u, 2, &f), MD_OK, "%s", md_errmsg());
     cr_assert_str_eq(md_st_meta(f, "epoch"), "3");
@@ -49,7 +49,7 @@ Test(checkpoint, round_trip_identical)
     /* a shape mismatch names file and tensor, and uploads nothing */
     memset(got, 0, sizeof got);
     md_dev_upload(dev, w2, got, sizeof got);
-    struct md_ckpt_tensor bad[2] = {{"fc.weight", MD_F32, 2, {2, 3}, w2}, {"__optim__.m", MD_F32, 1, {5}, m2}};
+    struct md_ckpt_tensor bad[2] = {{"fc.weight", MD_F32, 2, {2, 3}, w2, NULL, 0, 0}, {"__optim__.m", MD_F32, 1, {5}, m2, NULL, 0, 0}};
     cr_assert_eq(md_checkpoint_load(dev, path, bad, 2, NULL), MD_ERR_DATA);
     cr_assert(strstr(md_errmsg(), path) && strstr(md_errmsg(), "__optim__.m"), "%s", md_errmsg());
     md_dev_download(dev, got, w2, sizeof got);

@@ -49,6 +49,7 @@ typedef struct md_options {
     int channels_last;
     char init_from[MD_PATH_MAX];
     char dump_grads[MD_PATH_MAX];
+    char dump_logits[MD_PATH_MAX];
 
     /* compile */
     int compile;

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,13 @@
 #define ST_MAX_HEADER (100ull * 1000 * 1000)
 
 static const char *const st_names[MD_DTYPE_COUNT] = {"F32", "F16", "BF16", "I32", "U8"};
+
+/* The format's other dtypes, with their element sizes. */
+static const struct {
+    const char *name;
+    size_t size;
+} st_other[] = {{"F64", 8}, {"I64", 8}, {"U64", 8}, {"U32", 4}, {"I16", 2}, {"U16", 2},
+                {"I8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
 
 const char *md_st_dtype_name(md_dtype t)
 {
@@ -394,9 +402,22 @@ static md_status parse_tensor(md_st_file *f, const cJSON *it, struct md_st_tenso
     const cJSON *of = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
     if (!cJSON_IsString(dt)) return md_errf(MD_ERR_DATA, "%s: tensor '%s': dtype missing or not a string", p, name);
     int d = md_st_dtype_parse(dt->valuestring);
-    if (d < 0)
-        return md_errf(MD_ERR_DATA, "%s: tensor '%s': dtype '%s' is not supported (F32, F16, BF16, I32, U8)", p,
-                       name, dt->valuestring);
+    size_t esize = 0;
+    if (d >= 0) {
+        t->dtype_name = st_names[d];
+        esize = md_dtype_size((md_dtype)d);
+    } else {
+        /* other dtypes of the format: read so the file opens, never computed in */
+        for (size_t i = 0; i < sizeof st_other / sizeof st_other[0]; i++)
+            if (strcmp(dt->valuestring, st_other[i].name) == 0) {
+                t->dtype_name = st_other[i].name;
+                esize = st_other[i].size;
+            }
+        if (!esize)
+            return md_errf(MD_ERR_DATA, "%s: tensor '%s': dtype '%s' is not a safetensors dtype", p, name,
+                           dt->valuestring);
+        d = MD_DTYPE_COUNT;
+    }
     t->dtype = (md_dtype)d;
     if (!cJSON_IsArray(sh)) return md_errf(MD_ERR_DATA, "%s: tensor '%s': shape missing or not an array", p, name);
     int nd = cJSON_GetArraySize(sh);
@@ -415,7 +436,7 @@ static md_status parse_tensor(md_st_file *f, const cJSON *it, struct md_st_tenso
         if (numel > 9e15) return md_errf(MD_ERR_DATA, "%s: tensor '%s': shape too large", p, name);
     }
     t->numel = inumel;
-    t->nbytes = (size_t)inumel * md_dtype_size(t->dtype);
+    t->nbytes = (size_t)inumel * esize;
     if (!cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2 || !json_uint(cJSON_GetArrayItem(of, 0), begin) ||
         !json_uint(cJSON_GetArrayItem(of, 1), end))
         return md_errf(MD_ERR_DATA, "%s: tensor '%s': data_offsets must be [begin, end] of non-negative integers",
@@ -637,8 +658,8 @@ md_status md_st_expect(const md_st_file *f, const char *name, md_dtype dtype, in
     const struct md_st_tensor *t = md_st_find(f, name);
     if (!t) return md_errf(MD_ERR_DATA, "%s: tensor '%s' is missing", f->path, name);
     if (t->dtype != dtype)
-        return md_errf(MD_ERR_DATA, "%s: tensor '%s' has dtype %s, expected %s", f->path, name,
-                       md_st_dtype_name(t->dtype), md_st_dtype_name(dtype));
+        return md_errf(MD_ERR_DATA, "%s: tensor '%s' has dtype %s, expected %s", f->path, name, t->dtype_name,
+                       md_st_dtype_name(dtype));
     if (ndim >= 0) {
         int same = t->ndim == ndim;
         for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
@@ -660,4 +681,25 @@ md_status md_st_copy(const md_st_file *f, const char *name, md_dtype dtype, int 
     MD_TRY(md_st_expect(f, name, dtype, ndim, shape, &t));
     if (t->nbytes) memcpy(dst, t->data, t->nbytes);
     return MD_OK;
+}
+
+md_status md_st_filter_layout(const md_st_file *f, int *krsc)
+{
+    *krsc = 0;
+    const char *lay = md_st_meta(f, MD_ST_LAYOUT_KEY);
+    if (lay) {
+        if (strcmp(lay, MD_ST_LAYOUT_TORCH) == 0) return MD_OK;
+        return md_errf(MD_ERR_DATA,
+                       "%s: metadata %s is '%s'; only '%s' files can be read (convolution weights (K, C/groups, R, S))",
+                       f->path, MD_ST_LAYOUT_KEY, lay, MD_ST_LAYOUT_TORCH);
+    }
+    /* before the key: "layout" was the device's, and checkpoints held its bytes */
+    const char *old = md_st_meta(f, "layout"), *fmt = md_st_meta(f, "format");
+    if (!old || strcasecmp(old, "NCHW") == 0) return MD_OK;
+    if (strcasecmp(old, "NHWC") == 0 && fmt && strcmp(fmt, "mpsdiag-checkpoint-1") == 0) {
+        *krsc = 1;
+        return MD_OK;
+    }
+    return md_errf(MD_ERR_DATA, "%s: metadata layout is '%s' and %s is missing; cannot tell how its tensors are laid out",
+                   f->path, old, MD_ST_LAYOUT_KEY);
 }

@@ -9,7 +9,8 @@
  *   rest      the byte buffer: tensor data, raw little-endian, row-major;
  *             [b, e) is relative to the buffer's start, e - b = numel * size,
  *             and the tensors tile the buffer exactly (no holes, no overlap).
- * dtypes here: F32, F16, BF16, I32, U8 (md_dtype).
+ * dtypes here: F32, F16, BF16, I32, U8 (md_dtype); the reader also accepts
+ * safetensors' other dtypes (I64, F64, BOOL, ...) for tensors it only skips.
  *
  * The writer streams to "<path>.tmp", fsyncs, renames over <path> and fsyncs
  * the directory, so a crash or a full disk never leaves a torn file and the
@@ -62,7 +63,11 @@ typedef struct md_st_file md_st_file;
 
 struct md_st_tensor {
     const char *name;
+    /* MD_DTYPE_COUNT for a dtype mpsdiag does not compute in (I64, F64, BOOL,
+     * ...: PyTorch's BatchNorm num_batches_tracked is I64): such tensors are
+     * read, and refused by md_st_expect, so a file holding them still opens. */
     md_dtype dtype;
+    const char *dtype_name; /* the file's dtype string ("F32", "I64") */
     int ndim;
     long long shape[MD_ST_MAX_DIMS];
     long long numel;
@@ -95,6 +100,23 @@ md_status md_st_expect(const md_st_file *f, const char *name, md_dtype dtype, in
 /* md_st_expect, then copies the data into host memory `dst` (t->nbytes). */
 md_status md_st_copy(const md_st_file *f, const char *name, md_dtype dtype, int ndim,
                      const long long *shape, void *dst);
+
+/* ---- tensor layout ------------------------------------------------------------
+ * Files mpsdiag writes for others (checkpoints, --dump-grads) hold PyTorch's
+ * layout whatever the device's: convolution filters (K, C/groups, R, S),
+ * activations NCHW; their metadata says so with MD_ST_LAYOUT_KEY =
+ * MD_ST_LAYOUT_TORCH. */
+#define MD_ST_LAYOUT_KEY "tensor_layout"
+#define MD_ST_LAYOUT_TORCH "pytorch"
+
+/* How the file's convolution filters are laid out, from its metadata:
+ * *krsc = 0 for PyTorch's (K, C/groups, R, S): MD_ST_LAYOUT_KEY says
+ * "pytorch", or the file names no layout (PyTorch's own files); *krsc = 1
+ * for (K, R, S, C/groups): a checkpoint of an earlier mpsdiag trained
+ * channels-last (format "mpsdiag-checkpoint-1" with "layout" "NHWC", written
+ * before the key existed), which readers convert. Any other layout is
+ * MD_ERR_DATA naming the file, the key and the value. */
+md_status md_st_filter_layout(const md_st_file *f, int *krsc);
 
 /* safetensors dtype string ("F32") <-> md_dtype; returns -1 when unknown. */
 const char *md_st_dtype_name(md_dtype t);

@@ -118,6 +118,24 @@ static inline void md_store_f(void *p, md_dtype t, size_t i, float v)
     }
 }
 
+/* Convolution filters of `k` output channels between the two layouts, in
+ * place: to_krsc 1 turns (K, C, RS) into (K, RS, C) (how an NHWC device
+ * holds them), 0 turns it back into PyTorch's (K, C, RS). C counts the
+ * channels per group, RS = R * S; tmp holds c * rs floats. */
+static inline void md_filter_permute(float *w, float *tmp, int k, int c, int rs, int to_krsc)
+{
+    size_t n = (size_t)c * (size_t)rs;
+    for (int o = 0; o < k; o++) {
+        float *v = w + (size_t)o * n;
+        memcpy(tmp, v, n * sizeof *tmp);
+        for (int ci = 0; ci < c; ci++)
+            for (int j = 0; j < rs; j++) {
+                if (to_krsc) v[(size_t)j * (size_t)c + (size_t)ci] = tmp[(size_t)ci * (size_t)rs + (size_t)j];
+                else v[(size_t)ci * (size_t)rs + (size_t)j] = tmp[(size_t)j * (size_t)c + (size_t)ci];
+            }
+    }
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -203,6 +203,11 @@ md_status md_model_load_weights(md_model *m, const char *path);
  *   "buffer.<bn>.running_mean|running_var" as they were before the step. */
 md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch, float smoothing,
                               const char *path);
+/* An evaluation forward (running statistics, no dropout) on the first
+ * `batch` samples already in the input buffers, written as for
+ * md_model_dump_grads: "input.<input name>" (batch, c, h, w) F32 NCHW,
+ * "labels" I32 (batch), "logits" F32 (batch, classes). */
+md_status md_model_dump_logits(md_model *m, const int32_t *labels_host, int batch, const char *path);
 
 /* ---- graph capture ----
  * The step (forward, loss, backward) is a fixed sequence of kernel calls with

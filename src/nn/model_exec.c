@@ -322,16 +322,9 @@ static void init_host(const struct md_model *m, float *p)
                     p[b->offset + e] = (float)(bound * (2.0 * (double)md_rng_next_uniform(&r) - 1.0));
             }
             if (t->khwc) {
-                /* (K, C, R, S) -> (K, R, S, C) */
-                int K = t->shape[0], C = t->shape[1], RS = t->shape[2] * t->shape[3];
-                float *tmp = md_malloc((size_t)C * RS * sizeof *tmp);
+                float *tmp = md_malloc(t->numel / (size_t)t->shape[0] * sizeof *tmp);
                 MD_ASSERT(tmp);
-                for (int k = 0; k < K; k++) {
-                    float *w = p + t->offset + (size_t)k * C * RS;
-                    memcpy(tmp, w, (size_t)C * RS * sizeof *tmp);
-                    for (int c = 0; c < C; c++)
-                        for (int rs = 0; rs < RS; rs++) w[(size_t)rs * C + c] = tmp[(size_t)c * RS + rs];
-                }
+                md_filter_permute(p + t->offset, tmp, t->shape[0], t->shape[1], t->shape[2] * t->shape[3], 1);
                 md_free(tmp);
             }
         } else if (L->kind == MD_L_BN) {
@@ -1017,33 +1010,28 @@ done:
 
 /* ---- weights in and out --------------------------------------------------------------- */
 
-/* (K, C, RS) <-> (K, RS, C) for NHWC conv weights, in place through tmp. */
-static void permute_w(const struct md_param_info *t, float *w, float *tmp, int to_khwc)
+/* Every conv filter (the 4-D tensors) of a host flat buffer between
+ * PyTorch's (K, C/g, R, S) and (K, R, S, C/g): to_krsc 1 or 0. */
+static md_status permute_filters(md_model *m, float *buf, int to_krsc)
 {
-    int K = t->shape[0], C = t->shape[1], RS = t->shape[2] * t->shape[3];
-    for (int k = 0; k < K; k++) {
-        float *v = w + (size_t)k * C * RS;
-        memcpy(tmp, v, (size_t)C * RS * sizeof *tmp);
-        for (int c = 0; c < C; c++)
-            for (int rs = 0; rs < RS; rs++) {
-                if (to_khwc) v[(size_t)rs * C + c] = tmp[(size_t)c * RS + rs];
-                else v[(size_t)c * RS + rs] = tmp[(size_t)rs * C + c];
-            }
-    }
-}
-
-static md_status host_order(md_model *m, float *buf, int to_khwc)
-{
-    if (m->opts.layout != MD_NHWC) return MD_OK;
     size_t most = 1;
     for (int t = 0; t < m->ntensors; t++)
-        if (m->tensors[t].khwc && m->tensors[t].numel > most) most = m->tensors[t].numel;
+        if (m->tensors[t].ndim == 4 && m->tensors[t].numel > most) most = m->tensors[t].numel;
     float *tmp = md_malloc(most * sizeof *tmp);
     if (!tmp) return md_errf(MD_ERR_OOM, "model %s: out of host memory", m->name);
-    for (int t = 0; t < m->ntensors; t++)
-        if (m->tensors[t].khwc) permute_w(&m->tensors[t], buf + m->tensors[t].offset, tmp, to_khwc);
+    for (int t = 0; t < m->ntensors; t++) {
+        const struct md_param_info *ti = &m->tensors[t];
+        if (ti->ndim == 4)
+            md_filter_permute(buf + ti->offset, tmp, ti->shape[0], ti->shape[1], ti->shape[2] * ti->shape[3], to_krsc);
+    }
     md_free(tmp);
     return MD_OK;
+}
+
+/* A host flat buffer from PyTorch's order to the device's (to_khwc 1) or back. */
+static md_status host_order(md_model *m, float *buf, int to_khwc)
+{
+    return m->opts.layout == MD_NHWC ? permute_filters(m, buf, to_khwc) : MD_OK;
 }
 
 md_status md_model_get_params_host(md_model *m, float *dst)
@@ -1079,7 +1067,9 @@ md_status md_model_load_weights(md_model *m, const char *path)
     md_st_file *f = NULL;
     float *host = NULL, *stats = NULL;
     MD_TRY(check_bound(m, 1));
+    int krsc = 0;
     if ((st = md_st_open(path, &f)) != MD_OK) goto fail;
+    if ((st = md_st_filter_layout(f, &krsc)) != MD_OK) goto fail;
     host = md_malloc(m->nparams * sizeof *host + 4);
     stats = md_malloc(m->nstats * sizeof *stats + 4);
     if (!host || !stats) { st = md_errf(MD_ERR_OOM, "%s: out of host memory", path); goto fail; }
@@ -1089,6 +1079,8 @@ md_status md_model_load_weights(md_model *m, const char *path)
         for (int k = 0; k < ti->ndim; k++) shape[k] = ti->shape[k];
         if ((st = md_st_copy(f, ti->name, MD_F32, ti->ndim, shape, host + ti->offset)) != MD_OK) goto fail;
     }
+    /* a checkpoint of an earlier channels-last run: its filters are (K, R, S, C/g) */
+    if (krsc && (st = permute_filters(m, host, 0)) != MD_OK) goto fail;
     if ((st = md_dev_download(m->dev, stats, m->bn_stats, m->nstats * 4)) != MD_OK) goto fail;
     for (int b = 0; b < m->nbuffers; b++) {
         const struct md_param_info *bi = &m->buffers[b];
@@ -1103,6 +1095,84 @@ fail:
     md_free(host);
     md_free(stats);
     md_st_close(f);
+    return st;
+}
+
+/* Adds "input.<name>" (batch, c, h, w) F32 NCHW for every input, read from
+ * the device into `buf` (2 x the inputs' floats; borrowed by w until written). */
+static md_status add_inputs(md_model *m, md_st_writer *w, int batch, float *buf)
+{
+    size_t total = 0;
+    char name[700];
+    for (int i = 0; i < m->ninputs; i++) total += (size_t)batch * numel(&m->layers[i]);
+    float *in = buf, *tmp = buf + total;
+    for (int i = 0; i < m->ninputs; i++) {
+        const struct md_layer *L = &m->layers[i];
+        size_t n = (size_t)batch * numel(L);
+        MD_TRY(md_dev_download(m->dev, tmp, m->inputs[i], n * 4));
+        MD_TRY(md_dev_sync(m->dev));
+        if (m->opts.layout == MD_NHWC) {
+            size_t hw = (size_t)L->h * L->w;
+            for (int b = 0; b < batch; b++)
+                for (int c = 0; c < L->c; c++)
+                    for (size_t p = 0; p < hw; p++)
+                        in[((size_t)b * L->c + c) * hw + p] = tmp[((size_t)b * hw + p) * L->c + c];
+        } else {
+            memcpy(in, tmp, n * 4);
+        }
+        long long shape[4] = {batch, L->c, L->h, L->w};
+        snprintf(name, sizeof name, "input.%s", L->name);
+        MD_TRY(md_st_writer_add(w, name, MD_F32, 4, shape, in));
+        in += n;
+    }
+    return MD_OK;
+}
+
+/* Metadata of the dump files: the tensors are in PyTorch's layout; the
+ * device's is only a fact of the run. */
+static md_status add_meta(md_model *m, md_st_writer *w)
+{
+    MD_TRY(md_st_writer_meta(w, "model", m->name));
+    MD_TRY(md_st_writer_meta(w, "compute_dtype", md_dtype_name(m->opts.compute_dtype)));
+    MD_TRY(md_st_writer_meta(w, MD_ST_LAYOUT_KEY, MD_ST_LAYOUT_TORCH));
+    return md_st_writer_meta(w, "device_layout", md_layout_name(m->opts.layout));
+}
+
+md_status md_model_dump_logits(md_model *m, const int32_t *labels_host, int batch, const char *path)
+{
+    md_status st = MD_OK;
+    md_st_writer *w = NULL;
+    float *logits = NULL, *inputs = NULL;
+    void *raw = NULL;
+    MD_TRY(check_bound(m, batch));
+    size_t in_total = 0, nl = (size_t)batch * (size_t)m->num_classes;
+    for (int i = 0; i < m->ninputs; i++) in_total += (size_t)batch * numel(&m->layers[i]);
+    size_t es = md_dtype_size(m->opts.compute_dtype);
+    logits = md_malloc(nl * 4 + 4);
+    raw = md_malloc(nl * es + 4);
+    inputs = md_malloc(in_total * 4 * 2 + 4);
+    if (!logits || !raw || !inputs) {
+        st = md_errf(MD_ERR_OOM, "out of host memory");
+        goto fail;
+    }
+    if ((st = md_model_forward(m, batch, 0)) != MD_OK) goto fail;
+    if ((st = md_dev_download(m->dev, raw, md_model_logits(m), nl * es)) != MD_OK) goto fail;
+    if ((st = md_dev_sync(m->dev)) != MD_OK) goto fail;
+    for (size_t i = 0; i < nl; i++) logits[i] = md_load_f(raw, m->opts.compute_dtype, i);
+    long long ls[1] = {batch}, lg[2] = {batch, m->num_classes};
+    if ((st = md_st_writer_new(&w)) != MD_OK) goto fail;
+    if ((st = add_inputs(m, w, batch, inputs)) != MD_OK) goto fail;
+    if ((st = md_st_writer_add(w, "labels", MD_I32, 1, ls, labels_host)) != MD_OK) goto fail;
+    if ((st = md_st_writer_add(w, "logits", MD_F32, 2, lg, logits)) != MD_OK) goto fail;
+    if ((st = add_meta(m, w)) != MD_OK) goto fail;
+    if ((st = md_st_writer_meta(w, "mode", "eval")) != MD_OK) goto fail;
+    st = md_st_writer_write(w, path);
+fail:
+    if (st != MD_OK) md_err_prefix("--dump-logits %s", path);
+    md_st_writer_free(w);
+    md_free(logits);
+    md_free(raw);
+    md_free(inputs);
     return st;
 }
 
@@ -1146,26 +1216,7 @@ md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch
     for (size_t i = 0; i < (size_t)batch * m->num_classes; i++) logits[i] = md_load_f(raw, m->opts.compute_dtype, i);
 
     if ((st = md_st_writer_new(&w)) != MD_OK) goto fail;
-    float *in = inputs;
-    for (int i = 0; i < m->ninputs; i++) {
-        const struct md_layer *L = &m->layers[i];
-        size_t n = (size_t)batch * numel(L);
-        float *tmp = inputs + in_total;
-        if ((st = md_dev_download(d, tmp, m->inputs[i], n * 4)) != MD_OK) goto fail;
-        if (m->opts.layout == MD_NHWC) {
-            size_t hw = (size_t)L->h * L->w;
-            for (int b = 0; b < batch; b++)
-                for (int c = 0; c < L->c; c++)
-                    for (size_t p = 0; p < hw; p++)
-                        in[((size_t)b * L->c + c) * hw + p] = tmp[((size_t)b * hw + p) * L->c + c];
-        } else {
-            memcpy(in, tmp, n * 4);
-        }
-        long long shape[4] = {batch, L->c, L->h, L->w};
-        snprintf(name, sizeof name, "input.%s", L->name);
-        if ((st = md_st_writer_add(w, name, MD_F32, 4, shape, in)) != MD_OK) goto fail;
-        in += n;
-    }
+    if ((st = add_inputs(m, w, batch, inputs)) != MD_OK) goto fail;
     long long ls[1] = {batch}, lg[2] = {batch, m->num_classes};
     if ((st = md_st_writer_add(w, "labels", MD_I32, 1, ls, labels_host)) != MD_OK) goto fail;
     if ((st = md_st_writer_add(w, "logits", MD_F32, 2, lg, logits)) != MD_OK) goto fail;
@@ -1185,9 +1236,7 @@ md_status md_model_dump_grads(md_model *m, const int32_t *labels_host, int batch
         snprintf(name, sizeof name, "buffer.%s", bi->name);
         if ((st = md_st_writer_add(w, name, MD_F32, 1, shape, stats + bi->offset)) != MD_OK) goto fail;
     }
-    if ((st = md_st_writer_meta(w, "model", m->name)) != MD_OK) goto fail;
-    if ((st = md_st_writer_meta(w, "compute_dtype", md_dtype_name(m->opts.compute_dtype))) != MD_OK) goto fail;
-    if ((st = md_st_writer_meta(w, "layout", md_layout_name(m->opts.layout))) != MD_OK) goto fail;
+    if ((st = add_meta(m, w)) != MD_OK) goto fail;
     st = md_st_writer_write(w, path);
 fail:
     if (st != MD_OK) md_err_prefix("--dump-grads %s", path);

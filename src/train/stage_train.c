@@ -8,7 +8,9 @@ const char *md_train_pending(void) { return NULL; }
 
 md_status md_stage_train(md_job *job)
 {
-    if (!job->opts->dump_grads[0] && (job->opts->benchmark_only || job->opts->epochs == 0)) return MD_OK;
+    const md_options *o = job->opts;
+    int train = !o->benchmark_only && o->epochs > 0;
+    if (!o->dump_grads[0] && !o->dump_logits[0] && !train) return MD_OK;
     md_section("Training");
     if (!job->model || !job->data) {
         md_out("  skipped: %s\n", !job->model ? "no model was built" : "no dataset was opened");
@@ -18,10 +20,14 @@ md_status md_stage_train(md_job *job)
     md_status st = md_trainer_create(job, &t);
     if (st != MD_OK) return st;
     job->trainer = t;
-    if (job->opts->dump_grads[0]) return md_trainer_dump_grads(t, job->opts->dump_grads);
-    st = md_trainer_run(t);
-    cJSON *r = md_trainer_take_report(t);
-    if (r) cJSON_AddItemToObject(job->report, "training", r);
+    if (o->dump_grads[0]) return md_trainer_dump_grads(t, o->dump_grads);
+    if (train) {
+        st = md_trainer_run(t);
+        cJSON *r = md_trainer_take_report(t);
+        if (r) cJSON_AddItemToObject(job->report, "training", r);
+    }
+    /* the weights training ended with (those of last.safetensors), or the initial ones */
+    if (st == MD_OK && o->dump_logits[0]) st = md_trainer_dump_logits(t, o->dump_logits);
     return st;
 }
 

@@ -366,21 +366,57 @@ md_status md_trainer_dump_grads(md_trainer *t, const char *path)
     return MD_OK;
 }
 
+md_status md_trainer_dump_logits(md_trainer *t, const char *path)
+{
+    struct md_loader *l = t->test_l ? t->test_l : t->val_l ? t->val_l : t->train_l;
+    const char *split = t->test_l ? "test" : t->val_l ? "validation" : "training";
+    struct md_batch *b = NULL;
+    MD_TRY(md_loader_start_epoch(l, 0));
+    MD_TRY(md_loader_next(l, &b));
+    if (!b) return md_errf(MD_ERR_DATA, "--dump-logits: the %s split gave no batch", split);
+    /* the evaluation batch may exceed the bound batch: its first part */
+    int n = b->n < t->max_batch ? b->n : t->max_batch;
+    md_status st = upload_batch(t, b, 0, n);
+    if (st == MD_OK) st = md_model_dump_logits(t->model, b->labels, n, path);
+    md_status sync = md_dev_sync(t->dev);
+    md_loader_release(l, b);
+    MD_TRY(st);
+    MD_TRY(sync);
+    md_out("  Evaluation logits of the first %s batch (%d samples) and its inputs written to %s\n", split, n, path);
+    return MD_OK;
+}
+
 /* ---- checkpoints ------------------------------------------------------------------- */
 
 /* Parameters (views into the flat buffer), buffers and optimizer state, in
- * a fixed order. *out is md_malloc'd; names are borrowed from the model. */
+ * a fixed order, with the convolution filters inside each: a conv weight is
+ * one, and the optimizer state mirrors the flat parameter buffer, so it
+ * holds all of them at their flat offsets. *out is one md_malloc'd block
+ * (the filter lists follow the tensors); names are borrowed from the model. */
 static md_status ckpt_tensors(md_trainer *t, struct md_ckpt_tensor **out, int *n)
 {
     int np = md_model_num_tensors(t->model), nb = md_model_num_buffers(t->model);
-    struct md_ckpt_tensor *v = md_calloc((size_t)(np + nb + 2), sizeof *v);
-    if (!v) return MD_ERR_OOM;
-    int k = 0;
+    int dev_krsc = md_model_get_opts(t->model)->layout == MD_NHWC;
+    size_t fsz = sizeof(struct md_ckpt_filter);
+    size_t head = ((size_t)(np + nb + 2) * sizeof(struct md_ckpt_tensor) + fsz - 1) / fsz * fsz;
+    char *block = md_calloc(1, head + 2 * (size_t)(np + 1) * fsz);
+    if (!block) return MD_ERR_OOM;
+    struct md_ckpt_tensor *v = (struct md_ckpt_tensor *)(void *)block;
+    struct md_ckpt_filter *own = (struct md_ckpt_filter *)(void *)(block + head), *flat = own + np + 1;
+    int nflat = 0, k = 0;
     float *params = md_model_params(t->model);
     for (int i = 0; i < np; i++) {
         const struct md_param_info *p = md_model_tensor(t->model, i);
         v[k] = (struct md_ckpt_tensor){.name = p->name, .dtype = MD_F32, .ndim = p->ndim, .dev = params + p->offset};
         for (int d = 0; d < p->ndim; d++) v[k].shape[d] = p->shape[d];
+        if (p->ndim == 4) { /* conv weight (K, C/g, R, S) */
+            own[i] = (struct md_ckpt_filter){0, p->shape[0], p->shape[1], p->shape[2] * p->shape[3]};
+            flat[nflat] = own[i];
+            flat[nflat++].offset = p->offset;
+            v[k].filters = &own[i];
+            v[k].nfilters = 1;
+            v[k].dev_krsc = dev_krsc;
+        }
         k++;
     }
     for (int i = 0; i < nb; i++) {
@@ -391,12 +427,15 @@ static md_status ckpt_tensors(md_trainer *t, struct md_ckpt_tensor **out, int *n
         k++;
     }
     long long n_all = (long long)md_optim_size(t->opt);
+    MD_ASSERT(n_all <= 0 || (size_t)n_all == md_model_nparams(t->model));
     if (n_all > 0) {
         v[k++] = (struct md_ckpt_tensor){.name = "__optim__.m", .dtype = MD_F32, .ndim = 1, .shape = {n_all},
-                                         .dev = md_optim_m(t->opt)};
+                                         .dev = md_optim_m(t->opt), .filters = flat, .nfilters = nflat,
+                                         .dev_krsc = dev_krsc};
         if (md_optim_v(t->opt))
             v[k++] = (struct md_ckpt_tensor){.name = "__optim__.v", .dtype = MD_F32, .ndim = 1, .shape = {n_all},
-                                             .dev = md_optim_v(t->opt)};
+                                             .dev = md_optim_v(t->opt), .filters = flat, .nfilters = nflat,
+                                             .dev_krsc = dev_krsc};
     }
     *out = v;
     *n = k;
@@ -459,8 +498,9 @@ static md_status save_checkpoint(md_trainer *t, const char *path, int epoch, lon
     cJSON_AddStringToObject(m, "config", cfg ? cfg : "{}");
     cJSON_free(cfg);
     cJSON_AddStringToObject(m, "model", t->o->model);
-    /* NHWC models keep conv weights as (K, R, S, C) on the device and here */
-    cJSON_AddStringToObject(m, "layout", md_layout_name(md_model_get_opts(t->model)->layout));
+    /* the tensors are in PyTorch's layout (md_checkpoint_save says so); the
+     * device's is a fact of the run, and a resume may use the other */
+    cJSON_AddStringToObject(m, "device_layout", md_layout_name(md_model_get_opts(t->model)->layout));
     cJSON_AddStringToObject(m, "optimizer", t->ocfg.kind == MD_OPT_ADAMW ? "adamw" : "sgd");
     meta_ll(m, "epoch", epoch);
     meta_ll(m, "batch_in_epoch", batch_done);
@@ -566,12 +606,6 @@ static md_status resume(md_trainer *t)
     if (ck_batch != t->batch) {
         st = md_errf(MD_ERR_DATA, "--resume %s: checkpoint was trained with batch size %d, this run uses %d (pass "
                      "--batch-size %d)", path, ck_batch, t->batch, ck_batch);
-        goto done;
-    }
-    const char *lay = md_st_meta(f, "layout"), *want_lay = md_layout_name(md_model_get_opts(t->model)->layout);
-    if (!lay || strcmp(lay, want_lay) != 0) {
-        st = md_errf(MD_ERR_DATA, "--resume %s: checkpoint layout is %s, this run uses %s (--channels-last must match)",
-                     path, lay ? lay : "missing", want_lay);
         goto done;
     }
     md_st_close(f);

@@ -48,6 +48,10 @@ cJSON *md_trainer_take_report(md_trainer *t);
 /* --dump-grads: one training step (no optimizer update) on the first batch
  * of epoch 0, written by md_model_dump_grads to `path`. */
 md_status md_trainer_dump_grads(md_trainer *t, const char *path);
+/* --dump-logits: the first batch of the test split (validation, then
+ * training, when there is none; at most the bound batch of samples) through
+ * an evaluation forward, written by md_model_dump_logits to `path`. */
+md_status md_trainer_dump_logits(md_trainer *t, const char *path);
 
 /* Test hook: calls md_interrupt_set(1) after this many optimizer steps of the
  * run (0 = never), as if Ctrl-C came at that point. */
