@@ -215,6 +215,39 @@ md_status md_device_select(const char *spec, const md_backend **backend, int *in
  * Devices
  * ------------------------------------------------------------------------- */
 
+/* MPSDIAG_TEST_ALLOC_FAIL=WHAT[:N] (backend_impl.h struct md_alloc_fault). */
+static md_status parse_alloc_fault(struct md_alloc_fault *f)
+{
+    memset(f, 0, sizeof *f);
+    const char *env = getenv("MPSDIAG_TEST_ALLOC_FAIL");
+    if (!env || !*env) return MD_OK;
+    const char *colon = strrchr(env, ':');
+    size_t len = colon ? (size_t)(colon - env) : strlen(env);
+    f->left = -1;
+    if (colon) {
+        char *end;
+        long long n = strtoll(colon + 1, &end, 10);
+        if (*end || end == colon + 1 || n < 1)
+            return md_errf(MD_ERR_USAGE, "MPSDIAG_TEST_ALLOC_FAIL: '%s' is not WHAT[:N] with N >= 1", env);
+        f->left = n;
+    }
+    if (len == 0 || len >= sizeof f->what)
+        return md_errf(MD_ERR_USAGE, "MPSDIAG_TEST_ALLOC_FAIL: '%s' is not WHAT[:N] (WHAT 1-%d characters)", env,
+                       (int)sizeof f->what - 1);
+    memcpy(f->what, env, len);
+    f->what[len] = '\0';
+    return MD_OK;
+}
+
+/* 1 when the fault hook refuses this allocation (and counts it). */
+static int alloc_fault_hit(md_device *dev, const char *what)
+{
+    struct md_alloc_fault *f = &dev->fault;
+    if (!f->what[0] || f->left == 0 || !what || !strstr(what, f->what)) return 0;
+    if (f->left > 0) f->left--;
+    return 1;
+}
+
 md_status md_device_open(const md_backend *b, int index, const struct md_device_opts *opts,
                          md_device **out)
 {
@@ -228,6 +261,11 @@ md_status md_device_open(const md_backend *b, int index, const struct md_device_
     dev->index = index;
     dev->info = info;
     if (opts) dev->opts = *opts;
+    md_status fst = parse_alloc_fault(&dev->fault);
+    if (fst != MD_OK) {
+        md_free(dev);
+        return fst;
+    }
     const char *fb = getenv("MPSDIAG_ENABLE_FALLBACK");
     if (fb && strcmp(fb, "1") == 0) dev->opts.fallback = 1;
     if (dev->opts.memory_fraction > 0 && info.total_memory > 0)
@@ -334,13 +372,15 @@ md_status md_dev_alloc(md_device *dev, size_t bytes, void **ptr, const char *wha
 {
     *ptr = NULL;
     if (bytes == 0) bytes = 1;
-    MD_TRY(md_memtrack_reserve(&dev->mem, bytes, what));
-    md_status st = dev->ops->alloc(dev, bytes, ptr);
+    /* claimed against the limit first; held (current, peak) only once the
+     * backend delivered it, so a refused allocation never shows in the peak */
+    MD_TRY(md_memtrack_claim(&dev->mem, bytes, what));
+    md_status st = alloc_fault_hit(dev, what) ? MD_ERR_OOM : dev->ops->alloc(dev, bytes, ptr);
     if (st == MD_OK && *ptr) st = ptrmap_put(&dev->blocks, *ptr, bytes);
     if (st != MD_OK || !*ptr) {
         if (*ptr) dev->ops->free(dev, *ptr, bytes);
         *ptr = NULL;
-        md_memtrack_release(&dev->mem, bytes);
+        md_memtrack_unclaim(&dev->mem, bytes);
         if (st == MD_OK || st == MD_ERR_OOM) {
             char a[32], b[32], c[32];
             return md_errf(MD_ERR_OOM, "out of memory on %s allocating %s: requested %s, in use %s, limit %s",
@@ -350,6 +390,7 @@ md_status md_dev_alloc(md_device *dev, size_t bytes, void **ptr, const char *wha
         }
         return st;
     }
+    md_memtrack_commit(&dev->mem, bytes);
     return MD_OK;
 }
 

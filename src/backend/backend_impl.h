@@ -66,6 +66,15 @@ struct md_backend_ops {
 /* Pointer -> size map of a device's live allocations. */
 struct md_ptrmap { void **keys; size_t *vals; size_t cap, used; };
 
+/* Fault injection for tests (MPSDIAG_TEST_ALLOC_FAIL=WHAT[:N], read when the
+ * device opens): the first N device allocations (every one without N) whose
+ * description contains WHAT are refused as if the device's own allocator
+ * were out of memory. */
+struct md_alloc_fault {
+    char what[96];  /* "" = off */
+    long long left; /* allocations still to refuse; -1 = all */
+};
+
 /* An open device. Created by md_device_open, which fills everything but
  * `impl` before calling ops->open. */
 struct md_device {
@@ -79,6 +88,7 @@ struct md_device {
     md_device *fallback;      /* CPU device for unsupported ops (unified memory only) */
     long long fallback_calls[MD_KERNEL_COUNT];
     struct md_ptrmap blocks;  /* live allocations (md_dev_alloc) */
+    struct md_alloc_fault fault;
 };
 
 /* Built-in backends. */
