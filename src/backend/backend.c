@@ -3,10 +3,14 @@
 #include "backend/backend_impl.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "core/log.h"
 #include "core/platform.h"
 #include "core/timer.h"
 
@@ -25,48 +29,79 @@ struct md_backend {
 
 typedef const struct md_backend_ops *(*md_cuda_entry_fn)(int api_version);
 
+/* Why `path` cannot be a shared library, or "" when it may be one: it must
+ * be a readable regular file that starts with an ELF (Mach-O on macOS)
+ * header. */
+static void check_library_file(const char *path, char *why, size_t n)
+{
+    why[0] = '\0';
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        snprintf(why, n, "%s", errno == ENOENT ? "no such file" : strerror(errno));
+        return;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(why, n, "not a shared library (%s)", S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+        return;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(why, n, "cannot be read: %s", strerror(errno));
+        return;
+    }
+    unsigned char m[4] = {0};
+    size_t got = fread(m, 1, sizeof m, f);
+    fclose(f);
+    int elf = got == 4 && m[0] == 0x7f && m[1] == 'E' && m[2] == 'L' && m[3] == 'F';
+    int macho = got == 4 && ((m[0] == 0xcf && m[1] == 0xfa && m[2] == 0xed && m[3] == 0xfe) ||
+                             (m[0] == 0xca && m[1] == 0xfe && m[2] == 0xba && m[3] == 0xbe));
+    if (!elf && !macho) snprintf(why, n, "not a shared library (no ELF or Mach-O header)");
+}
+
+/* Loads the CUDA plug-in: the file MPSDIAG_CUDA_LIB names when it is set
+ * (used or refused with the reason, never replaced by another), else
+ * libmpsdiag_cuda.so beside the binary. */
 static const struct md_backend_ops *load_cuda(char *reason, size_t n)
 {
     const char *env = getenv("MPSDIAG_CUDA_LIB");
-    char path[4200];
-    void *h = NULL;
-    char first_err[512] = "";
-    const char *candidates[2];
-    char exe_path[4200];
-    snprintf(exe_path, sizeof exe_path, "%s/libmpsdiag_cuda.so", md_exe_dir());
-    candidates[0] = env && *env ? env : NULL;
-    candidates[1] = exe_path;
-    int found_file = 0;
-    for (int i = 0; i < 2 && !h; i++) {
-        if (!candidates[i]) continue;
-        snprintf(path, sizeof path, "%s", candidates[i]);
-        FILE *f = fopen(path, "rb");
-        if (!f) continue;
-        fclose(f);
-        found_file = 1;
-        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (!h && !first_err[0]) snprintf(first_err, sizeof first_err, "%s", dlerror());
+    int named = env && *env;
+    char path[4200], who[4300], why[512];
+    if (named) {
+        snprintf(path, sizeof path, "%s", env);
+        snprintf(who, sizeof who, "MPSDIAG_CUDA_LIB=%s", env);
+        check_library_file(path, why, sizeof why);
+        if (why[0]) {
+            snprintf(reason, n, "%s: %s", who, why);
+            return NULL;
+        }
+    } else {
+        snprintf(path, sizeof path, "%s/libmpsdiag_cuda.so", md_exe_dir());
+        snprintf(who, sizeof who, "libmpsdiag_cuda.so");
+        if (access(path, F_OK) != 0) {
+            snprintf(reason, n, "not built with CUDA (no libmpsdiag_cuda.so beside the binary; "
+                                "nvcc was not found at build time or NO_CUDA=1)");
+            return NULL;
+        }
     }
-    if (!found_file) {
-        snprintf(reason, n, "not built with CUDA (no libmpsdiag_cuda.so beside the binary; "
-                            "nvcc was not found at build time or NO_CUDA=1)");
-        return NULL;
-    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        snprintf(reason, n, "CUDA libraries missing: %s", first_err);
+        const char *e = dlerror();
+        if (named) snprintf(reason, n, "%s: cannot be loaded: %s", who, e ? e : "unknown error");
+        else snprintf(reason, n, "CUDA libraries missing: %s", e ? e : "unknown error");
         return NULL;
     }
     md_cuda_entry_fn entry;
     void *sym = dlsym(h, "md_cuda_backend_entry");
     memcpy(&entry, &sym, sizeof entry); /* POSIX: dlsym results are callable */
     if (!entry) {
-        snprintf(reason, n, "libmpsdiag_cuda.so has no md_cuda_backend_entry (stale build?)");
+        snprintf(reason, n, "%s has no md_cuda_backend_entry (%s)", who,
+                 named ? "not the mpsdiag CUDA plug-in" : "stale build?");
         dlclose(h);
         return NULL;
     }
     const struct md_backend_ops *ops = entry(MD_BACKEND_API_VERSION);
     if (!ops) {
-        snprintf(reason, n, "libmpsdiag_cuda.so was built for another backend API version; rebuild");
+        snprintf(reason, n, "%s was built for another backend API version; rebuild", who);
         dlclose(h);
         return NULL;
     }
@@ -173,6 +208,9 @@ md_status md_device_select(const char *spec, const md_backend **backend, int *in
         for (int i = 0; i < N_BACKENDS; i++) {
             if (!registry[i].user_visible) continue;
             const struct md_probe *p = md_backend_probe(&registry[i]);
+            /* a library the user named and that was refused is worth a line */
+            if (!p->available && registry[i].kind == MD_BACKEND_CUDA && strstr(p->reason, "MPSDIAG_CUDA_LIB"))
+                md_warn("CUDA is unavailable: %s", p->reason);
             if (p->available) {
                 *backend = &registry[i];
                 *index = 0;
