@@ -21,6 +21,7 @@ struct md_backend {
     int probed;
     struct md_probe probe;
     int user_visible;                 /* listed by --list-devices and auto */
+    const struct md_backend_ops *test_ops; /* md_backend_set_test_ops */
 };
 
 /* ---------------------------------------------------------------------------
@@ -143,13 +144,25 @@ const struct md_probe *md_backend_probe(const md_backend *cb)
     case MD_BACKEND_CPU: b->ops = md_cpu_backend_ops(); break;
     case MD_BACKEND_REF: b->ops = md_ref_backend_ops(); break;
     case MD_BACKEND_METAL: b->ops = md_metal_backend_ops(); break;
-    case MD_BACKEND_CUDA: b->ops = load_cuda(b->probe.reason, sizeof b->probe.reason); break;
+    case MD_BACKEND_CUDA:
+        b->ops = b->test_ops ? NULL : load_cuda(b->probe.reason, sizeof b->probe.reason);
+        break;
     }
+    if (b->test_ops) b->ops = b->test_ops;
     if (!b->ops) return &b->probe; /* reason set by the loader */
     b->ops->probe(&b->probe);
     if (!b->probe.available && !b->probe.reason[0])
         snprintf(b->probe.reason, sizeof b->probe.reason, "no device found");
     return &b->probe;
+}
+
+void md_backend_set_test_ops(const char *name, const struct md_backend_ops *ops)
+{
+    struct md_backend *b = (struct md_backend *)(uintptr_t)md_backend_find(name);
+    MD_ASSERT(b);
+    b->test_ops = ops;
+    b->ops = NULL;
+    b->probed = 0;
 }
 
 md_status md_backend_device_info(const md_backend *b, int index, struct md_device_info *out)
@@ -304,8 +317,6 @@ md_status md_device_open(const md_backend *b, int index, const struct md_device_
         md_free(dev);
         return fst;
     }
-    const char *fb = getenv("MPSDIAG_ENABLE_FALLBACK");
-    if (fb && strcmp(fb, "1") == 0) dev->opts.fallback = 1;
     if (dev->opts.memory_fraction > 0 && info.total_memory > 0)
         dev->mem.limit = (long long)(dev->opts.memory_fraction * (double)info.total_memory);
     md_status st = dev->ops->open(dev);

@@ -91,6 +91,11 @@ struct md_device {
     struct md_alloc_fault fault;
 };
 
+/* Tests only: the backend registered as `name` runs `ops` from now on
+ * (probed afresh; NULL goes back to the built-in one), e.g. a "metal" made
+ * of the CPU backend with kernels left out, so that the CPU fallback fires. */
+void md_backend_set_test_ops(const char *name, const struct md_backend_ops *ops);
+
 /* Built-in backends. */
 const struct md_backend_ops *md_cpu_backend_ops(void);
 const struct md_backend_ops *md_ref_backend_ops(void);
