@@ -1405,6 +1405,7 @@ md_status md_trainer_run(md_trainer *t)
 {
     int start_epoch = t->epoch;
     long long step0 = t->global_step;
+    int set_up = 1;
     md_status st;
     for (;;) {
         st = run_once(t);
@@ -1418,10 +1419,14 @@ md_status md_trainer_run(md_trainer *t)
         t->global_step = step0;
         cJSON_Delete(t->report);
         setup_report(t);
-        if ((st = setup_batch_fitting(t)) != MD_OK) break;
+        if ((st = setup_batch_fitting(t)) != MD_OK) {
+            set_up = 0;
+            break;
+        }
         md_out("  --auto-batch: starting again at batch %d\n", t->batch);
     }
-    if (t->o->auto_batch && st != MD_ERR_OOM) auto_batch_record(t, t->batch, NULL);
+    /* a run that got past setting up and ended for another reason did fit */
+    if (t->o->auto_batch && set_up && st != MD_ERR_OOM) auto_batch_record(t, t->batch, NULL);
     if (t->ab_tried) {
         char tried[1200];
         auto_batch_text(t, tried, sizeof tried);
