@@ -3,10 +3,14 @@
 #include "backend/backend_impl.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "core/log.h"
 #include "core/platform.h"
 #include "core/timer.h"
 
@@ -17,6 +21,7 @@ struct md_backend {
     int probed;
     struct md_probe probe;
     int user_visible;                 /* listed by --list-devices and auto */
+    const struct md_backend_ops *test_ops; /* md_backend_set_test_ops */
 };
 
 /* ---------------------------------------------------------------------------
@@ -25,48 +30,79 @@ struct md_backend {
 
 typedef const struct md_backend_ops *(*md_cuda_entry_fn)(int api_version);
 
+/* Why `path` cannot be a shared library, or "" when it may be one: it must
+ * be a readable regular file that starts with an ELF (Mach-O on macOS)
+ * header. */
+static void check_library_file(const char *path, char *why, size_t n)
+{
+    why[0] = '\0';
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        snprintf(why, n, "%s", errno == ENOENT ? "no such file" : strerror(errno));
+        return;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(why, n, "not a shared library (%s)", S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+        return;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(why, n, "cannot be read: %s", strerror(errno));
+        return;
+    }
+    unsigned char m[4] = {0};
+    size_t got = fread(m, 1, sizeof m, f);
+    fclose(f);
+    int elf = got == 4 && m[0] == 0x7f && m[1] == 'E' && m[2] == 'L' && m[3] == 'F';
+    int macho = got == 4 && ((m[0] == 0xcf && m[1] == 0xfa && m[2] == 0xed && m[3] == 0xfe) ||
+                             (m[0] == 0xca && m[1] == 0xfe && m[2] == 0xba && m[3] == 0xbe));
+    if (!elf && !macho) snprintf(why, n, "not a shared library (no ELF or Mach-O header)");
+}
+
+/* Loads the CUDA plug-in: the file MPSDIAG_CUDA_LIB names when it is set
+ * (used or refused with the reason, never replaced by another), else
+ * libmpsdiag_cuda.so beside the binary. */
 static const struct md_backend_ops *load_cuda(char *reason, size_t n)
 {
     const char *env = getenv("MPSDIAG_CUDA_LIB");
-    char path[4200];
-    void *h = NULL;
-    char first_err[512] = "";
-    const char *candidates[2];
-    char exe_path[4200];
-    snprintf(exe_path, sizeof exe_path, "%s/libmpsdiag_cuda.so", md_exe_dir());
-    candidates[0] = env && *env ? env : NULL;
-    candidates[1] = exe_path;
-    int found_file = 0;
-    for (int i = 0; i < 2 && !h; i++) {
-        if (!candidates[i]) continue;
-        snprintf(path, sizeof path, "%s", candidates[i]);
-        FILE *f = fopen(path, "rb");
-        if (!f) continue;
-        fclose(f);
-        found_file = 1;
-        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (!h && !first_err[0]) snprintf(first_err, sizeof first_err, "%s", dlerror());
+    int named = env && *env;
+    char path[4200], who[4300], why[512];
+    if (named) {
+        snprintf(path, sizeof path, "%s", env);
+        snprintf(who, sizeof who, "MPSDIAG_CUDA_LIB=%s", env);
+        check_library_file(path, why, sizeof why);
+        if (why[0]) {
+            snprintf(reason, n, "%s: %s", who, why);
+            return NULL;
+        }
+    } else {
+        snprintf(path, sizeof path, "%s/libmpsdiag_cuda.so", md_exe_dir());
+        snprintf(who, sizeof who, "libmpsdiag_cuda.so");
+        if (access(path, F_OK) != 0) {
+            snprintf(reason, n, "not built with CUDA (no libmpsdiag_cuda.so beside the binary; "
+                                "nvcc was not found at build time or NO_CUDA=1)");
+            return NULL;
+        }
     }
-    if (!found_file) {
-        snprintf(reason, n, "not built with CUDA (no libmpsdiag_cuda.so beside the binary; "
-                            "nvcc was not found at build time or NO_CUDA=1)");
-        return NULL;
-    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        snprintf(reason, n, "CUDA libraries missing: %s", first_err);
+        const char *e = dlerror();
+        if (named) snprintf(reason, n, "%s: cannot be loaded: %s", who, e ? e : "unknown error");
+        else snprintf(reason, n, "CUDA libraries missing: %s", e ? e : "unknown error");
         return NULL;
     }
     md_cuda_entry_fn entry;
     void *sym = dlsym(h, "md_cuda_backend_entry");
     memcpy(&entry, &sym, sizeof entry); /* POSIX: dlsym results are callable */
     if (!entry) {
-        snprintf(reason, n, "libmpsdiag_cuda.so has no md_cuda_backend_entry (stale build?)");
+        snprintf(reason, n, "%s has no md_cuda_backend_entry (%s)", who,
+                 named ? "not the mpsdiag CUDA plug-in" : "stale build?");
         dlclose(h);
         return NULL;
     }
     const struct md_backend_ops *ops = entry(MD_BACKEND_API_VERSION);
     if (!ops) {
-        snprintf(reason, n, "libmpsdiag_cuda.so was built for another backend API version; rebuild");
+        snprintf(reason, n, "%s was built for another backend API version; rebuild", who);
         dlclose(h);
         return NULL;
     }
@@ -108,13 +144,25 @@ const struct md_probe *md_backend_probe(const md_backend *cb)
     case MD_BACKEND_CPU: b->ops = md_cpu_backend_ops(); break;
     case MD_BACKEND_REF: b->ops = md_ref_backend_ops(); break;
     case MD_BACKEND_METAL: b->ops = md_metal_backend_ops(); break;
-    case MD_BACKEND_CUDA: b->ops = load_cuda(b->probe.reason, sizeof b->probe.reason); break;
+    case MD_BACKEND_CUDA:
+        b->ops = b->test_ops ? NULL : load_cuda(b->probe.reason, sizeof b->probe.reason);
+        break;
     }
+    if (b->test_ops) b->ops = b->test_ops;
     if (!b->ops) return &b->probe; /* reason set by the loader */
     b->ops->probe(&b->probe);
     if (!b->probe.available && !b->probe.reason[0])
         snprintf(b->probe.reason, sizeof b->probe.reason, "no device found");
     return &b->probe;
+}
+
+void md_backend_set_test_ops(const char *name, const struct md_backend_ops *ops)
+{
+    struct md_backend *b = (struct md_backend *)(uintptr_t)md_backend_find(name);
+    MD_ASSERT(b);
+    b->test_ops = ops;
+    b->ops = NULL;
+    b->probed = 0;
 }
 
 md_status md_backend_device_info(const md_backend *b, int index, struct md_device_info *out)
@@ -173,6 +221,9 @@ md_status md_device_select(const char *spec, const md_backend **backend, int *in
         for (int i = 0; i < N_BACKENDS; i++) {
             if (!registry[i].user_visible) continue;
             const struct md_probe *p = md_backend_probe(&registry[i]);
+            /* a library the user named and that was refused is worth a line */
+            if (!p->available && registry[i].kind == MD_BACKEND_CUDA && strstr(p->reason, "MPSDIAG_CUDA_LIB"))
+                md_warn("CUDA is unavailable: %s", p->reason);
             if (p->available) {
                 *backend = &registry[i];
                 *index = 0;
@@ -215,6 +266,39 @@ md_status md_device_select(const char *spec, const md_backend **backend, int *in
  * Devices
  * ------------------------------------------------------------------------- */
 
+/* MPSDIAG_TEST_ALLOC_FAIL=WHAT[:N] (backend_impl.h struct md_alloc_fault). */
+static md_status parse_alloc_fault(struct md_alloc_fault *f)
+{
+    memset(f, 0, sizeof *f);
+    const char *env = getenv("MPSDIAG_TEST_ALLOC_FAIL");
+    if (!env || !*env) return MD_OK;
+    const char *colon = strrchr(env, ':');
+    size_t len = colon ? (size_t)(colon - env) : strlen(env);
+    f->left = -1;
+    if (colon) {
+        char *end;
+        long long n = strtoll(colon + 1, &end, 10);
+        if (*end || end == colon + 1 || n < 1)
+            return md_errf(MD_ERR_USAGE, "MPSDIAG_TEST_ALLOC_FAIL: '%s' is not WHAT[:N] with N >= 1", env);
+        f->left = n;
+    }
+    if (len == 0 || len >= sizeof f->what)
+        return md_errf(MD_ERR_USAGE, "MPSDIAG_TEST_ALLOC_FAIL: '%s' is not WHAT[:N] (WHAT 1-%d characters)", env,
+                       (int)sizeof f->what - 1);
+    memcpy(f->what, env, len);
+    f->what[len] = '\0';
+    return MD_OK;
+}
+
+/* 1 when the fault hook refuses this allocation (and counts it). */
+static int alloc_fault_hit(md_device *dev, const char *what)
+{
+    struct md_alloc_fault *f = &dev->fault;
+    if (!f->what[0] || f->left == 0 || !what || !strstr(what, f->what)) return 0;
+    if (f->left > 0) f->left--;
+    return 1;
+}
+
 md_status md_device_open(const md_backend *b, int index, const struct md_device_opts *opts,
                          md_device **out)
 {
@@ -228,8 +312,11 @@ md_status md_device_open(const md_backend *b, int index, const struct md_device_
     dev->index = index;
     dev->info = info;
     if (opts) dev->opts = *opts;
-    const char *fb = getenv("MPSDIAG_ENABLE_FALLBACK");
-    if (fb && strcmp(fb, "1") == 0) dev->opts.fallback = 1;
+    md_status fst = parse_alloc_fault(&dev->fault);
+    if (fst != MD_OK) {
+        md_free(dev);
+        return fst;
+    }
     if (dev->opts.memory_fraction > 0 && info.total_memory > 0)
         dev->mem.limit = (long long)(dev->opts.memory_fraction * (double)info.total_memory);
     md_status st = dev->ops->open(dev);
@@ -334,13 +421,15 @@ md_status md_dev_alloc(md_device *dev, size_t bytes, void **ptr, const char *wha
 {
     *ptr = NULL;
     if (bytes == 0) bytes = 1;
-    MD_TRY(md_memtrack_reserve(&dev->mem, bytes, what));
-    md_status st = dev->ops->alloc(dev, bytes, ptr);
+    /* claimed against the limit first; held (current, peak) only once the
+     * backend delivered it, so a refused allocation never shows in the peak */
+    MD_TRY(md_memtrack_claim(&dev->mem, bytes, what));
+    md_status st = alloc_fault_hit(dev, what) ? MD_ERR_OOM : dev->ops->alloc(dev, bytes, ptr);
     if (st == MD_OK && *ptr) st = ptrmap_put(&dev->blocks, *ptr, bytes);
     if (st != MD_OK || !*ptr) {
         if (*ptr) dev->ops->free(dev, *ptr, bytes);
         *ptr = NULL;
-        md_memtrack_release(&dev->mem, bytes);
+        md_memtrack_unclaim(&dev->mem, bytes);
         if (st == MD_OK || st == MD_ERR_OOM) {
             char a[32], b[32], c[32];
             return md_errf(MD_ERR_OOM, "out of memory on %s allocating %s: requested %s, in use %s, limit %s",
@@ -350,6 +439,7 @@ md_status md_dev_alloc(md_device *dev, size_t bytes, void **ptr, const char *wha
         }
         return st;
     }
+    md_memtrack_commit(&dev->mem, bytes);
     return MD_OK;
 }
 

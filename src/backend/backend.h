@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define MD_BACKEND_API_VERSION 2
+#define MD_BACKEND_API_VERSION 3
 #define MD_MAX_DEVICES 16
 
 typedef enum md_backend_kind { MD_BACKEND_CPU = 0, MD_BACKEND_CUDA, MD_BACKEND_METAL, MD_BACKEND_REF } md_backend_kind;

@@ -66,6 +66,15 @@ struct md_backend_ops {
 /* Pointer -> size map of a device's live allocations. */
 struct md_ptrmap { void **keys; size_t *vals; size_t cap, used; };
 
+/* Fault injection for tests (MPSDIAG_TEST_ALLOC_FAIL=WHAT[:N], read when the
+ * device opens): the first N device allocations (every one without N) whose
+ * description contains WHAT are refused as if the device's own allocator
+ * were out of memory. */
+struct md_alloc_fault {
+    char what[96];  /* "" = off */
+    long long left; /* allocations still to refuse; -1 = all */
+};
+
 /* An open device. Created by md_device_open, which fills everything but
  * `impl` before calling ops->open. */
 struct md_device {
@@ -79,6 +88,7 @@ struct md_device {
     md_device *fallback;      /* CPU device for unsupported ops (unified memory only) */
     long long fallback_calls[MD_KERNEL_COUNT];
     struct md_ptrmap blocks;  /* live allocations (md_dev_alloc) */
+    struct md_alloc_fault fault;
 };
 
 /* Memory entries for backends whose device memory is host memory (cpu, ref,
@@ -92,6 +102,11 @@ md_status md_host_sync(md_device *dev);
 #define MD_HOST_MEMORY_OPS                                                                        \
     .alloc = md_host_alloc, .free = md_host_free, .upload = md_host_copy, .download = md_host_copy, \
     .copy = md_host_copy, .memset0 = md_host_memset0, .sync = md_host_sync
+
+/* Tests only: the backend registered as `name` runs `ops` from now on
+ * (probed afresh; NULL goes back to the built-in one), e.g. a "metal" made
+ * of the CPU backend with kernels left out, so that the CPU fallback fires. */
+void md_backend_set_test_ops(const char *name, const struct md_backend_ops *ops);
 
 /* Built-in backends. */
 const struct md_backend_ops *md_cpu_backend_ops(void);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli/diagnostics.h"
+#include "backend/kernels_call.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
@@ -56,9 +57,54 @@ static void device_settings(md_job *job)
         snprintf(v, sizeof v, "%.2f", o->memory_fraction);
         md_job_setting(job, "memory_fraction", v, "device allocations capped at this share of total memory");
     }
-    md_job_setting(job, "fallback", o->fallback ? "on" : "off",
-                   o->fallback ? "ops the device lacks run on the CPU (unified memory only)"
-                               : "unsupported ops are errors (enable with --fallback)");
+    md_job_setting(job, "fallback", o->fallback ? "on" : "off", job->fallback_why);
+}
+
+/* The one place the CPU fallback is decided: --fallback (or the config's
+ * "fallback") wins, else MPSDIAG_ENABLE_FALLBACK (0 or 1). */
+static md_status resolve_fallback(md_job *job)
+{
+    md_options *o = job->opts;
+    const char *env = getenv("MPSDIAG_ENABLE_FALLBACK");
+    if (!md_options_given(o, "fallback") && env && *env) {
+        if (strcmp(env, "1") == 0) o->fallback = 1;
+        else if (strcmp(env, "0") == 0) o->fallback = 0;
+        else return md_errf(MD_ERR_USAGE, "MPSDIAG_ENABLE_FALLBACK: '%s' is not 0 or 1", env);
+        job->fallback_why = o->fallback ? "MPSDIAG_ENABLE_FALLBACK=1: ops the device lacks run on the CPU "
+                                          "(unified memory only)"
+                                        : "MPSDIAG_ENABLE_FALLBACK=0: unsupported ops are errors";
+        return MD_OK;
+    }
+    job->fallback_why = o->fallback ? "--fallback: ops the device lacks run on the CPU (unified memory only)"
+                                    : "unsupported ops are errors (enable with --fallback)";
+    return MD_OK;
+}
+
+/* report.fallback, and the text lines when the fallback is on: how often
+ * each op the device lacks ran on the CPU instead. */
+static void fallback_section(md_job *job, int print)
+{
+    if (!job->dev || cJSON_GetObjectItemCaseSensitive(job->report, "fallback")) return;
+    cJSON *f = cJSON_AddObjectToObject(job->report, "fallback");
+    cJSON_AddBoolToObject(f, "enabled", job->opts->fallback);
+    cJSON_AddStringToObject(f, "why", job->fallback_why ? job->fallback_why : "");
+    cJSON *ops = cJSON_AddObjectToObject(f, "ops");
+    long long total = 0;
+    char list[1024] = "";
+    size_t o = 0;
+    for (int k = 0; k < MD_KERNEL_COUNT; k++) {
+        long long n = md_dev_fallback_count(job->dev, k);
+        if (n <= 0) continue;
+        total += n;
+        cJSON_AddNumberToObject(ops, md_kernel_names[k], (double)n);
+        if (o < sizeof list)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s %lld", o ? ", " : "", md_kernel_names[k], n);
+    }
+    cJSON_AddNumberToObject(f, "total_calls", (double)total);
+    if (!print || !job->opts->fallback) return;
+    md_section("Fallback");
+    if (total) md_out("  %-22s %lld calls ran on the CPU: %s\n", "ops the device lacks", total, list);
+    else md_out("  %-22s none: every op ran on the device\n", "ops the device lacks");
 }
 
 static void memory_section(md_job *job)
@@ -145,6 +191,7 @@ md_status md_job_run(md_options *opts)
 
     st = md_device_select(opts->device, &job.backend, &job.device_index, job.device_why, sizeof job.device_why);
     if (st != MD_OK) goto finish;
+    if ((st = resolve_fallback(&job)) != MD_OK) goto finish;
     struct md_device_opts dopts = {
         .threads = opts->threads,
         .memory_fraction = opts->memory_fraction,
@@ -194,9 +241,11 @@ md_status md_job_run(md_options *opts)
         if ((st = md_stage_bench(&job)) != MD_OK) goto finish;
     }
     memory_section(&job);
+    fallback_section(&job, 1);
     if ((st = md_stage_recommend(&job)) != MD_OK) goto finish;
 
 finish:;
+    fallback_section(&job, 0); /* a failed run's report says it too */
     md_status wst = write_report(&job, st);
     /* HTML and JUnit also when the run failed: a CI job needs them most then */
     md_status ost = md_stage_outputs(&job);

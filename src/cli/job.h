@@ -26,6 +26,7 @@ typedef struct md_job {
     const md_backend *backend;
     int device_index;
     char device_why[512];   /* why this device was chosen */
+    const char *fallback_why; /* why the CPU fallback is on or off (static text) */
     md_device *dev;
     struct md_model *model;     /* owned by the model stage */
     struct md_data *data;       /* owned by the data stage */

@@ -17,27 +17,45 @@ static md_memtrack host_track;
 
 md_memtrack *md_host_mem(void) { return &host_track; }
 
-md_status md_memtrack_reserve(md_memtrack *t, size_t bytes, const char *what)
+md_status md_memtrack_claim(md_memtrack *t, size_t bytes, const char *what)
 {
-    long long now = __atomic_add_fetch(&t->current, (long long)bytes, __ATOMIC_RELAXED);
+    long long now = __atomic_add_fetch(&t->claimed, (long long)bytes, __ATOMIC_RELAXED);
     if (t->limit > 0 && now > t->limit) {
-        __atomic_sub_fetch(&t->current, (long long)bytes, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&t->claimed, (long long)bytes, __ATOMIC_RELAXED);
         char a[32], b[32], c[32];
         return md_errf(MD_ERR_OOM, "out of memory allocating %s: requested %s, in use %s, limit %s",
                        what ? what : "memory", md_fmt_bytes((double)bytes, a, sizeof a),
                        md_fmt_bytes((double)(now - (long long)bytes), b, sizeof b),
                        md_fmt_bytes((double)t->limit, c, sizeof c));
     }
+    return MD_OK;
+}
+
+void md_memtrack_commit(md_memtrack *t, size_t bytes)
+{
+    long long now = __atomic_add_fetch(&t->current, (long long)bytes, __ATOMIC_RELAXED);
     long long pk = __atomic_load_n(&t->peak, __ATOMIC_RELAXED);
     while (now > pk && !__atomic_compare_exchange_n(&t->peak, &pk, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
     __atomic_add_fetch(&t->allocs, 1, __ATOMIC_RELAXED);
+}
+
+void md_memtrack_unclaim(md_memtrack *t, size_t bytes)
+{
+    __atomic_sub_fetch(&t->claimed, (long long)bytes, __ATOMIC_RELAXED);
+}
+
+md_status md_memtrack_reserve(md_memtrack *t, size_t bytes, const char *what)
+{
+    MD_TRY(md_memtrack_claim(t, bytes, what));
+    md_memtrack_commit(t, bytes);
     return MD_OK;
 }
 
 void md_memtrack_release(md_memtrack *t, size_t bytes)
 {
     __atomic_sub_fetch(&t->current, (long long)bytes, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&t->claimed, (long long)bytes, __ATOMIC_RELAXED);
     __atomic_add_fetch(&t->frees, 1, __ATOMIC_RELAXED);
 }
 

@@ -18,19 +18,32 @@
 extern "C" {
 #endif
 
-/* Byte counters with peak; safe to update from several threads. */
+/* Byte counters with peak; safe to update from several threads.
+ *
+ * `current` and `peak` count only memory actually held: an allocation is
+ * first claimed (checked against the limit), and counts as held only once
+ * the allocator delivered it (commit); a refused one is unclaimed and never
+ * shows in the peak. */
 typedef struct md_memtrack {
     /* updated with __atomic builtins (valid in C and in CUDA C++) */
-    long long current; /* bytes live now */
+    long long current; /* bytes held now */
     long long peak;    /* highest `current` seen since reset */
     long long allocs;  /* number of successful allocations */
     long long frees;
-    long long limit;            /* 0 = none; enforced by md_memtrack_reserve */
+    long long limit;   /* 0 = none; enforced by md_memtrack_claim */
+    long long claimed; /* current + allocations under way: what the limit sees */
 } md_memtrack;
 
-/* Accounts `bytes` more; fails with MD_ERR_OOM (message names what was asked,
- * what is in use and the limit) when a limit is set and would be exceeded. */
+/* Claims `bytes` for an allocation about to be made; fails with MD_ERR_OOM
+ * (message names what was asked, what is in use and the limit) when a limit
+ * is set and would be exceeded. Not yet held: follow with md_memtrack_commit
+ * when the allocation succeeded, md_memtrack_unclaim when it failed. */
+md_status md_memtrack_claim(md_memtrack *t, size_t bytes, const char *what);
+void md_memtrack_commit(md_memtrack *t, size_t bytes);
+void md_memtrack_unclaim(md_memtrack *t, size_t bytes);
+/* Claim + commit, for memory already obtained. */
 md_status md_memtrack_reserve(md_memtrack *t, size_t bytes, const char *what);
+/* Held memory given back (after a commit or reserve). */
 void md_memtrack_release(md_memtrack *t, size_t bytes);
 /* Peak := current (for per-phase peaks). */
 void md_memtrack_reset_peak(md_memtrack *t);

@@ -134,6 +134,33 @@ static md_status probe(md_job *job, struct md_loader_stats *ls, int *batch)
     return st;
 }
 
+/* --benchmark-only trains nothing and benchmarks on synthetic data unless
+ * the user named a dataset, so a dataset that auto found but that does not
+ * fit the model (classes, input shape) or none at all need not end it:
+ * synthetic data shaped for the model instead, with the reason as a setting
+ * and a warning. */
+static int may_use_synthetic(const md_job *job, md_status st)
+{
+    const md_options *o = job->opts;
+    return (st == MD_ERR_CONFIG || st == MD_ERR_DATA) && o->benchmark_only && !o->dump_grads[0] &&
+           !o->data_dir[0] && strcmp(o->dataset, "auto") == 0;
+}
+
+static md_status open_synthetic_instead(md_job *job, const struct md_data_request *req)
+{
+    md_options *o = job->opts;
+    char why[800];
+    snprintf(why, sizeof why, "--benchmark-only with --dataset auto: %s; benchmarking needs no dataset, so it runs on "
+                              "synthetic data shaped for the model", md_errmsg());
+    snprintf(o->dataset, sizeof o->dataset, "synthetic");
+    md_warn("%s", why);
+    md_job_setting(job, "dataset", "synthetic", why);
+    cJSON *w = cJSON_GetObjectItemCaseSensitive(job->report, "warnings");
+    if (!cJSON_IsArray(w)) w = cJSON_AddArrayToObject(job->report, "warnings");
+    cJSON_AddItemToArray(w, cJSON_CreateString(why));
+    return md_data_open(o, req, &job->data);
+}
+
 md_status md_stage_data(md_job *job)
 {
     md_options *o = job->opts;
@@ -142,6 +169,7 @@ md_status md_stage_data(md_job *job)
     make_request(job, &req);
     MD_TRY(md_data_config(o, &req));
     md_status st = md_data_open(o, &req, &job->data);
+    if (may_use_synthetic(job, st)) st = open_synthetic_instead(job, &req);
     if (st != MD_OK) return st;
     struct md_data *d = job->data;
 

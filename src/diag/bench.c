@@ -536,3 +536,37 @@ md_status md_bench_loader(struct md_data *data, const md_options *o, int batch, 
     if (st == MD_OK && dt > 0) *samples_per_s = (double)samples / dt;
     return st;
 }
+
+void md_bench_peak_ref(double achieved, double gemm_gflops, double fma_gflops, struct md_peak_ref *out)
+{
+    memset(out, 0, sizeof *out);
+    double gemm = gemm_gflops > 0 ? gemm_gflops : 0, fma = fma_gflops > 0 ? fma_gflops : 0;
+    out->gflops = gemm > fma ? gemm : fma;
+    out->fraction = (double)NAN;
+    if (out->gflops <= 0) {
+        snprintf(out->text, sizeof out->text, "(no peak figure to compare with)");
+        return;
+    }
+    if (!(achieved <= out->gflops)) {
+        /* more than the arithmetic the figures allow: one of them is low
+         * (the machine was busy while it was measured), so no ratio */
+        if (fma > 0)
+            snprintf(out->text, sizeof out->text,
+                     "(above the %.1f GFLOP/s FMA rate and the %.1f GFLOP/s GEMM rate measured here, so no ratio: "
+                     "the machine was probably busy while they were measured)", fma, gemm);
+        else
+            snprintf(out->text, sizeof out->text,
+                     "(above the measured %.1f GFLOP/s GEMM rate, which is no bound for this device: no ratio)", gemm);
+        return;
+    }
+    out->fraction = achieved / out->gflops;
+    if (fma >= gemm) {
+        out->basis = "fma";
+        snprintf(out->text, sizeof out->text, "(%.1f%% of the %.1f GFLOP/s FMA peak measured on these threads; "
+                 "GEMM %.1f GFLOP/s)", 100 * out->fraction, fma, gemm);
+    } else {
+        out->basis = "gemm";
+        snprintf(out->text, sizeof out->text, "(%.1f%% of the measured %.1f GFLOP/s GEMM peak)", 100 * out->fraction,
+                 gemm);
+    }
+}

@@ -92,6 +92,19 @@ md_status md_bench_open_data(const md_options *o, const md_model *m, struct md_d
  * `dtype`, best of a few runs after a warm-up (GFLOP/s, 2 n^3 per product). */
 md_status md_bench_gemm_peak(md_device *dev, md_dtype dtype, int n, double *gflops);
 
+/* What an "achieved" rate is compared with. A GEMM measurement is no bound
+ * (an OpenBLAS on generic kernels runs far below the convolutions), so the
+ * reference is the larger of the measured GEMM rate and the CPU's measured
+ * FMA rate (0 = not known, as on GPUs); an achieved rate above both gets no
+ * ratio, only a note. */
+struct md_peak_ref {
+    double gflops;   /* the reference (0 = none) */
+    const char *basis; /* "fma", "gemm", or NULL (no reference bounds the rate) */
+    double fraction; /* achieved / gflops in [0, 1], or NaN */
+    char text[256];  /* for the Benchmark line: "(12.3% of ...)" */
+};
+void md_bench_peak_ref(double achieved, double gemm_gflops, double fma_gflops, struct md_peak_ref *out);
+
 /* What the loader sustains alone: samples/s over up to max_batches batches of
  * `batch` with `workers` threads (0: in the caller's thread). */
 md_status md_bench_loader(struct md_data *data, const md_options *o, int batch, int workers, int max_batches,

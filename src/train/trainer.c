@@ -107,6 +107,8 @@ struct md_trainer {
     long long pipe_steps, graph_replays, pipe_eager;
     double capture_s;
     int force_pipe;                        /* test hook */
+    int rebind;                            /* --auto-batch: bind the model afresh */
+    cJSON *ab_tried;                       /* --auto-batch: the batches tried (owned) */
 
     cJSON *report;   /* report["training"] */
     cJSON *curves;   /* report.training.curves: arrays per key */
@@ -198,6 +200,195 @@ static void setup_report(md_trainer *t)
 
 static md_status resume(md_trainer *t);
 
+/* Everything whose size follows the batch, set up at t->batch in one piece so
+ * that --auto-batch can tear it down and try again: the model bound for the
+ * batch (weights from the seed, or --init-from), the loaders, the device
+ * buffers, the optimizer state, the schedule. */
+static md_status setup_batch(md_trainer *t)
+{
+    md_options *o = t->o;
+    md_status st;
+    /* bound for the training batch: validation batches larger than that run
+     * in chunks rather than planning 4x the training activations */
+    if (t->rebind || md_model_device(t->model) != t->dev || md_model_max_batch(t->model) < t->batch) {
+        MD_TRY(md_model_bind(t->model, t->dev, t->batch));
+        if (o->init_from[0]) MD_TRY(md_model_load_weights(t->model, o->init_from));
+    }
+    t->val_batch = t->batch * (o->val_batch_multiplier > 0 ? o->val_batch_multiplier : 1);
+    t->max_batch = md_model_max_batch(t->model);
+    t->ninputs = md_data_num_inputs(t->data);
+    if (t->ninputs != md_model_num_inputs(t->model))
+        return md_errf(MD_ERR_CONFIG, "model %s takes %d inputs but dataset %s delivers %d", md_model_name(t->model),
+                       md_model_num_inputs(t->model), md_data_name(t->data), t->ninputs);
+    for (int i = 0; i < t->ninputs; i++) {
+        int c, h, w;
+        md_model_input_shape(t->model, i, &c, &h, &w);
+        const struct md_data_input *di = md_data_input(t->data, i);
+        t->in_elems[i] = md_data_input_elems(t->data, i);
+        if (t->in_elems[i] != (size_t)c * h * w)
+            return md_errf(MD_ERR_CONFIG, "model %s input '%s' is %d x %d x %d but dataset %s delivers %d x %d x %d",
+                           md_model_name(t->model), md_model_input_name(t->model, i), c, h, w, md_data_name(t->data),
+                           di->c, di->h, di->w);
+    }
+    if (md_data_layout(t->data) != md_model_get_opts(t->model)->layout)
+        return md_errf(MD_ERR_INTERNAL, "dataset layout %s differs from the model's %s",
+                       md_layout_name(md_data_layout(t->data)), md_layout_name(md_model_get_opts(t->model)->layout));
+    if (t->batch > t->max_batch)
+        return md_errf(MD_ERR_INTERNAL, "training batch %d exceeds the model's bound batch %d", t->batch, t->max_batch);
+    if (md_data_count(t->data, MD_SPLIT_TRAIN) <= 0)
+        return md_errf(MD_ERR_DATA, "%s: the training split is empty", md_data_name(t->data));
+    MD_TRY(make_loader(t, MD_SPLIT_TRAIN, t->batch, 1, &t->train_l));
+    if (md_data_count(t->data, MD_SPLIT_VAL) > 0) MD_TRY(make_loader(t, MD_SPLIT_VAL, t->val_batch, 0, &t->val_l));
+    if (md_data_count(t->data, MD_SPLIT_TEST) > 0) MD_TRY(make_loader(t, MD_SPLIT_TEST, t->val_batch, 0, &t->test_l));
+    MD_TRY(alloc_buffers(t));
+    MD_TRY(setup_optimizer(t));
+
+    t->steps_per_epoch = md_loader_num_batches(t->train_l);
+    if (o->steps > 0 && o->steps < t->steps_per_epoch) t->steps_per_epoch = o->steps;
+    if (t->steps_per_epoch < 1) t->steps_per_epoch = 1;
+    t->lr = o->lr > 0 ? o->lr : t->ocfg.kind == MD_OPT_ADAMW ? 1e-3 : 0.1;
+    int kind;
+    if ((st = md_schedule_parse(o->lradj, &kind)) != MD_OK) return st;
+    t->sched = (struct md_schedule){
+        .kind = kind,
+        .base_lr = t->lr,
+        .total_steps = (long long)o->epochs * t->steps_per_epoch,
+        .warmup_steps = (long long)llround(o->warmup_epochs * (double)t->steps_per_epoch),
+        .steps_per_epoch = t->steps_per_epoch,
+    };
+    md_scaler_init(&t->scaler, o->precision == MD_PREC_FP16);
+    t->best_acc = -1;
+    t->best_epoch = -1;
+    return MD_OK;
+}
+
+/* Releases what setup_batch and setup_pipeline made (the model stays bound;
+ * the next setup_batch rebinds it), and forgets the pipelined steps. */
+static void teardown_batch(md_trainer *t)
+{
+    md_loader_free(t->train_l);
+    md_loader_free(t->val_l);
+    md_loader_free(t->test_l);
+    t->train_l = t->val_l = t->test_l = NULL;
+    for (int i = 0; i < 2; i++) {
+        md_dev_graph_destroy(t->dev, t->graph[i]);
+        md_event_destroy(t->dev, t->ev_done[i]);
+        t->graph[i] = NULL;
+        t->ev_done[i] = NULL;
+    }
+    if (t->in2[0] || t->d_ctl) { /* the model outlives the trainer: back to its own buffers */
+        for (int i = 0; i < t->ninputs; i++) md_model_set_input_buffer(t->model, i, NULL);
+        md_model_set_step_dev(t->model, NULL);
+    }
+    for (int i = 0; i < t->ninputs; i++) {
+        md_dev_free(t->dev, t->in2[i]);
+        t->in2[i] = NULL;
+    }
+    md_dev_free(t->dev, t->d_labels2);
+    md_dev_free(t->dev, t->d_ctl);
+    md_dev_host_free(t->dev, t->h_ctl, t->h_ctl_pinned);
+    md_dev_free(t->dev, t->d_labels);
+    md_dev_free(t->dev, t->d_sc);
+    md_dev_free(t->dev, t->d_scratch);
+    md_dev_free(t->dev, t->d_diag);
+    t->d_labels2 = t->d_labels = NULL;
+    t->d_ctl = NULL;
+    t->h_ctl = NULL;
+    t->d_sc = NULL;
+    t->d_scratch = t->d_diag = NULL;
+    md_optim_free(t->opt);
+    t->opt = NULL;
+    t->pipe = t->capture = t->depth = 0;
+    t->pipe_steps = t->graph_replays = t->pipe_eager = 0;
+    t->capture_s = 0;
+    t->pend_b = NULL;
+}
+
+/* ---- --auto-batch ------------------------------------------------------------------ */
+
+/* report.training.auto_batch.tried gets {batch_size, fits, error}. */
+static void auto_batch_record(md_trainer *t, int batch, const char *error)
+{
+    if (!t->o->auto_batch) return;
+    if (!t->ab_tried) t->ab_tried = cJSON_CreateArray();
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "batch_size", batch);
+    cJSON_AddBoolToObject(o, "fits", error == NULL);
+    if (error) cJSON_AddStringToObject(o, "error", error);
+    else cJSON_AddNullToObject(o, "error");
+    cJSON_AddItemToArray(t->ab_tried, o);
+}
+
+/* "32 (out of memory ...), 16 (fits)": the tries for the text output. */
+static void auto_batch_text(const md_trainer *t, char *buf, size_t n)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    const cJSON *e;
+    cJSON_ArrayForEach(e, t->ab_tried)
+    {
+        const cJSON *err = cJSON_GetObjectItemCaseSensitive(e, "error");
+        if (o < n)
+            o += (size_t)snprintf(buf + o, n - o, "%s%d %s%s%s", o ? "; " : "",
+                                  cJSON_GetObjectItemCaseSensitive(e, "batch_size")->valueint,
+                                  cJSON_IsString(err) ? "did not fit (" : "fits",
+                                  cJSON_IsString(err) ? err->valuestring : "", cJSON_IsString(err) ? ")" : "");
+    }
+}
+
+/* The report keeps the tries (a copy: the trainer may add one more). */
+static void auto_batch_report(md_trainer *t, cJSON *training)
+{
+    if (!t->ab_tried || !training) return;
+    cJSON *ab = cJSON_AddObjectToObject(training, "auto_batch");
+    cJSON_AddItemToObject(ab, "tried", cJSON_Duplicate(t->ab_tried, 1));
+}
+
+/* After an out-of-memory `st` at t->batch (`where`: what was under way):
+ * with --auto-batch and a batch above 1, records the try, releases
+ * everything batch-sized, halves the batch and returns 1 (the caller sets up
+ * again); else records a last failed try and returns 0. */
+static int auto_batch_halve(md_trainer *t, md_status st, const char *where)
+{
+    if (st != MD_ERR_OOM || !t->o->auto_batch) return 0;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", md_errmsg());
+    auto_batch_record(t, t->batch, msg);
+    if (t->batch <= 1) {
+        char tried[160] = "";
+        size_t o = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, t->ab_tried)
+        {
+            if (o < sizeof tried)
+                o += (size_t)snprintf(tried + o, sizeof tried - o, "%s%d", o ? ", " : "",
+                                      cJSON_GetObjectItemCaseSensitive(e, "batch_size")->valueint);
+        }
+        md_errf(MD_ERR_OOM, "--auto-batch: out of memory down to batch 1 (tried %s); at batch 1: %s", tried, msg);
+        return 0;
+    }
+    char why[700], v[32];
+    snprintf(why, sizeof why, "--auto-batch: batch %d did not fit (%s%s%s); halved", t->batch, where,
+             where[0] ? ": " : "", msg);
+    md_warn("%s", why);
+    teardown_batch(t);
+    t->rebind = 1;
+    t->batch /= 2;
+    snprintf(v, sizeof v, "%d", t->batch);
+    md_job_setting(t->job, "batch_size", v, why);
+    return 1;
+}
+
+/* setup_batch, halving on out-of-memory with --auto-batch. */
+static md_status setup_batch_fitting(md_trainer *t)
+{
+    for (;;) {
+        md_status st = setup_batch(t);
+        if (st == MD_OK) return MD_OK;
+        if (!auto_batch_halve(t, st, "")) return st;
+    }
+}
+
 md_status md_trainer_create(md_job *job, md_trainer **out)
 {
     *out = NULL;
@@ -214,81 +405,7 @@ md_status md_trainer_create(md_job *job, md_trainer **out)
 
     t->batch = o->batch_size > 0 ? o->batch_size : 64;
     t->classes = md_model_num_classes(t->model);
-    /* bound for the training batch: validation batches larger than that run
-     * in chunks rather than planning 4x the training activations */
-    if (md_model_device(t->model) != t->dev || md_model_max_batch(t->model) < t->batch) {
-        for (;;) {
-            st = md_model_bind(t->model, t->dev, t->batch);
-            if (st != MD_ERR_OOM || !o->auto_batch || t->batch <= 1) break;
-            char why[600], v[32];
-            snprintf(why, sizeof why, "--auto-batch: batch %d did not fit (%s); halved", t->batch, md_errmsg());
-            md_warn("%s", why);
-            t->batch /= 2;
-            snprintf(v, sizeof v, "%d", t->batch);
-            md_job_setting(job, "batch_size", v, why);
-        }
-        if (st != MD_OK) goto fail;
-        if (o->init_from[0] && (st = md_model_load_weights(t->model, o->init_from)) != MD_OK) goto fail;
-    }
-    t->val_batch = t->batch * (o->val_batch_multiplier > 0 ? o->val_batch_multiplier : 1);
-    t->max_batch = md_model_max_batch(t->model);
-    t->ninputs = md_data_num_inputs(t->data);
-    if (t->ninputs != md_model_num_inputs(t->model)) {
-        st = md_errf(MD_ERR_CONFIG, "model %s takes %d inputs but dataset %s delivers %d", md_model_name(t->model),
-                     md_model_num_inputs(t->model), md_data_name(t->data), t->ninputs);
-        goto fail;
-    }
-    for (int i = 0; i < t->ninputs; i++) {
-        int c, h, w;
-        md_model_input_shape(t->model, i, &c, &h, &w);
-        const struct md_data_input *di = md_data_input(t->data, i);
-        t->in_elems[i] = md_data_input_elems(t->data, i);
-        if (t->in_elems[i] != (size_t)c * h * w) {
-            st = md_errf(MD_ERR_CONFIG, "model %s input '%s' is %d x %d x %d but dataset %s delivers %d x %d x %d",
-                         md_model_name(t->model), md_model_input_name(t->model, i), c, h, w, md_data_name(t->data),
-                         di->c, di->h, di->w);
-            goto fail;
-        }
-    }
-    if (md_data_layout(t->data) != md_model_get_opts(t->model)->layout) {
-        st = md_errf(MD_ERR_INTERNAL, "dataset layout %s differs from the model's %s",
-                     md_layout_name(md_data_layout(t->data)), md_layout_name(md_model_get_opts(t->model)->layout));
-        goto fail;
-    }
-    if (t->batch > t->max_batch) {
-        st = md_errf(MD_ERR_INTERNAL, "training batch %d exceeds the model's bound batch %d", t->batch, t->max_batch);
-        goto fail;
-    }
-    if (md_data_count(t->data, MD_SPLIT_TRAIN) <= 0) {
-        st = md_errf(MD_ERR_DATA, "%s: the training split is empty", md_data_name(t->data));
-        goto fail;
-    }
-    if ((st = make_loader(t, MD_SPLIT_TRAIN, t->batch, 1, &t->train_l)) != MD_OK) goto fail;
-    if (md_data_count(t->data, MD_SPLIT_VAL) > 0 &&
-        (st = make_loader(t, MD_SPLIT_VAL, t->val_batch, 0, &t->val_l)) != MD_OK)
-        goto fail;
-    if (md_data_count(t->data, MD_SPLIT_TEST) > 0 &&
-        (st = make_loader(t, MD_SPLIT_TEST, t->val_batch, 0, &t->test_l)) != MD_OK)
-        goto fail;
-    if ((st = alloc_buffers(t)) != MD_OK) goto fail;
-    if ((st = setup_optimizer(t)) != MD_OK) goto fail;
-
-    t->steps_per_epoch = md_loader_num_batches(t->train_l);
-    if (o->steps > 0 && o->steps < t->steps_per_epoch) t->steps_per_epoch = o->steps;
-    if (t->steps_per_epoch < 1) t->steps_per_epoch = 1;
-    t->lr = o->lr > 0 ? o->lr : t->ocfg.kind == MD_OPT_ADAMW ? 1e-3 : 0.1;
-    int kind;
-    if ((st = md_schedule_parse(o->lradj, &kind)) != MD_OK) goto fail;
-    t->sched = (struct md_schedule){
-        .kind = kind,
-        .base_lr = t->lr,
-        .total_steps = (long long)o->epochs * t->steps_per_epoch,
-        .warmup_steps = (long long)llround(o->warmup_epochs * (double)t->steps_per_epoch),
-        .steps_per_epoch = t->steps_per_epoch,
-    };
-    md_scaler_init(&t->scaler, o->precision == MD_PREC_FP16);
-    t->best_acc = -1;
-    t->best_epoch = -1;
+    if ((st = setup_batch_fitting(t)) != MD_OK) goto fail;
 
     if (o->checkpoint_dir[0]) {
         snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s", o->checkpoint_dir);
@@ -307,6 +424,9 @@ md_status md_trainer_create(md_job *job, md_trainer **out)
     *out = t;
     return MD_OK;
 fail:
+    /* what --auto-batch tried still goes into the report */
+    if (t->ab_tried && job->report && !cJSON_GetObjectItemCaseSensitive(job->report, "training"))
+        auto_batch_report(t, cJSON_AddObjectToObject(job->report, "training"));
     md_trainer_free(t);
     return st;
 }
@@ -314,28 +434,10 @@ fail:
 void md_trainer_free(md_trainer *t)
 {
     if (!t) return;
-    md_loader_free(t->train_l);
-    md_loader_free(t->val_l);
-    md_loader_free(t->test_l);
-    for (int i = 0; i < 2; i++) {
-        md_dev_graph_destroy(t->dev, t->graph[i]);
-        md_event_destroy(t->dev, t->ev_done[i]);
-    }
-    if (t->in2[0] || t->d_ctl) { /* the model outlives the trainer: back to its own buffers */
-        for (int i = 0; i < t->ninputs; i++) md_model_set_input_buffer(t->model, i, NULL);
-        md_model_set_step_dev(t->model, NULL);
-    }
-    for (int i = 0; i < t->ninputs; i++) md_dev_free(t->dev, t->in2[i]);
-    md_dev_free(t->dev, t->d_labels2);
-    md_dev_free(t->dev, t->d_ctl);
-    md_dev_host_free(t->dev, t->h_ctl, t->h_ctl_pinned);
-    md_dev_free(t->dev, t->d_labels);
-    md_dev_free(t->dev, t->d_sc);
-    md_dev_free(t->dev, t->d_scratch);
-    md_dev_free(t->dev, t->d_diag);
-    md_optim_free(t->opt);
+    teardown_batch(t);
     if (t->metrics) fclose(t->metrics);
     cJSON_Delete(t->report);
+    cJSON_Delete(t->ab_tried);
     md_free(t);
 }
 
@@ -1179,7 +1281,8 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
     return MD_OK;
 }
 
-md_status md_trainer_run(md_trainer *t)
+/* One attempt at the whole run at t->batch (md_trainer_run retries it). */
+static md_status run_once(md_trainer *t)
 {
     const md_options *o = t->o;
     md_status st = MD_OK;
@@ -1322,5 +1425,47 @@ done:
         if (t->best_path[0]) cJSON_AddStringToObject(be, "path", t->best_path);
     }
     if (t->last_path[0]) cJSON_AddStringToObject(t->report, "last_checkpoint", t->last_path);
+    return st;
+}
+
+/* Within this many steps of its start an out-of-memory still halves the batch
+ * (--auto-batch): the run starts again from scratch (weights from the seed
+ * or --init-from, a fresh optimizer and loaders), so it ends as a run
+ * started at the smaller batch would. Lazy allocations (pipelined steps'
+ * buffers, a GPU's workspaces) happen by then. */
+#define AUTO_BATCH_STEPS 8
+
+md_status md_trainer_run(md_trainer *t)
+{
+    int start_epoch = t->epoch;
+    long long step0 = t->global_step;
+    int set_up = 1;
+    md_status st;
+    for (;;) {
+        st = run_once(t);
+        if (st != MD_ERR_OOM || !t->o->auto_batch) break;
+        int early = t->epoch == start_epoch && t->global_step - step0 < AUTO_BATCH_STEPS && !t->o->resume[0];
+        if (!early) {
+            auto_batch_record(t, t->batch, md_errmsg());
+            break;
+        }
+        if (!auto_batch_halve(t, st, "in the first steps")) break;
+        t->global_step = step0;
+        cJSON_Delete(t->report);
+        setup_report(t);
+        if ((st = setup_batch_fitting(t)) != MD_OK) {
+            set_up = 0;
+            break;
+        }
+        md_out("  --auto-batch: starting again at batch %d\n", t->batch);
+    }
+    /* a run that got past setting up and ended for another reason did fit */
+    if (t->o->auto_batch && set_up && st != MD_ERR_OOM) auto_batch_record(t, t->batch, NULL);
+    if (t->ab_tried) {
+        char tried[1200];
+        auto_batch_text(t, tried, sizeof tried);
+        md_out("  %-16s %s\n", "auto-batch", tried);
+        auto_batch_report(t, t->report);
+    }
     return st;
 }

@@ -19,4 +19,10 @@ const char *md_cpu_conv_kernels(void);
  * (they do with the direct kernels: no transposes). */
 int md_cpu_conv_prefers_nhwc(void);
 
+/* The fp32 rate of independent FMA chains in the widest vectors the CPU has,
+ * on every thread of the pool, in GFLOP/s (best of three, some 20 ms): what
+ * no CPU kernel can exceed on these threads. *isa (may be NULL) names the
+ * instructions (cpu_fma.c). */
+double md_cpu_fma_peak_gflops(const char **isa);
+
 #endif
