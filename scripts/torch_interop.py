@@ -23,7 +23,7 @@ test suite (test/test_interop.c) checks on every `make test`.
 
 Run by hand from the repository root after `make`, with Debian's python3-torch
 (CPU; no `safetensors` package needed: the format is read and written here):
-    python3 scripts/torch_interop.py [--quick] [--write-fixtures] [--bin build/mpsdiag]
+    python3 scripts/torch_interop.py [--quick] [--write-fixtures] [--bin build/mpsdiag] [--device cuda]
 Exit status 0 when every comparison is within tolerance.
 """
 import argparse
@@ -151,8 +151,11 @@ LAYOUTS = ["--channels-last", "--no-channels-last"]
 ATOL, RTOL = 1e-4, 1e-4
 
 
+DEVICE = ["--device", "cpu"]
+
+
 def run(binary, args):
-    cmd = [binary, "--device", "cpu", "--batch-size", "4", "--num-workers", "0", "--seed", "1",
+    cmd = [binary] + DEVICE + ["--batch-size", "4", "--num-workers", "0", "--seed", "1",
            "--precision", "fp32", "--quiet"] + args
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -243,9 +246,11 @@ def check_case(binary, tmp, name, model, make, data, fixture, write_fixtures):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default="build/mpsdiag")
+    ap.add_argument("--device", default="cpu", help="mpsdiag's device (cuda runs fp32 without TF32)")
     ap.add_argument("--quick", action="store_true", help="skip the full-width resnet18_cifar")
     ap.add_argument("--write-fixtures", action="store_true", help="rewrite " + FIXTURES)
     a = ap.parse_args()
+    DEVICE[:] = ["--device", a.device] + (["--no-tf32"] if a.device.startswith("cuda") else [])
     if not os.path.exists(a.bin):
         sys.exit("%s: not built (run make)" % a.bin)
     torch.set_num_threads(2)

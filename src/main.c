@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "cli/job.h"
+#include "cli/run_info.h"
 #include "core/log.h"
 #include "core/signals.h"
 
@@ -9,6 +10,7 @@ int main(int argc, char **argv)
 {
     md_options opts;
     md_options_defaults(&opts);
+    md_run_info_set_command_line(argc, argv);
     md_status st = md_options_parse(&opts, argc, argv);
     if (st == MD_OK) st = md_options_validate(&opts);
     if (st != MD_OK) {

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/settings.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/timer.h"
@@ -178,18 +179,6 @@ static const char *const k_peak[] = {"memory.device_peak_bytes", NULL};
 
 /* ---- one model ------------------------------------------------------------------- */
 
-static void print_settings(const cJSON *settings)
-{
-    if (cJSON_GetArraySize(settings) == 0) return;
-    md_section("Settings");
-    const cJSON *s;
-    cJSON_ArrayForEach(s, settings)
-    {
-        md_out("  %-18s %-14s %s\n", cJSON_GetObjectItem(s, "name")->valuestring,
-               cJSON_GetObjectItem(s, "value")->valuestring, cJSON_GetObjectItem(s, "why")->valuestring);
-    }
-}
-
 /* The integration weights (weighted_add layers) as the trainer recorded them
  * per epoch: first and last epoch, so the text shows how they moved. The
  * last epoch's are returned (borrowed), or NULL. */
@@ -248,7 +237,11 @@ static md_status run_one(md_job *job, const md_options *base, const char *name, 
     cJSON *sub = cJSON_CreateObject();
     cJSON_AddStringToObject(sub, "name", name);
     job->report = sub;
-    job->settings = cJSON_AddArrayToObject(sub, "settings");
+    /* the run's settings so far (device, policy, the recipe), so that each
+     * model's entry stands on its own; its text shows only what it adds */
+    job->settings = cJSON_Duplicate(root_settings, 1);
+    cJSON_AddItemToObject(sub, "settings", job->settings);
+    int shown = cJSON_GetArraySize(job->settings);
     md_dev_reset_peak(job->dev);
     double t0 = md_now();
 
@@ -267,11 +260,14 @@ static md_status run_one(md_job *job, const md_options *base, const char *name, 
     memcpy(o->config, config, sizeof config);
     if (st == MD_OK) st = md_stage_data(job);
     if (st == MD_OK) {
-        print_settings(job->settings);
+        md_settings_record_run(job);
+        md_settings_print(job->settings, shown);
         st = md_stage_train(job);
         integration_weights(sub, 1);
     }
     if (st == MD_OK) st = md_stage_bench(job);
+    /* a model that failed early: its settings and config as far as they went */
+    if (!cJSON_GetObjectItemCaseSensitive(sub, "run")) md_settings_record_run(job);
 
     struct md_mem_stats ms;
     md_dev_mem_stats(job->dev, &ms);
@@ -417,7 +413,7 @@ md_status md_diagnostics_run(md_job *job)
         md_job_setting(job, "benchmark", "on", "the diagnostics run benchmarks every model");
     }
 
-    print_settings(job->settings);
+    md_settings_print(job->settings, 0);
 
     cJSON *models = cJSON_AddArrayToObject(job->report, "models");
     md_status first = MD_OK;

@@ -9,6 +9,8 @@
 
 #include "cli/diagnostics.h"
 #include "backend/kernels_call.h"
+#include "cli/run_info.h"
+#include "cli/settings.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
@@ -25,17 +27,6 @@ void md_job_setting(md_job *job, const char *name, const char *value, const char
     cJSON_AddStringToObject(o, "value", value);
     cJSON_AddStringToObject(o, "why", why);
     cJSON_AddItemToArray(job->settings, o);
-}
-
-static void print_settings(const md_job *job)
-{
-    md_section("Settings");
-    const cJSON *s;
-    cJSON_ArrayForEach(s, job->settings)
-    {
-        md_out("  %-18s %-14s %s\n", cJSON_GetObjectItem(s, "name")->valuestring,
-               cJSON_GetObjectItem(s, "value")->valuestring, cJSON_GetObjectItem(s, "why")->valuestring);
-    }
 }
 
 /* Settings the foundation decides: device, threads, memory cap, fallback. */
@@ -236,7 +227,8 @@ md_status md_job_run(md_options *opts)
     } else {
         if ((st = md_stage_model(&job)) != MD_OK) goto finish;
         if ((st = md_stage_data(&job)) != MD_OK) goto finish;
-        print_settings(&job);
+        md_settings_record_run(&job);
+        md_settings_print(job.settings, 0);
         if ((st = md_stage_train(&job)) != MD_OK) goto finish;
         if ((st = md_stage_bench(&job)) != MD_OK) goto finish;
     }
@@ -244,8 +236,16 @@ md_status md_job_run(md_options *opts)
     fallback_section(&job, 1);
     if ((st = md_stage_recommend(&job)) != MD_OK) goto finish;
 
-finish:;
+finish:
     fallback_section(&job, 0); /* a failed run's report says it too */
+    /* A failed run's report keeps what was gathered, and says with which
+     * settings and how much memory it got there. */
+    if (job.dev && !cJSON_GetObjectItemCaseSensitive(job.report, "run")) md_settings_record_run(&job);
+    if (!cJSON_GetObjectItemCaseSensitive(job.report, "run")) {
+        cJSON *run = md_run_info_json(&job);
+        if (run) cJSON_AddItemToObject(job.report, "run", run);
+    }
+    if (job.dev && !cJSON_GetObjectItemCaseSensitive(job.report, "memory")) memory_section(&job);
     md_status wst = write_report(&job, st);
     /* HTML and JUnit also when the run failed: a CI job needs them most then */
     md_status ost = md_stage_outputs(&job);

@@ -158,7 +158,8 @@ static const struct optdef table[] = {
     {"resume", NULL, T_STR, F(resume), NULL, "Training", "FILE",
      "continue from a checkpoint", NULL, 0, 0, 0, MD_AREA_TRAIN},
     {"metrics", NULL, T_STR, F(metrics), "metrics", "Training", "FILE",
-     "append one JSON object per epoch (JSON lines)", NULL, 0, 0, 0, MD_AREA_TRAIN},
+     "append JSON lines: a header per run, then one per epoch and one every 50 steps", NULL, 0, 0, 0,
+     MD_AREA_TRAIN},
     {"auto-batch", NULL, T_ON, F(auto_batch), "auto_batch", "Training", NULL,
      "halve the batch and retry on out-of-memory", NULL, 0, 0, 0, MD_AREA_TRAIN},
     /* --- benchmark and report --- */
@@ -525,6 +526,57 @@ int md_options_given(const md_options *o, const char *long_name)
         if (strcmp(table[i].name, long_name) == 0) return o->set_by_flag[i] || o->set_by_config[i];
     MD_ASSERT(!"md_options_given: no such option");
     return 0;
+}
+
+/* Options with a config key, as a run config: the values md_options_load_config
+ * reads back to the same options. A value outside the option's range is the
+ * "automatic" or "unset" sentinel (batch size 0, lr -1, workers -1, pinned
+ * memory -1) and an empty string is unset: both are left out. */
+cJSON *md_options_to_json(const md_options *o)
+{
+    cJSON *c = cJSON_CreateObject();
+    if (!c) return NULL;
+    for (int i = 0; i < N_OPTS; i++) {
+        const struct optdef *d = &table[i];
+        if (!d->json || cJSON_GetObjectItemCaseSensitive(c, d->json)) continue;
+        const char *base = (const char *)o + d->off;
+        switch (d->type) {
+        case T_ON:
+        case T_OFF: {
+            int v = *(const int *)(const void *)base;
+            if (v == 0 || v == 1) cJSON_AddBoolToObject(c, d->json, v);
+            break;
+        }
+        case T_INT: {
+            int v = *(const int *)(const void *)base;
+            if (v >= d->min && v <= d->max) cJSON_AddNumberToObject(c, d->json, v);
+            break;
+        }
+        case T_DOUBLE: {
+            double v = *(const double *)(const void *)base;
+            if (v >= d->min && v <= d->max) cJSON_AddNumberToObject(c, d->json, v);
+            break;
+        }
+        case T_U64: {
+            uint64_t v = *(const uint64_t *)(const void *)base;
+            if (v <= (1ull << 53)) {
+                cJSON_AddNumberToObject(c, d->json, (double)v);
+            } else { /* beyond a double's integers: as text, which the loader also takes */
+                char b[32];
+                snprintf(b, sizeof b, "%llu", (unsigned long long)v);
+                cJSON_AddStringToObject(c, d->json, b);
+            }
+            break;
+        }
+        case T_STR:
+        case T_CHOICE:
+            if (*base) cJSON_AddStringToObject(c, d->json, base);
+            break;
+        case T_PREC: cJSON_AddStringToObject(c, d->json, md_precision_name(*(const md_precision *)(const void *)base)); break;
+        case T_VERB: break;
+        }
+    }
+    return c;
 }
 
 md_status md_options_validate(const md_options *o)

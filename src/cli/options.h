@@ -129,6 +129,12 @@ md_status md_options_load_config(md_options *o, const char *path);
 /* Cross-field checks (after parsing): contradictions and impossible values. */
 md_status md_options_validate(const md_options *o);
 
+/* The options that have a config key, as a run config object (table order;
+ * unset and automatic values left out): what --config reads back to the same
+ * options. Caller owns the object; NULL when out of memory. */
+struct cJSON;
+struct cJSON *md_options_to_json(const md_options *o);
+
 /* Was the option with this long name given (flag or config)? */
 int md_options_given(const md_options *o, const char *long_name);
 

@@ -1049,6 +1049,20 @@ void md_model_print_summary(const md_model *m)
            md_fmt_bytes((double)md_model_activation_bytes(m, 1, 1), act, sizeof act));
 }
 
+int md_model_dropout(const md_model *m, double *p_min, double *p_max)
+{
+    int n = 0;
+    *p_min = *p_max = 0;
+    for (int i = m->ninputs; i < m->nlayers; i++) {
+        if (m->layers[i].kind != MD_L_DROPOUT) continue;
+        double p = round((double)m->layers[i].p * 1e6) / 1e6; /* as configured, not float's 0.10000000149 */
+        if (n == 0 || p < *p_min) *p_min = p;
+        if (n == 0 || p > *p_max) *p_max = p;
+        n++;
+    }
+    return n;
+}
+
 cJSON *md_model_summary_json(const md_model *m)
 {
     cJSON *o = cJSON_CreateObject();
@@ -1086,6 +1100,7 @@ cJSON *md_model_summary_json(const md_model *m)
         cJSON_AddNumberToObject(x, "params", (double)L->nparams);
         cJSON_AddNumberToObject(x, "flops", L->flops);
         if (L->alias >= 0) cJSON_AddBoolToObject(x, "fused", 1);
+        if (L->kind == MD_L_DROPOUT) cJSON_AddNumberToObject(x, "p", round((double)L->p * 1e6) / 1e6);
         cJSON_AddItemToArray(ls, x);
     }
     return o;

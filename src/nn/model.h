@@ -103,6 +103,9 @@ struct md_param_info {
     int khwc;                /* conv weight of an NHWC model: stored (K, R, S, C/g) on the
                               * device; shape[] and files keep PyTorch's (K, C/g, R, S) */
 };
+/* Dropout layers: their count, and the smallest and largest probability in
+ * *p_min, *p_max (0 when there is none), after --dropout. */
+int md_model_dropout(const md_model *m, double *p_min, double *p_max);
 int md_model_num_tensors(const md_model *m);
 const struct md_param_info *md_model_tensor(const md_model *m, int i);
 /* Index of the tensor named `name`, or -1. */

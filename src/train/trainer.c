@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "backend/kernels_call.h"
+#include "cli/run_info.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
@@ -389,6 +390,25 @@ static md_status setup_batch_fitting(md_trainer *t)
     }
 }
 
+
+/* The line that starts this run's lines in the --metrics file: the run id,
+ * command line and config of the report's "run" object (run_info.h), so
+ * runs appended to one file can be told apart. */
+static md_status metrics_header(md_trainer *t)
+{
+    const cJSON *run = cJSON_GetObjectItemCaseSensitive(t->job->report, "run");
+    cJSON *own = run ? NULL : md_run_info_json(t->job);
+    cJSON *h = md_run_info_metrics_header(run ? run : own);
+    char *s = h ? cJSON_PrintUnformatted(h) : NULL;
+    cJSON_Delete(own);
+    cJSON_Delete(h);
+    if (!s) return md_errf(MD_ERR_OOM, "--metrics %s: out of memory for the header line", t->o->metrics);
+    int bad = fprintf(t->metrics, "%s\n", s) < 0 || fflush(t->metrics) != 0;
+    cJSON_free(s);
+    if (bad) return md_errf(MD_ERR_IO, "--metrics %s: cannot write: %s", t->o->metrics, strerror(errno));
+    return MD_OK;
+}
+
 md_status md_trainer_create(md_job *job, md_trainer **out)
 {
     *out = NULL;
@@ -419,6 +439,7 @@ md_status md_trainer_create(md_job *job, md_trainer **out)
             st = md_errf(MD_ERR_IO, "--metrics %s: cannot open for appending: %s", o->metrics, strerror(errno));
             goto fail;
         }
+        if ((st = metrics_header(t)) != MD_OK) goto fail;
     }
     if (o->resume[0] && (st = resume(t)) != MD_OK) goto fail;
     *out = t;
@@ -579,6 +600,12 @@ static char *run_config_json(const md_trainer *t)
     cJSON_AddNumberToObject(c, "grad_clip", o->grad_clip);
     cJSON_AddNumberToObject(c, "label_smoothing", o->label_smoothing);
     cJSON_AddStringToObject(c, "precision", md_precision_name(o->precision));
+    /* dropout < 0: the model config's; augmentation and samples change the data seen */
+    cJSON_AddNumberToObject(c, "dropout", o->dropout);
+    cJSON_AddBoolToObject(c, "augment", o->augment);
+    cJSON_AddNumberToObject(c, "max_samples", o->max_samples);
+    cJSON_AddNumberToObject(c, "val_split", o->val_split);
+    cJSON_AddBoolToObject(c, "tf32", o->tf32);
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
     cJSON_AddStringToObject(c, "seed", seed);
@@ -659,7 +686,8 @@ static void warn_config_changes(const md_trainer *t, const cJSON *ck, const char
 {
     static const char *const keys[] = {"model", "dataset", "optimizer", "lr", "momentum", "nesterov",
                                        "weight_decay", "decay_all", "lradj", "warmup_epochs", "grad_clip",
-                                       "label_smoothing", "precision", "seed", "steps"};
+                                       "label_smoothing", "precision", "seed", "steps", "dropout", "augment",
+                                       "max_samples", "val_split", "tf32"};
     char *now_s = run_config_json(t);
     cJSON *now = now_s ? cJSON_Parse(now_s) : NULL;
     cJSON_free(now_s);
@@ -1166,6 +1194,7 @@ static void metrics_line(md_trainer *t, const char *kind, double loss, double ac
     if (!t->metrics) return;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "kind", kind);
+    cJSON_AddStringToObject(o, "run_id", md_run_info_id());
     cJSON_AddNumberToObject(o, "epoch", t->epoch + 1);
     cJSON_AddNumberToObject(o, "step", (double)t->global_step);
     cJSON_AddNumberToObject(o, "train_loss", loss);
