@@ -306,11 +306,13 @@ endif
 
 # ---- fuzzing (issue 4) ---------------------------------------------------------
 # `make fuzz`: libFuzzer (clang -fsanitize=fuzzer) on the IDX, CIFAR and JPEG
-# parsers of src/data, FUZZ_SECONDS each, from seeds written by test/fuzz/seeds.c.
+# parsers and the CSV time-series reader of src/data, FUZZ_SECONDS each, from
+# seeds written by test/fuzz/seeds.c.
 # Without libFuzzer it runs the smoke mode that `make test` also runs.
 FUZZ_SECONDS ?= 10
 FUZZ_CC ?= clang
-FUZZ_SRCS := src/data/idx.c src/data/cifar.c src/data/jpeg.c src/data/image.c src/core/mem.c src/core/status.c
+FUZZ_SRCS := src/data/idx.c src/data/cifar.c src/data/jpeg.c src/data/image.c src/data/csv_series.c \
+             src/core/mem.c src/core/status.c
 FUZZ_CFLAGS := -std=c11 -O1 -g -Isrc -Itest -pthread $(DEP_CFLAGS)
 FUZZ_LIBS := $(shell pkg-config --libs libturbojpeg zlib 2>/dev/null) -lm -pthread
 .PHONY: fuzz
@@ -320,7 +322,7 @@ fuzz: deps
 	  mkdir -p $(BUILD)/fuzz && \
 	  $(FUZZ_CC) $(FUZZ_CFLAGS) test/fuzz/seeds.c $(FUZZ_SRCS) -o $(BUILD)/fuzz/seeds $(FUZZ_LIBS) && \
 	  $(BUILD)/fuzz/seeds $(BUILD)/fuzz/corpus && \
-	  for t in idx cifar jpeg; do \
+	  for t in idx cifar jpeg csv; do \
 	    echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
 	    $(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	      test/fuzz/fuzz_$$t.c $(FUZZ_SRCS) -o $(BUILD)/fuzz/fuzz_$$t $(FUZZ_LIBS) && \
