@@ -252,3 +252,24 @@ Test(config_safety, expansion_is_linear_in_layers, .timeout = 30)
     cr_expect_eq(md_model_num_layers(m), 60003);
     md_model_free(m);
 }
+
+/* Found by the model-config fuzzer: a long layer name inside nested block
+ * instances overran the 512-byte full-name buffer (the block prefix was
+ * longer than the truncated name it was skipped over). */
+Test(config_safety, long_names_in_nested_blocks_are_refused)
+{
+    char name[301];
+    memset(name, 'n', 300);
+    name[300] = '\0';
+    char text[4000];
+    snprintf(text, sizeof text,
+             "%s\"blocks\": {\"inner\": {\"layers\": [{\"name\": \"%s\", \"type\": \"relu\"}]},\n"
+             "  \"outer\": {\"layers\": [{\"name\": \"%s\", \"type\": \"inner\"}]}},\n"
+             "\"layers\": [{\"name\": \"%s\", \"type\": \"outer\"}, %s",
+             model_head, name, name, name, model_tail);
+    md_model *m = NULL;
+    cr_expect_eq(load_text(text, &m), MD_ERR_CONFIG);
+    cr_expect(strstr(md_errmsg(), "longer than 500 characters") && strstr(md_errmsg(), "blocks.outer.layers[0]"), "%s",
+              md_errmsg());
+    md_model_free(m);
+}

@@ -567,18 +567,13 @@ done:
     return st;
 }
 
-static md_status st_open(const char *path, int header_only, md_st_file **out)
+/* Checks f->buf (f->size bytes of a file of file_size bytes) and parses its
+ * header into f. */
+static md_status st_parse(md_st_file *f, size_t file_size, int header_only)
 {
-    *out = NULL;
+    const char *path = f->path;
     cJSON *root = NULL;
-    size_t file_size = 0;
-    md_st_file *f = md_calloc(1, sizeof *f);
-    if (!f || !(f->path = md_strdup(path))) {
-        md_free(f);
-        return md_errf(MD_ERR_OOM, "%s: out of memory", path);
-    }
-    md_status st = read_file(path, header_only, &f->buf, &f->size, &file_size);
-    if (st != MD_OK) goto fail;
+    md_status st = MD_OK;
     if (f->size < 8) {
         st = md_errf(MD_ERR_DATA, "%s: %zu bytes: too short for a safetensors file (truncated?)", path, f->size);
         goto fail;
@@ -617,14 +612,50 @@ static md_status st_open(const char *path, int header_only, md_st_file **out)
                          (size_t)(q - htext));
             goto fail;
         }
-    if ((st = parse_header(f, root)) != MD_OK) goto fail;
-    cJSON_Delete(root);
-    *out = f;
-    return MD_OK;
+    st = parse_header(f, root);
 fail:
     cJSON_Delete(root);
-    md_st_close(f);
     return st;
+}
+
+static md_status st_open(const char *path, int header_only, md_st_file **out)
+{
+    *out = NULL;
+    size_t file_size = 0;
+    md_st_file *f = md_calloc(1, sizeof *f);
+    if (!f || !(f->path = md_strdup(path))) {
+        md_free(f);
+        return md_errf(MD_ERR_OOM, "%s: out of memory", path);
+    }
+    md_status st = read_file(path, header_only, &f->buf, &f->size, &file_size);
+    if (st == MD_OK) st = st_parse(f, file_size, header_only);
+    if (st != MD_OK) {
+        md_st_close(f);
+        return st;
+    }
+    *out = f;
+    return MD_OK;
+}
+
+md_status md_st_parse(const void *data, size_t n, const char *name, md_st_file **out)
+{
+    *out = NULL;
+    md_st_file *f = md_calloc(1, sizeof *f);
+    if (f) f->path = md_strdup(name);
+    if (f && f->path) f->buf = md_malloc(n ? n : 1);
+    if (!f || !f->path || !f->buf) {
+        md_st_close(f);
+        return md_errf(MD_ERR_OOM, "%s: out of memory", name);
+    }
+    if (n) memcpy(f->buf, data, n);
+    f->size = n;
+    md_status st = st_parse(f, n, 0);
+    if (st != MD_OK) {
+        md_st_close(f);
+        return st;
+    }
+    *out = f;
+    return MD_OK;
 }
 
 md_status md_st_open(const char *path, md_st_file **out) { return st_open(path, 0, out); }

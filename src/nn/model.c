@@ -150,6 +150,8 @@ static md_status substitute(struct build *b, cJSON *obj, const cJSON *scope, con
             if (!nv) return MD_ERR_OOM;
             /* this item, not the first of its key: with a key given twice
              * that replaced the other one and met this one again, forever */
+            if (nv->string && !(nv->type & cJSON_StringIsConst)) cJSON_free(nv->string); /* a copy's key */
+            nv->type &= ~cJSON_StringIsConst;
             nv->string = it->string; /* the key moves over */
             nv->type |= it->type & cJSON_StringIsConst;
             it->string = NULL;
@@ -257,6 +259,12 @@ static md_status expand_entry(struct build *b, const cJSON *entry, const char *p
     const char *lname = jname ? jname->valuestring : autoname;
     if (!lname[0] || strchr(lname, '$')) {
         st = md_errf(MD_ERR_CONFIG, "%s: %s.name: must be a non-empty name", b->src, path);
+        goto fail;
+    }
+    /* full names (block prefixes, ".N" of repeats) live in 512-byte buffers */
+    if (strlen(sc ? sc->prefix : "") + strlen(lname) + 12 >= 512) {
+        st = md_errf(MD_ERR_CONFIG, "%s: %s.name: the full name '%s%.40s...' is longer than 500 characters", b->src,
+                     path, sc ? sc->prefix : "", lname);
         goto fail;
     }
 

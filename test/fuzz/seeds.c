@@ -1,8 +1,10 @@
 /* seeds.c - writes the seed corpora of the fuzz targets: seeds DIR makes
- * DIR/idx, DIR/cifar and DIR/jpeg with valid inputs to start from. */
+ * DIR/idx, DIR/cifar, DIR/jpeg, DIR/safetensors and DIR/model with valid
+ * inputs to start from. */
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include "fuzz_formats.h"
 #include "fuzz_one.h"
 
 static void put(const char *dir, const char *sub, const char *name, const uint8_t *b, size_t n)
@@ -28,5 +30,7 @@ int main(int argc, char **argv)
     put(argv[1], "cifar", "c100", b, md_fuzz_seed_cifar(b, 1));
     put(argv[1], "jpeg", "baseline", b, md_fuzz_seed_jpeg(b, sizeof b, 0));
     put(argv[1], "jpeg", "progressive", b, md_fuzz_seed_jpeg(b, sizeof b, 1));
+    put(argv[1], "safetensors", "checkpoint", b, md_fuzz_seed_safetensors(b, sizeof b));
+    put(argv[1], "model", "blocks", b, md_fuzz_seed_model(b, sizeof b));
     return 0;
 }
