@@ -306,28 +306,47 @@ endif
 
 # ---- fuzzing (issue 4) ---------------------------------------------------------
 # `make fuzz`: libFuzzer (clang -fsanitize=fuzzer) on the IDX, CIFAR and JPEG
-# parsers and the CSV time-series reader of src/data, FUZZ_SECONDS each, from
-# seeds written by test/fuzz/seeds.c.
-# Without libFuzzer it runs the smoke mode that `make test` also runs.
+# parsers and the CSV time-series reader of src/data, then on the safetensors
+# reader (with the checkpoint metadata checks) and on JSON model configs,
+# FUZZ_SECONDS each, from seeds written by test/fuzz/seeds.c. The last two
+# link the whole library, built once with the sanitizers under
+# $(BUILD)/fuzz/lib. Without libFuzzer it runs the smoke mode that `make test`
+# also runs.
 FUZZ_SECONDS ?= 10
 FUZZ_CC ?= clang
 FUZZ_SRCS := src/data/idx.c src/data/cifar.c src/data/jpeg.c src/data/image.c src/data/csv_series.c \
              src/core/mem.c src/core/status.c
 FUZZ_CFLAGS := -std=c11 -O1 -g -Isrc -Itest -pthread $(DEP_CFLAGS)
 FUZZ_LIBS := $(shell pkg-config --libs libturbojpeg zlib 2>/dev/null) -lm -pthread
+FUZZ_LIB_SRCS := $(filter-out src/main.c,$(SRCS)) $(METAL_CSRCS) metal/metal_grid.c metal/metal_plan.c
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=20 -print_final_stats=1
 .PHONY: fuzz
 fuzz: deps
 	@if echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; return (int)n * 0; }' \
 	     | $(FUZZ_CC) -x c - -fsanitize=fuzzer -o /dev/null >/dev/null 2>&1; then \
-	  mkdir -p $(BUILD)/fuzz && \
+	  mkdir -p $(BUILD)/fuzz/lib && \
 	  $(FUZZ_CC) $(FUZZ_CFLAGS) test/fuzz/seeds.c $(FUZZ_SRCS) -o $(BUILD)/fuzz/seeds $(FUZZ_LIBS) && \
 	  $(BUILD)/fuzz/seeds $(BUILD)/fuzz/corpus && \
 	  for t in idx cifar jpeg csv; do \
 	    echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
-	    $(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	    $(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_SAN) \
 	      test/fuzz/fuzz_$$t.c $(FUZZ_SRCS) -o $(BUILD)/fuzz/fuzz_$$t $(FUZZ_LIBS) && \
-	    $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -max_len=65536 \
-	      -print_final_stats=1 $(BUILD)/fuzz/corpus/$$t 2>&1 | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY|crash-' ; \
+	    $(BUILD)/fuzz/fuzz_$$t $(FUZZ_RUN) -max_len=65536 $(BUILD)/fuzz/corpus/$$t 2>&1 \
+	      | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY|crash-|timeout-' ; \
+	    test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	  done; \
+	  echo "fuzz: the library with sanitizers ($(BUILD)/fuzz/lib)"; \
+	  objs=; for f in $(FUZZ_LIB_SRCS); do \
+	    o=$(BUILD)/fuzz/lib/$$(echo $$f | tr / _ | sed 's/\.c$$/.o/'); objs="$$objs $$o"; \
+	    test $$o -nt $$f || $(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(FUZZ_SAN) -c $$f -o $$o || exit 1; \
+	  done; \
+	  for t in safetensors model; do \
+	    echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	    $(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_SAN) test/fuzz/fuzz_$$t.c $$objs \
+	      -o $(BUILD)/fuzz/fuzz_$$t $(DEP_LIBS) -lm -ldl -pthread && \
+	    $(BUILD)/fuzz/fuzz_$$t $(FUZZ_RUN) -max_len=16384 $(BUILD)/fuzz/corpus/$$t 2>&1 \
+	      | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY|crash-|timeout-' ; \
 	    test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	  done; \
 	else \

@@ -209,7 +209,7 @@ Test(auto_batch, oom_when_the_steps_start_retries_from_scratch, .timeout = 120)
     cr_assert_eq(path_get(a.training, "global_step", NULL)->valueint, 3);
 
     unsetenv("MPSDIAG_TEST_ALLOC_FAIL");
-    struct run_out b = run_job(dir, "--batch-size 16");
+    struct run_out b = run_job(dir, "--batch-size 16 --overwrite");
     cr_assert_eq(b.st, MD_OK, "%s", md_errmsg());
     cr_assert_eq(a.n, b.n);
     cr_assert(memcmp(a.params, b.params, a.n * sizeof(float)) == 0, "weights differ from a run at batch 16");

@@ -402,7 +402,9 @@ static const char *exec_mode(const cJSON *training, double *synced)
 static void expect_same_run(const char *what, const char *extra, const char *dir)
 {
     char args[1024];
-    snprintf(args, sizeof args, BASE " --epochs 2 --steps 5 %s", base_args(dir), extra);
+    /* both runs write into one folder of their own: the second replaces the first's checkpoints */
+    snprintf(args, sizeof args, BASE " --epochs 2 --steps 5 --checkpoint-dir %s/same --overwrite %s", base_args(dir),
+             dir, extra);
     g_force_pipe = 0;
     struct run_out a = run_job(args, 0);
     g_force_pipe = 1;
@@ -480,7 +482,9 @@ Test(train_pipe, diverging_run_stops_with_numeric_error, .timeout = 120)
 {
     char *dir = th_tmpdir();
     char args[1024];
-    unstable_args(dir, "", args, sizeof args);
+    char ck[1100];
+    snprintf(ck, sizeof ck, "--checkpoint-dir %s/ck --overwrite", dir);
+    unstable_args(dir, ck, args, sizeof args);
     g_force_pipe = 0;
     struct run_out a = run_job(args, 0);
     g_force_pipe = 1;

@@ -155,6 +155,8 @@ static const struct optdef table[] = {
      "validation batch = K x batch size", NULL, 1, 64, 0, MD_AREA_TRAIN},
     {"checkpoint-dir", NULL, T_STR, F(checkpoint_dir), "checkpoint_dir", "Training", "DIR",
      "where best and last checkpoints go", NULL, 0, 0, 0, MD_AREA_TRAIN},
+    {"overwrite", NULL, T_ON, F(overwrite), "overwrite", "Training", NULL,
+     "replace an earlier run's checkpoints in --checkpoint-dir (else refused)", NULL, 0, 0, 0, MD_AREA_TRAIN},
     {"resume", NULL, T_STR, F(resume), NULL, "Training", "FILE",
      "continue from a checkpoint", NULL, 0, 0, 0, MD_AREA_TRAIN},
     {"metrics", NULL, T_STR, F(metrics), "metrics", "Training", "FILE",
@@ -585,6 +587,9 @@ md_status md_options_validate(const md_options *o)
         return md_errf(MD_ERR_USAGE, "--amp contradicts --precision fp32 (use one of them)");
     if (o->resume[0] && o->init_from[0])
         return md_errf(MD_ERR_USAGE, "--resume and --init-from contradict each other (a checkpoint has its own weights)");
+    if (o->overwrite && o->resume[0])
+        return md_errf(MD_ERR_USAGE, "--overwrite starts afresh and removes the folder's checkpoints; it contradicts "
+                       "--resume (which continues a run)");
     if (o->benchmark_only && o->resume[0])
         return md_errf(MD_ERR_USAGE, "--resume needs training; it contradicts --benchmark-only");
     if (o->benchmark_only && md_options_given(o, "epochs") && o->epochs > 0)

@@ -89,6 +89,7 @@ typedef struct md_options {
     double label_smoothing;
     int val_batch_multiplier;
     char checkpoint_dir[MD_PATH_MAX];
+    int overwrite;              /* replace an earlier run's checkpoints in checkpoint_dir */
     char resume[MD_PATH_MAX];
     char metrics[MD_PATH_MAX];
     int auto_batch;

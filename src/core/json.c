@@ -10,12 +10,61 @@
 #include <unistd.h>
 
 #include "core/mem.h"
+#include "core/strmap.h"
+
+/* Objects with more keys than this are checked through a hash map. */
+#define UNIQUE_SCAN_MAX 16
+
+static md_status unique_in(const cJSON *node, char *path, size_t len, size_t cap, const char *name,
+                           md_status code)
+{
+    md_status st = MD_OK;
+    md_strmap seen = {0};
+    int obj = cJSON_IsObject(node), n = 0;
+    if (!obj && !cJSON_IsArray(node)) return MD_OK;
+    for (const cJSON *c = node->child; c; c = c->next) n++;
+    int i = 0;
+    for (const cJSON *c = node->child; c && st == MD_OK; c = c->next, i++) {
+        if (obj) snprintf(path + len, cap - len, "%s%s", len ? "." : "", c->string ? c->string : "");
+        else snprintf(path + len, cap - len, "[%d]", i);
+        if (obj && n > UNIQUE_SCAN_MAX) {
+            if (md_strmap_get(&seen, c->string, NULL))
+                st = md_errf(code, "%s: %s: key appears twice (each key may appear once)", name, path);
+            else if (md_strmap_put(&seen, c->string, i) != MD_OK)
+                st = md_errf(MD_ERR_OOM, "%s: out of memory checking the JSON keys", name);
+        } else if (obj) {
+            for (const cJSON *e = node->child; e != c && st == MD_OK; e = e->next)
+                if (strcmp(e->string, c->string) == 0)
+                    st = md_errf(code, "%s: %s: key appears twice (each key may appear once)", name, path);
+        }
+        if (st == MD_OK) {
+            size_t l2 = strlen(path);
+            st = unique_in(c, path, l2, cap, name, code);
+        }
+        path[len] = '\0';
+    }
+    md_strmap_free(&seen);
+    return st;
+}
+
+md_status md_json_unique_keys(const cJSON *root, const char *name, md_status code)
+{
+    char path[1024] = "";
+    return unique_in(root, path, 0, sizeof path, name, code);
+}
 
 md_status md_json_parse(const char *text, const char *name, cJSON **out)
 {
     const char *end = NULL;
     *out = cJSON_ParseWithOpts(text, &end, 1);
-    if (*out) return MD_OK;
+    if (*out) {
+        md_status st = md_json_unique_keys(*out, name, MD_ERR_CONFIG);
+        if (st != MD_OK) {
+            cJSON_Delete(*out);
+            *out = NULL;
+        }
+        return st;
+    }
     const char *at = end ? end : cJSON_GetErrorPtr();
     int line = 1, col = 1;
     if (at)

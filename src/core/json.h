@@ -10,9 +10,16 @@
 #include "core/status.h"
 
 /* Reads and parses a file. Errors (MD_ERR_CONFIG / MD_ERR_IO) name the file
- * and, for malformed JSON, the line and column. Caller owns *out. */
+ * and, for malformed JSON, the line and column; a key that appears twice in one
+ * object is an error naming its JSON path. Caller owns *out. */
 md_status md_json_load_file(const char *path, cJSON **out);
 md_status md_json_parse(const char *text, const char *name, cJSON **out);
+
+/* Fails with status `code` naming the first key (in document order) given
+ * twice in one object anywhere in root, by its JSON path:
+ * "<name>: layers[2].out: key appears twice". cJSON keeps both copies, and
+ * look-ups would see one or the other depending on how they search. */
+md_status md_json_unique_keys(const cJSON *root, const char *name, md_status code);
 
 /* Typed getters. `path` is the object's JSON path for messages
  * ("model.layers[3]"); the key is appended. A missing key with required=0

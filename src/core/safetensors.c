@@ -12,11 +12,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "core/mem.h"
+#include "core/strmap.h"
 
 /* Headers above this are refused as corrupt (the reference implementation
  * uses the same 100 MB bound). */
 #define ST_MAX_HEADER (100ull * 1000 * 1000)
+/* Elements of one tensor at most: numel x 8 bytes stays far from overflow. */
+#define ST_MAX_NUMEL (1LL << 53)
 
 static const char *const st_names[MD_DTYPE_COUNT] = {"F32", "F16", "BF16", "I32", "U8"};
 
@@ -313,15 +317,16 @@ fail:
 
 struct md_st_file {
     char *path;
-    unsigned char *buf;     /* the whole file */
-    size_t size;
-    const unsigned char *data; /* start of the byte buffer */
+    unsigned char *buf;     /* the whole file (header only: 8 + header bytes) */
+    size_t size;            /* bytes in buf */
+    const unsigned char *data; /* start of the byte buffer; NULL when header only */
     size_t data_size;
     struct md_st_tensor *t;
     char **names;
     int nt;
     char **keys, **vals;
     int nm;
+    md_strmap tidx, midx;   /* tensor name -> index, metadata key -> index */
 };
 
 void md_st_close(md_st_file *f)
@@ -338,14 +343,33 @@ void md_st_close(md_st_file *f)
     md_free(f->vals);
     md_free(f->buf);
     md_free(f->path);
+    md_strmap_free(&f->tidx);
+    md_strmap_free(&f->midx);
     md_free(f);
 }
 
-static md_status read_file(const char *path, unsigned char **out, size_t *size)
+static md_status read_n(int fd, unsigned char *buf, size_t n, size_t *got, const char *path)
+{
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = read(fd, buf + *got, n - *got);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return md_errf(MD_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        }
+        if (r == 0) break;
+        *got += (size_t)r;
+    }
+    return MD_OK;
+}
+
+/* Reads the whole file, or (header_only) its 8-byte length and the header
+ * that length gives when it is plausible. *file_size: the file's size. */
+static md_status read_file(const char *path, int header_only, unsigned char **out, size_t *size, size_t *file_size)
 {
     *out = NULL;
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return md_errf(errno == ENOENT ? MD_ERR_IO : MD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return md_errf(MD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     md_status st = MD_OK;
     struct stat sb;
     unsigned char *buf = NULL;
@@ -353,22 +377,30 @@ static md_status read_file(const char *path, unsigned char **out, size_t *size)
         st = md_errf(MD_ERR_IO, "%s: not a regular file", path);
         goto done;
     }
-    size_t n = (size_t)sb.st_size;
-    buf = md_malloc(n ? n : 1);
-    if (!buf) {
-        st = md_errf(MD_ERR_OOM, "%s: out of memory reading %zu bytes", path, n);
-        goto done;
-    }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            st = md_errf(MD_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+    size_t n = (size_t)sb.st_size, got = 0;
+    *file_size = n;
+    if (header_only) {
+        unsigned char len8[8];
+        unsigned long long hlen = 0;
+        if ((st = read_n(fd, len8, n < 8 ? n : 8, &got, path)) != MD_OK) goto done;
+        for (int i = 7; got == 8 && i >= 0; i--) hlen = (hlen << 8) | len8[i];
+        n = got == 8 && hlen <= ST_MAX_HEADER && hlen <= n - 8 ? 8 + (size_t)hlen : got;
+        buf = md_malloc(n ? n : 1);
+        if (!buf) {
+            st = md_errf(MD_ERR_OOM, "%s: out of memory reading %zu bytes", path, n);
             goto done;
         }
-        if (r == 0) break;
-        got += (size_t)r;
+        memcpy(buf, len8, got);
+        size_t more = 0;
+        if ((st = read_n(fd, buf + got, n - got, &more, path)) != MD_OK) goto done;
+        got += more;
+    } else {
+        buf = md_malloc(n ? n : 1);
+        if (!buf) {
+            st = md_errf(MD_ERR_OOM, "%s: out of memory reading %zu bytes", path, n);
+            goto done;
+        }
+        if ((st = read_n(fd, buf, n, &got, path)) != MD_OK) goto done;
     }
     *size = got;
     *out = buf;
@@ -424,16 +456,17 @@ static md_status parse_tensor(md_st_file *f, const cJSON *it, struct md_st_tenso
     if (nd > MD_ST_MAX_DIMS)
         return md_errf(MD_ERR_DATA, "%s: tensor '%s': %d dimensions (at most %d)", p, name, nd, MD_ST_MAX_DIMS);
     t->ndim = nd;
-    double numel = 1;
     long long inumel = 1;
-    for (int i = 0; i < nd; i++) {
+    int i = 0;
+    for (const cJSON *dim = sh->child; dim; dim = dim->next, i++) {
         long long v;
-        if (!json_uint(cJSON_GetArrayItem(sh, i), &v))
+        if (!json_uint(dim, &v))
             return md_errf(MD_ERR_DATA, "%s: tensor '%s': shape[%d] is not a non-negative integer", p, name, i);
         t->shape[i] = v;
-        numel *= (double)v;
+        /* checked before the product: it overflowed 64 bits here before */
+        if (v > 0 && inumel > ST_MAX_NUMEL / v)
+            return md_errf(MD_ERR_DATA, "%s: tensor '%s': shape too large (more than 2^53 elements)", p, name);
         inumel *= v;
-        if (numel > 9e15) return md_errf(MD_ERR_DATA, "%s: tensor '%s': shape too large", p, name);
     }
     t->numel = inumel;
     t->nbytes = (size_t)inumel * esize;
@@ -496,36 +529,35 @@ static md_status parse_header(md_st_file *f, const cJSON *root)
     for (const cJSON *it = root->child; it; it = it->next) {
         if (strcmp(it->string, "__metadata__") == 0) {
             for (const cJSON *m = it->child; m; m = m->next) {
-                for (int j = 0; j < f->nm; j++)
-                    if (strcmp(f->keys[j], m->string) == 0) {
-                        st = md_errf(MD_ERR_DATA, "%s: __metadata__ key '%s' appears twice", p, m->string);
-                        goto done;
-                    }
+                if (md_strmap_get(&f->midx, m->string, NULL)) {
+                    st = md_errf(MD_ERR_DATA, "%s: __metadata__ key '%s' appears twice", p, m->string);
+                    goto done;
+                }
                 f->keys[f->nm] = md_strdup(m->string);
                 f->vals[f->nm] = md_strdup(m->valuestring);
                 f->nm++;
-                if (!f->keys[f->nm - 1] || !f->vals[f->nm - 1]) {
+                if (!f->keys[f->nm - 1] || !f->vals[f->nm - 1] ||
+                    md_strmap_put(&f->midx, f->keys[f->nm - 1], f->nm - 1) != MD_OK) {
                     st = MD_ERR_OOM;
                     goto done;
                 }
             }
             continue;
         }
-        for (int j = 0; j < f->nt; j++)
-            if (strcmp(f->names[j], it->string) == 0) {
-                st = md_errf(MD_ERR_DATA, "%s: tensor '%s' appears twice in the header", p, it->string);
-                goto done;
-            }
+        if (md_strmap_get(&f->tidx, it->string, NULL)) {
+            st = md_errf(MD_ERR_DATA, "%s: tensor '%s' appears twice in the header", p, it->string);
+            goto done;
+        }
         struct md_st_tensor *t = &f->t[f->nt];
         long long b = 0, e = 0;
         if ((st = parse_tensor(f, it, t, &b, &e)) != MD_OK) goto done;
         f->names[f->nt] = md_strdup(it->string);
-        if (!f->names[f->nt]) {
+        if (!f->names[f->nt] || md_strmap_put(&f->tidx, f->names[f->nt], f->nt) != MD_OK) {
             st = MD_ERR_OOM;
             goto done;
         }
         t->name = f->names[f->nt];
-        t->data = f->data + b;
+        t->data = f->data ? f->data + b : NULL;
         spans[f->nt] = (struct st_span){b, e, f->nt};
         f->nt++;
     }
@@ -556,17 +588,13 @@ done:
     return st;
 }
 
-md_status md_st_open(const char *path, md_st_file **out)
+/* Checks f->buf (f->size bytes of a file of file_size bytes) and parses its
+ * header into f. */
+static md_status st_parse(md_st_file *f, size_t file_size, int header_only)
 {
-    *out = NULL;
+    const char *path = f->path;
     cJSON *root = NULL;
-    md_st_file *f = md_calloc(1, sizeof *f);
-    if (!f || !(f->path = md_strdup(path))) {
-        md_free(f);
-        return md_errf(MD_ERR_OOM, "%s: out of memory", path);
-    }
-    md_status st = read_file(path, &f->buf, &f->size);
-    if (st != MD_OK) goto fail;
+    md_status st = MD_OK;
     if (f->size < 8) {
         st = md_errf(MD_ERR_DATA, "%s: %zu bytes: too short for a safetensors file (truncated?)", path, f->size);
         goto fail;
@@ -575,7 +603,7 @@ md_status md_st_open(const char *path, md_st_file **out)
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->buf[i];
     if (hlen < 2 || hlen > ST_MAX_HEADER || hlen > f->size - 8) {
         st = md_errf(MD_ERR_DATA, "%s: bad header length %llu (file has %zu bytes; truncated or not safetensors)",
-                     path, hlen, f->size);
+                     path, hlen, file_size);
         goto fail;
     }
     const char *htext = (const char *)f->buf + 8;
@@ -587,8 +615,8 @@ md_status md_st_open(const char *path, md_st_file **out)
         st = md_errf(MD_ERR_DATA, "%s: header contains a NUL byte", path);
         goto fail;
     }
-    f->data = f->buf + 8 + hlen;
-    f->data_size = f->size - 8 - (size_t)hlen;
+    f->data = header_only ? NULL : f->buf + 8 + hlen;
+    f->data_size = file_size - 8 - (size_t)hlen;
     const char *end = NULL;
     root = cJSON_ParseWithLengthOpts(htext, (size_t)hlen, &end, 0);
     if (!root) {
@@ -596,21 +624,63 @@ md_status md_st_open(const char *path, md_st_file **out)
         st = md_errf(MD_ERR_DATA, "%s: malformed JSON header near byte %zu", path, at);
         goto fail;
     }
+    char what[4200];
+    snprintf(what, sizeof what, "%s: header", path);
+    if ((st = md_json_unique_keys(root, what, MD_ERR_DATA)) != MD_OK) goto fail;
     for (const char *q = end; q < htext + hlen; q++)
         if (*q != ' ' && *q != '\n' && *q != '\t' && *q != '\r') {
             st = md_errf(MD_ERR_DATA, "%s: malformed JSON header: text after the object at byte %zu", path,
                          (size_t)(q - htext));
             goto fail;
         }
-    if ((st = parse_header(f, root)) != MD_OK) goto fail;
-    cJSON_Delete(root);
-    *out = f;
-    return MD_OK;
+    st = parse_header(f, root);
 fail:
     cJSON_Delete(root);
-    md_st_close(f);
     return st;
 }
+
+static md_status st_open(const char *path, int header_only, md_st_file **out)
+{
+    *out = NULL;
+    size_t file_size = 0;
+    md_st_file *f = md_calloc(1, sizeof *f);
+    if (!f || !(f->path = md_strdup(path))) {
+        md_free(f);
+        return md_errf(MD_ERR_OOM, "%s: out of memory", path);
+    }
+    md_status st = read_file(path, header_only, &f->buf, &f->size, &file_size);
+    if (st == MD_OK) st = st_parse(f, file_size, header_only);
+    if (st != MD_OK) {
+        md_st_close(f);
+        return st;
+    }
+    *out = f;
+    return MD_OK;
+}
+
+md_status md_st_parse(const void *data, size_t n, const char *name, md_st_file **out)
+{
+    *out = NULL;
+    md_st_file *f = md_calloc(1, sizeof *f);
+    if (f) f->path = md_strdup(name);
+    if (f && f->path) f->buf = md_malloc(n ? n : 1);
+    if (!f || !f->path || !f->buf) {
+        md_st_close(f);
+        return md_errf(MD_ERR_OOM, "%s: out of memory", name);
+    }
+    if (n) memcpy(f->buf, data, n);
+    f->size = n;
+    md_status st = st_parse(f, n, 0);
+    if (st != MD_OK) {
+        md_st_close(f);
+        return st;
+    }
+    *out = f;
+    return MD_OK;
+}
+
+md_status md_st_open(const char *path, md_st_file **out) { return st_open(path, 0, out); }
+md_status md_st_open_header(const char *path, md_st_file **out) { return st_open(path, 1, out); }
 
 const char *md_st_path(const md_st_file *f) { return f->path; }
 int md_st_count(const md_st_file *f) { return f->nt; }
@@ -622,16 +692,14 @@ const struct md_st_tensor *md_st_at(const md_st_file *f, int i)
 
 const struct md_st_tensor *md_st_find(const md_st_file *f, const char *name)
 {
-    for (int i = 0; i < f->nt; i++)
-        if (strcmp(f->t[i].name, name) == 0) return &f->t[i];
-    return NULL;
+    int i;
+    return md_strmap_get(&f->tidx, name, &i) ? &f->t[i] : NULL;
 }
 
 const char *md_st_meta(const md_st_file *f, const char *key)
 {
-    for (int i = 0; i < f->nm; i++)
-        if (strcmp(f->keys[i], key) == 0) return f->vals[i];
-    return NULL;
+    int i;
+    return md_strmap_get(&f->midx, key, &i) ? f->vals[i] : NULL;
 }
 
 int md_st_meta_count(const md_st_file *f) { return f->nm; }

@@ -80,6 +80,13 @@ struct md_st_tensor {
 
 /* Reads and validates the whole file (caller frees with md_st_close). */
 md_status md_st_open(const char *path, md_st_file **out);
+/* Reads and validates the header only (tensor table and metadata, checked
+ * against the file's size); every tensor's data is NULL. For reading a
+ * checkpoint's metadata without reading its weights. */
+md_status md_st_open_header(const char *path, md_st_file **out);
+/* md_st_open of n bytes in memory (copied); `name` stands for the file in
+ * messages. For the fuzz targets and tests. */
+md_status md_st_parse(const void *data, size_t n, const char *name, md_st_file **out);
 void md_st_close(md_st_file *f); /* NULL ok */
 
 const char *md_st_path(const md_st_file *f);

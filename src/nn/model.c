@@ -25,8 +25,19 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/platform.h"
+#include "core/strmap.h"
 
 #define MAX_DEPTH 8
+/* Bounds on what a config may expand to (README "Model configs"): block
+ * instances and repeats multiply, so a few lines can ask for 10^12 layers.
+ * Work counts layers, skipped layers and block instances. */
+#define MAX_LAYERS 100000
+#define MAX_WORK (4 * MAX_LAYERS)
+/* A layer's output per sample: activation offsets and sizes are int-sized. */
+#define MAX_OUTPUT_ELEMS 2147483647LL
+/* Hard bound on parameters (4 TiB of fp32) whatever the memory says; the
+ * counts stay far from 64-bit overflow below it. */
+#define MAX_PARAMS (1LL << 40)
 
 void md_model_opts_default(struct md_model_opts *o)
 {
@@ -50,10 +61,13 @@ struct spec {
     int group;
 };
 
-/* Name -> layer name map (aliases: block instances, skipped layers). */
+/* Name -> layer name map (aliases: block instances, skipped layers). A name
+ * put again stands for its newest value; `idx` finds it without a scan (a
+ * scan per layer made expansion quadratic in the number of layers). */
 struct names {
     char **key, **val;
     int n, cap;
+    md_strmap idx; /* key -> newest index into key/val */
 };
 
 struct build {
@@ -65,6 +79,8 @@ struct build {
     struct names names;  /* global names: layer name, block instance -> output */
     int num_classes;
     int group;
+    long long work;      /* expand_entry calls and repeats so far (MAX_WORK) */
+    md_strmap layer_idx; /* layer name -> index in m->layers (names borrowed from there) */
 };
 
 static md_status names_put(struct names *nm, const char *k, const char *v)
@@ -81,7 +97,7 @@ static md_status names_put(struct names *nm, const char *k, const char *v)
     }
     nm->key[nm->n] = md_strdup(k);
     nm->val[nm->n] = md_strdup(v);
-    if (!nm->key[nm->n] || !nm->val[nm->n]) {
+    if (!nm->key[nm->n] || !nm->val[nm->n] || md_strmap_put(&nm->idx, nm->key[nm->n], nm->n) != MD_OK) {
         md_free(nm->key[nm->n]);
         md_free(nm->val[nm->n]);
         return MD_ERR_OOM;
@@ -92,9 +108,8 @@ static md_status names_put(struct names *nm, const char *k, const char *v)
 
 static const char *names_get(const struct names *nm, const char *k)
 {
-    for (int i = nm->n - 1; i >= 0; i--)
-        if (strcmp(nm->key[i], k) == 0) return nm->val[i];
-    return NULL;
+    int i;
+    return md_strmap_get(&nm->idx, k, &i) ? nm->val[i] : NULL;
 }
 
 static void names_free(struct names *nm)
@@ -105,6 +120,7 @@ static void names_free(struct names *nm)
     }
     md_free(nm->key);
     md_free(nm->val);
+    md_strmap_free(&nm->idx);
     memset(nm, 0, sizeof *nm);
 }
 
@@ -132,11 +148,14 @@ static md_status substitute(struct build *b, cJSON *obj, const cJSON *scope, con
                 return md_errf(MD_ERR_CONFIG, "%s: %s%s%s: unknown parameter '%s'", b->src, path,
                                it->string ? "." : "", it->string ? it->string : "", p);
             if (!nv) return MD_ERR_OOM;
-            if (it->string) {
-                cJSON_ReplaceItemInObjectCaseSensitive(obj, it->string, nv);
-            } else {
-                cJSON_ReplaceItemViaPointer(obj, it, nv);
-            }
+            /* this item, not the first of its key: with a key given twice
+             * that replaced the other one and met this one again, forever */
+            if (nv->string && !(nv->type & cJSON_StringIsConst)) cJSON_free(nv->string); /* a copy's key */
+            nv->type &= ~cJSON_StringIsConst;
+            nv->string = it->string; /* the key moves over */
+            nv->type |= it->type & cJSON_StringIsConst;
+            it->string = NULL;
+            cJSON_ReplaceItemViaPointer(obj, it, nv);
             it = nv;
         } else if (cJSON_IsObject(it) || cJSON_IsArray(it)) {
             MD_TRY(substitute(b, it, scope, path));
@@ -217,6 +236,9 @@ static md_status expand_entry(struct build *b, const cJSON *entry, const char *p
     char **in = NULL;
     int nin = 0;
     if (!cJSON_IsObject(entry)) return md_errf(MD_ERR_CONFIG, "%s: %s: must be an object", b->src, path);
+    if (++b->work > MAX_WORK)
+        return md_errf(MD_ERR_CONFIG, "%s: %s: the model expands to more than %d layers and block instances "
+                       "(check repeat and nested blocks)", b->src, path, MAX_WORK);
     obj = cJSON_Duplicate(entry, 1);
     if (!obj) return MD_ERR_OOM;
     if ((st = substitute(b, obj, params, path)) != MD_OK) goto fail;
@@ -239,6 +261,12 @@ static md_status expand_entry(struct build *b, const cJSON *entry, const char *p
         st = md_errf(MD_ERR_CONFIG, "%s: %s.name: must be a non-empty name", b->src, path);
         goto fail;
     }
+    /* full names (block prefixes, ".N" of repeats) live in 512-byte buffers */
+    if (strlen(sc ? sc->prefix : "") + strlen(lname) + 12 >= 512) {
+        st = md_errf(MD_ERR_CONFIG, "%s: %s.name: the full name '%s%.40s...' is longer than 500 characters", b->src,
+                     path, sc ? sc->prefix : "", lname);
+        goto fail;
+    }
 
     /* inputs */
     const cJSON *jin = cJSON_GetObjectItemCaseSensitive(obj, "inputs");
@@ -249,13 +277,13 @@ static md_status expand_entry(struct build *b, const cJSON *entry, const char *p
     nin = jin ? cJSON_GetArraySize(jin) : 1;
     in = md_calloc((size_t)nin, sizeof *in);
     if (!in) { st = MD_ERR_OOM; goto fail; }
-    for (int i = 0; i < nin; i++) {
-        const cJSON *r = jin ? cJSON_GetArrayItem(jin, i) : NULL;
-        if (r && !cJSON_IsString(r)) {
+    const cJSON *ref = jin ? jin->child : NULL; /* walked, not indexed: indexing a list is linear */
+    for (int i = 0; i < nin; i++, ref = ref ? ref->next : NULL) {
+        if (ref && !cJSON_IsString(ref)) {
             st = md_errf(MD_ERR_CONFIG, "%s: %s.inputs[%d]: must be a layer name", b->src, path, i);
             goto fail;
         }
-        if ((st = resolve_ref(b, r ? r->valuestring : "prev", path, sc, *prev, &in[i])) != MD_OK) goto fail;
+        if ((st = resolve_ref(b, ref ? ref->valuestring : "prev", path, sc, *prev, &in[i])) != MD_OK) goto fail;
     }
 
     if (jif) {
@@ -287,6 +315,16 @@ static md_status expand_entry(struct build *b, const cJSON *entry, const char *p
     const char *cur_prev = *prev;
     for (int r = 0; r < repeat; r++) {
         char iname[512], ipath[600];
+        if (r > 0 && ++b->work > MAX_WORK) {
+            st = md_errf(MD_ERR_CONFIG, "%s: %s: the model expands to more than %d layers and block instances "
+                         "(check repeat and nested blocks)", b->src, path, MAX_WORK);
+            goto fail;
+        }
+        if (b->nspecs >= MAX_LAYERS) {
+            st = md_errf(MD_ERR_CONFIG, "%s: %s: the model expands to more than %d layers (check repeat and nested "
+                         "blocks)", b->src, path, MAX_LAYERS);
+            goto fail;
+        }
         if (!sc) b->group++; /* each top-level instance is a checkpoint segment */
         if (repeat > 1) snprintf(iname, sizeof iname, "%s%s.%d", sc ? sc->prefix : "", lname, r);
         else snprintf(iname, sizeof iname, "%s%s", sc ? sc->prefix : "", lname);
@@ -519,6 +557,9 @@ static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer
         L->h = md_conv_out(hi, L->r, L->stride_h, L->pad_h, L->dil_h);
         L->w = md_conv_out(wi, L->s, L->stride_w, L->pad_w, L->dil_w);
         long long kk = (long long)(ci / L->groups) * L->r * L->s;
+        if ((double)L->k * (double)kk > (double)MAX_PARAMS)
+            return md_errf(MD_ERR_CONFIG, "%s: %.3g parameters (%d x %lld weights), more than any machine holds (at "
+                           "most %lld)", path, (double)L->k * (double)kk, L->k, kk, MAX_PARAMS);
         L->nparams = (long long)L->k * kk + (L->bias ? L->k : 0);
         L->flops = 2.0 * (double)L->k * L->h * L->w * (double)kk + (L->bias ? (double)L->k * L->h * L->w : 0.0);
         break;
@@ -617,7 +658,7 @@ static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer
         static const char *const k0[] = {NULL};
         MD_TRY(check_keys(o, path, kind == MD_L_ADD ? ka : k0));
         if (kind == MD_L_ADD) MD_TRY(get_act(o, path, &L->act));
-        int csum = 0;
+        long long csum = 0;
         for (int i = 0; i < L->nin; i++) {
             const struct md_layer *Y = &m->layers[L->in[i]];
             if (Y->h != hi || Y->w != wi || (kind != MD_L_CONCAT && Y->c != ci))
@@ -626,7 +667,12 @@ static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer
                                kind == MD_L_CONCAT ? " (concat needs equal height and width)" : "");
             csum += Y->c;
         }
-        if (kind == MD_L_CONCAT) L->c = csum;
+        if (kind == MD_L_CONCAT) {
+            if (csum * hi * wi > MAX_OUTPUT_ELEMS)
+                return md_errf(MD_ERR_CONFIG, "%s: output of %lld x %d x %d elements per sample, more than %lld", path,
+                               csum, hi, wi, MAX_OUTPUT_ELEMS);
+            L->c = (int)csum;
+        }
         if (kind == MD_L_WADD) L->nparams = L->nin;
         L->flops = (kind == MD_L_WADD ? 2.0 : 1.0) * (double)(L->nin - (kind == MD_L_ADD)) * (double)elems_in;
         if (kind == MD_L_CONCAT) L->flops = 0;
@@ -636,6 +682,12 @@ static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer
     }
     if (L->h < 1 || L->w < 1)
         return md_errf(MD_ERR_CONFIG, "%s: output would be empty (%dx%d input)", path, hi, wi);
+    if ((long long)L->c * L->h * L->w > MAX_OUTPUT_ELEMS)
+        return md_errf(MD_ERR_CONFIG, "%s: output of %d x %d x %d elements per sample, more than %lld", path, L->c,
+                       L->h, L->w, MAX_OUTPUT_ELEMS);
+    if (L->nparams > MAX_PARAMS)
+        return md_errf(MD_ERR_CONFIG, "%s: %lld parameters, more than any machine holds (at most %lld)", path,
+                       L->nparams, MAX_PARAMS);
     return MD_OK;
 }
 
@@ -828,6 +880,13 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
                  v->valuedouble == floor(v->valuedouble);
         }
         if (!ok) return md_errf(MD_ERR_CONFIG, "%s: %s.shape: must be [channels, height, width]", b->src, p);
+        double elems = cJSON_GetArrayItem(sh, 0)->valuedouble * cJSON_GetArrayItem(sh, 1)->valuedouble *
+                       cJSON_GetArrayItem(sh, 2)->valuedouble;
+        if (elems > (double)MAX_OUTPUT_ELEMS)
+            return md_errf(MD_ERR_CONFIG, "%s: %s.shape: %.0f elements per sample, more than %lld", b->src, p, elems,
+                           MAX_OUTPUT_ELEMS);
+        if (ii >= MAX_LAYERS)
+            return md_errf(MD_ERR_CONFIG, "%s: inputs: more than %d", b->src, MAX_LAYERS);
         if (names_get(&b->names, iname))
             return md_errf(MD_ERR_CONFIG, "%s: %s.name: duplicate input name '%s'", b->src, p, iname);
         if ((st = names_put(&b->names, iname, iname)) != MD_OK) return st;
@@ -859,6 +918,7 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
         L->alias = -1;
         L->tw = L->tb = -1;
         L->group = -1;
+        if (md_strmap_put(&b->layer_idx, L->name, ii) != MD_OK) return MD_ERR_OOM;
     }
     for (int i = 0; i < b->nspecs; i++) {
         struct spec *s = &b->specs[i];
@@ -872,13 +932,13 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
         if (!L->in) return MD_ERR_OOM;
         for (int j = 0; j < s->nin; j++) {
             int found = -1;
-            for (int k = 0; k < m->ninputs + i; k++)
-                if (!strcmp(m->layers[k].name, s->in[j])) found = k;
+            md_strmap_get(&b->layer_idx, s->in[j], &found); /* the latest earlier layer of that name */
             MD_ASSERT(found >= 0);
             L->in[j] = found;
             m->layers[found].nconsumers++;
         }
         if ((st = parse_layer(m, s, L, i == b->nspecs - 1)) != MD_OK) goto pfx;
+        if (md_strmap_put(&b->layer_idx, L->name, m->ninputs + i) != MD_OK) return MD_ERR_OOM;
     }
     /* the classifier */
     const struct md_layer *last = &m->layers[m->nlayers - 1];
@@ -892,6 +952,18 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
     if (m->opts.compile) fuse(m);
     if ((st = build_tensors(m)) != MD_OK) return st;
     for (int i = 0; i < m->nlayers; i++) m->flops_fwd += m->layers[i].flops;
+    /* Training holds the parameters several times over (weights, gradients,
+     * optimizer state), and a checkpoint stages them all in host memory: a
+     * model whose weights alone do not fit is refused here, before any
+     * allocation, rather than by the out-of-memory killer later. */
+    long long avail = md_mem_available_bytes();
+    double pbytes = (double)md_model_param_bytes(m);
+    if ((double)m->nparams > (double)MAX_PARAMS || (avail > 0 && pbytes > (double)avail)) {
+        char a[32], bb[32];
+        return md_errf(MD_ERR_CONFIG, "%s: %zu parameters (%s), more than this machine's available memory (%s)",
+                       b->src, m->nparams, md_fmt_bytes(pbytes, a, sizeof a),
+                       avail > 0 ? md_fmt_bytes((double)avail, bb, sizeof bb) : "unknown");
+    }
     return MD_OK;
 pfx:
     md_err_prefix("%s", b->src);
@@ -939,6 +1011,7 @@ fail:
     for (int i = 0; i < b.nspecs; i++) spec_free(&b.specs[i]);
     md_free(b.specs);
     names_free(&b.names);
+    md_strmap_free(&b.layer_idx);
     cJSON_Delete(root);
     md_model_free(m);
     return st;

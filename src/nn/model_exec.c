@@ -61,29 +61,43 @@ static int pbuf_cmp(const void *a, const void *b)
     if (x->size != y->size) return x->size < y->size ? 1 : -1;
     return x->t0 - y->t0;
 }
-static int off_cmp(const void *a, const void *b)
+
+/* What each tensor's readers need, gathered in one pass over the layers'
+ * inputs (a scan of every later layer per tensor was quadratic in the
+ * number of layers). Ticks (F, R, B) are filled in later by ticks(). */
+struct readers {
+    int nreads;  /* inputs reading it (a layer reading it twice counts twice) */
+    int reader;  /* the last layer reading it, -1 if none */
+    int outside; /* read by a layer of another checkpoint segment */
+};
+
+static void gather_readers(const struct md_model *m, struct readers *rd)
 {
-    const struct pbuf *x = *(const struct pbuf *const *)a, *y = *(const struct pbuf *const *)b;
-    return x->off < y->off ? -1 : x->off > y->off;
+    for (int t = 0; t < m->nlayers; t++) rd[t] = (struct readers){0, -1, 0};
+    for (int j = 0; j < m->nlayers; j++) {
+        const struct md_layer *C = &m->layers[j];
+        if (C->alias >= 0) continue;
+        for (int k = 0; k < C->nin; k++) {
+            int t = md_model_tensor_of(m, C->in[k]);
+            rd[t].nreads++;
+            rd[t].reader = j;
+            if (C->group != m->layers[t].group) rd[t].outside = 1;
+        }
+    }
 }
 
 /* A tensor whose consumers all sit in its own checkpoint segment is
  * "internal": with --grad-ckpt it is dropped after forward and recomputed. */
-static int internal(const struct md_model *m, int t, int ckpt)
+static int internal(const struct md_model *m, const struct readers *rd, int t, int ckpt)
 {
     const struct md_layer *L = &m->layers[t];
     if (!ckpt || L->kind == MD_L_INPUT || t == md_model_tensor_of(m, m->nlayers - 1)) return 0;
-    for (int j = t + 1; j < m->nlayers; j++) {
-        const struct md_layer *C = &m->layers[j];
-        if (C->alias >= 0) continue;
-        for (int k = 0; k < C->nin; k++)
-            if (md_model_tensor_of(m, C->in[k]) == t && C->group != L->group) return 0;
-    }
-    return 1;
+    return !rd[t].outside;
 }
 
 /* Ticks: F (forward), R (recompute, -1 if none), B (backward). */
-static md_status ticks(const struct md_model *m, int ckpt, int *F, int *R, int *B, int *loss_tick)
+static md_status ticks(const struct md_model *m, const struct readers *rd, int ckpt, int *F, int *R, int *B,
+                       int *loss_tick)
 {
     int L = m->nlayers, t = 0;
     for (int i = 0; i < L; i++) { F[i] = t++; R[i] = -1; B[i] = -1; }
@@ -94,7 +108,7 @@ static md_status ticks(const struct md_model *m, int ckpt, int *F, int *R, int *
         if (ckpt)
             while (lo - 1 >= m->ninputs && m->layers[lo - 1].group == m->layers[hi].group) lo--;
         for (int i = lo; i <= hi; i++)
-            if (has_act(m, i) && internal(m, i, ckpt)) R[i] = t++;
+            if (has_act(m, i) && internal(m, rd, i, ckpt)) R[i] = t++;
         for (int i = hi; i >= lo; i--) B[i] = t++;
         hi = lo - 1;
     }
@@ -108,7 +122,7 @@ static md_status ticks(const struct md_model *m, int ckpt, int *F, int *R, int *
  * galias[t] with the add layer, -1 otherwise. Not for the output of an add
  * with a fused activation: its backward masks its gradient in place, which
  * would change what the other operands of the outer add read. */
-static void grad_aliases(const struct md_model *m, int *galias)
+static void grad_aliases(const struct md_model *m, const struct readers *rd, int *galias)
 {
     int L = m->nlayers, last = md_model_tensor_of(m, L - 1);
     for (int t = 0; t < L; t++) {
@@ -116,24 +130,8 @@ static void grad_aliases(const struct md_model *m, int *galias)
         const struct md_layer *T = &m->layers[t];
         if (T->alias >= 0 || T->kind == MD_L_INPUT || t == last) continue;
         if (T->kind == MD_L_ADD && T->act != MD_ACT_NONE) continue;
-        int reads = 0, reader = -1;
-        for (int j = t + 1; j < L; j++) {
-            const struct md_layer *C = &m->layers[j];
-            if (C->alias >= 0) continue;
-            for (int k = 0; k < C->nin; k++)
-                if (md_model_tensor_of(m, C->in[k]) == t) {
-                    reads++;
-                    reader = j;
-                }
-        }
-        if (reads == 1 && m->layers[reader].kind == MD_L_ADD) galias[t] = reader;
+        if (rd[t].nreads == 1 && m->layers[rd[t].reader].kind == MD_L_ADD) galias[t] = rd[t].reader;
     }
-}
-
-static int galias_root(const int *galias, int t)
-{
-    while (galias[t] >= 0) t = galias[t];
-    return t;
 }
 
 md_status md_model_plan_make(const struct md_model *m, int batch, int training, struct md_model_plan *plan)
@@ -142,22 +140,54 @@ md_status md_model_plan_make(const struct md_model *m, int batch, int training, 
     int L = m->nlayers;
     int ckpt = training && m->opts.grad_ckpt;
     size_t es = md_dtype_size(m->opts.compute_dtype);
-    int *F = md_calloc((size_t)L * 3, sizeof *F);
+    /* per tensor: ticks F, R, B; readers' last F, R, B (of those reading
+     * x in backward) and first B; the gradient alias root and the last
+     * backward tick among the tensors aliased to it */
+    int *F = md_calloc((size_t)L * 9, sizeof *F);
+    struct readers *rd = md_calloc((size_t)L, sizeof *rd);
     struct pbuf *bufs = md_calloc((size_t)L * 3, sizeof *bufs);
     struct pbuf **order = md_calloc((size_t)L * 3, sizeof *order);
-    struct pbuf **live = md_calloc((size_t)L * 3, sizeof *live);
+    struct pbuf **placed = md_calloc((size_t)L * 3, sizeof *placed);
     int *galias = md_malloc((size_t)L * sizeof *galias);
     memset(plan, 0, sizeof *plan);
     plan->off_fwd = md_malloc((size_t)L * sizeof(size_t));
     plan->off_bwd = md_malloc((size_t)L * sizeof(size_t));
     plan->goff = md_malloc((size_t)L * sizeof(size_t));
-    if (!F || !bufs || !order || !live || !galias || !plan->off_fwd || !plan->off_bwd || !plan->goff) {
+    plan->recompute = md_calloc((size_t)L, 1);
+    if (!F || !rd || !bufs || !order || !placed || !galias || !plan->off_fwd || !plan->off_bwd || !plan->goff ||
+        !plan->recompute) {
         st = md_errf(MD_ERR_OOM, "model: out of host memory while planning");
         goto fail;
     }
     int *R = F + L, *B = F + 2 * L, loss_tick;
-    ticks(m, ckpt, F, R, B, &loss_tick);
-    grad_aliases(m, galias);
+    int *lastF = F + 3 * L, *lastR = F + 4 * L, *lastB = F + 5 * L, *firstB = F + 6 * L;
+    int *root = F + 7 * L, *rootB = F + 8 * L;
+    gather_readers(m, rd);
+    ticks(m, rd, ckpt, F, R, B, &loss_tick);
+    for (int t = 0; t < L; t++) plan->recompute[t] = R[t] >= 0;
+    grad_aliases(m, rd, galias);
+    for (int t = 0; t < L; t++) {
+        lastF[t] = F[t];
+        lastR[t] = lastB[t] = firstB[t] = -1;
+    }
+    for (int j = 0; j < L; j++) {
+        const struct md_layer *C = &m->layers[j];
+        if (C->alias >= 0) continue;
+        for (int k = 0; k < C->nin; k++) {
+            int t = md_model_tensor_of(m, C->in[k]);
+            if (F[j] > lastF[t]) lastF[t] = F[j];
+            if (R[j] > lastR[t]) lastR[t] = R[j];
+            if (needs_x(C) && B[j] > lastB[t]) lastB[t] = B[j];
+            if (firstB[t] < 0 || B[j] < firstB[t]) firstB[t] = B[j];
+        }
+    }
+    /* an alias points to a later layer: roots resolve from the end */
+    for (int t = L - 1; t >= 0; t--) {
+        root[t] = galias[t] >= 0 ? root[galias[t]] : t;
+        rootB[t] = -1;
+    }
+    for (int u = 0; u < L; u++)
+        if (galias[u] >= 0 && B[u] > rootB[root[u]]) rootB[root[u]] = B[u];
     int last = md_model_tensor_of(m, L - 1);
     int nb = 0;
     for (int t = 0; t < L; t++) {
@@ -165,79 +195,78 @@ md_status md_model_plan_make(const struct md_model *m, int batch, int training, 
         const struct md_layer *T = &m->layers[t];
         if (T->alias >= 0) continue;
         size_t bytes = ((size_t)batch * numel(T) * es + ALIGN - 1) / ALIGN * ALIGN;
-        /* readers of t */
-        int lastF = F[t], lastR = -1, lastB = -1, firstB = -1;
-        for (int j = t + 1; j < L; j++) {
-            const struct md_layer *C = &m->layers[j];
-            if (C->alias >= 0) continue;
-            int reads = 0;
-            for (int k = 0; k < C->nin; k++) reads |= md_model_tensor_of(m, C->in[k]) == t;
-            if (!reads) continue;
-            if (F[j] > lastF) lastF = F[j];
-            if (R[j] > lastR) lastR = R[j];
-            if (needs_x(C) && B[j] > lastB) lastB = B[j];
-            if (firstB < 0 || B[j] < firstB) firstB = B[j];
-        }
-        if (t == last) lastF = loss_tick;
+        int lf = t == last ? loss_tick : lastF[t];
         if (has_act(m, t)) {
             if (!training) {
-                bufs[nb++] = (struct pbuf){bytes, 0, F[t], lastF, &plan->off_fwd[t]};
+                bufs[nb++] = (struct pbuf){bytes, 0, F[t], lf, &plan->off_fwd[t]};
             } else if (R[t] >= 0) {
-                bufs[nb++] = (struct pbuf){bytes, 0, F[t], lastF, &plan->off_fwd[t]};
+                bufs[nb++] = (struct pbuf){bytes, 0, F[t], lf, &plan->off_fwd[t]};
                 int e = R[t];
-                if (lastR > e) e = lastR;
-                if (lastB > e) e = lastB;
+                if (lastR[t] > e) e = lastR[t];
+                if (lastB[t] > e) e = lastB[t];
                 if (needs_y(T) && B[t] > e) e = B[t];
                 bufs[nb++] = (struct pbuf){bytes, 0, R[t], e, &plan->off_bwd[t]};
             } else {
-                int e = lastF;
-                if (lastB > e) e = lastB;
+                int e = lf;
+                if (lastB[t] > e) e = lastB[t];
                 if (needs_y(T) && B[t] > e) e = B[t];
                 bufs[nb++] = (struct pbuf){bytes, 0, F[t], e, &plan->off_fwd[t]};
             }
         }
         if (training && galias[t] < 0) {
-            int s = t == last ? loss_tick : (firstB >= 0 ? firstB : B[t]);
+            int s = t == last ? loss_tick : (firstB[t] >= 0 ? firstB[t] : B[t]);
             /* the buffer also serves the tensors whose gradient it is (until their backward) */
-            int e = B[t];
-            for (int u = 0; u < t; u++)
-                if (galias[u] >= 0 && galias_root(galias, u) == t && B[u] > e) e = B[u];
+            int e = B[t] > rootB[t] ? B[t] : rootB[t];
             bufs[nb++] = (struct pbuf){bytes, 0, s, e, &plan->goff[t]};
         }
     }
     for (int i = 0; i < nb; i++) order[i] = &bufs[i];
     qsort(order, (size_t)nb, sizeof *order, pbuf_cmp);
+    /* First fit, largest first: each buffer goes at the lowest offset clear
+     * of the placed buffers it overlaps in time. `placed` stays sorted by
+     * offset, so no sort per buffer; still quadratic when every lifetime
+     * overlaps every other (training keeps each activation until its
+     * backward), which the layer bound of model configs caps. */
     size_t total = 0;
+    int np = 0;
     for (int i = 0; i < nb; i++) {
         struct pbuf *b = order[i];
         size_t off = 0;
         if (m->opts.compile) {
-            int nl = 0;
-            for (int j = 0; j < i; j++)
-                if (order[j]->t0 <= b->t1 && b->t0 <= order[j]->t1) live[nl++] = order[j];
-            qsort(live, (size_t)nl, sizeof *live, off_cmp);
-            for (int j = 0; j < nl; j++) {
-                if (live[j]->off >= off + b->size) break;
-                if (live[j]->off + live[j]->size > off) off = live[j]->off + live[j]->size;
+            for (int j = 0; j < np; j++) {
+                const struct pbuf *q = placed[j];
+                if (!(q->t0 <= b->t1 && b->t0 <= q->t1)) continue;
+                if (q->off >= off + b->size) break;
+                if (q->off + q->size > off) off = q->off + q->size;
             }
         } else {
             off = total;
         }
         b->off = off;
         if (off + b->size > total) total = off + b->size;
+        int lo = 0, hi = np; /* after every placed buffer with offset <= off */
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (placed[mid]->off <= off) lo = mid + 1;
+            else hi = mid;
+        }
+        memmove(placed + lo + 1, placed + lo, (size_t)(np - lo) * sizeof *placed);
+        placed[lo] = b;
+        np++;
     }
     for (int i = 0; i < nb; i++) *bufs[i].dst = bufs[i].off;
     if (training)
         for (int t = 0; t < L; t++)
-            if (galias[t] >= 0) plan->goff[t] = plan->goff[galias_root(galias, t)];
+            if (galias[t] >= 0) plan->goff[t] = plan->goff[root[t]];
     for (int t = 0; t < L; t++)
         if (plan->off_bwd[t] == NONE) plan->off_bwd[t] = plan->off_fwd[t];
     plan->bytes = total;
 fail:
     md_free(F);
+    md_free(rd);
     md_free(bufs);
     md_free(order);
-    md_free(live);
+    md_free(placed);
     md_free(galias);
     if (st != MD_OK) md_model_plan_free(plan);
     return st;
@@ -248,6 +277,7 @@ void md_model_plan_free(struct md_model_plan *plan)
     md_free(plan->off_fwd);
     md_free(plan->off_bwd);
     md_free(plan->goff);
+    md_free(plan->recompute);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -909,7 +939,7 @@ md_status md_model_backward(md_model *m)
             struct run rr = r;
             rr.recompute = 1;
             for (i = lo; i <= hi; i++)
-                if (has_act(m, i) && internal(m, i, 1) && (st = fwd_layer(&rr, i)) != MD_OK) goto fail;
+                if (m->plan_train.recompute[i] && (st = fwd_layer(&rr, i)) != MD_OK) goto fail;
         }
         for (i = hi; i >= lo; i--)
             if (m->layers[i].alias < 0 && (st = bwd_layer(&r, i)) != MD_OK) goto fail;

@@ -61,6 +61,7 @@ struct md_model_plan {
     size_t bytes;              /* arena size */
     size_t *off_fwd, *off_bwd; /* per layer; SIZE_MAX = no buffer (alias / fp32 input) */
     size_t *goff;              /* gradient offsets per layer */
+    unsigned char *recompute;  /* per layer: output dropped after forward, recomputed in backward (--grad-ckpt) */
 };
 
 struct md_model {

@@ -19,7 +19,9 @@
 #include "data/data.h"
 #include "nn/model.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_meta.h"
 #include "train/optim.h"
+#include "train/run_dir.h"
 #include "train/scaler.h"
 #include "train/schedule.h"
 
@@ -86,6 +88,7 @@ struct md_trainer {
     double run_time;           /* training seconds so far (all sessions) */
 
     char ckpt_dir[MD_PATH_MAX];
+    md_run_dir *run_dir;       /* the locked checkpoint folder (run_dir.h) */
     char last_path[MD_PATH_MAX + 32], best_path[MD_PATH_MAX + 32];
     FILE *metrics;
     long long interrupt_after;
@@ -119,27 +122,10 @@ struct md_trainer {
 static const char *const curve_keys[] = {"epoch", "train_loss", "train_acc", "val_loss", "val_acc",
                                          "lr", "samples_per_s", "epoch_time_s"};
 #define N_CURVES ((int)(sizeof curve_keys / sizeof curve_keys[0]))
+static const char *const curve_keys_z[] = {"epoch", "train_loss", "train_acc", "val_loss", "val_acc",
+                                           "lr", "samples_per_s", "epoch_time_s", NULL};
 
 /* ---- setup ------------------------------------------------------------------------ */
-
-static md_status mkdir_p(const char *dir)
-{
-    char buf[MD_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return md_errf(MD_ERR_IO, "--checkpoint-dir %s: cannot create %s: %s", dir, buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return md_errf(MD_ERR_IO, "--checkpoint-dir %s: cannot create: %s", dir, strerror(errno));
-    struct stat sb;
-    if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return md_errf(MD_ERR_IO, "--checkpoint-dir %s: not a directory", dir);
-    return MD_OK;
-}
 
 static md_status make_loader(md_trainer *t, md_split split, int batch, int train, struct md_loader **out)
 {
@@ -429,7 +415,10 @@ md_status md_trainer_create(md_job *job, md_trainer **out)
 
     if (o->checkpoint_dir[0]) {
         snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s", o->checkpoint_dir);
-        if ((st = mkdir_p(t->ckpt_dir)) != MD_OK) goto fail;
+        /* --dump-grads writes no checkpoints: it leaves the folder alone */
+        if (!o->dump_grads[0] &&
+            (st = md_run_dir_open(t->ckpt_dir, o->resume[0] != 0, o->overwrite, &t->run_dir)) != MD_OK)
+            goto fail;
         snprintf(t->last_path, sizeof t->last_path, "%s/last.safetensors", t->ckpt_dir);
         snprintf(t->best_path, sizeof t->best_path, "%s/best.safetensors", t->ckpt_dir);
     }
@@ -442,6 +431,14 @@ md_status md_trainer_create(md_job *job, md_trainer **out)
         if ((st = metrics_header(t)) != MD_OK) goto fail;
     }
     if (o->resume[0] && (st = resume(t)) != MD_OK) goto fail;
+    /* best.safetensors is replaced only by a better score than the one it
+     * holds, whatever the checkpoint resumed from knew */
+    double folder_best;
+    int folder_best_epoch;
+    if (md_run_dir_best(t->run_dir, &folder_best, &folder_best_epoch) && folder_best > t->best_acc) {
+        t->best_acc = folder_best;
+        t->best_epoch = folder_best_epoch;
+    }
     *out = t;
     return MD_OK;
 fail:
@@ -457,6 +454,7 @@ void md_trainer_free(md_trainer *t)
     if (!t) return;
     teardown_batch(t);
     if (t->metrics) fclose(t->metrics);
+    md_run_dir_close(t->run_dir);
     cJSON_Delete(t->report);
     cJSON_Delete(t->ab_tried);
     md_free(t);
@@ -658,29 +656,6 @@ static md_status save_checkpoint(md_trainer *t, const char *path, int epoch, lon
     return st;
 }
 
-static md_status meta_get_ll(const md_st_file *f, const char *key, long long *out)
-{
-    const char *s = md_st_meta(f, key);
-    char *end;
-    if (!s) return md_errf(MD_ERR_DATA, "%s: checkpoint metadata lacks '%s'", md_st_path(f), key);
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (*end || errno) return md_errf(MD_ERR_DATA, "%s: checkpoint metadata '%s' = '%s' is not an integer", md_st_path(f), key, s);
-    *out = v;
-    return MD_OK;
-}
-
-static md_status meta_get_num(const md_st_file *f, const char *key, double *out)
-{
-    const char *s = md_st_meta(f, key);
-    char *end;
-    if (!s) return md_errf(MD_ERR_DATA, "%s: checkpoint metadata lacks '%s'", md_st_path(f), key);
-    double v = strtod(s, &end);
-    if (*end) return md_errf(MD_ERR_DATA, "%s: checkpoint metadata '%s' = '%s' is not a number", md_st_path(f), key, s);
-    *out = v;
-    return MD_OK;
-}
-
 /* Settings that change the result: a resumed run should use the same ones. */
 static void warn_config_changes(const md_trainer *t, const cJSON *ck, const char *path)
 {
@@ -710,7 +685,7 @@ static md_status resume(md_trainer *t)
     struct md_ckpt_tensor *v = NULL;
     int n = 0;
     md_st_file *f = NULL;
-    cJSON *curves = NULL;
+    struct md_ckpt_meta meta = {0};
     md_status st = ckpt_tensors(t, &v, &n);
     if (st != MD_OK) return st;
     if ((st = md_st_open(path, &f)) != MD_OK) goto done;
@@ -727,52 +702,36 @@ static md_status resume(md_trainer *t)
                      opt ? opt : "?", want);
         goto done;
     }
-    /* the batch size fixes what "batch N of epoch E" means */
-    cJSON *cfg = md_st_meta(f, "config") ? cJSON_Parse(md_st_meta(f, "config")) : NULL;
-    const cJSON *cb = cJSON_GetObjectItem(cfg, "batch_size");
-    int ck_batch = cJSON_IsNumber(cb) ? cb->valueint : -1;
-    warn_config_changes(t, cfg, path);
-    cJSON_Delete(cfg);
-    if (ck_batch != t->batch) {
-        st = md_errf(MD_ERR_DATA, "--resume %s: checkpoint was trained with batch size %d, this run uses %d (pass "
-                     "--batch-size %d)", path, ck_batch, t->batch, ck_batch);
-        goto done;
-    }
+    /* every metadata field checked before any is used (and the batch size,
+     * which fixes what "batch N of epoch E" means); the layout may differ:
+     * checkpoints hold PyTorch's and md_checkpoint_load converts */
+    struct md_ckpt_limits lim = {t->steps_per_epoch, t->batch, curve_keys_z};
+    if ((st = md_ckpt_meta_read(f, &lim, &meta)) != MD_OK) goto done;
+    warn_config_changes(t, meta.config, path);
     md_st_close(f);
     f = NULL;
     if ((st = md_checkpoint_load(t->dev, path, v, n, &f)) != MD_OK) goto done;
     if ((st = md_model_params_changed(t->model)) != MD_OK) goto done;
-    long long epoch, batch, gstep, ostep, clean, skipped, correct, seen, best_epoch;
-    double scale, loss, ep_time, run_time, best;
-    if ((st = meta_get_ll(f, "epoch", &epoch)) || (st = meta_get_ll(f, "batch_in_epoch", &batch)) ||
-        (st = meta_get_ll(f, "global_step", &gstep)) || (st = meta_get_ll(f, "optimizer_step", &ostep)) ||
-        (st = meta_get_ll(f, "loss_scale_clean_steps", &clean)) || (st = meta_get_ll(f, "skipped_steps", &skipped)) ||
-        (st = meta_get_ll(f, "epoch_correct", &correct)) || (st = meta_get_ll(f, "epoch_seen", &seen)) ||
-        (st = meta_get_ll(f, "best_epoch", &best_epoch)) || (st = meta_get_num(f, "loss_scale", &scale)) ||
-        (st = meta_get_num(f, "epoch_loss_sum", &loss)) || (st = meta_get_num(f, "epoch_time_s", &ep_time)) ||
-        (st = meta_get_num(f, "run_time_s", &run_time)) || (st = meta_get_num(f, "best_val_acc", &best)))
-        goto done;
-    t->epoch = (int)epoch;
-    t->resume_batch = batch;
-    t->global_step = gstep;
-    md_optim_set_steps(t->opt, ostep);
+    t->epoch = (int)meta.epoch;
+    t->resume_batch = meta.batch_in_epoch;
+    t->global_step = meta.global_step;
+    md_optim_set_steps(t->opt, meta.optimizer_step);
     if (t->scaler.enabled) {
-        t->scaler.scale = (float)scale;
-        t->scaler.clean = clean;
+        t->scaler.scale = (float)meta.loss_scale;
+        t->scaler.clean = meta.loss_scale_clean_steps;
     }
-    t->scaler.skipped = skipped;
-    t->ep_loss = loss;
-    t->ep_correct = correct;
-    t->ep_seen = seen;
-    t->ep_time_before = ep_time;
-    t->run_time = run_time;
-    t->best_acc = best;
-    t->best_epoch = (int)best_epoch;
-    const char *cj = md_st_meta(f, "curves");
-    if (cj && (curves = cJSON_Parse(cj)) && cJSON_IsObject(curves)) {
-        cJSON_ReplaceItemInObject(t->report, "curves", curves);
-        t->curves = curves;
-        curves = NULL;
+    t->scaler.skipped = meta.skipped_steps;
+    t->ep_loss = meta.epoch_loss_sum;
+    t->ep_correct = meta.epoch_correct;
+    t->ep_seen = meta.epoch_seen;
+    t->ep_time_before = meta.epoch_time_s;
+    t->run_time = meta.run_time_s;
+    t->best_acc = meta.best_val_acc;
+    t->best_epoch = (int)meta.best_epoch;
+    if (meta.curves) {
+        cJSON_ReplaceItemInObject(t->report, "curves", meta.curves);
+        t->curves = meta.curves;
+        meta.curves = NULL;
     }
     if (t->resume_batch == 0)
         md_out("  Resumed from %s: after epoch %d (step %lld)\n", path, t->epoch, t->global_step);
@@ -780,7 +739,7 @@ static md_status resume(md_trainer *t)
         md_out("  Resumed from %s: epoch %d after batch %lld (step %lld)\n", path, t->epoch + 1, t->resume_batch,
                t->global_step);
 done:
-    cJSON_Delete(curves);
+    md_ckpt_meta_free(&meta);
     md_st_close(f);
     md_free(v);
     if (st != MD_OK && st != MD_ERR_OOM) md_err_prefix("--resume");

@@ -1,9 +1,11 @@
 /* seeds.c - writes the seed corpora of the fuzz targets: seeds DIR makes
- * DIR/idx, DIR/cifar, DIR/jpeg and DIR/csv with valid inputs to start from. */
+ * DIR/idx, DIR/cifar, DIR/jpeg, DIR/csv, DIR/safetensors and DIR/model with
+ * valid inputs to start from. */
 #include <stdio.h>
 #include <sys/stat.h>
 
 #include "fuzz_csv.h"
+#include "fuzz_formats.h"
 #include "fuzz_one.h"
 
 static void put(const char *dir, const char *sub, const char *name, const uint8_t *b, size_t n)
@@ -31,5 +33,7 @@ int main(int argc, char **argv)
     put(argv[1], "jpeg", "progressive", b, md_fuzz_seed_jpeg(b, sizeof b, 1));
     put(argv[1], "csv", "plain", b, md_fuzz_seed_csv(b, sizeof b, 0));
     put(argv[1], "csv", "crlf_bom_quotes", b, md_fuzz_seed_csv(b, sizeof b, 1));
+    put(argv[1], "safetensors", "checkpoint", b, md_fuzz_seed_safetensors(b, sizeof b));
+    put(argv[1], "model", "blocks", b, md_fuzz_seed_model(b, sizeof b));
     return 0;
 }
