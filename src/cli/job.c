@@ -106,6 +106,9 @@ static md_status write_report(md_job *job, md_status st)
     if (st != MD_OK) cJSON_AddStringToObject(status, "error", md_errmsg());
     else cJSON_AddNullToObject(status, "error");
     cJSON_AddNumberToObject(job->report, "duration_s", md_now() - job->t_start);
+    /* paths and names may hold any bytes: the JSON, HTML and JUnit files
+     * rendered from the report are valid UTF-8 */
+    md_json_fix_utf8(job->report);
     if (!job->opts->report[0]) return MD_OK;
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", md_errmsg());

@@ -931,6 +931,8 @@ md_status md_model_load(const char *name_or_path, const cJSON *inline_model, con
         goto fail;
     }
     b.root = r;
+    /* names end up in reports and checkpoint headers, which must be UTF-8 */
+    if ((st = md_json_check_utf8(r, m->source)) != MD_OK) goto fail;
     if ((st = load_inner(m, &b, r)) != MD_OK) goto fail;
     *out = m;
     m = NULL;

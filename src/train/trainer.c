@@ -87,6 +87,7 @@ struct md_trainer {
     char ckpt_dir[MD_PATH_MAX];
     char last_path[MD_PATH_MAX + 32], best_path[MD_PATH_MAX + 32];
     FILE *metrics;
+    char metrics_err[700];                 /* the first failed --metrics write ("" = none) */
     long long interrupt_after;
 
     /* pipelined steps (see struct step_ctl); set set up by setup_pipeline */
@@ -1044,8 +1045,18 @@ static void metrics_line(md_trainer *t, const char *kind, double loss, double ac
     cJSON_AddNumberToObject(o, "loss_scale", t->scaler.scale);
     char *s = cJSON_PrintUnformatted(o);
     if (s) {
-        fprintf(t->metrics, "%s\n", s);
-        fflush(t->metrics);
+        /* A failed write (disk full) does not stop the training: no more
+         * lines are written, and the run ends with the error (exit 3). */
+        errno = 0;
+        int bad = fprintf(t->metrics, "%s\n", s) < 0;
+        if (fflush(t->metrics) != 0 || ferror(t->metrics)) bad = 1;
+        if (bad) {
+            snprintf(t->metrics_err, sizeof t->metrics_err, "--metrics %s: write failed: %s", t->o->metrics,
+                     errno ? strerror(errno) : "I/O error");
+            md_warn("%s; no more metrics lines are written, and the run will end with this error", t->metrics_err);
+            fclose(t->metrics);
+            t->metrics = NULL;
+        }
         cJSON_free(s);
     }
     cJSON_Delete(o);
@@ -1288,5 +1299,6 @@ done:
         if (t->best_path[0]) cJSON_AddStringToObject(be, "path", t->best_path);
     }
     if (t->last_path[0]) cJSON_AddStringToObject(t->report, "last_checkpoint", t->last_path);
+    if (st == MD_OK && t->metrics_err[0]) st = md_errf(MD_ERR_IO, "%s", t->metrics_err);
     return st;
 }
