@@ -20,6 +20,7 @@ md_status md_stage_train(md_job *job)
     job->trainer = t;
     if (job->opts->dump_grads[0]) return md_trainer_dump_grads(t, job->opts->dump_grads);
     st = md_trainer_run(t);
+    md_stage_data_refresh(job);
     cJSON *r = md_trainer_take_report(t);
     if (r) cJSON_AddItemToObject(job->report, "training", r);
     return st;
