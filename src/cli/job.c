@@ -11,6 +11,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
+#include "core/signals.h"
 #include "core/timer.h"
 #include "diag/sysinfo.h"
 #include "../metal/metal_backend.h"
@@ -190,10 +191,14 @@ md_status md_job_run(md_options *opts)
         /* Several models in turn, then a comparison (src/cli/diagnostics.c). */
         if ((st = md_diagnostics_run(&job)) != MD_OK) goto finish;
     } else {
+        /* a signal that came between the loops that check it stops the run here */
         if ((st = md_stage_model(&job)) != MD_OK) goto finish;
+        if ((st = md_interrupt_check("after loading the model")) != MD_OK) goto finish;
         if ((st = md_stage_data(&job)) != MD_OK) goto finish;
+        if ((st = md_interrupt_check("after opening the dataset")) != MD_OK) goto finish;
         print_settings(&job);
         if ((st = md_stage_train(&job)) != MD_OK) goto finish;
+        if ((st = md_interrupt_check("after training")) != MD_OK) goto finish;
         if ((st = md_stage_bench(&job)) != MD_OK) goto finish;
     }
     memory_section(&job);

@@ -19,6 +19,7 @@
 #include "core/mem.h"
 #include "core/platform.h"
 #include "core/rng.h"
+#include "core/signals.h"
 #include "data/data_impl.h"
 
 #define MAX_FILE_BYTES ((size_t)1 << 31)  /* no dataset file of ours is larger */
@@ -577,6 +578,10 @@ static md_status load_jpeg_tree(struct md_data *d, md_data_scratch *s, const cha
         for (long long i = 0; st == MD_OK && i < nf; i++) {
             char p[MD_PATH_MAX * 2];
             join(p, sizeof p, cdir, files[i]);
+            md_interrupt_hook("data");
+            if ((st = md_interrupt_check("while opening the dataset (checking the images of %s: %lld of %lld)", cdir,
+                                         i, nf)) != MD_OK)
+                break;
             md_status cs = check_jpeg(s, p);
             if (cs == MD_ERR_OOM) { st = cs; break; }
             if (cs != MD_OK) {
@@ -1004,6 +1009,10 @@ static md_status norm_compute(struct md_data *d)
     double cnt[MD_DATA_MAX_INPUTS] = {0};
     md_status st = MD_OK;
     for (long long t = 0; t < want; t++) {
+        md_interrupt_hook("data");
+        if ((st = md_interrupt_check("while opening the dataset (mean and std from sample %lld of %lld)", t, want)) !=
+            MD_OK)
+            goto fail;
         long long gi = d->split[MD_SPLIT_TRAIN][(long long)((double)t * (double)n / (double)want)];
         const uint8_t *px;
         st = fetch(d, s, gi, &px);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/json.h"
+#include "core/signals.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/platform.h"
@@ -216,6 +217,8 @@ static md_status expand_entry(struct build *b, const cJSON *entry, const char *p
     cJSON *obj = NULL;
     char **in = NULL;
     int nin = 0;
+    md_interrupt_hook("model");
+    MD_TRY(md_interrupt_check("while loading the model (%s, at %s)", b->src, path));
     if (!cJSON_IsObject(entry)) return md_errf(MD_ERR_CONFIG, "%s: %s: must be an object", b->src, path);
     obj = cJSON_Duplicate(entry, 1);
     if (!obj) return MD_ERR_OOM;
