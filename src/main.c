@@ -1,10 +1,31 @@
 /* main.c - mpsdiag's entry point: parse, run, print the error, exit. */
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/job.h"
+#include "cli/outputs.h"
 #include "cli/run_info.h"
 #include "core/log.h"
 #include "core/signals.h"
+
+/* Whatever was printed must have reached stdout: a full disk or a closed
+ * pipe behind it is an error (exit 3 unless the run already failed). */
+static int finish_stdout(int rc)
+{
+    int bad = ferror(stdout);
+    errno = 0;
+    if (fflush(stdout) != 0) bad = 1;
+    int e = errno;
+    if (fclose(stdout) != 0) {
+        bad = 1;
+        if (!e) e = errno;
+    }
+    if (!bad) return rc;
+    if (e) fprintf(stderr, "mpsdiag: stdout: write failed: %s\n", strerror(e));
+    else fprintf(stderr, "mpsdiag: stdout: write failed\n");
+    return rc ? rc : md_status_exit_code(MD_ERR_IO);
+}
 
 int main(int argc, char **argv)
 {
@@ -19,16 +40,23 @@ int main(int argc, char **argv)
     }
     if (opts.help) {
         md_options_usage(stdout);
-        return 0;
+        return finish_stdout(0);
     }
     if (opts.version) {
         md_options_version(stdout);
-        return 0;
+        return finish_stdout(0);
+    }
+    /* every output path before any work: a bad one named now, not after a
+     * whole training run (each on its own line) */
+    struct md_output_problems bad;
+    if (md_outputs_check(&opts, &bad) != MD_OK) {
+        for (int i = 0; i < bad.n; i++) fprintf(stderr, "mpsdiag: %s\n", bad.msg[i]);
+        return md_status_exit_code(MD_ERR_IO);
     }
     md_log_init((md_verbosity)opts.verbosity);
     md_signals_install();
     st = md_job_run(&opts);
-    fflush(stdout);
+    int rc = finish_stdout(md_status_exit_code(st));
     if (st != MD_OK) fprintf(stderr, "mpsdiag: %s\n", md_errmsg());
-    return md_status_exit_code(st);
+    return rc;
 }

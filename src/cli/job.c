@@ -14,6 +14,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
+#include "core/signals.h"
 #include "core/timer.h"
 #include "diag/sysinfo.h"
 #include "../metal/metal_backend.h"
@@ -143,6 +144,9 @@ static md_status write_report(md_job *job, md_status st)
     if (st != MD_OK) cJSON_AddStringToObject(status, "error", md_errmsg());
     else cJSON_AddNullToObject(status, "error");
     cJSON_AddNumberToObject(job->report, "duration_s", md_now() - job->t_start);
+    /* paths and names may hold any bytes: the JSON, HTML and JUnit files
+     * rendered from the report are valid UTF-8 */
+    md_json_fix_utf8(job->report);
     if (!job->opts->report[0]) return MD_OK;
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", md_errmsg());
@@ -225,11 +229,15 @@ md_status md_job_run(md_options *opts)
         /* Several models in turn, then a comparison (src/cli/diagnostics.c). */
         if ((st = md_diagnostics_run(&job)) != MD_OK) goto finish;
     } else {
+        /* a signal that came between the loops that check it stops the run here */
         if ((st = md_stage_model(&job)) != MD_OK) goto finish;
+        if ((st = md_interrupt_check("after loading the model")) != MD_OK) goto finish;
         if ((st = md_stage_data(&job)) != MD_OK) goto finish;
+        if ((st = md_interrupt_check("after opening the dataset")) != MD_OK) goto finish;
         md_settings_record_run(&job);
         md_settings_print(job.settings, 0);
         if ((st = md_stage_train(&job)) != MD_OK) goto finish;
+        if ((st = md_interrupt_check("after training")) != MD_OK) goto finish;
         if ((st = md_stage_bench(&job)) != MD_OK) goto finish;
     }
     memory_section(&job);

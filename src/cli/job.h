@@ -53,6 +53,9 @@ md_status md_stage_model(md_job *job);   /* src/nn/stage_model.c   */
 void md_stage_model_cleanup(md_job *job);
 md_status md_stage_data(md_job *job);    /* src/data/stage_data.c  */
 void md_stage_data_cleanup(md_job *job);
+/* Brings report.data's skipped files up to date (samples the loaders
+ * skipped after the data stage) and prints them when there are new ones. */
+void md_stage_data_refresh(md_job *job); /* src/data/stage_data.c */
 md_status md_stage_train(md_job *job);   /* src/train/stage_train.c */
 void md_stage_train_cleanup(md_job *job);
 md_status md_stage_bench(md_job *job);   /* src/diag/stage_bench.c  */

@@ -121,7 +121,7 @@ static const struct optdef table[] = {
     {"image-size", NULL, T_INT, F(image_size), "image_size", "Data", "PX",
      "JPEG folders: resize to PX x PX (default: the model's input)", NULL, 8, 4096, 0, MD_AREA_DATA},
     {"max-samples", NULL, T_INT, F(max_samples), "max_samples", "Data", "N",
-     "use at most N training samples", NULL, 1, INT_MAX, 0, MD_AREA_DATA},
+     "use at most N samples of each split (train, validation, test; seeded)", NULL, 1, INT_MAX, 0, MD_AREA_DATA},
     {"coarse-labels", NULL, T_ON, F(coarse_labels), "coarse_labels", "Data", NULL,
      "CIFAR-100: the 20 coarse classes instead of the 100 fine ones", NULL, 0, 0, 0, MD_AREA_DATA},
     /* --- training --- */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/mem.h"
+#include "core/outfile.h"
 #include "core/strmap.h"
 
 /* Objects with more keys than this are checked through a hash map. */
@@ -163,50 +164,138 @@ md_status md_json_only_keys(const cJSON *obj, const char *path, const char *cons
 
 md_status md_write_file_atomic(const char *path, const void *data, size_t n)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return md_errf(MD_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    const char *p = data;
-    size_t left = n;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return md_errf(MD_ERR_IO, "%s: write failed: %s", path, strerror(e));
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (fsync(fd) != 0) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        return md_errf(MD_ERR_IO, "%s: fsync failed: %s", path, strerror(e));
-    }
-    if (close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return md_errf(MD_ERR_IO, "%s: close failed: %s", path, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return md_errf(MD_ERR_IO, "%s: rename failed: %s", path, strerror(e));
-    }
-    return MD_OK;
+    return md_outfile_write_all(path, data, n);
 }
 
 md_status md_json_write_file(const cJSON *root, const char *path)
 {
     char *text = cJSON_Print(root);
     if (!text) return md_errf(MD_ERR_OOM, "%s: out of memory formatting JSON", path);
+    if (!md_utf8_valid(text, NULL)) {
+        /* bytes that are not UTF-8 can only be inside strings: replaced */
+        char *fixed = md_utf8_fix(text);
+        cJSON_free(text);
+        if (!fixed) return md_errf(MD_ERR_OOM, "%s: out of memory formatting JSON", path);
+        text = fixed;
+    }
     size_t n = strlen(text);
     text[n] = '\n'; /* replace the terminator: write n+1 bytes including newline */
     md_status st = md_write_file_atomic(path, text, n + 1);
     cJSON_free(text);
     return st;
+}
+
+/* ---- UTF-8 ------------------------------------------------------------------------------ */
+
+/* Length of the valid UTF-8 sequence at s (strict: no overlongs, no
+ * surrogates, at most U+10FFFF), or 0 when it is not one. */
+static size_t utf8_seq(const unsigned char *s)
+{
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t k;
+    unsigned min, v;
+    if ((c & 0xE0) == 0xC0) { k = 1; min = 0x80; v = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { k = 2; min = 0x800; v = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { k = 3; min = 0x10000; v = c & 0x07; }
+    else return 0;
+    for (size_t j = 1; j <= k; j++) {
+        if ((s[j] & 0xC0) != 0x80) return 0; /* also stops at the terminator */
+        v = (v << 6) | (s[j] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    return k + 1;
+}
+
+int md_utf8_valid(const char *s, size_t *bad_offset)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; p[i];) {
+        size_t k = utf8_seq(p + i);
+        if (!k) {
+            if (bad_offset) *bad_offset = i;
+            return 0;
+        }
+        i += k;
+    }
+    return 1;
+}
+
+char *md_utf8_fix(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    char *out = cJSON_malloc(n * 3 + 1); /* each bad byte becomes EF BF BD */
+    if (!out) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq(p + i);
+        if (k) {
+            memcpy(out + o, p + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+static md_status check_utf8(const cJSON *node, const char *name, char *path, size_t len, size_t cap)
+{
+    size_t bad = 0;
+    if (cJSON_IsString(node) && node->valuestring && !md_utf8_valid(node->valuestring, &bad))
+        return md_errf(MD_ERR_CONFIG, "%s: %s: not valid UTF-8 (byte 0x%02x at offset %zu)", name,
+                       len ? path : "(top level)", (unsigned char)node->valuestring[bad], bad);
+    int i = 0;
+    for (const cJSON *c = node->child; c; c = c->next, i++) {
+        int w;
+        if (cJSON_IsArray(node)) {
+            w = snprintf(path + len, cap - len, "[%d]", i);
+        } else {
+            if (c->string && !md_utf8_valid(c->string, &bad)) {
+                path[len] = '\0';
+                return md_errf(MD_ERR_CONFIG, "%s: %s%sa key is not valid UTF-8 (byte 0x%02x at offset %zu)", name,
+                               path, len ? ": " : "", (unsigned char)c->string[bad], bad);
+            }
+            w = snprintf(path + len, cap - len, "%s%s", len ? "." : "", c->string ? c->string : "?");
+        }
+        size_t nl = w < 0 ? len : len + (size_t)w;
+        if (nl >= cap) nl = cap - 1;
+        MD_TRY(check_utf8(c, name, path, nl, cap));
+        path[len] = '\0';
+    }
+    return MD_OK;
+}
+
+md_status md_json_check_utf8(const cJSON *root, const char *name)
+{
+    char path[1024];
+    path[0] = '\0';
+    return check_utf8(root, name, path, 0, sizeof path);
+}
+
+void md_json_fix_utf8(cJSON *node)
+{
+    for (; node; node = node->next) {
+        if (node->string && !md_utf8_valid(node->string, NULL)) {
+            char *f = md_utf8_fix(node->string);
+            if (f) {
+                if (!(node->type & cJSON_StringIsConst)) cJSON_free(node->string);
+                node->string = f;
+                node->type &= ~cJSON_StringIsConst;
+            }
+        }
+        if (cJSON_IsString(node) && node->valuestring && !md_utf8_valid(node->valuestring, NULL)) {
+            char *f = md_utf8_fix(node->valuestring);
+            if (f) {
+                cJSON_free(node->valuestring);
+                node->valuestring = f;
+            }
+        }
+        if (node->child) md_json_fix_utf8(node->child);
+    }
 }

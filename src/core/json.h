@@ -41,4 +41,19 @@ md_status md_json_write_file(const cJSON *root, const char *path);
 /* Same for raw bytes. */
 md_status md_write_file_atomic(const char *path, const void *data, size_t n);
 
+/* UTF-8. Strict: no overlong forms, no surrogates, nothing above U+10FFFF.
+ * md_utf8_valid: 1 when s is valid, else 0 with the first bad byte's offset
+ * in *bad_offset (may be NULL). md_utf8_fix: a copy with each byte that does
+ * not start a valid sequence replaced by U+FFFD (caller frees with
+ * cJSON_free). */
+int md_utf8_valid(const char *s, size_t *bad_offset);
+char *md_utf8_fix(const char *s);
+/* MD_ERR_CONFIG naming `name` and the JSON path ("layers[3].name") of the
+ * first key or string that is not valid UTF-8. */
+md_status md_json_check_utf8(const cJSON *root, const char *name);
+/* Replaces invalid UTF-8 in every key and string of the tree (and of its
+ * siblings) with U+FFFD, so the printed JSON is valid UTF-8 whatever bytes
+ * went in (paths from the command line may hold any). */
+void md_json_fix_utf8(cJSON *node);
+
 #endif

@@ -14,6 +14,7 @@
 
 #include "core/json.h"
 #include "core/mem.h"
+#include "core/outfile.h"
 #include "core/strmap.h"
 
 /* Headers above this are refused as corrupt (the reference implementation
@@ -203,6 +204,8 @@ static md_status build_header(const md_st_writer *w, const int *order, char **ou
         cJSON_AddItemToArray(offs, raw_int((long long)(off + t->nbytes)));
         off += t->nbytes;
     }
+    /* metadata may carry paths with any bytes; readers want UTF-8 */
+    md_json_fix_utf8(root);
     text = cJSON_PrintUnformatted(root);
     if (!text) goto fail;
     size_t n = strlen(text);
@@ -222,92 +225,33 @@ fail:
     return st;
 }
 
-static md_status write_all(int fd, const void *data, size_t n, const char *path)
-{
-    const char *p = data;
-    while (n > 0) {
-        /* chunks keep one write below 2 GiB (some kernels cap a write there) */
-        size_t chunk = n > (1u << 30) ? (1u << 30) : n;
-        ssize_t r = write(fd, p, chunk);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return md_errf(MD_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        }
-        if (r == 0) return md_errf(MD_ERR_IO, "%s: write failed: no progress (disk full?)", path);
-        p += r;
-        n -= (size_t)r;
-    }
-    return MD_OK;
-}
-
-/* fsync of the directory makes the rename itself durable; file systems that
- * cannot (EINVAL) are fine with it not happening. */
-static void sync_dir_of(const char *path)
-{
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) dir[1] = '\0';
-    else if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, ".");
-    int fd = open(dir, O_RDONLY);
-    if (fd < 0) return;
-    (void)fsync(fd);
-    close(fd);
-}
-
 md_status md_st_writer_write(md_st_writer *w, const char *path)
 {
     MD_ASSERT(host_is_little_endian()); /* raw data is written as the host holds it */
-    char tmp[4200];
     int *order = NULL;
     char *header = NULL;
     size_t hlen = 0;
-    int fd = -1;
+    md_outfile *out = NULL;
     md_status st;
-    if (strlen(path) + 5 > sizeof tmp) return md_errf(MD_ERR_IO, "%s: path too long", path);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     order = md_malloc((size_t)(w->nt > 0 ? w->nt : 1) * sizeof *order);
     if (!order) return MD_ERR_OOM;
     write_order(w, order);
     if ((st = build_header(w, order, &header, &hlen)) != MD_OK) goto fail;
-
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        st = md_errf(MD_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-        goto fail;
-    }
+    /* a temporary file renamed over a regular file; links followed, devices
+     * and FIFOs written directly (core/outfile.h) */
+    if ((st = md_outfile_open(path, &out)) != MD_OK) goto fail;
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((unsigned long long)hlen >> (8 * i));
-    if ((st = write_all(fd, len8, 8, path)) != MD_OK) goto fail_unlink;
-    if ((st = write_all(fd, header, hlen, path)) != MD_OK) goto fail_unlink;
+    if ((st = md_outfile_write(out, len8, 8)) != MD_OK) goto fail;
+    if ((st = md_outfile_write(out, header, hlen)) != MD_OK) goto fail;
     for (int k = 0; k < w->nt; k++) {
         const struct st_wtensor *t = &w->t[order[k]];
-        if ((st = write_all(fd, t->data, t->nbytes, path)) != MD_OK) goto fail_unlink;
+        if ((st = md_outfile_write(out, t->data, t->nbytes)) != MD_OK) goto fail;
     }
-    if (fsync(fd) != 0) {
-        st = md_errf(MD_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
-        goto fail_unlink;
-    }
-    int rc = close(fd);
-    fd = -1;
-    if (rc != 0) {
-        st = md_errf(MD_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-        goto fail_unlink;
-    }
-    if (rename(tmp, path) != 0) {
-        st = md_errf(MD_ERR_IO, "%s: rename failed: %s", path, strerror(errno));
-        goto fail_unlink;
-    }
-    sync_dir_of(path);
-    st = MD_OK;
-    goto fail;
-fail_unlink:
-    if (fd >= 0) close(fd);
-    fd = -1;
-    unlink(tmp);
+    st = md_outfile_commit(out);
+    out = NULL;
 fail:
-    if (fd >= 0) close(fd);
+    md_outfile_abort(out);
     md_free(header);
     md_free(order);
     return st;

@@ -3,12 +3,16 @@
 #include "core/signals.h"
 
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/status.h"
 
 static volatile sig_atomic_t hits;
+static int installed;
 
 static void on_signal(int sig)
 {
@@ -28,9 +32,37 @@ void md_signals_install(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
+    /* system calls resume after the handler: the loops poll md_interrupted,
+     * and a read cut short by EINTR would look like a damaged file */
+    sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    installed = 1;
 }
 
 int md_interrupted(void) { return (int)hits; }
 void md_interrupt_set(int n) { hits = n; }
+
+md_status md_interrupt_check(const char *where_fmt, ...)
+{
+    if (!hits) return MD_OK;
+    char where[768];
+    va_list ap;
+    va_start(ap, where_fmt);
+    vsnprintf(where, sizeof where, where_fmt, ap);
+    va_end(ap);
+    return md_errf(MD_ERR_INTERRUPTED, "interrupted %s", where);
+}
+
+void md_interrupt_hook(const char *phase)
+{
+    static int fired;
+    const char *want = getenv("MPSDIAG_TEST_INTERRUPT");
+    if (fired || !want || !*want) return;
+    size_t n = strlen(phase);
+    if (strncmp(want, phase, n) != 0 || (want[n] != '\0' && want[n] != ':')) return;
+    fired = 1;
+    int sig = strcmp(want + n, ":TERM") == 0 ? SIGTERM : SIGINT;
+    if (installed) raise(sig);
+    else hits++; /* in-process tests without the handler */
+}

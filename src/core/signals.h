@@ -1,13 +1,31 @@
 /* signals.h - Ctrl-C and SIGTERM: the first asks the run to stop at the next
- * safe point (the training loop checkpoints and exits 130); the second exits
- * at once. */
+ * safe point (every long loop checks it: model loading, opening the dataset,
+ * training steps, validation, test scoring, the benchmark; the run says where
+ * it stopped and exits 130, the training loop after writing a checkpoint);
+ * the second exits at once. */
 #ifndef MD_SIGNALS_H
 #define MD_SIGNALS_H
+
+#include "core/status.h"
 
 void md_signals_install(void);
 /* Number of SIGINT/SIGTERM received (0 = keep going). */
 int md_interrupted(void);
 /* For tests: pretend a signal arrived (n > 0) or clear (n = 0). */
 void md_interrupt_set(int n);
+
+/* MD_OK while no signal arrived; else MD_ERR_INTERRUPTED with the message
+ * "interrupted <where>" (printf-style), for the loops that check it. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+md_status md_interrupt_check(const char *where_fmt, ...);
+
+/* Test hook (docs/robustness.md): when the environment variable
+ * MPSDIAG_TEST_INTERRUPT names `phase` ("model", "data", "validation",
+ * "test", "benchmark"; ":TERM" after it for SIGTERM), the process sends
+ * itself SIGINT once, as the phase's loop starts, so that tests reach every
+ * phase without racing a timer. No effect otherwise. */
+void md_interrupt_hook(const char *phase);
 
 #endif

@@ -19,10 +19,10 @@
 #include "core/mem.h"
 #include "core/platform.h"
 #include "core/rng.h"
+#include "core/signals.h"
 #include "data/data_impl.h"
 
 #define MAX_FILE_BYTES ((size_t)1 << 31)  /* no dataset file of ours is larger */
-#define JPEG_HEAD_BYTES ((size_t)256 << 10) /* enough for the header of nearly every JPEG */
 #define NORM_SAMPLES 1000                 /* samples for computed mean/std (JPEG: fewer) */
 #define NORM_SAMPLES_JPEG 200
 #define SYNTH_TRAIN 5000
@@ -67,7 +67,10 @@ struct md_data {
     int skip_bad;
     long long skipped;       /* atomic */
     char first_bad[512];
-    pthread_mutex_t mu;      /* first_bad */
+    int nbad_listed;         /* entries of bad_path/bad_msg */
+    char bad_path[MD_DATA_BAD_LISTED][MD_PATH_MAX];
+    char bad_msg[MD_DATA_BAD_LISTED][512];
+    pthread_mutex_t mu;      /* first_bad, the list */
     uint64_t seed;
 };
 
@@ -523,28 +526,33 @@ fail:
     return st;
 }
 
-static void note_bad(struct md_data *d, const char *msg)
+static void note_bad(struct md_data *d, const char *path, const char *msg)
 {
     long long n = __atomic_add_fetch(&d->skipped, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&d->mu);
     if (!d->first_bad[0]) snprintf(d->first_bad, sizeof d->first_bad, "%s", msg);
+    if (d->nbad_listed < MD_DATA_BAD_LISTED) {
+        /* the reason without the "<path>: " the message starts with */
+        size_t pl = strlen(path);
+        const char *why = strncmp(msg, path, pl) == 0 && msg[pl] == ':' && msg[pl + 1] == ' ' ? msg + pl + 2 : msg;
+        snprintf(d->bad_path[d->nbad_listed], sizeof d->bad_path[0], "%s", path);
+        snprintf(d->bad_msg[d->nbad_listed], sizeof d->bad_msg[0], "%s", why);
+        d->nbad_listed++;
+    }
     pthread_mutex_unlock(&d->mu);
     if (n == 1) md_warn("skipping bad sample: %s (--on-bad-sample skip; the report counts them)", msg);
     else md_verbose("  skipping bad sample: %s\n", msg);
 }
 
-/* Header check of one JPEG: a prefix first, the whole file if that was not enough. */
+/* Check of one JPEG at open: the header (size limit before any decoding),
+ * then the whole file decoded at the smallest DCT scale, so that a file the
+ * loader would fail on fails here, not mid-epoch. */
 static md_status check_jpeg(md_data_scratch *s, const char *path)
 {
     size_t len = 0;
-    int whole = 0, w, h;
-    MD_TRY(read_prefix(s, path, JPEG_HEAD_BYTES, &len, &whole));
-    md_status st = md_jpeg_header(s->jpeg, s->file, len, path, &w, &h);
-    if (st != MD_OK && !whole) {
-        MD_TRY(read_prefix(s, path, 0, &len, &whole));
-        st = md_jpeg_header(s->jpeg, s->file, len, path, &w, &h);
-    }
-    return st;
+    int whole = 0;
+    MD_TRY(read_prefix(s, path, 0, &len, &whole));
+    return md_jpeg_verify(s->jpeg, s->file, len, path);
 }
 
 /* Adds root/<class>/ *.jpg for the given classes; a class folder missing under
@@ -570,11 +578,15 @@ static md_status load_jpeg_tree(struct md_data *d, md_data_scratch *s, const cha
         for (long long i = 0; st == MD_OK && i < nf; i++) {
             char p[MD_PATH_MAX * 2];
             join(p, sizeof p, cdir, files[i]);
+            md_interrupt_hook("data");
+            if ((st = md_interrupt_check("while opening the dataset (checking the images of %s: %lld of %lld)", cdir,
+                                         i, nf)) != MD_OK)
+                break;
             md_status cs = check_jpeg(s, p);
             if (cs == MD_ERR_OOM) { st = cs; break; }
             if (cs != MD_OK) {
                 if (!d->skip_bad) { st = cs; break; }
-                note_bad(d, md_errmsg());
+                note_bad(d, p, md_errmsg());
                 md_err_clear();
                 continue;
             }
@@ -651,6 +663,25 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* splits                                                                     */
 
+/* --max-samples on a validation or test split: a seeded random `max` of its
+ * samples, kept in order; the origin says so. */
+static void cap_split(struct md_data *d, md_split s, long long max, uint64_t seed)
+{
+    long long n = d->split_n[s];
+    if (max <= 0 || n <= max) return;
+    int64_t *v = d->split[s];
+    md_rng rng;
+    md_rng_init(&rng, md_rng_hash(seed, 0x4d4158534d504cull + (uint64_t)s)); /* "MAXSMPL" */
+    for (long long i = 0; i < max; i++) {
+        long long j = i + (long long)(md_rng_next(&rng) % (uint64_t)(n - i));
+        int64_t t = v[i]; v[i] = v[j]; v[j] = t;
+    }
+    qsort(v, (size_t)max, sizeof *v, cmp_i64);
+    d->split_n[s] = max;
+    size_t l = strlen(d->split_origin[s]);
+    snprintf(d->split_origin[s] + l, sizeof d->split_origin[0] - l, ", %lld of %lld (--max-samples)", max, n);
+}
+
 static md_status make_splits(struct md_data *d, const md_options *o, const struct ranges *r)
 {
     md_status st = MD_OK;
@@ -708,6 +739,10 @@ static md_status make_splits(struct md_data *d, const md_options *o, const struc
     if (!d->split_origin[MD_SPLIT_TEST][0])
         snprintf(d->split_origin[MD_SPLIT_TEST], sizeof d->split_origin[0], "%s",
                  d->split_n[MD_SPLIT_TEST] ? "test files" : "none (the dataset has no test files)");
+    /* a smoke run with --max-samples 4 scores 4 validation and test samples,
+     * not the whole test set */
+    cap_split(d, MD_SPLIT_VAL, o->max_samples, o->seed);
+    cap_split(d, MD_SPLIT_TEST, o->max_samples, o->seed);
     d->class_counts = md_calloc((size_t)MD_SPLIT_COUNT * d->num_classes, sizeof(long long));
     if (!d->class_counts) { st = MD_ERR_OOM; goto fail; }
     for (int s = 0; s < MD_SPLIT_COUNT; s++)
@@ -840,7 +875,7 @@ md_status md_data_prepare(struct md_data *d, md_data_scratch *s, long long gi, c
     md_status st = fetch(d, s, gi, &px);
     if (st != MD_OK) {
         if (st == MD_ERR_DATA && d->skip_bad) {
-            note_bad(d, md_errmsg());
+            note_bad(d, d->paths ? d->paths[gi] : d->source, md_errmsg());
             md_err_clear();
             *bad = 1;
             return MD_OK;
@@ -974,6 +1009,10 @@ static md_status norm_compute(struct md_data *d)
     double cnt[MD_DATA_MAX_INPUTS] = {0};
     md_status st = MD_OK;
     for (long long t = 0; t < want; t++) {
+        md_interrupt_hook("data");
+        if ((st = md_interrupt_check("while opening the dataset (mean and std from sample %lld of %lld)", t, want)) !=
+            MD_OK)
+            goto fail;
         long long gi = d->split[MD_SPLIT_TRAIN][(long long)((double)t * (double)n / (double)want)];
         const uint8_t *px;
         st = fetch(d, s, gi, &px);
@@ -1373,3 +1412,14 @@ long long md_data_cache_estimate(const struct md_data *d) { return d->cache_esti
 long long md_data_resident_bytes(const struct md_data *d) { return d->resident_bytes; }
 long long md_data_skipped(const struct md_data *d) { return __atomic_load_n(&d->skipped, __ATOMIC_RELAXED); }
 const char *md_data_first_bad(const struct md_data *d) { return d->first_bad; }
+int md_data_bad_listed(struct md_data *d, int i, char *path, size_t pn, char *why, size_t wn)
+{
+    pthread_mutex_lock(&d->mu);
+    int n = d->nbad_listed;
+    if (i >= 0 && i < n) {
+        snprintf(path, pn, "%s", d->bad_path[i]);
+        snprintf(why, wn, "%s", d->bad_msg[i]);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return n;
+}

@@ -152,6 +152,10 @@ long long md_data_resident_bytes(const struct md_data *d);
  * loader met while decoding. md_data_first_bad: the first one's message. */
 long long md_data_skipped(const struct md_data *d);
 const char *md_data_first_bad(const struct md_data *d);
+/* The first MD_DATA_BAD_LISTED skipped files: copies entry i's path and
+ * reason (when i is in range) and returns how many are listed. */
+#define MD_DATA_BAD_LISTED 10
+int md_data_bad_listed(struct md_data *d, int i, char *path, size_t pn, char *why, size_t wn);
 
 /* ---- loader ---- */
 

@@ -54,7 +54,12 @@ void md_jpeg_free(md_jpeg *j);
 /* Reads the header: size and whether the image is colour. Refuses images over
  * MD_JPEG_MAX_PIXELS and anything that is not a JPEG, naming `name`. */
 md_status md_jpeg_header(md_jpeg *j, const uint8_t *buf, size_t len, const char *name, int *w, int *h);
-/* Decodes into dst (c, oh, ow) planar, c = 1 (gray = luma) or 3 (RGB). Uses
+/* Decodes the whole image at the smallest DCT scale (cheap: no full-size
+ * transform, but every coefficient is read), so a file the loader could not
+ * decode fails here, naming `name`. */
+md_status md_jpeg_verify(md_jpeg *j, const uint8_t *buf, size_t len, const char *name);
+/* Decodes into dst (c, oh, ow) planar, c = 1 (gray = luma) or 3 (RGB);
+ * CMYK/YCCK JPEGs are converted (inverted CMYK, R = C * K / 255). Uses
  * TurboJPEG's DCT scaling to the smallest size not below (oh, ow), then
  * bilinear resizing. Corrupt data (also what libjpeg calls a warning) fails. */
 md_status md_jpeg_decode(md_jpeg *j, const uint8_t *buf, size_t len, const char *name, int c, int oh, int ow,

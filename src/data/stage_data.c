@@ -161,6 +161,51 @@ static md_status open_synthetic_instead(md_job *job, const struct md_data_reques
     return md_data_open(o, req, &job->data);
 }
 
+/* The skipped files, one line each (the first MD_DATA_BAD_LISTED). */
+static void print_skipped(struct md_data *d, const char *label)
+{
+    char path[MD_PATH_MAX], why[512];
+    long long n = md_data_skipped(d);
+    md_out("  %-14s %lld bad sample%s skipped (--on-bad-sample skip):\n", label, n, n == 1 ? "" : "s");
+    int listed = md_data_bad_listed(d, -1, path, sizeof path, why, sizeof why);
+    for (int i = 0; i < listed; i++) {
+        md_data_bad_listed(d, i, path, sizeof path, why, sizeof why);
+        md_out("  %-14s   %s: %s\n", "", path, why);
+    }
+    if (n > listed) md_out("  %-14s   and %lld more (run with --verbose to see each)\n", "", n - listed);
+}
+
+/* report.data: skipped, first_skipped, skipped_files [{path, error}]. */
+static void report_skipped(struct md_data *d, cJSON *r)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(r, "skipped");
+    cJSON_DeleteItemFromObjectCaseSensitive(r, "first_skipped");
+    cJSON_DeleteItemFromObjectCaseSensitive(r, "skipped_files");
+    cJSON_AddNumberToObject(r, "skipped", (double)md_data_skipped(d));
+    if (md_data_first_bad(d)[0]) cJSON_AddStringToObject(r, "first_skipped", md_data_first_bad(d));
+    else cJSON_AddNullToObject(r, "first_skipped");
+    cJSON *files = cJSON_AddArrayToObject(r, "skipped_files");
+    char path[MD_PATH_MAX], why[512];
+    int listed = md_data_bad_listed(d, -1, path, sizeof path, why, sizeof why);
+    for (int i = 0; i < listed; i++) {
+        md_data_bad_listed(d, i, path, sizeof path, why, sizeof why);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "path", path);
+        cJSON_AddStringToObject(o, "error", why);
+        cJSON_AddItemToArray(files, o);
+    }
+}
+
+void md_stage_data_refresh(md_job *job)
+{
+    cJSON *r = cJSON_GetObjectItemCaseSensitive(job->report, "data");
+    if (!job->data || !r) return;
+    const cJSON *was = cJSON_GetObjectItemCaseSensitive(r, "skipped");
+    long long before = cJSON_IsNumber(was) ? (long long)was->valuedouble : 0;
+    if (md_data_skipped(job->data) == before) return;
+    print_skipped(job->data, "data");
+    report_skipped(job->data, r);}
+
 md_status md_stage_data(md_job *job)
 {
     md_options *o = job->opts;
@@ -215,8 +260,9 @@ md_status md_stage_data(md_job *job)
     else if (o->cache_images)
         md_out("  %-14s not needed: %s images are held in memory (%s)\n", "cache", md_data_format(d),
                md_fmt_bytes((double)md_data_resident_bytes(d), b, sizeof b));
-    if (md_data_skipped(d))
-        md_out("  %-14s %lld bad samples skipped (first: %s)\n", "skipped", md_data_skipped(d), md_data_first_bad(d));
+    if (md_data_skipped(d)) print_skipped(d, "skipped");
+    if (o->max_samples > 0)
+        md_out("  %-14s at most %d samples per split (--max-samples)\n", "max samples", o->max_samples);
     md_out("  %-14s %.0f samples/s delivered (batch %d, %lld batches), %.0f samples/s decode capacity\n",
            "loader probe", ls.samples_per_s, pbatch, ls.batches, ls.decode_per_s);
 
@@ -267,9 +313,9 @@ md_status md_stage_data(md_job *job)
     cJSON_AddNumberToObject(cache, "estimate_bytes", (double)md_data_cache_estimate(d));
     cJSON_AddNumberToObject(cache, "bytes", (double)md_data_cache_bytes(d));
     cJSON_AddNumberToObject(r, "resident_bytes", (double)md_data_resident_bytes(d));
-    cJSON_AddNumberToObject(r, "skipped", (double)md_data_skipped(d));
-    if (md_data_first_bad(d)[0]) cJSON_AddStringToObject(r, "first_skipped", md_data_first_bad(d));
-    else cJSON_AddNullToObject(r, "first_skipped");
+    report_skipped(d, r);
+    if (o->max_samples > 0) cJSON_AddNumberToObject(r, "max_samples", o->max_samples);
+    else cJSON_AddNullToObject(r, "max_samples");
     cJSON *pr = cJSON_AddObjectToObject(r, "loader_probe");
     cJSON_AddNumberToObject(pr, "batch_size", pbatch);
     cJSON_AddNumberToObject(pr, "batches", (double)ls.batches);

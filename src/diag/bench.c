@@ -8,6 +8,7 @@
 #include "backend/kernels_call.h"
 #include "core/log.h"
 #include "core/mem.h"
+#include "core/signals.h"
 #include "data/data.h"
 
 /* Distinct batches kept on the device and cycled through, so the loss is
@@ -360,6 +361,8 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     int wu = s->warmup_iters < 1 ? 1 : s->warmup_iters;
     double sum = 0, t[4];
     for (int i = 0; i < wu; i++) {
+        md_interrupt_hook("benchmark");
+        if ((st = md_interrupt_check("during the benchmark (warm-up step %d of %d)", i + 1, wu)) != MD_OK) goto fail;
         if ((st = train_step(&b, i % b.ring.n, t, NULL)) != MD_OK) goto fail;
         if (i == 0) r->first_step_ms = t[3];
         else sum += t[3];
@@ -377,6 +380,7 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
         /* the same steps op by op first: what the graph is compared with, and the phase split */
         int k = s->iters < 10 ? s->iters : 10;
         for (int i = 0; i < k; i++) {
+            if ((st = md_interrupt_check("during the benchmark (op-by-op step %d of %d)", i + 1, k)) != MD_OK) goto fail;
             if ((st = train_step(&b, i % b.ring.n, t, NULL)) != MD_OK) goto fail;
             fw[i] = t[0];
             bw[i] = t[1];
@@ -399,6 +403,8 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     tstart = md_now();
     for (; n < s->iters; n++) {
         if (s->time_budget_s > 0 && n >= 2 && md_now() - tstart > s->time_budget_s) break;
+        if ((st = md_interrupt_check("during the benchmark (timed training step %d of %d)", n + 1, s->iters)) != MD_OK)
+            goto fail;
         double loss;
         if ((st = (r->graph ? graph_step : train_step)(&b, n % b.ring.n, t, &loss)) != MD_OK) goto fail;
         fw[n] = t[0];
@@ -430,6 +436,9 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
         tsum = 0;
         for (; n < s->inference_iters; n++) {
             if (s->time_budget_s > 0 && n >= 2 && md_now() - tstart > s->time_budget_s) break;
+            if ((st = md_interrupt_check("during the benchmark (inference batch %d of %d)", n + 1, s->inference_iters)) !=
+                MD_OK)
+                goto fail;
             if ((st = infer(&b, n % b.ring.n, &r->inf_samples_ms[n])) != MD_OK) goto fail;
             tsum += r->inf_samples_ms[n];
         }
@@ -491,6 +500,7 @@ md_status md_bench_gemm_peak(md_device *dev, md_dtype dtype, int n, double *gflo
     if ((st = md_dev_sync(dev)) != MD_OK) goto fail;
     double best = INFINITY, t_all = md_now();
     for (int i = 0; i < 10 && (i < 3 || md_now() - t_all < 0.5); i++) {
+        if ((st = md_interrupt_check("during the benchmark (GEMM peak)")) != MD_OK) goto fail;
         double t0 = md_now();
         if ((st = md_k_gemm(dev, &g)) != MD_OK) goto fail;
         if ((st = md_dev_sync(dev)) != MD_OK) goto fail;
@@ -525,6 +535,7 @@ md_status md_bench_loader(struct md_data *data, const md_options *o, int batch, 
     double t0 = md_now();
     for (int i = 0; st == MD_OK && i < max_batches; i++) {
         if (time_budget_s > 0 && i >= 2 && md_now() - t0 > time_budget_s) break;
+        if ((st = md_interrupt_check("during the benchmark (loader measurement)")) != MD_OK) break;
         struct md_batch *b = NULL;
         if ((st = md_loader_next(l, &b)) != MD_OK) break;
         if (!b) break;

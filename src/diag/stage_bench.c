@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/platform.h"
+#include "core/signals.h"
 #include "core/timer.h"
 #include "data/data.h"
 #include "backend/cpu/cpu_kernels.h"
@@ -259,6 +260,7 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     int n = md_device_kind(c->dev) == MD_BACKEND_CPU ? 1024 : 4096;
     double peak = 0, peak_half = 0;
     md_status pst = md_bench_gemm_peak(c->dev, MD_F32, n, &peak);
+    if (pst == MD_ERR_INTERRUPTED) return pst;
     if (pst != MD_OK) warn(c->job, "GEMM peak not measured: %s", md_errmsg());
     if (c->mopts.compute_dtype != MD_F32 && md_bench_gemm_peak(c->dev, c->mopts.compute_dtype, n, &peak_half) != MD_OK)
         peak_half = 0;
@@ -296,6 +298,7 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     int workers = o->num_workers > 0 ? o->num_workers : 0;
     double lsps = 0;
     md_status lst = md_bench_loader(data, o, c->batch, workers, o->bench_iters > 10 ? o->bench_iters : 10, 3.0, &lsps);
+    if (lst == MD_ERR_INTERRUPTED) return lst;
     cJSON *dj = cJSON_AddObjectToObject(B, "data");
     cJSON_AddNumberToObject(dj, "loader_samples_per_s", lsps);
     cJSON_AddNumberToObject(dj, "step_samples_per_s", r->train_samples_per_s);
@@ -704,6 +707,9 @@ md_status md_stage_bench(md_job *job)
     struct md_bench_result main_r;
     memset(&main_r, 0, sizeof main_r);
     md_status st = MD_OK;
+    /* said (and flushed) before measuring: a long benchmark shows it runs */
+    md_out("\nBenchmarking %s on %s:%d, batch %d ...\n", c.model, c.info->backend, c.info->index, c.batch);
+    fflush(stdout);
     if (o->find_batch_size) {
         /* first, so the benchmark runs at a batch that fits */
         st = find_batch(&c);
@@ -718,6 +724,7 @@ md_status md_stage_bench(md_job *job)
         }
     }
     if (st == MD_OK) st = main_benchmark(&c, &main_r);
+    if (st == MD_OK) st = md_interrupt_check("during the benchmark");
     if (st == MD_OK && o->batch_sweep[0]) st = batch_sweep(&c);
     if (st == MD_OK && o->compare_devices) st = compare_devices(&c, &main_r);
     if (st == MD_OK && o->ablate[0]) st = ablate(&c, &main_r);

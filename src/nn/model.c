@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/json.h"
+#include "core/signals.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/platform.h"
@@ -235,6 +236,8 @@ static md_status expand_entry(struct build *b, const cJSON *entry, const char *p
     cJSON *obj = NULL;
     char **in = NULL;
     int nin = 0;
+    md_interrupt_hook("model");
+    MD_TRY(md_interrupt_check("while loading the model (%s, at %s)", b->src, path));
     if (!cJSON_IsObject(entry)) return md_errf(MD_ERR_CONFIG, "%s: %s: must be an object", b->src, path);
     if (++b->work > MAX_WORK)
         return md_errf(MD_ERR_CONFIG, "%s: %s: the model expands to more than %d layers and block instances "
@@ -1003,6 +1006,8 @@ md_status md_model_load(const char *name_or_path, const cJSON *inline_model, con
         goto fail;
     }
     b.root = r;
+    /* names end up in reports and checkpoint headers, which must be UTF-8 */
+    if ((st = md_json_check_utf8(r, m->source)) != MD_OK) goto fail;
     if ((st = load_inner(m, &b, r)) != MD_OK) goto fail;
     *out = m;
     m = NULL;

@@ -23,6 +23,7 @@ md_status md_stage_train(md_job *job)
     if (o->dump_grads[0]) return md_trainer_dump_grads(t, o->dump_grads);
     if (train) {
         st = md_trainer_run(t);
+        md_stage_data_refresh(job);
         cJSON *r = md_trainer_take_report(t);
         if (r) cJSON_AddItemToObject(job->report, "training", r);
     }

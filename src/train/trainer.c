@@ -91,6 +91,7 @@ struct md_trainer {
     md_run_dir *run_dir;       /* the locked checkpoint folder (run_dir.h) */
     char last_path[MD_PATH_MAX + 32], best_path[MD_PATH_MAX + 32];
     FILE *metrics;
+    char metrics_err[700];                 /* the first failed --metrics write ("" = none) */
     long long interrupt_after;
 
     /* pipelined steps (see struct step_ctl); set set up by setup_pipeline */
@@ -1086,14 +1087,20 @@ static md_status train_step(md_trainer *t, const struct md_batch *b, int snapsho
 }
 
 /* Loss and accuracy of the model over a whole split, without gradients. */
-static md_status evaluate(md_trainer *t, struct md_loader *l, int epoch, double *loss, double *acc, long long *count)
+/* `what` names the phase for the test hook and an interruption's message
+ * ("validation", "test"). */
+static md_status evaluate(md_trainer *t, struct md_loader *l, int epoch, double *loss, double *acc, long long *count,
+                          const char *what)
 {
     *loss = *acc = 0;
     *count = 0;
     MD_TRY(md_loader_start_epoch(l, epoch));
     MD_TRY(md_dev_memset0(t->dev, t->d_sc, sizeof(struct step_scalars)));
-    long long seen = 0;
-    for (;;) {
+    long long seen = 0, nb = md_loader_num_batches(l);
+    for (long long bi = 0;; bi++) {
+        md_interrupt_hook(what);
+        MD_TRY(md_interrupt_check("during %s%s (batch %lld of %lld)", strcmp(what, "test") == 0 ? "scoring of the " : "",
+                                  strcmp(what, "test") == 0 ? "test split" : what, bi + 1, nb));
         struct md_batch *b;
         MD_TRY(md_loader_next(l, &b));
         if (!b) break;
@@ -1168,8 +1175,18 @@ static void metrics_line(md_trainer *t, const char *kind, double loss, double ac
     cJSON_AddNumberToObject(o, "loss_scale", t->scaler.scale);
     char *s = cJSON_PrintUnformatted(o);
     if (s) {
-        fprintf(t->metrics, "%s\n", s);
-        fflush(t->metrics);
+        /* A failed write (disk full) does not stop the training: no more
+         * lines are written, and the run ends with the error (exit 3). */
+        errno = 0;
+        int bad = fprintf(t->metrics, "%s\n", s) < 0;
+        if (fflush(t->metrics) != 0 || ferror(t->metrics)) bad = 1;
+        if (bad) {
+            snprintf(t->metrics_err, sizeof t->metrics_err, "--metrics %s: write failed: %s", t->o->metrics,
+                     errno ? strerror(errno) : "I/O error");
+            md_warn("%s; no more metrics lines are written, and the run will end with this error", t->metrics_err);
+            fclose(t->metrics);
+            t->metrics = NULL;
+        }
         cJSON_free(s);
     }
     cJSON_Delete(o);
@@ -1177,23 +1194,26 @@ static void metrics_line(md_trainer *t, const char *kind, double loss, double ac
 
 /* ---- the run ------------------------------------------------------------------------ */
 
-static md_status interrupted(md_trainer *t, long long batch_done, double ep_time)
+/* `where` describes the point ("during validation after epoch 2 (batch 3
+ * of 10)"); NULL: at the current epoch and step. */
+static md_status interrupted(md_trainer *t, long long batch_done, double ep_time, const char *where)
 {
     md_progress_done();
+    char at[512];
+    if (where) snprintf(at, sizeof at, "%s", where);
+    else snprintf(at, sizeof at, "at epoch %d, step %lld", t->epoch + 1, t->global_step);
     if (t->last_path[0]) {
         md_status st = save_checkpoint(t, t->last_path, t->epoch, batch_done, ep_time);
         if (st != MD_OK) {
             md_err_prefix("interrupted, and the checkpoint could not be written");
             return st;
         }
-        md_out("  Interrupted at epoch %d, step %lld: checkpoint written to %s (continue with --resume %s)\n",
-               t->epoch + 1, t->global_step, t->last_path, t->last_path);
+        md_out("  Interrupted %s: checkpoint written to %s (continue with --resume %s)\n", at, t->last_path,
+               t->last_path);
         cJSON_AddStringToObject(t->report, "interrupted_checkpoint", t->last_path);
-        return md_errf(MD_ERR_INTERRUPTED, "interrupted at epoch %d, step %lld; checkpoint %s", t->epoch + 1,
-                       t->global_step, t->last_path);
+        return md_errf(MD_ERR_INTERRUPTED, "interrupted %s; checkpoint %s (continue with --resume)", at, t->last_path);
     }
-    return md_errf(MD_ERR_INTERRUPTED, "interrupted at epoch %d, step %lld (no --checkpoint-dir: nothing saved)",
-                   t->epoch + 1, t->global_step);
+    return md_errf(MD_ERR_INTERRUPTED, "interrupted %s (no --checkpoint-dir: nothing saved)", at);
 }
 
 static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
@@ -1250,7 +1270,7 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
         if (md_interrupted()) {
             MD_TRY(pipe_finish(t)); /* the checkpoint holds every step counted */
             t->run_time += el;
-            return interrupted(t, i + 1, ep_before + el);
+            return interrupted(t, i + 1, ep_before + el, NULL);
         }
     }
     md_status fin = pipe_finish(t);
@@ -1322,7 +1342,20 @@ static md_status run_once(md_trainer *t)
         double vl = -1, va = 0;
         long long vn = 0;
         double v0 = md_now();
-        if (t->val_l && (st = evaluate(t, t->val_l, t->epoch, &vl, &va, &vn)) != MD_OK) goto done;
+        if (t->val_l && (st = evaluate(t, t->val_l, t->epoch, &vl, &va, &vn, "validation")) != MD_OK) {
+            if (st == MD_ERR_INTERRUPTED) {
+                /* the epoch's steps are done: saved as a finished epoch (its
+                 * validation is what a resumed run skips) */
+                char where[600];
+                snprintf(where, sizeof where, "%s after epoch %d", md_errmsg() + strlen("interrupted "),
+                         t->epoch + 1);
+                t->epoch++;
+                t->ep_loss = 0;
+                t->ep_correct = t->ep_seen = 0;
+                st = interrupted(t, 0, 0, where);
+            }
+            goto done;
+        }
         double vtime = md_now() - v0;
         t->run_time += vtime;
         ep_time += vtime;
@@ -1373,14 +1406,21 @@ static md_status run_once(md_trainer *t)
         }
         if (md_interrupted()) {
             t->epoch++;
-            st = interrupted(t, 0, 0);
+            st = interrupted(t, 0, 0, NULL);
             goto done;
         }
     }
     if (t->test_l) {
         double tl, ta;
         long long tn;
-        if ((st = evaluate(t, t->test_l, 0, &tl, &ta, &tn)) != MD_OK) goto done;
+        if ((st = evaluate(t, t->test_l, 0, &tl, &ta, &tn, "test")) != MD_OK) {
+            if (st == MD_ERR_INTERRUPTED && t->last_path[0]) {
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s", md_errmsg());
+                md_errf(st, "%s; the checkpoints of every epoch are written", msg);
+            }
+            goto done;
+        }
         md_out("  %-16s loss %.4f, accuracy %.2f%% on %s samples (the weights after epoch %d)\n", "test", tl, 100 * ta,
                md_fmt_thousands(tn, a, sizeof a), t->epoch);
         cJSON *te = cJSON_AddObjectToObject(t->report, "test");
@@ -1413,6 +1453,7 @@ done:
         if (t->best_path[0]) cJSON_AddStringToObject(be, "path", t->best_path);
     }
     if (t->last_path[0]) cJSON_AddStringToObject(t->report, "last_checkpoint", t->last_path);
+    if (st == MD_OK && t->metrics_err[0]) st = md_errf(MD_ERR_IO, "%s", t->metrics_err);
     return st;
 }
 
