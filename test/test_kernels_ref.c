@@ -737,7 +737,7 @@ Test(kernels_ref, attention_gradients_causal_dropout_strides)
         a->dropout_p = cases[ci][3] ? 0.3f : 0.0f, a->seed = 9, a->offset = 100, a->dtype = MD_F32;
         float qkv[3 * 4 * 6 * 3 * 2], q[128], k[128], v[128], o[128], r[128], dq[128], dk[128], dv[128], o2[128];
         float dqkv[3 * 4 * 6 * 3 * 2];
-        double gq[128], gk[128], gv[128];
+        double gq[3 * 4 * 6 * 3 * 2], gk[128], gv[128]; /* gq holds the fused case's whole (B, T, 3, H, D) gradient */
         kc_fill(r, nq, 62, -1, 1);
         float *pq = q, *pk = k, *pv = v;
         if (fused) { /* tq == tk: one (B, T, 3, H, D) buffer */
