@@ -552,6 +552,12 @@ md_cuda_backend_entry(int api_version)
     k->cast = md_cuda_cast;
     k->permute = md_cuda_permute;
     k->optim = md_cuda_optim;
+    k->layernorm_fwd = md_cuda_layernorm_fwd;
+    k->layernorm_bwd = md_cuda_layernorm_bwd;
+    k->softmax_fwd = md_cuda_softmax_fwd;
+    k->softmax_bwd = md_cuda_softmax_bwd;
+    k->attn_fwd = md_cuda_attn_fwd;
+    k->attn_bwd = md_cuda_attn_bwd;
     o->api_version = MD_BACKEND_API_VERSION;
     return o;
 }

@@ -91,6 +91,12 @@ md_status md_cuda_xent(md_device *dev, const struct md_xent_args *a);
 md_status md_cuda_cast(md_device *dev, const struct md_cast_args *a);
 md_status md_cuda_permute(md_device *dev, const struct md_permute_args *a);
 md_status md_cuda_optim(md_device *dev, const struct md_optim_args *a);
+md_status md_cuda_layernorm_fwd(md_device *dev, const struct md_layernorm_args *a);
+md_status md_cuda_layernorm_bwd(md_device *dev, const struct md_layernorm_args *a);
+md_status md_cuda_softmax_fwd(md_device *dev, const struct md_softmax_args *a);
+md_status md_cuda_softmax_bwd(md_device *dev, const struct md_softmax_args *a);
+md_status md_cuda_attn_fwd(md_device *dev, const struct md_attn_args *a);
+md_status md_cuda_attn_bwd(md_device *dev, const struct md_attn_args *a);
 
 #define MD_CU_TRY(call, what)                                                  \
     do {                                                                       \

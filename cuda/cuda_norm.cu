@@ -287,3 +287,131 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
 done:
     return st;
 }
+
+/* ---------------------------------------------------------------------------
+ * Layer norm over the last dimension: a block per row (statistics by
+ * block_sum, a fixed order), dgamma/dbeta a thread per column over the rows
+ * in order (deterministic, no atomics).
+ * ------------------------------------------------------------------------- */
+
+#define LN_THREADS 256
+
+template <class T>
+__global__ void k_ln_fwd(int rows, int d, float eps, const T *x, T *y, const float *gamma, const float *betap,
+                         float *mean, float *rstd, float beta)
+{
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    const T *xr = x + (size_t)r * d;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) s += tof(xr[j]);
+    float mu = block_sum(s) / (float)d, v = 0.0f;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float t = tof(xr[j]) - mu;
+        v += t * t;
+    }
+    float rs = rsqrtf(block_sum(v) / (float)d + eps);
+    if (threadIdx.x == 0) {
+        if (mean) mean[r] = mu;
+        if (rstd) rstd[r] = rs;
+    }
+    T *yr = y + (size_t)r * d;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float o = (tof(xr[j]) - mu) * rs;
+        if (gamma) o *= gamma[j];
+        if (betap) o += betap[j];
+        if (beta != 0.0f) o += beta * tof(yr[j]);
+        yr[j] = fromf<T>(o);
+    }
+}
+
+/* dx per row; the row's statistics (saved or recomputed) into st (2, rows) for k_ln_bwd_params */
+template <class T>
+__global__ void k_ln_bwd_dx(int rows, int d, float eps, const T *x, const T *dy, T *dx, const float *gamma,
+                            const float *mean, const float *rstd, float *st, float beta)
+{
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    const T *xr = x + (size_t)r * d, *gr = dy + (size_t)r * d;
+    float mu, rs;
+    if (mean && rstd) {
+        mu = mean[r];
+        rs = rstd[r];
+    } else {
+        float s = 0.0f;
+        for (int j = threadIdx.x; j < d; j += blockDim.x) s += tof(xr[j]);
+        mu = block_sum(s) / (float)d;
+        float v = 0.0f;
+        for (int j = threadIdx.x; j < d; j += blockDim.x) {
+            float t = tof(xr[j]) - mu;
+            v += t * t;
+        }
+        rs = rsqrtf(block_sum(v) / (float)d + eps);
+    }
+    if (threadIdx.x == 0) {
+        st[r] = mu;
+        st[rows + r] = rs;
+    }
+    if (!dx) return;
+    float sg = 0.0f, sgx = 0.0f;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float g = tof(gr[j]) * (gamma ? gamma[j] : 1.0f);
+        sg += g;
+        sgx += g * (tof(xr[j]) - mu) * rs;
+    }
+    sg = block_sum(sg) / (float)d;
+    sgx = block_sum(sgx) / (float)d;
+    T *dr = dx + (size_t)r * d;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float g = tof(gr[j]) * (gamma ? gamma[j] : 1.0f);
+        float v = rs * (g - sg - (tof(xr[j]) - mu) * rs * sgx);
+        if (beta != 0.0f) v += beta * tof(dr[j]);
+        dr[j] = fromf<T>(v);
+    }
+}
+
+template <class T>
+__global__ void k_ln_bwd_params(int rows, int d, const T *x, const T *dy, const float *st, float *dgamma,
+                                float *dbeta, float beta)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= d) return;
+    float sg = 0.0f, sb = 0.0f;
+    for (int r = 0; r < rows; r++) {
+        size_t o = (size_t)r * d + j;
+        float g = tof(dy[o]);
+        sg += g * (tof(x[o]) - st[r]) * st[rows + r];
+        sb += g;
+    }
+    if (dgamma) dgamma[j] = beta != 0.0f ? sg + beta * dgamma[j] : sg;
+    if (dbeta) dbeta[j] = beta != 0.0f ? sb + beta * dbeta[j] : sb;
+}
+
+md_status md_cuda_layernorm_fwd(md_device *dev, const struct md_layernorm_args *a)
+{
+    if (a->rows <= 0 || a->d <= 0) return MD_OK;
+    MD_CU_DISPATCH(a->dtype, "layernorm_fwd", {
+        k_ln_fwd<T><<<a->rows, LN_THREADS, 0, md_cuda_impl(dev)->stream>>>(
+            a->rows, a->d, a->eps, (const T *)a->x, (T *)a->y, a->gamma, a->beta_p, a->mean, a->rstd, a->beta);
+    });
+    return md_cuda_check_launch("layernorm_fwd");
+}
+
+md_status md_cuda_layernorm_bwd(md_device *dev, const struct md_layernorm_args *a)
+{
+    struct md_cuda_dev *cd = md_cuda_impl(dev);
+    if (a->rows <= 0 || a->d <= 0) return MD_OK;
+    MD_TRY(md_cuda_scratch_get(dev, &cd->aux_ws, (size_t)a->rows * 2 * sizeof(float), "layernorm statistics"));
+    float *st = (float *)cd->aux_ws.ptr;
+    MD_CU_DISPATCH(a->dtype, "layernorm_bwd", {
+        k_ln_bwd_dx<T><<<a->rows, LN_THREADS, 0, cd->stream>>>(a->rows, a->d, a->eps, (const T *)a->x,
+                                                               (const T *)a->dy, (T *)a->dx, a->gamma, a->mean,
+                                                               a->rstd, st, a->beta);
+        MD_TRY(md_cuda_check_launch("layernorm_bwd (dx)"));
+        if (a->dgamma || a->dbeta)
+            k_ln_bwd_params<T><<<(a->d + 127) / 128, 128, 0, cd->stream>>>(a->rows, a->d, (const T *)a->x,
+                                                                          (const T *)a->dy, st, a->dgamma, a->dbeta,
+                                                                          a->beta);
+    });
+    return md_cuda_check_launch("layernorm_bwd (dgamma, dbeta)");
+}

@@ -143,4 +143,34 @@ struct md_mtl_optim_params {
     float bc1, bc2; /* 1 - beta^t, computed on the host in double */
 };
 
+/* layernorm: one threadgroup per row.
+ * fwd: x, y, gamma, beta, mean, rstd
+ * bwd dx (per row): x, dy, dx, gamma, mean, rstd
+ * bwd dgamma/dbeta (one thread per column, rows in order): x, dy, mean, rstd, dgamma, dbeta */
+struct md_mtl_ln_params {
+    md_mi32 rows, d, has_gamma, has_beta, has_mean, has_rstd, has_dx, has_dgamma, has_dbeta;
+    float eps, beta;
+};
+
+/* softmax fwd (x, y) / bwd (y, dy, dx): one threadgroup per row */
+struct md_mtl_softmax_params {
+    md_mi32 rows, n, causal, tq;
+    float scale, beta;
+};
+
+/* attention: element (b, h, t, e) of q at b*sq[0] + h*sq[1] + t*sq[2] + e.
+ * fwd (q, k, v, o, lse): one threadgroup per query row;
+ * bwd dq (q, k, v, o, lse, do, dq): one threadgroup per query row;
+ * bwd dk/dv (q, k, v, o, lse, do, dk, dv): one threadgroup per key row.
+ * Threadgroup memory: MD_MTL_ATTN_TGMEM floats (reduction scratch, a chunk of
+ * weights, two rows of head_dim <= MD_MTL_ATTN_MAX_D). */
+#define MD_MTL_ATTN_MAX_D 256
+#define MD_MTL_ATTN_TGMEM (2 * MD_MTL_RED_THREADS + 2 * MD_MTL_ATTN_MAX_D)
+struct md_mtl_attn_params {
+    md_mi64 sq[3], sk[3], sv[3], so[3];
+    md_mu64 seed, offset;
+    md_mi32 batch, heads, tq, tk, d, causal, has_lse, has_dq, has_dk, has_dv, dropout;
+    float scale, p, keep_scale, beta;
+};
+
 #endif

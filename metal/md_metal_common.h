@@ -270,6 +270,20 @@ inline float md_mtl_tg_sum(float v, threadgroup float *tgm, uint t, uint nthread
     return r;
 }
 
+/* The same for the maximum. */
+inline float md_mtl_tg_max(float v, threadgroup float *tgm, uint t, uint nthreads)
+{
+    tgm[t] = v;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint s = nthreads / 2; s > 0; s >>= 1) {
+        if (t < s) tgm[t] = max(tgm[t], tgm[t + s]);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    float r = tgm[0];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    return r;
+}
+
 /* out = v + beta * out, never reading out when beta is 0 (it may hold NaN garbage). */
 template <int DT>
 inline void md_mtl_put(device typename md_dt<DT>::S *o, float v, float beta)

@@ -723,6 +723,12 @@ MD_METAL_KERNEL(xent, md_xent_args)
 MD_METAL_KERNEL(cast, md_cast_args)
 MD_METAL_KERNEL(permute, md_permute_args)
 MD_METAL_KERNEL(optim, md_optim_args)
+MD_METAL_KERNEL(layernorm_fwd, md_layernorm_args)
+MD_METAL_KERNEL(layernorm_bwd, md_layernorm_args)
+MD_METAL_KERNEL(softmax_fwd, md_softmax_args)
+MD_METAL_KERNEL(softmax_bwd, md_softmax_args)
+MD_METAL_KERNEL(attn_fwd, md_attn_args)
+MD_METAL_KERNEL(attn_bwd, md_attn_args)
 
 static const struct md_backend_ops metal_ops = {
     .api_version = MD_BACKEND_API_VERSION,
@@ -771,6 +777,12 @@ static const struct md_backend_ops metal_ops = {
         .cast = metal_cast,
         .permute = metal_permute,
         .optim = metal_optim,
+        .layernorm_fwd = metal_layernorm_fwd,
+        .layernorm_bwd = metal_layernorm_bwd,
+        .softmax_fwd = metal_softmax_fwd,
+        .softmax_bwd = metal_softmax_bwd,
+        .attn_fwd = metal_attn_fwd,
+        .attn_bwd = metal_attn_bwd,
     },
 };
 

@@ -454,3 +454,140 @@ void md_metal_plan_noop(struct md_metal_plan *p)
     struct md_metal_dispatch *d = begin(p, 0, "md_mtl_noop", -1, &v, sizeof v);
     md_metal_grid_1d(1, 1, 1, d->grid, d->tg);
 }
+
+/* ---- layer norm, softmax, attention --------------------------------------------------------- */
+
+static struct md_mtl_ln_params ln_params(const struct md_layernorm_args *a)
+{
+    struct md_mtl_ln_params v = {
+        .rows = a->rows, .d = a->d, .has_gamma = a->gamma != NULL, .has_beta = a->beta_p != NULL,
+        .has_mean = a->mean != NULL, .has_rstd = a->rstd != NULL, .has_dx = a->dx != NULL,
+        .has_dgamma = a->dgamma != NULL, .has_dbeta = a->dbeta != NULL, .eps = a->eps, .beta = a->beta,
+    };
+    return v;
+}
+
+md_status md_metal_plan_layernorm_fwd(const struct md_layernorm_args *a, struct md_metal_plan *p)
+{
+    MD_TRY(check_dtype("layernorm_fwd", a->dtype));
+    struct md_mtl_ln_params v = ln_params(a);
+    struct md_metal_dispatch *d = begin(p, 0, "md_ln_fwd", a->dtype, &v, sizeof v);
+    BIND(d, a->x, a->y, a->gamma, a->beta_p, a->mean, a->rstd);
+    rows(d, a->rows);
+    return MD_OK;
+}
+
+md_status md_metal_plan_layernorm_bwd(const struct md_layernorm_args *a, struct md_metal_plan *p)
+{
+    MD_TRY(check_dtype("layernorm_bwd", a->dtype));
+    if (!a->mean || !a->rstd)
+        return md_errf(MD_ERR_UNSUPPORTED, "metal layernorm_bwd: needs the forward's saved mean and rstd");
+    struct md_mtl_ln_params v = ln_params(a);
+    int n = 0;
+    if (a->dx) {
+        struct md_metal_dispatch *d = begin(p, n++, "md_ln_bwd_dx", a->dtype, &v, sizeof v);
+        BIND(d, a->x, a->dy, a->dx, a->gamma, a->mean, a->rstd);
+        rows(d, a->rows);
+    }
+    if (a->dgamma || a->dbeta) {
+        struct md_metal_dispatch *d = begin(p, n++, "md_ln_bwd_params", a->dtype, &v, sizeof v);
+        BIND(d, a->x, a->dy, a->mean, a->rstd, a->dgamma, a->dbeta);
+        ew_grid(d, (unsigned long long)a->d);
+    }
+    if (!n) md_metal_plan_noop(p);
+    return MD_OK;
+}
+
+static md_status softmax_plan(const char *op, const char *kname, const struct md_softmax_args *a,
+                              struct md_metal_plan *p, struct md_metal_dispatch **d)
+{
+    MD_TRY(check_dtype(op, a->dtype));
+    if (a->causal && a->tq <= 0) return md_errf(MD_ERR_INTERNAL, "metal %s: causal mask needs tq > 0", op);
+    struct md_mtl_softmax_params v = {
+        .rows = a->rows, .n = a->n, .causal = a->causal != 0, .tq = a->tq,
+        .scale = a->scale != 0.0f ? a->scale : 1.0f, .beta = a->beta,
+    };
+    *d = begin(p, 0, kname, a->dtype, &v, sizeof v);
+    rows(*d, a->rows);
+    return MD_OK;
+}
+
+md_status md_metal_plan_softmax_fwd(const struct md_softmax_args *a, struct md_metal_plan *p)
+{
+    struct md_metal_dispatch *d;
+    MD_TRY(softmax_plan("softmax_fwd", "md_softmax_fwd", a, p, &d));
+    BIND(d, a->x, a->y);
+    return MD_OK;
+}
+
+md_status md_metal_plan_softmax_bwd(const struct md_softmax_args *a, struct md_metal_plan *p)
+{
+    struct md_metal_dispatch *d;
+    MD_TRY(softmax_plan("softmax_bwd", "md_softmax_bwd", a, p, &d));
+    BIND(d, a->y, a->dy, a->dx);
+    return MD_OK;
+}
+
+static md_status attn_params(const char *op, const struct md_attn_args *a, struct md_mtl_attn_params *v)
+{
+    MD_TRY(check_dtype(op, a->dtype));
+    if (a->batch < 0 || a->heads < 0 || a->tq < 0 || a->tk < 1 || a->d < 1)
+        return md_errf(MD_ERR_INTERNAL, "metal %s: bad shape batch %d heads %d tq %d tk %d d %d", op, a->batch,
+                       a->heads, a->tq, a->tk, a->d);
+    if (a->d > MD_MTL_ATTN_MAX_D)
+        return md_errf(MD_ERR_UNSUPPORTED, "metal %s: head_dim %d (at most %d)", op, a->d, MD_MTL_ATTN_MAX_D);
+    if (a->offset_dev)
+        return md_errf(MD_ERR_UNSUPPORTED, "metal %s: a device-side offset is for captured steps (CUDA graphs)", op);
+    if (!(a->dropout_p >= 0.0f && a->dropout_p <= 1.0f))
+        return md_errf(MD_ERR_INTERNAL, "metal %s: dropout %g outside [0, 1]", op, (double)a->dropout_p);
+    memset(v, 0, sizeof *v);
+    long long s[3];
+    md_attn_strides(a->sq, a->heads, a->tq, a->d, s), memcpy(v->sq, s, sizeof s);
+    md_attn_strides(a->sk, a->heads, a->tk, a->d, s), memcpy(v->sk, s, sizeof s);
+    md_attn_strides(a->sv, a->heads, a->tk, a->d, s), memcpy(v->sv, s, sizeof s);
+    md_attn_strides(a->so, a->heads, a->tq, a->d, s), memcpy(v->so, s, sizeof s);
+    v->seed = a->seed, v->offset = a->offset;
+    v->batch = a->batch, v->heads = a->heads, v->tq = a->tq, v->tk = a->tk, v->d = a->d;
+    v->causal = a->causal != 0, v->has_lse = a->lse != NULL;
+    v->has_dq = a->dq != NULL, v->has_dk = a->dk != NULL, v->has_dv = a->dv != NULL;
+    v->dropout = a->dropout_p > 0.0f;
+    v->scale = md_attn_scale(a), v->p = a->dropout_p, v->beta = a->beta;
+    v->keep_scale = a->dropout_p < 1.0f ? (float)(1.0 / (1.0 - (double)a->dropout_p)) : 0.0f;
+    return MD_OK;
+}
+
+static void attn_rows(struct md_metal_dispatch *d, int nrows)
+{
+    rows(d, nrows);
+    d->tg_mem = MD_MTL_ATTN_TGMEM * sizeof(float);
+}
+
+md_status md_metal_plan_attn_fwd(const struct md_attn_args *a, struct md_metal_plan *p)
+{
+    struct md_mtl_attn_params v;
+    MD_TRY(attn_params("attn_fwd", a, &v));
+    struct md_metal_dispatch *d = begin(p, 0, "md_attn_fwd", a->dtype, &v, sizeof v);
+    BIND(d, a->q, a->k, a->v, a->o, a->lse);
+    attn_rows(d, a->batch * a->heads * a->tq);
+    return MD_OK;
+}
+
+md_status md_metal_plan_attn_bwd(const struct md_attn_args *a, struct md_metal_plan *p)
+{
+    struct md_mtl_attn_params v;
+    MD_TRY(attn_params("attn_bwd", a, &v));
+    if (!a->lse) return md_errf(MD_ERR_INTERNAL, "metal attn_bwd: needs the forward's logsumexp (lse)");
+    int n = 0;
+    if (a->dq) {
+        struct md_metal_dispatch *d = begin(p, n++, "md_attn_bwd_q", a->dtype, &v, sizeof v);
+        BIND(d, a->q, a->k, a->v, a->o, a->lse, a->d_o, a->dq);
+        attn_rows(d, a->batch * a->heads * a->tq);
+    }
+    if (a->dk || a->dv) {
+        struct md_metal_dispatch *d = begin(p, n++, "md_attn_bwd_kv", a->dtype, &v, sizeof v);
+        BIND(d, a->q, a->k, a->v, a->o, a->lse, a->d_o, a->dk, a->dv);
+        attn_rows(d, a->batch * a->heads * a->tk);
+    }
+    if (!n) md_metal_plan_noop(p);
+    return MD_OK;
+}

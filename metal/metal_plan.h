@@ -15,7 +15,7 @@ extern "C" {
 
 #define MD_METAL_MAX_BUFS 13
 #define MD_METAL_MAX_DISPATCH 2
-#define MD_METAL_MAX_PARAMS 160
+#define MD_METAL_MAX_PARAMS 192
 
 /* One compute dispatch: kernel `name`, params struct into buffer(0), bufs[i]
  * into buffer(i + 1), grid[] threadgroups of tg[] threads. */
@@ -66,6 +66,12 @@ md_status md_metal_plan_xent(const struct md_xent_args *a, struct md_metal_plan 
 md_status md_metal_plan_cast(const struct md_cast_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_permute(const struct md_permute_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_optim(const struct md_optim_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_layernorm_fwd(const struct md_layernorm_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_layernorm_bwd(const struct md_layernorm_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_softmax_fwd(const struct md_softmax_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_softmax_bwd(const struct md_softmax_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_attn_fwd(const struct md_attn_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_attn_bwd(const struct md_attn_args *a, struct md_metal_plan *p);
 /* The empty kernel event timestamps ride on. */
 void md_metal_plan_noop(struct md_metal_plan *p);
 

@@ -123,3 +123,100 @@ template <int DT>
 MD_NORM_INST(MD_MTL_F32, "f32")
 MD_NORM_INST(MD_MTL_F16, "f16")
 MD_NORM_INST(MD_MTL_BF16, "bf16")
+
+/* ---- layer norm over the last dimension: one threadgroup per row ----------------------- */
+template <int DT>
+[[kernel]] void md_mtl_ln_fwd(MD_KARGS, constant md_mtl_ln_params &p [[buffer(0)]],
+                              device const typename md_dt<DT>::S *x [[buffer(1)]],
+                              device typename md_dt<DT>::S *y [[buffer(2)]],
+                              device const float *gamma [[buffer(3)]],
+                              device const float *betap [[buffer(4)]],
+                              device float *mean [[buffer(5)]],
+                              device float *rstd [[buffer(6)]])
+{
+    const int r = int(tgid.x);
+    const uint t = lid.x, nt = tgsz.x;
+    if (r >= p.rows) return;
+    device const typename md_dt<DT>::S *xr = x + long(r) * p.d;
+    float s = 0.0f;
+    for (int j = int(t); j < p.d; j += int(nt)) s += md_dt<DT>::ld(xr[j]);
+    const float mu = md_mtl_tg_sum(s, tg, t, nt) / float(p.d);
+    float v = 0.0f;
+    for (int j = int(t); j < p.d; j += int(nt)) {
+        float dd = md_dt<DT>::ld(xr[j]) - mu;
+        v += dd * dd;
+    }
+    const float rs = 1.0f / sqrt(md_mtl_tg_sum(v, tg, t, nt) / float(p.d) + p.eps);
+    if (t == 0) {
+        if (p.has_mean) mean[r] = mu;
+        if (p.has_rstd) rstd[r] = rs;
+    }
+    for (int j = int(t); j < p.d; j += int(nt)) {
+        float o = (md_dt<DT>::ld(xr[j]) - mu) * rs;
+        if (p.has_gamma) o *= gamma[j];
+        if (p.has_beta) o += betap[j];
+        md_mtl_put<DT>(y + long(r) * p.d + j, o, p.beta);
+    }
+}
+
+/* dx of one row from the saved statistics */
+template <int DT>
+[[kernel]] void md_mtl_ln_bwd_dx(MD_KARGS, constant md_mtl_ln_params &p [[buffer(0)]],
+                                 device const typename md_dt<DT>::S *x [[buffer(1)]],
+                                 device const typename md_dt<DT>::S *dy [[buffer(2)]],
+                                 device typename md_dt<DT>::S *dx [[buffer(3)]],
+                                 device const float *gamma [[buffer(4)]],
+                                 device const float *mean [[buffer(5)]],
+                                 device const float *rstd [[buffer(6)]])
+{
+    const int r = int(tgid.x);
+    const uint t = lid.x, nt = tgsz.x;
+    if (r >= p.rows) return;
+    const long o = long(r) * p.d;
+    const float mu = mean[r], rs = rstd[r];
+    float sg = 0.0f, sgx = 0.0f;
+    for (int j = int(t); j < p.d; j += int(nt)) {
+        float g = md_dt<DT>::ld(dy[o + j]) * (p.has_gamma ? gamma[j] : 1.0f);
+        sg += g;
+        sgx += g * (md_dt<DT>::ld(x[o + j]) - mu) * rs;
+    }
+    sg = md_mtl_tg_sum(sg, tg, t, nt) / float(p.d);
+    sgx = md_mtl_tg_sum(sgx, tg, t, nt) / float(p.d);
+    for (int j = int(t); j < p.d; j += int(nt)) {
+        float g = md_dt<DT>::ld(dy[o + j]) * (p.has_gamma ? gamma[j] : 1.0f);
+        float xh = (md_dt<DT>::ld(x[o + j]) - mu) * rs;
+        md_mtl_put<DT>(dx + o + j, rs * (g - sg - xh * sgx), p.beta);
+    }
+}
+
+/* dgamma, dbeta: one thread per column, the rows in order */
+template <int DT>
+[[kernel]] void md_mtl_ln_bwd_params(MD_KARGS, constant md_mtl_ln_params &p [[buffer(0)]],
+                                     device const typename md_dt<DT>::S *x [[buffer(1)]],
+                                     device const typename md_dt<DT>::S *dy [[buffer(2)]],
+                                     device const float *mean [[buffer(3)]],
+                                     device const float *rstd [[buffer(4)]],
+                                     device float *dgamma [[buffer(5)]],
+                                     device float *dbeta [[buffer(6)]])
+{
+    MD_GRID_LOOP(j, ulong(p.d)) {
+        float sg = 0.0f, sb = 0.0f;
+        for (int r = 0; r < p.rows; r++) {
+            long o = long(r) * p.d + long(j);
+            float g = md_dt<DT>::ld(dy[o]);
+            sg += g * (md_dt<DT>::ld(x[o]) - mean[r]) * rstd[r];
+            sb += g;
+        }
+        if (p.has_dgamma) md_mtl_putf(dgamma + j, sg, p.beta);
+        if (p.has_dbeta) md_mtl_putf(dbeta + j, sb, p.beta);
+    }
+}
+
+#define MD_LN_INST(DT, sfx)                                                  \
+    MD_INSTANTIATE("md_ln_fwd_" sfx, md_mtl_ln_fwd<DT>)                       \
+    MD_INSTANTIATE("md_ln_bwd_dx_" sfx, md_mtl_ln_bwd_dx<DT>)                 \
+    MD_INSTANTIATE("md_ln_bwd_params_" sfx, md_mtl_ln_bwd_params<DT>)
+
+MD_LN_INST(MD_MTL_F32, "f32")
+MD_LN_INST(MD_MTL_F16, "f16")
+MD_LN_INST(MD_MTL_BF16, "bf16")

@@ -97,12 +97,63 @@ def xent(outdir, name, n, classes, smoothing):
 
 def act(outdir, name, kind, n):
     x = rand(n, lo=-5, hi=5).requires_grad_()
-    fn = {"gelu": F.gelu, "silu": F.silu, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+    fn = {"gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
           "leaky_relu": lambda t: F.leaky_relu(t, 0.1)}[kind]
     y = fn(x)
     dy = rand(n)
     y.backward(dy)
     write(outdir, name, "act", {"act": kind, "n": n, "alpha": 0.1}, {"x": x, "y": y, "dy": dy, "dx": x.grad})
+
+
+def layernorm(outdir, name, rows, d, affine):
+    x = rand(rows, d, lo=-2, hi=3).requires_grad_()
+    gamma = rand(d, lo=0.5, hi=1.5).requires_grad_() if affine else None
+    beta = rand(d, lo=-0.5, hi=0.5).requires_grad_() if affine else None
+    y = F.layer_norm(x, (d,), gamma, beta, eps=1e-5)
+    dy = rand(rows, d)
+    y.backward(dy)
+    mean = x.detach().mean(dim=1)
+    rstd = 1.0 / torch.sqrt(x.detach().var(dim=1, unbiased=False) + 1e-5)
+    t = {"x": x, "y": y, "mean": mean, "rstd": rstd, "dy": dy, "dx": x.grad}
+    if affine:
+        t.update({"gamma": gamma, "beta": beta, "dgamma": gamma.grad, "dbeta": beta.grad})
+    write(outdir, name, "layernorm", {"rows": rows, "d": d, "eps": 1e-5, "affine": affine}, t)
+
+
+M64 = (1 << 64) - 1
+
+
+def rng_uniform(seed, counter):
+    """src/core/rng.h md_rng_uniform, in Python's integers."""
+    z = (seed * 0x9e3779b97f4a7c15 + counter + 0x632be59bd9b4e019) & M64
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+    z ^= z >> 31
+    return (z >> 40) / 16777216.0
+
+
+def attention(outdir, name, b, h, tq, tk, d, causal, dropout=0.0, seed=0, offset=0):
+    """Scaled-dot-product attention by its definition (torch 1.13 has no
+    F.scaled_dot_product_attention); dropout with the project's counter RNG."""
+    q = rand(b, h, tq, d, lo=-1.5, hi=1.5).requires_grad_()
+    k = rand(b, h, tk, d, lo=-1.5, hi=1.5).requires_grad_()
+    v = rand(b, h, tk, d, lo=-1.5, hi=1.5).requires_grad_()
+    s = q @ k.transpose(-1, -2) / d ** 0.5
+    if causal:
+        s = s.masked_fill(torch.ones(tq, tk, dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.softmax(s, dim=-1)
+    if dropout > 0:
+        keep = torch.tensor([[[[0.0 if rng_uniform(seed, offset + ((bi * h + hi) * tq + i) * tk + j) < dropout
+                                else 1.0 / (1.0 - dropout) for j in range(tk)] for i in range(tq)]
+                              for hi in range(h)] for bi in range(b)], dtype=torch.float64)
+        p = p * keep
+    o = p @ v
+    do = rand(b, h, tq, d)
+    o.backward(do)
+    write(outdir, name, "attention", {"batch": b, "heads": h, "tq": tq, "tk": tk, "d": d, "causal": causal,
+                                      "dropout": dropout, "seed": seed, "offset": offset},
+          {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do, "dq": q.grad, "dk": k.grad, "dv": v.grad})
 
 
 def optim(outdir, name, kind, n, steps, **kw):
@@ -138,6 +189,13 @@ def main():
     optim(outdir, "adamw_3steps", "adamw", 50, 3, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.05)
     optim(outdir, "sgd_nesterov_3steps", "sgd", 50, 3, lr=0.1, momentum=0.9, weight_decay=5e-4, nesterov=True)
     optim(outdir, "sgd_momentum_3steps", "sgd", 50, 3, lr=0.1, momentum=0.9, weight_decay=0.0, nesterov=False)
+    # transformer blocks (added last, so the generator stream of the fixtures above is unchanged)
+    act(outdir, "act_gelu_tanh", "gelu_tanh", 64)
+    layernorm(outdir, "layernorm_affine", 5, 24, True)
+    layernorm(outdir, "layernorm_plain", 3, 7, False)
+    attention(outdir, "attention_plain", 2, 3, 7, 7, 8, False)
+    attention(outdir, "attention_causal", 1, 2, 9, 9, 16, True)
+    attention(outdir, "attention_cross_dropout", 2, 2, 5, 11, 4, False, dropout=0.25, seed=7, offset=1000)
 
 
 if __name__ == "__main__":

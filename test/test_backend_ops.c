@@ -27,7 +27,7 @@
 
 enum { K_GEMM, K_CONV_FWD, K_CONV_DATA, K_CONV_FILTER, K_BN_FWD, K_BN_BWD, K_ACT_FWD, K_ACT_BWD, K_POOL_FWD,
        K_POOL_BWD, K_GAP_FWD, K_GAP_BWD, K_BIAS_ADD, K_BIAS_GRAD, K_DROP_FWD, K_DROP_BWD, K_EW, K_REDUCE,
-       K_CHSLICE, K_XENT, K_CAST, K_PERMUTE, K_OPTIM };
+       K_CHSLICE, K_XENT, K_CAST, K_PERMUTE, K_OPTIM, K_LN_FWD, K_LN_BWD, K_SM_FWD, K_SM_BWD, K_ATTN_FWD, K_ATTN_BWD };
 
 /* ---- tolerances: |got - ref| <= atol + rtol*|ref| ------------------------------------- */
 
@@ -43,7 +43,10 @@ static struct tol tol_of(int op, md_dtype t)
     case K_GEMM: case K_CONV_FWD: case K_CONV_DATA: case K_CONV_FILTER:
         return (struct tol){1e-4, 1e-4}; /* long fp32 sums against double */
     case K_BN_FWD: case K_BN_BWD: case K_REDUCE: case K_BIAS_GRAD: case K_XENT: case K_OPTIM:
+    case K_LN_FWD: case K_LN_BWD:
         return (struct tol){2e-5, 1e-4};
+    case K_ATTN_FWD: case K_ATTN_BWD:
+        return (struct tol){1e-4, 1e-4}; /* sums over keys and head_dim in fp32 */
     default: return (struct tol){1e-5, 1e-5};
     }
 }
@@ -880,6 +883,258 @@ static void op_optim(struct harness *h)
     }
 }
 
+/* ---- layer norm, softmax, attention ------------------------------------------------------------------------------- */
+
+static void op_layernorm(struct harness *h, int op)
+{
+    /* rows d affine saved(bwd) */
+    static const int cases[][4] = {{1, 1, 1, 1}, {3, 7, 0, 0}, {17, 64, 1, 1}, {5, 768, 1, 0}, {33, 200, 1, 1}, {40, 31, 0, 1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int di = 0; di < 3; di++) {
+            md_dtype t = dtypes[di];
+            int rows = cases[ci][0], d = cases[ci][1], affine = cases[ci][2], saved = cases[ci][3];
+            size_t n = (size_t)rows * d, es = md_dtype_size(t);
+            float beta = (ci + (size_t)di) % 2 ? 1.0f : 0.0f;
+            void *X = host_typed(t, n, 151 + ci, -2, 3), *DY = host_typed(t, n, 152, -1, 1), *O0 = host_typed(t, n, 153, -1, 1);
+            float *gamma = malloc(sizeof(float) * (size_t)d), *betap = malloc(sizeof(float) * (size_t)d),
+                  *g0 = malloc(sizeof(float) * (size_t)d), *mean = malloc(sizeof(float) * (size_t)rows),
+                  *rstd = malloc(sizeof(float) * (size_t)rows);
+            kc_fill(gamma, (size_t)d, 154, 0.5f, 1.5f);
+            kc_fill(betap, (size_t)d, 155, -0.5f, 0.5f);
+            kc_fill(g0, (size_t)d, 156, -1, 1);
+            if (op == K_LN_BWD) { /* backward reads the forward's statistics (from ref) */
+                h->side = 1;
+                struct md_layernorm_args f = {.rows = rows, .d = d, .dtype = t, .eps = 1e-5f};
+                f.x = hx_in(h, X, n * es);
+                f.y = hx_nan(h, n * es);
+                f.mean = hx_nan(h, (size_t)rows * 4);
+                f.rstd = hx_nan(h, (size_t)rows * 4);
+                cr_assert_eq(md_k_layernorm_fwd(cur(h), &f), MD_OK, "%s", md_errmsg());
+                hx_get(h, f.mean, mean, (size_t)rows * 4);
+                hx_get(h, f.rstd, rstd, (size_t)rows * 4);
+                hx_end(h);
+            }
+            void *out[2] = {malloc(n * es), malloc(n * es)};
+            float *st4[2][2];
+            md_status st[2];
+            for (h->side = 0; h->side < 2; h->side++) {
+                struct md_layernorm_args a = {.rows = rows, .d = d, .dtype = t, .eps = 1e-5f, .beta = beta};
+                a.x = hx_in(h, X, n * es);
+                if (affine) a.gamma = hx_in(h, gamma, (size_t)d * 4), a.beta_p = hx_in(h, betap, (size_t)d * 4);
+                void *o = beta != 0.0f ? hx_in(h, O0, n * es) : hx_nan(h, n * es);
+                float *s0, *s1;
+                if (op == K_LN_FWD) {
+                    a.y = o;
+                    s0 = a.mean = hx_nan(h, (size_t)rows * 4);
+                    s1 = a.rstd = hx_nan(h, (size_t)rows * 4);
+                    st[h->side] = md_k_layernorm_fwd(cur(h), &a);
+                } else {
+                    if (saved) a.mean = hx_in(h, mean, (size_t)rows * 4), a.rstd = hx_in(h, rstd, (size_t)rows * 4);
+                    a.dy = hx_in(h, DY, n * es);
+                    a.dx = o;
+                    s0 = a.dgamma = beta != 0.0f ? hx_in(h, g0, (size_t)d * 4) : hx_nan(h, (size_t)d * 4);
+                    s1 = a.dbeta = beta != 0.0f ? hx_in(h, g0, (size_t)d * 4) : hx_nan(h, (size_t)d * 4);
+                    st[h->side] = md_k_layernorm_bwd(cur(h), &a);
+                }
+                size_t ns = op == K_LN_FWD ? (size_t)rows : (size_t)d;
+                st4[h->side][0] = malloc(ns * 4), st4[h->side][1] = malloc(ns * 4);
+                hx_get(h, o, out[h->side], n * es);
+                hx_get(h, s0, st4[h->side][0], ns * 4);
+                hx_get(h, s1, st4[h->side][1], ns * 4);
+                hx_end(h);
+            }
+            char what[128];
+            snprintf(what, sizeof what, "%s rows %d d %d affine %d saved %d %s beta %g", md_kernel_names[op], rows, d,
+                     affine, saved, md_dtype_name(t), (double)beta);
+            if (statuses_ok(h, op, what, st[0], st[1])) {
+                struct tol tl = tol_of(op, t), t32 = t == MD_F32 ? tol_of(op, MD_F32) : tl;
+                if (op == K_LN_BWD && t == MD_F32 && rows > 16) t32.atol *= 4; /* sums over rows */
+                size_t ns = op == K_LN_FWD ? (size_t)rows : (size_t)d;
+                int ok = cmp_typed(h, what, out[0], out[1], t, n, tl);
+                ok &= cmp_typed(h, what, st4[0][0], st4[1][0], MD_F32, ns, t32);
+                ok &= cmp_typed(h, what, st4[0][1], st4[1][1], MD_F32, ns, t32);
+                record(h, op, ok);
+            }
+            for (int s2 = 0; s2 < 2; s2++) free(st4[s2][0]), free(st4[s2][1]), free(out[s2]);
+            free(X), free(DY), free(O0), free(gamma), free(betap), free(g0), free(mean), free(rstd);
+        }
+}
+
+static void op_softmax(struct harness *h, int op)
+{
+    /* rows n causal tq scale*100 */
+    static const int cases[][5] = {{1, 1, 0, 0, 100}, {7, 13, 0, 0, 100}, {12, 100, 1, 4, 35},
+                                   {5, 1000, 0, 0, 100}, {70, 70, 1, 70, 125}, {3, 4099, 0, 0, 50}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int di = 0; di < 3; di++) {
+            md_dtype t = dtypes[di];
+            int rows = cases[ci][0], n = cases[ci][1];
+            size_t cnt = (size_t)rows * n, es = md_dtype_size(t);
+            float beta = (ci + (size_t)di) % 2 ? 1.0f : 0.0f;
+            struct md_softmax_args base = {.rows = rows, .n = n, .causal = cases[ci][2], .tq = cases[ci][3],
+                                           .scale = (float)cases[ci][4] / 100.0f, .dtype = t, .beta = beta};
+            void *X = host_typed(t, cnt, 161 + ci, -4, 4), *DY = host_typed(t, cnt, 162, -1, 1),
+                 *O0 = host_typed(t, cnt, 163, -1, 1), *Y = malloc(cnt * es);
+            if (op == K_SM_BWD) { /* backward reads the forward's y (from ref) */
+                h->side = 1;
+                struct md_softmax_args f = base;
+                f.beta = 0.0f;
+                f.x = hx_in(h, X, cnt * es);
+                f.y = hx_nan(h, cnt * es);
+                cr_assert_eq(md_k_softmax_fwd(cur(h), &f), MD_OK, "%s", md_errmsg());
+                hx_get(h, f.y, Y, cnt * es);
+                hx_end(h);
+            }
+            void *out[2] = {malloc(cnt * es), malloc(cnt * es)};
+            md_status st[2];
+            for (h->side = 0; h->side < 2; h->side++) {
+                struct md_softmax_args a = base;
+                void *o = beta != 0.0f ? hx_in(h, O0, cnt * es) : hx_nan(h, cnt * es);
+                if (op == K_SM_FWD) {
+                    a.x = hx_in(h, X, cnt * es), a.y = o;
+                    st[h->side] = md_k_softmax_fwd(cur(h), &a);
+                } else {
+                    a.y = hx_in(h, Y, cnt * es), a.dy = hx_in(h, DY, cnt * es), a.dx = o;
+                    st[h->side] = md_k_softmax_bwd(cur(h), &a);
+                }
+                hx_get(h, o, out[h->side], cnt * es);
+                hx_end(h);
+            }
+            char what[128];
+            snprintf(what, sizeof what, "%s rows %d n %d causal %d scale %g %s beta %g", md_kernel_names[op], rows, n,
+                     base.causal, (double)base.scale, md_dtype_name(t), (double)beta);
+            if (statuses_ok(h, op, what, st[0], st[1])) record(h, op, cmp_typed(h, what, out[0], out[1], t, cnt, tol_of(op, t)));
+            free(X), free(DY), free(O0), free(Y), free(out[0]), free(out[1]);
+        }
+}
+
+/* Attention layouts: 0 contiguous (B, H, T, D); 1 a fused QKV projection's
+ * (B, T, 3, H, D) output (tq == tk; dq/dk/dv into one such buffer); 2 (B, T, H, D). */
+struct attn_case { int b, h, tq, tk, d, causal, dropout, layout; };
+
+static const struct attn_case attn_cases[] = {
+    {1, 1, 1, 1, 8, 0, 0, 0},      {2, 3, 17, 17, 16, 1, 0, 0},   {1, 2, 70, 70, 32, 0, 0, 1},
+    {2, 2, 33, 65, 64, 0, 1, 0},   {1, 2, 100, 100, 64, 1, 1, 2}, {1, 1, 130, 130, 8, 1, 0, 0},
+    {2, 1, 40, 23, 16, 1, 0, 2},   {1, 2, 9, 31, 128, 0, 0, 0},   {1, 1, 67, 67, 32, 1, 1, 1},
+};
+
+/* Offsets (elements) of q, k, v, o in their buffers and the strides, by layout. */
+static void attn_layout(const struct attn_case *k, struct md_attn_args *a, size_t off[4], size_t n[4])
+{
+    int H = k->h, D = k->d;
+    memset(a->sq, 0, sizeof a->sq), memset(a->sk, 0, sizeof a->sk);
+    memset(a->sv, 0, sizeof a->sv), memset(a->so, 0, sizeof a->so);
+    off[0] = off[1] = off[2] = off[3] = 0;
+    n[0] = n[3] = (size_t)k->b * H * k->tq * D;
+    n[1] = n[2] = (size_t)k->b * H * k->tk * D;
+    if (k->layout == 1) {
+        long long s[3] = {(long long)k->tq * 3 * H * D, D, 3LL * H * D};
+        memcpy(a->sq, s, sizeof s), memcpy(a->sk, s, sizeof s), memcpy(a->sv, s, sizeof s);
+        off[1] = (size_t)H * D, off[2] = 2 * (size_t)H * D;
+        n[0] = n[1] = n[2] = 3 * n[0];
+    } else if (k->layout == 2) {
+        long long sq[3] = {(long long)k->tq * H * D, D, (long long)H * D}, sk[3] = {(long long)k->tk * H * D, D, (long long)H * D};
+        memcpy(a->sq, sq, sizeof sq), memcpy(a->so, sq, sizeof sq), memcpy(a->sk, sk, sizeof sk), memcpy(a->sv, sk, sizeof sk);
+    }
+}
+
+static void op_attn(struct harness *h, int op)
+{
+    for (size_t ci = 0; ci < sizeof attn_cases / sizeof attn_cases[0]; ci++)
+        for (int di = 0; di < 3; di++) {
+            const struct attn_case *kc = &attn_cases[ci];
+            md_dtype t = dtypes[di];
+            size_t es = md_dtype_size(t), off[4], n[4];
+            struct md_attn_args base = {.batch = kc->b, .heads = kc->h, .tq = kc->tq, .tk = kc->tk, .d = kc->d,
+                                        .causal = kc->causal, .dropout_p = kc->dropout ? 0.2f : 0.0f, .seed = 3,
+                                        .offset = 1000 + ci, .dtype = t};
+            attn_layout(kc, &base, off, n);
+            float beta = op == K_ATTN_BWD && (ci + (size_t)di) % 2 ? 1.0f : 0.0f;
+            size_t nl = (size_t)kc->b * kc->h * kc->tq;
+            /* q, k, v (one buffer in layout 1), d_o */
+            void *Q = host_typed(t, n[0], 171 + ci, -1.5f, 1.5f), *K = host_typed(t, n[1], 172 + ci, -1.5f, 1.5f),
+                 *V = host_typed(t, n[2], 173 + ci, -1.5f, 1.5f), *DO = host_typed(t, n[3], 174, -1, 1);
+            void *G0 = host_typed(t, n[0] > n[1] ? n[0] : n[1], 175, -1, 1);
+            void *O = malloc(n[3] * es);
+            float *L = malloc(nl * 4 + 4);
+            if (op == K_ATTN_BWD) { /* the forward's o and lse, from ref */
+                h->side = 1;
+                struct md_attn_args f = base;
+                void *qkv = hx_in(h, Q, n[0] * es);
+                f.q = (char *)qkv + off[0] * es;
+                f.k = kc->layout == 1 ? (char *)qkv + off[1] * es : hx_in(h, K, n[1] * es);
+                f.v = kc->layout == 1 ? (char *)qkv + off[2] * es : hx_in(h, V, n[2] * es);
+                f.o = hx_nan(h, n[3] * es);
+                f.lse = hx_nan(h, nl * 4);
+                cr_assert_eq(md_k_attn_fwd(cur(h), &f), MD_OK, "%s", md_errmsg());
+                hx_get(h, f.o, O, n[3] * es);
+                hx_get(h, f.lse, L, nl * 4);
+                hx_end(h);
+            }
+            void *out[2][3];
+            size_t nout[3] = {op == K_ATTN_FWD ? n[3] : n[0], op == K_ATTN_FWD ? nl : n[1], n[2]};
+            md_status st[2];
+            for (h->side = 0; h->side < 2; h->side++) {
+                struct md_attn_args a = base;
+                a.beta = beta;
+                void *qkv = hx_in(h, Q, n[0] * es);
+                a.q = (char *)qkv + off[0] * es;
+                a.k = kc->layout == 1 ? (char *)qkv + off[1] * es : hx_in(h, K, n[1] * es);
+                a.v = kc->layout == 1 ? (char *)qkv + off[2] * es : hx_in(h, V, n[2] * es);
+                void *o[3];
+                if (op == K_ATTN_FWD) {
+                    o[0] = a.o = hx_nan(h, n[3] * es);
+                    o[1] = a.lse = hx_nan(h, nl * 4);
+                    st[h->side] = md_k_attn_fwd(cur(h), &a);
+                } else {
+                    a.o = hx_in(h, O, n[3] * es);
+                    a.lse = hx_in(h, L, nl * 4);
+                    a.d_o = hx_in(h, DO, n[3] * es);
+                    if (kc->layout == 1) { /* one gradient buffer, (B, T, 3, H, D) */
+                        void *g = beta != 0.0f ? hx_in(h, G0, n[0] * es) : hx_nan(h, n[0] * es);
+                        a.dq = g, a.dk = (char *)g + off[1] * es, a.dv = (char *)g + off[2] * es;
+                        o[0] = g;
+                    } else {
+                        o[0] = a.dq = beta != 0.0f ? hx_in(h, G0, n[0] * es) : hx_nan(h, n[0] * es);
+                        o[1] = a.dk = beta != 0.0f ? hx_in(h, G0, n[1] * es) : hx_nan(h, n[1] * es);
+                        o[2] = a.dv = beta != 0.0f ? hx_in(h, G0, n[2] * es) : hx_nan(h, n[2] * es);
+                    }
+                    st[h->side] = md_k_attn_bwd(cur(h), &a);
+                }
+                int nouts = op == K_ATTN_FWD ? 2 : kc->layout == 1 ? 1 : 3;
+                for (int j = 0; j < 3; j++) {
+                    size_t bytes = op == K_ATTN_FWD && j == 1 ? nl * 4 : nout[j] * es;
+                    out[h->side][j] = malloc(bytes + 4);
+                    if (j < nouts) hx_get(h, o[j], out[h->side][j], bytes);
+                }
+                hx_end(h);
+            }
+            char what[160];
+            snprintf(what, sizeof what, "%s b%d h%d tq%d tk%d d%d causal %d dropout %d layout %d %s beta %g",
+                     md_kernel_names[op], kc->b, kc->h, kc->tq, kc->tk, kc->d, kc->causal, kc->dropout, kc->layout,
+                     md_dtype_name(t), (double)beta);
+            if (statuses_ok(h, op, what, st[0], st[1])) {
+                struct tol tl = tol_of(op, t);
+                int ok;
+                if (op == K_ATTN_FWD) {
+                    /* o, and lse (fp32 from rounded inputs: the half bound) */
+                    ok = cmp_typed(h, what, out[0][0], out[1][0], t, n[3], tl);
+                    ok &= cmp_typed(h, what, out[0][1], out[1][1], MD_F32, nl, t == MD_F32 ? tol_of(op, MD_F32) : tl);
+                } else if (kc->layout == 1) {
+                    ok = cmp_typed(h, what, out[0][0], out[1][0], t, n[0], tl);
+                } else {
+                    ok = cmp_typed(h, what, out[0][0], out[1][0], t, n[0], tl);
+                    ok &= cmp_typed(h, what, out[0][1], out[1][1], t, n[1], tl);
+                    ok &= cmp_typed(h, what, out[0][2], out[1][2], t, n[2], tl);
+                }
+                record(h, op, ok);
+            }
+            for (int s2 = 0; s2 < 2; s2++)
+                for (int j = 0; j < 3; j++) free(out[s2][j]);
+            free(Q), free(K), free(V), free(DO), free(G0), free(O), free(L);
+        }
+}
+
 /* ---- driver ------------------------------------------------------------------------------------------------------------ */
 
 static void run_op(struct harness *h, int op)
@@ -904,6 +1159,9 @@ static void run_op(struct harness *h, int op)
     case K_CAST: op_cast(h); break;
     case K_PERMUTE: op_permute(h); break;
     case K_OPTIM: op_optim(h); break;
+    case K_LN_FWD: case K_LN_BWD: op_layernorm(h, op); break;
+    case K_SM_FWD: case K_SM_BWD: op_softmax(h, op); break;
+    case K_ATTN_FWD: case K_ATTN_BWD: op_attn(h, op); break;
     default: break;
     }
 }

@@ -258,7 +258,7 @@ Test(kernels_fixtures, xent_plain) { xent_fixture("xent_plain"); }
 Test(kernels_fixtures, activations)
 {
     static const struct { const char *name; int act; } acts[] = {
-        {"act_gelu", MD_ACT_GELU}, {"act_silu", MD_ACT_SILU}, {"act_tanh", MD_ACT_TANH},
+        {"act_gelu", MD_ACT_GELU}, {"act_gelu_tanh", MD_ACT_GELU_TANH}, {"act_silu", MD_ACT_SILU}, {"act_tanh", MD_ACT_TANH},
         {"act_sigmoid", MD_ACT_SIGMOID}, {"act_leaky_relu", MD_ACT_LEAKY_RELU}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         cJSON *doc = load(acts[i].name);
@@ -319,3 +319,102 @@ static void optim_fixture(const char *name)
 Test(kernels_fixtures, adamw_three_steps) { optim_fixture("adamw_3steps"); }
 Test(kernels_fixtures, sgd_nesterov_three_steps) { optim_fixture("sgd_nesterov_3steps"); }
 Test(kernels_fixtures, sgd_momentum_three_steps) { optim_fixture("sgd_momentum_3steps"); }
+
+/* ---- layer norm and attention (transformer blocks) ------------------------------------------------------------ */
+
+static const char *const tf_devices[] = {"ref", "cpu"};
+#define N_TF_DEVICES (sizeof tf_devices / sizeof tf_devices[0])
+
+static void ln_fixture(const char *name)
+{
+    cJSON *doc = load(name);
+    int rows = param_i(doc, "rows", 0), d = param_i(doc, "d", 0), affine = (int)param(doc, "affine");
+    size_t nx;
+    float *x = tensor(doc, "x", &nx), *y = tensor(doc, "y", NULL), *mean = tensor(doc, "mean", NULL),
+          *rstd = tensor(doc, "rstd", NULL), *dy = tensor(doc, "dy", NULL), *dx = tensor(doc, "dx", NULL);
+    float *gamma = affine ? tensor(doc, "gamma", NULL) : NULL, *betap = affine ? tensor(doc, "beta", NULL) : NULL;
+    float *dg = affine ? tensor(doc, "dgamma", NULL) : NULL, *db = affine ? tensor(doc, "dbeta", NULL) : NULL;
+    float *oy = malloc(nx * 4), *odx = malloc(nx * 4), om[64], orr[64], odg[64], odb[64];
+    for (size_t di = 0; di < N_TF_DEVICES; di++) {
+        md_device *dev = open_dev(tf_devices[di]);
+        struct md_layernorm_args a = {.rows = rows, .d = d, .dtype = MD_F32, .eps = (float)param(doc, "eps"), .x = x,
+                                      .y = oy, .gamma = gamma, .beta_p = betap, .mean = om, .rstd = orr, .dy = dy,
+                                      .dx = odx, .dgamma = affine ? odg : NULL, .dbeta = affine ? odb : NULL};
+        cr_assert_eq(md_k_layernorm_fwd(dev, &a), MD_OK, "%s", md_errmsg());
+        cr_assert_eq(md_k_layernorm_bwd(dev, &a), MD_OK, "%s", md_errmsg());
+        check(tf_devices[di], name, "y", oy, y, nx);
+        check(tf_devices[di], name, "mean", om, mean, (size_t)rows);
+        check(tf_devices[di], name, "rstd", orr, rstd, (size_t)rows);
+        check(tf_devices[di], name, "dx", odx, dx, nx);
+        if (affine) {
+            check(tf_devices[di], name, "dgamma", odg, dg, (size_t)d);
+            check(tf_devices[di], name, "dbeta", odb, db, (size_t)d);
+        }
+        md_device_close(dev);
+    }
+    free(x), free(y), free(mean), free(rstd), free(dy), free(dx), free(gamma), free(betap), free(dg), free(db);
+    free(oy), free(odx);
+    cJSON_Delete(doc);
+}
+
+Test(kernels_fixtures, layernorm_affine) { ln_fixture("layernorm_affine"); }
+Test(kernels_fixtures, layernorm_plain) { ln_fixture("layernorm_plain"); }
+
+/* (B, H, T, D) -> (B, T, H, D), the layout of a projection's output split into heads. */
+static float *bhtd_to_bthd(const float *src, int b, int h, int t, int d)
+{
+    float *o = malloc(sizeof(float) * (size_t)b * h * t * d);
+    for (int i = 0; i < b; i++)
+        for (int j = 0; j < h; j++)
+            for (int k = 0; k < t; k++)
+                memcpy(o + (((size_t)i * t + k) * h + j) * d, src + (((size_t)i * h + j) * t + k) * d, sizeof(float) * (size_t)d);
+    return o;
+}
+
+static void attn_fixture(const char *name)
+{
+    cJSON *doc = load(name);
+    int B = param_i(doc, "batch", 0), H = param_i(doc, "heads", 0), tq = param_i(doc, "tq", 0), tk = param_i(doc, "tk", 0),
+        D = param_i(doc, "d", 0);
+    size_t nq, nk;
+    float *q = tensor(doc, "q", &nq), *k = tensor(doc, "k", &nk), *v = tensor(doc, "v", NULL), *o = tensor(doc, "o", NULL),
+          *lse = tensor(doc, "lse", NULL), *dO = tensor(doc, "do", NULL), *dq = tensor(doc, "dq", NULL),
+          *dk = tensor(doc, "dk", NULL), *dv = tensor(doc, "dv", NULL);
+    float *oo = malloc(nq * 4), *olse = malloc(sizeof(float) * (size_t)B * H * tq), *odq = malloc(nq * 4),
+          *odk = malloc(nk * 4), *odv = malloc(nk * 4);
+    for (size_t di = 0; di < N_TF_DEVICES; di++)
+        for (int lay = 0; lay < 2; lay++) { /* contiguous (B, H, T, D), then strided (B, T, H, D) */
+            md_device *dev = open_dev(tf_devices[di]);
+            struct md_attn_args a = {.batch = B, .heads = H, .tq = tq, .tk = tk, .d = D,
+                                     .causal = (int)param(doc, "causal"), .dropout_p = (float)param(doc, "dropout"),
+                                     .seed = (uint64_t)param(doc, "seed"), .offset = (uint64_t)param(doc, "offset"),
+                                     .dtype = MD_F32};
+            float *Q = q, *K = k, *V = v, *O = o, *DO = dO, *DQ = dq, *DK = dk, *DV = dv;
+            if (lay) {
+                Q = bhtd_to_bthd(q, B, H, tq, D), K = bhtd_to_bthd(k, B, H, tk, D), V = bhtd_to_bthd(v, B, H, tk, D);
+                O = bhtd_to_bthd(o, B, H, tq, D), DO = bhtd_to_bthd(dO, B, H, tq, D), DQ = bhtd_to_bthd(dq, B, H, tq, D);
+                DK = bhtd_to_bthd(dk, B, H, tk, D), DV = bhtd_to_bthd(dv, B, H, tk, D);
+                long long sq[3] = {(long long)tq * H * D, D, (long long)H * D}, sk[3] = {(long long)tk * H * D, D, (long long)H * D};
+                memcpy(a.sq, sq, sizeof sq), memcpy(a.so, sq, sizeof sq), memcpy(a.sk, sk, sizeof sk), memcpy(a.sv, sk, sizeof sk);
+            }
+            a.q = Q, a.k = K, a.v = V, a.o = oo, a.lse = olse, a.d_o = DO, a.dq = odq, a.dk = odk, a.dv = odv;
+            cr_assert_eq(md_k_attn_fwd(dev, &a), MD_OK, "%s", md_errmsg());
+            cr_assert_eq(md_k_attn_bwd(dev, &a), MD_OK, "%s", md_errmsg());
+            const char *l = lay ? "BTHD" : "BHTD";
+            char w1[32];
+            snprintf(w1, sizeof w1, "%s o", l), check(tf_devices[di], name, w1, oo, O, nq);
+            snprintf(w1, sizeof w1, "%s lse", l), check(tf_devices[di], name, w1, olse, lse, (size_t)B * H * tq);
+            snprintf(w1, sizeof w1, "%s dq", l), check(tf_devices[di], name, w1, odq, DQ, nq);
+            snprintf(w1, sizeof w1, "%s dk", l), check(tf_devices[di], name, w1, odk, DK, nk);
+            snprintf(w1, sizeof w1, "%s dv", l), check(tf_devices[di], name, w1, odv, DV, nk);
+            if (lay) free(Q), free(K), free(V), free(O), free(DO), free(DQ), free(DK), free(DV);
+            md_device_close(dev);
+        }
+    free(q), free(k), free(v), free(o), free(lse), free(dO), free(dq), free(dk), free(dv);
+    free(oo), free(olse), free(odq), free(odk), free(odv);
+    cJSON_Delete(doc);
+}
+
+Test(kernels_fixtures, attention_plain) { attn_fixture("attention_plain"); }
+Test(kernels_fixtures, attention_causal) { attn_fixture("attention_causal"); }
+Test(kernels_fixtures, attention_cross_dropout) { attn_fixture("attention_cross_dropout"); }

@@ -598,3 +598,216 @@ Test(kernels_ref, cast_permute_chslice_ew_reduce)
     cr_assert(!isfinite(r));
     md_device_close(dev);
 }
+
+/* ---- layer norm, softmax, attention ------------------------------------------------------ */
+
+struct ln_ctx { struct md_layernorm_args a; float mean[8], rstd[8]; };
+
+static void ln_fwd(md_device *dev, void *ctx, float *out)
+{
+    struct ln_ctx *c = ctx;
+    c->a.y = out;
+    c->a.beta = 0.0f;
+    c->a.mean = c->mean, c->a.rstd = c->rstd;
+    cr_assert_eq(md_k_layernorm_fwd(dev, &c->a), MD_OK, "%s", md_errmsg());
+}
+
+Test(kernels_ref, layernorm_gradients_and_statistics)
+{
+    md_device *dev = kc_open_ref();
+    enum { R = 3, D = 7, N = R * D };
+    for (int affine = 0; affine < 2; affine++)
+        for (int saved = 0; saved < 2; saved++) {
+            struct ln_ctx k;
+            memset(&k, 0, sizeof k);
+            float x[N], y[N], r[N], dx[N], gamma[D], betap[D], dg[D], db[D];
+            double gx[N], gg[D], gb[D];
+            kc_fill(x, N, 41, -2, 3);
+            kc_fill(r, N, 42, -1, 1);
+            kc_fill(gamma, D, 43, 0.5f, 1.5f);
+            kc_fill(betap, D, 44, -0.5f, 0.5f);
+            struct md_layernorm_args *a = &k.a;
+            a->rows = R, a->d = D, a->dtype = MD_F32, a->eps = 1e-5f, a->x = x;
+            if (affine) a->gamma = gamma, a->beta_p = betap;
+            numgrad(dev, ln_fwd, &k, x, N, N, r, 1e-3, gx);
+            numgrad(dev, ln_fwd, &k, gamma, D, N, r, 1e-3, gg);
+            numgrad(dev, ln_fwd, &k, betap, D, N, r, 1e-3, gb);
+            ln_fwd(dev, &k, y);
+            /* row 0's statistics by hand */
+            double s = 0, ss = 0;
+            for (int j = 0; j < D; j++) s += x[j];
+            for (int j = 0; j < D; j++) ss += ((double)x[j] - s / D) * ((double)x[j] - s / D);
+            cr_assert_float_eq(k.mean[0], s / D, 1e-6);
+            cr_assert_float_eq(k.rstd[0], 1.0 / sqrt(ss / D + 1e-5), 1e-5);
+            if (!saved) a->mean = a->rstd = NULL; /* recomputed from x */
+            a->dy = r, a->dx = dx, a->dgamma = dg, a->dbeta = db, a->beta = 0.0f;
+            for (int j = 0; j < N; j++) dx[j] = NAN;
+            for (int j = 0; j < D; j++) dg[j] = db[j] = NAN;
+            cr_assert_eq(md_k_layernorm_bwd(dev, a), MD_OK, "%s", md_errmsg());
+            char what[64];
+            snprintf(what, sizeof what, "layernorm affine %d saved %d", affine, saved);
+            cr_assert(check_grad(what, dx, gx, N, 2e-3, 2e-3), "%s dx", what);
+            if (affine) {
+                cr_assert(check_grad(what, dg, gg, D, 2e-3, 2e-3), "%s dgamma", what);
+                cr_assert(check_grad(what, db, gb, D, 2e-3, 2e-3), "%s dbeta", what);
+            }
+            /* beta = 1 accumulates onto dx, dgamma and dbeta */
+            float dx1[N], dg1[D], db1[D];
+            for (int j = 0; j < N; j++) dx1[j] = 1.0f;
+            for (int j = 0; j < D; j++) dg1[j] = db1[j] = 2.0f;
+            a->dx = dx1, a->dgamma = dg1, a->dbeta = db1, a->beta = 1.0f;
+            cr_assert_eq(md_k_layernorm_bwd(dev, a), MD_OK, "%s", md_errmsg());
+            for (int j = 0; j < N; j++) cr_assert_float_eq(dx1[j], dx[j] + 1.0f, 1e-5);
+            for (int j = 0; j < D; j++) cr_assert_float_eq(dg1[j], dg[j] + 2.0f, 1e-5);
+            for (int j = 0; j < D; j++) cr_assert_float_eq(db1[j], db[j] + 2.0f, 1e-5);
+        }
+    md_device_close(dev);
+}
+
+struct sm_ctx { struct md_softmax_args a; };
+
+static void sm_fwd(md_device *dev, void *ctx, float *out)
+{
+    struct sm_ctx *c = ctx;
+    c->a.y = out;
+    c->a.beta = 0.0f;
+    cr_assert_eq(md_k_softmax_fwd(dev, &c->a), MD_OK, "%s", md_errmsg());
+}
+
+Test(kernels_ref, softmax_gradients_mask_and_scale)
+{
+    md_device *dev = kc_open_ref();
+    enum { R = 6, C = 5, N = R * C };
+    for (int causal = 0; causal < 2; causal++) {
+        float x[N], y[N], r[N], dx[N];
+        double gx[N];
+        kc_fill(x, N, 51, -3, 3);
+        kc_fill(r, N, 52, -1, 1);
+        struct sm_ctx k = {{.rows = R, .n = C, .causal = causal, .tq = 3, .scale = 0.7f, .dtype = MD_F32, .x = x}};
+        numgrad(dev, sm_fwd, &k, x, N, N, r, 1e-3, gx);
+        sm_fwd(dev, &k, y);
+        for (int row = 0; row < R; row++) {
+            double s = 0;
+            for (int j = 0; j < C; j++) {
+                s += y[row * C + j];
+                if (causal && j > row % 3) cr_assert_eq(y[row * C + j], 0.0f, "masked weight %d,%d", row, j);
+            }
+            cr_assert_float_eq(s, 1.0, 1e-6, "row %d sums to %g", row, s);
+        }
+        /* row 1 by hand: softmax(0.7 x) */
+        if (!causal) {
+            double se = 0;
+            for (int j = 0; j < C; j++) se += exp(0.7 * x[C + j]);
+            cr_assert_float_eq(y[C + 2], exp(0.7 * x[C + 2]) / se, 1e-6);
+        }
+        k.a.y = y, k.a.dy = r, k.a.dx = dx, k.a.beta = 0.0f;
+        cr_assert_eq(md_k_softmax_bwd(dev, &k.a), MD_OK, "%s", md_errmsg());
+        char what[32];
+        snprintf(what, sizeof what, "softmax causal %d", causal);
+        cr_assert(check_grad(what, dx, gx, N, 1e-3, 1e-3), "%s", what);
+    }
+    md_device_close(dev);
+}
+
+/* Attention with q, k, v in one buffer laid out as a fused QKV projection's
+ * output (B, T, 3, H, D) when `fused`, else three contiguous (B, H, T, D). */
+struct at_ctx { struct md_attn_args a; float lse[64]; };
+
+static void at_fwd(md_device *dev, void *ctx, float *out)
+{
+    struct at_ctx *c = ctx;
+    c->a.o = out;
+    c->a.lse = c->lse;
+    cr_assert_eq(md_k_attn_fwd(dev, &c->a), MD_OK, "%s", md_errmsg());
+}
+
+Test(kernels_ref, attention_gradients_causal_dropout_strides)
+{
+    md_device *dev = kc_open_ref();
+    enum { B = 2, H = 2, D = 3 };
+    /* tq tk causal dropout fused */
+    static const int cases[][5] = {{5, 5, 0, 0, 0}, {5, 5, 1, 0, 0}, {3, 6, 0, 1, 0}, {4, 4, 1, 1, 1}, {6, 3, 1, 0, 0}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int tq = cases[ci][0], tk = cases[ci][1], fused = cases[ci][4];
+        size_t nq = (size_t)B * H * tq * D, nk = (size_t)B * H * tk * D, nqkv = 3 * nq;
+        struct at_ctx c;
+        memset(&c, 0, sizeof c);
+        struct md_attn_args *a = &c.a;
+        a->batch = B, a->heads = H, a->tq = tq, a->tk = tk, a->d = D, a->causal = cases[ci][2];
+        a->dropout_p = cases[ci][3] ? 0.3f : 0.0f, a->seed = 9, a->offset = 100, a->dtype = MD_F32;
+        float qkv[3 * 4 * 6 * 3 * 2], q[128], k[128], v[128], o[128], r[128], dq[128], dk[128], dv[128], o2[128];
+        float dqkv[3 * 4 * 6 * 3 * 2];
+        double gq[3 * 4 * 6 * 3 * 2], gk[128], gv[128]; /* gq holds the fused case's whole (B, T, 3, H, D) gradient */
+        kc_fill(r, nq, 62, -1, 1);
+        float *pq = q, *pk = k, *pv = v;
+        if (fused) { /* tq == tk: one (B, T, 3, H, D) buffer */
+            kc_fill(qkv, nqkv, 61, -1.5f, 1.5f);
+            pq = qkv, pk = qkv + H * D, pv = qkv + 2 * H * D;
+            long long s[3] = {(long long)tq * 3 * H * D, D, 3 * H * D};
+            memcpy(a->sq, s, sizeof s), memcpy(a->sk, s, sizeof s), memcpy(a->sv, s, sizeof s);
+        } else {
+            kc_fill(q, nq, 63, -1.5f, 1.5f);
+            kc_fill(k, nk, 64, -1.5f, 1.5f);
+            kc_fill(v, nk, 65, -1.5f, 1.5f);
+        }
+        a->q = pq, a->k = pk, a->v = pv;
+        if (fused) {
+            numgrad(dev, at_fwd, &c, qkv, nqkv, nq, r, 1e-3, gq);
+        } else {
+            numgrad(dev, at_fwd, &c, q, nq, nq, r, 1e-3, gq);
+            numgrad(dev, at_fwd, &c, k, nk, nq, r, 1e-3, gk);
+            numgrad(dev, at_fwd, &c, v, nk, nq, r, 1e-3, gv);
+        }
+        at_fwd(dev, &c, o);
+        /* the saved logsumexp of (b 1, h 0, row 1) by hand */
+        {
+            double mx = -1e300, se = 0, sc[8];
+            int last = a->causal ? (1 < tk - 1 ? 1 : tk - 1) : tk - 1;
+            for (int j = 0; j <= last; j++) {
+                double s = 0;
+                for (int e = 0; e < D; e++) {
+                    size_t iq = fused ? ((size_t)(1 * tq + 1) * 3 * H + 0) * D + e : ((size_t)(1 * H + 0) * tq + 1) * D + e;
+                    size_t ik = fused ? ((size_t)(1 * tk + j) * 3 * H + H) * D + e : ((size_t)(1 * H + 0) * tk + j) * D + e;
+                    s += (double)(fused ? qkv[iq] : q[iq]) * (double)(fused ? qkv[ik] : k[ik]);
+                }
+                sc[j] = s / sqrt((double)D);
+                mx = fmax(mx, sc[j]);
+            }
+            for (int j = 0; j <= last; j++) se += exp(sc[j] - mx);
+            cr_assert_float_eq(c.lse[(1 * H + 0) * tq + 1], mx + log(se), 1e-5, "lse case %zu", ci);
+        }
+        a->o = o, a->d_o = r, a->beta = 0.0f;
+        if (fused) {
+            for (size_t i = 0; i < nqkv; i++) dqkv[i] = NAN;
+            a->dq = dqkv, a->dk = dqkv + H * D, a->dv = dqkv + 2 * H * D;
+        } else {
+            for (size_t i = 0; i < nq; i++) dq[i] = NAN;
+            for (size_t i = 0; i < nk; i++) dk[i] = dv[i] = NAN;
+            a->dq = dq, a->dk = dk, a->dv = dv;
+        }
+        cr_assert_eq(md_k_attn_bwd(dev, a), MD_OK, "%s", md_errmsg());
+        char what[64];
+        snprintf(what, sizeof what, "attention case %zu", ci);
+        if (fused) {
+            cr_assert(check_grad(what, dqkv, gq, nqkv, 2e-3, 2e-3), "%s dqkv", what);
+        } else {
+            cr_assert(check_grad(what, dq, gq, nq, 2e-3, 2e-3), "%s dq", what);
+            cr_assert(check_grad(what, dk, gk, nk, 2e-3, 2e-3), "%s dk", what);
+            cr_assert(check_grad(what, dv, gv, nk, 2e-3, 2e-3), "%s dv", what);
+        }
+        /* the forward overwrites o (no beta) and gives the same result twice */
+        for (size_t i = 0; i < nq; i++) o2[i] = NAN;
+        at_fwd(dev, &c, o2);
+        cr_assert_eq(memcmp(o, o2, nq * 4), 0);
+    }
+    md_device_close(dev);
+}
+
+Test(kernels_ref, gelu_tanh_matches_pytorch_values)
+{
+    /* torch.nn.functional.gelu(x, approximate='tanh') at 1 and -2 */
+    cr_assert_float_eq(md_act_d(MD_ACT_GELU_TANH, 1.0, 0), 0.8411919906082768, 1e-12);
+    cr_assert_float_eq(md_act_d(MD_ACT_GELU_TANH, -2.0, 0), -0.04540230591222, 1e-12);
+    cr_assert_float_eq(md_act_f(MD_ACT_GELU_TANH, 1.0f, 0), 0.84119199f, 1e-6);
+    cr_assert_float_eq(md_act_grad_f(MD_ACT_GELU_TANH, 0.5f, 0), (float)md_act_grad_d(MD_ACT_GELU_TANH, 0.5, 0), 1e-6);
+}

@@ -86,6 +86,12 @@ SIM_KERNEL(xent, md_xent_args)
 SIM_KERNEL(cast, md_cast_args)
 SIM_KERNEL(permute, md_permute_args)
 SIM_KERNEL(optim, md_optim_args)
+SIM_KERNEL(layernorm_fwd, md_layernorm_args)
+SIM_KERNEL(layernorm_bwd, md_layernorm_args)
+SIM_KERNEL(softmax_fwd, md_softmax_args)
+SIM_KERNEL(softmax_bwd, md_softmax_args)
+SIM_KERNEL(attn_fwd, md_attn_args)
+SIM_KERNEL(attn_bwd, md_attn_args)
 
 static const struct md_backend_ops sim_ops = {
     .api_version = MD_BACKEND_API_VERSION,
@@ -119,6 +125,12 @@ static const struct md_backend_ops sim_ops = {
         .cast = sim_cast,
         .permute = sim_permute,
         .optim = sim_optim,
+        .layernorm_fwd = sim_layernorm_fwd,
+        .layernorm_bwd = sim_layernorm_bwd,
+        .softmax_fwd = sim_softmax_fwd,
+        .softmax_bwd = sim_softmax_bwd,
+        .attn_fwd = sim_attn_fwd,
+        .attn_bwd = sim_attn_bwd,
     },
 };
 

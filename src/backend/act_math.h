@@ -31,6 +31,7 @@ enum md_act {
     MD_ACT_SILU,
     MD_ACT_SIGMOID,
     MD_ACT_TANH,
+    MD_ACT_GELU_TANH,  /* tanh approximation, as PyTorch's approximate='tanh' */
     MD_ACT_COUNT
 };
 
@@ -58,6 +59,8 @@ MD_AM_FN float md_act_f(int act, float x, float alpha)
     case MD_ACT_SILU: return x / (1.0f + MD_AM_EXP(-x));
     case MD_ACT_SIGMOID: return 1.0f / (1.0f + MD_AM_EXP(-x));
     case MD_ACT_TANH: return MD_AM_TANH(x);
+    case MD_ACT_GELU_TANH:
+        return 0.5f * x * (1.0f + MD_AM_TANH(0.79788456080286536f * (x + 0.044715f * x * x * x)));
     default: return x;
     }
 }
@@ -80,6 +83,11 @@ MD_AM_FN float md_act_grad_f(int act, float x, float alpha)
     case MD_ACT_TANH: {
         float t = MD_AM_TANH(x);
         return 1.0f - t * t;
+    }
+    case MD_ACT_GELU_TANH: {
+        /* u = k (x + c x^3): 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 c x^2) */
+        float x2 = x * x, t = MD_AM_TANH(0.79788456080286536f * (x + 0.044715f * x2 * x));
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.79788456080286536f * (1.0f + 0.134145f * x2);
     }
     default: return 1.0f;
     }

@@ -25,6 +25,7 @@
 #ifndef MD_KERNELS_H
 #define MD_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -293,6 +294,84 @@ struct md_optim_args {
     void *params_half; md_dtype half_dtype;
 };
 
+/* ---- layer normalisation over the last dimension ----------------------------------
+ * x, y, dy, dx: (rows, d) row-major of `dtype`; statistics in fp32 (the
+ * reference: double) whatever the storage type.
+ * fwd: y = (x - mean) * rstd * gamma + beta_p  (+ beta * y), with the biased
+ *   variance and rstd = 1 / sqrt(var + eps) (PyTorch's F.layer_norm);
+ *   mean/rstd (rows) are written when non-NULL (for backward).
+ * bwd: dx = rstd * (g - mean_d(g) - xhat * mean_d(g * xhat)) with g = dy * gamma,
+ *   dgamma = sum_rows dy * xhat, dbeta = sum_rows dy; beta accumulates onto dx,
+ *   dgamma and dbeta alike. mean/rstd are read when both are given (else
+ *   recomputed from x).
+ * gamma/beta_p (d) fp32, NULL: 1 / 0; NULL dx, dgamma or dbeta: not computed. */
+struct md_layernorm_args {
+    int rows, d;
+    md_dtype dtype;
+    float eps;
+    const void *x; void *y;
+    const float *gamma, *beta_p;   /* (d) */
+    float *mean, *rstd;            /* (rows) */
+    const void *dy; void *dx;
+    float *dgamma, *dbeta;         /* (d) */
+    float beta;
+};
+
+/* ---- softmax over the last dimension --------------------------------------------------
+ * x, y, dy, dx: (rows, n) row-major of `dtype`.
+ * fwd: y = softmax(scale * x) per row (max subtracted first), + beta * y.
+ *   causal: rows are queries of (rows / tq) matrices of tq rows each; column j
+ *   of row r is masked (weight 0) when j > r % tq (PyTorch's is_causal,
+ *   top-left aligned; needs tq > 0).
+ * bwd: dx = scale * y * (dy - sum_j dy_j y_j) + beta * dx, from the forward's y
+ *   (masked entries have y = 0 and get dx = 0).
+ * scale 0 means 1. */
+struct md_softmax_args {
+    int rows, n;
+    int causal, tq;
+    float scale;
+    md_dtype dtype;
+    const void *x; void *y;
+    const void *dy; void *dx;
+    float beta;
+};
+
+/* ---- fused scaled-dot-product attention ------------------------------------------------
+ * q (batch, heads, tq, d), k and v (batch, heads, tk, d), o (batch, heads, tq, d), d =
+ * head_dim, all of `dtype`, addressed through strides (elements) for batch,
+ * head and token, the feature stride being 1: element (b, h, t, e) of q is
+ *   q[b * sq[0] + h * sq[1] + t * sq[2] + e]
+ * and likewise k (sk), v (sv), o (so). All-zero strides mean contiguous
+ * (B, H, T, D). A fused QKV projection's (B, T, 3, H, D) output works in place:
+ * q = qkv, k = qkv + H*D, v = qkv + 2*H*D, strides {T*3*H*D, D, 3*H*D}.
+ * Gradients use the strides of their tensor: dq sq, dk sk, dv sv, d_o so.
+ *   S = scale * q k^T (scale 0: 1/sqrt(d)), causal: S_ij = -inf for j > i
+ *   (top-left aligned, as PyTorch's is_causal); P = softmax_j(S);
+ *   lse_i = log sum_j exp(S_ij) (fp32, (batch, heads, tq), written by fwd
+ *   for bwd); with dropout, weight (b, h, i, j) is dropped when
+ *   md_rng_uniform(seed, offset + ((b*heads + h)*tq + i)*tk + j) < dropout_p and
+ *   kept ones are scaled by 1/(1-p) (Pd); O = Pd V.
+ * fwd: o = O (always overwritten: backward reads it), lse.
+ * bwd: from q, k, v, o, lse and d_o: with D_i = d_o_i . o_i and
+ *   dS = P * (dPd * mask/(1-p) - D), dPd = d_o v^T:
+ *   dq = scale dS k, dk = scale dS^T q, dv = Pd^T d_o, each + beta * itself.
+ *   NULL dq, dk or dv: not computed.
+ * offset_dev (optional) is added to offset when the kernel runs (as dropout). */
+struct md_attn_args {
+    int batch, heads, tq, tk, d;
+    long long sq[3], sk[3], sv[3], so[3];  /* batch, head, token strides; all 0: contiguous */
+    int causal;
+    float scale;
+    float dropout_p;
+    uint64_t seed, offset;
+    const uint64_t *offset_dev;
+    md_dtype dtype;
+    const void *q, *k, *v; void *o;
+    float *lse;                            /* (batch, heads, tq) */
+    const void *d_o; void *dq, *dk, *dv;
+    float beta;                            /* accumulate factor for dq, dk, dv */
+};
+
 /* The table. Kernels return MD_OK or an error with a message. */
 struct md_kernels {
     md_status (*gemm)(md_device *, const struct md_gemm_args *);
@@ -318,10 +397,16 @@ struct md_kernels {
     md_status (*cast)(md_device *, const struct md_cast_args *);
     md_status (*permute)(md_device *, const struct md_permute_args *);
     md_status (*optim)(md_device *, const struct md_optim_args *);
+    md_status (*layernorm_fwd)(md_device *, const struct md_layernorm_args *);
+    md_status (*layernorm_bwd)(md_device *, const struct md_layernorm_args *);
+    md_status (*softmax_fwd)(md_device *, const struct md_softmax_args *);
+    md_status (*softmax_bwd)(md_device *, const struct md_softmax_args *);
+    md_status (*attn_fwd)(md_device *, const struct md_attn_args *);
+    md_status (*attn_bwd)(md_device *, const struct md_attn_args *);
 };
 
 /* Names of the table's entries, in order (for reports and fallback counts). */
-#define MD_KERNEL_COUNT 23
+#define MD_KERNEL_COUNT 29
 extern const char *const md_kernel_names[MD_KERNEL_COUNT];
 
 /* For backends whose kernels run when called (CPU, reference): *out = a with
@@ -334,6 +419,31 @@ int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *ou
 static inline uint64_t md_dropout_offset(const struct md_dropout_args *a)
 {
     return a->offset + (a->offset_dev ? *a->offset_dev : 0);
+}
+
+/* The dropout offset of attention for backends whose kernels run when called. */
+static inline uint64_t md_attn_offset(const struct md_attn_args *a)
+{
+    return a->offset + (a->offset_dev ? *a->offset_dev : 0);
+}
+
+/* The strides of a (tensor of) attention args with zeros resolved to the
+ * contiguous (B, H, T, D) layout: s[0] batch, s[1] head, s[2] token. */
+static inline void md_attn_strides(const long long in[3], int heads, int t, int d, long long out[3])
+{
+    if (in[0] || in[1] || in[2]) {
+        out[0] = in[0], out[1] = in[1], out[2] = in[2];
+    } else {
+        out[2] = d;
+        out[1] = (long long)t * d;
+        out[0] = (long long)heads * t * d;
+    }
+}
+
+/* The attention scale: a->scale, or 1/sqrt(d) when 0. */
+static inline float md_attn_scale(const struct md_attn_args *a)
+{
+    return a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)a->d));
 }
 
 /* Output size of a convolution or pooling window along one axis (<= 0: impossible). */

@@ -10,7 +10,8 @@ const char *const md_kernel_names[MD_KERNEL_COUNT] = {
     "gemm", "conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_filter", "batchnorm_fwd",
     "batchnorm_bwd", "act_fwd", "act_bwd", "pool2d_fwd", "pool2d_bwd", "gap_fwd", "gap_bwd",
     "bias_add", "bias_grad", "dropout_fwd", "dropout_bwd", "ew", "reduce", "chslice", "xent",
-    "cast", "permute", "optim",
+    "cast", "permute", "optim", "layernorm_fwd", "layernorm_bwd", "softmax_fwd", "softmax_bwd", "attn_fwd",
+    "attn_bwd",
 };
 
 _Static_assert(sizeof(struct md_kernels) == MD_KERNEL_COUNT * sizeof(void (*)(void)),
@@ -65,6 +66,12 @@ MD_KERNEL_WRAPPER(xent, md_xent_args, 19)
 MD_KERNEL_WRAPPER(cast, md_cast_args, 20)
 MD_KERNEL_WRAPPER(permute, md_permute_args, 21)
 MD_KERNEL_WRAPPER(optim, md_optim_args, 22)
+MD_KERNEL_WRAPPER(layernorm_fwd, md_layernorm_args, 23)
+MD_KERNEL_WRAPPER(layernorm_bwd, md_layernorm_args, 24)
+MD_KERNEL_WRAPPER(softmax_fwd, md_softmax_args, 25)
+MD_KERNEL_WRAPPER(softmax_bwd, md_softmax_args, 26)
+MD_KERNEL_WRAPPER(attn_fwd, md_attn_args, 27)
+MD_KERNEL_WRAPPER(attn_bwd, md_attn_args, 28)
 
 int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *out)
 {

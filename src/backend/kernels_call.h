@@ -39,6 +39,12 @@ md_status md_k_xent(md_device *dev, const struct md_xent_args *a);
 md_status md_k_cast(md_device *dev, const struct md_cast_args *a);
 md_status md_k_permute(md_device *dev, const struct md_permute_args *a);
 md_status md_k_optim(md_device *dev, const struct md_optim_args *a);
+md_status md_k_layernorm_fwd(md_device *dev, const struct md_layernorm_args *a);
+md_status md_k_layernorm_bwd(md_device *dev, const struct md_layernorm_args *a);
+md_status md_k_softmax_fwd(md_device *dev, const struct md_softmax_args *a);
+md_status md_k_softmax_bwd(md_device *dev, const struct md_softmax_args *a);
+md_status md_k_attn_fwd(md_device *dev, const struct md_attn_args *a);
+md_status md_k_attn_bwd(md_device *dev, const struct md_attn_args *a);
 
 #ifdef __cplusplus
 }

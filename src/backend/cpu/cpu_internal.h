@@ -52,6 +52,12 @@ md_status md_cpu_xent(md_device *dev, const struct md_xent_args *a);
 md_status md_cpu_cast(md_device *dev, const struct md_cast_args *a);
 md_status md_cpu_permute(md_device *dev, const struct md_permute_args *a);
 md_status md_cpu_optim(md_device *dev, const struct md_optim_args *a);
+md_status md_cpu_layernorm_fwd(md_device *dev, const struct md_layernorm_args *a);
+md_status md_cpu_layernorm_bwd(md_device *dev, const struct md_layernorm_args *a);
+md_status md_cpu_softmax_fwd(md_device *dev, const struct md_softmax_args *a);
+md_status md_cpu_softmax_bwd(md_device *dev, const struct md_softmax_args *a);
+md_status md_cpu_attn_fwd(md_device *dev, const struct md_attn_args *a);
+md_status md_cpu_attn_bwd(md_device *dev, const struct md_attn_args *a);
 
 static inline int md_cpu_float_type(md_dtype t) { return t == MD_F32 || t == MD_F16 || t == MD_BF16; }
 

@@ -96,4 +96,10 @@ const struct md_kernels md_cpu_kernels = {
     .cast = md_cpu_cast,
     .permute = md_cpu_permute,
     .optim = md_cpu_optim,
+    .layernorm_fwd = md_cpu_layernorm_fwd,
+    .layernorm_bwd = md_cpu_layernorm_bwd,
+    .softmax_fwd = md_cpu_softmax_fwd,
+    .softmax_bwd = md_cpu_softmax_bwd,
+    .attn_fwd = md_cpu_attn_fwd,
+    .attn_bwd = md_cpu_attn_bwd,
 };

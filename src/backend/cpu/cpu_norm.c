@@ -783,3 +783,134 @@ md_status md_cpu_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
     md_free(block);
     return MD_OK;
 }
+
+/* ---- layer normalisation over the last dimension -------------------------------------------------
+ * Rows are independent: a task is a fixed chunk of rows (statistics in double
+ * per row). dgamma/dbeta sum over rows: per chunk partials in double, added
+ * in chunk order, so results do not depend on the thread count. */
+
+#define LN_ROWS 16 /* rows per backward chunk */
+
+struct ln_ctx {
+    const struct md_layernorm_args *a;
+    double *part; /* (nchunks, 2, d) backward partials of dgamma, dbeta */
+};
+
+static ALWAYS_INLINE void ln_row_stats(const struct md_layernorm_args *a, md_dtype t, size_t o, double *mean,
+                                       double *rstd)
+{
+    double s = 0.0, ss = 0.0;
+    for (int j = 0; j < a->d; j++) s += (double)ldf(a->x, t, o + j);
+    double mu = s / a->d;
+    for (int j = 0; j < a->d; j++) {
+        double v = (double)ldf(a->x, t, o + j) - mu;
+        ss += v * v;
+    }
+    *mean = mu;
+    *rstd = 1.0 / sqrt(ss / a->d + (double)a->eps);
+}
+
+static ALWAYS_INLINE void ln_fwd_rows(const struct md_layernorm_args *a, md_dtype t, long long b, long long e)
+{
+    for (long long r = b; r < e; r++) {
+        size_t o = (size_t)r * a->d;
+        double mean, rstd;
+        ln_row_stats(a, t, o, &mean, &rstd);
+        if (a->mean) a->mean[r] = (float)mean;
+        if (a->rstd) a->rstd[r] = (float)rstd;
+        float fm = (float)mean, fr = (float)rstd;
+        for (int j = 0; j < a->d; j++) {
+            float v = (ldf(a->x, t, o + j) - fm) * fr;
+            if (a->gamma) v *= a->gamma[j];
+            if (a->beta_p) v += a->beta_p[j];
+            if (a->beta != 0.0f) v += a->beta * ldf(a->y, t, o + j);
+            md_store_f(a->y, t, o + j, v);
+        }
+    }
+}
+
+static void ln_fwd_range(void *vc, long long b, long long e)
+{
+    const struct ln_ctx *c = vc;
+    if (c->a->dtype == MD_F32)
+        ln_fwd_rows(c->a, MD_F32, b, e);
+    else
+        ln_fwd_rows(c->a, c->a->dtype, b, e);
+}
+
+static ALWAYS_INLINE void ln_bwd_chunk(const struct ln_ctx *c, md_dtype t, long long chunk)
+{
+    const struct md_layernorm_args *a = c->a;
+    int D = a->d;
+    long long r0 = chunk * LN_ROWS, r1 = r0 + LN_ROWS < a->rows ? r0 + LN_ROWS : a->rows;
+    double *pg = c->part + (size_t)chunk * 2 * D, *pb = pg + D;
+    memset(pg, 0, sizeof(double) * 2 * (size_t)D);
+    for (long long r = r0; r < r1; r++) {
+        size_t o = (size_t)r * D;
+        double mean, rstd;
+        if (a->mean && a->rstd) mean = (double)a->mean[r], rstd = (double)a->rstd[r];
+        else ln_row_stats(a, t, o, &mean, &rstd);
+        float fm = (float)mean, fr = (float)rstd;
+        double sg = 0.0, sgx = 0.0;
+        for (int j = 0; j < D; j++) {
+            float xh = (ldf(a->x, t, o + j) - fm) * fr, dy = ldf(a->dy, t, o + j);
+            float g = a->gamma ? dy * a->gamma[j] : dy;
+            sg += (double)g;
+            sgx += (double)g * (double)xh;
+            pg[j] += (double)dy * (double)xh;
+            pb[j] += (double)dy;
+        }
+        if (!a->dx) continue;
+        float k1 = (float)(sg / D), k2 = (float)(sgx / D);
+        for (int j = 0; j < D; j++) {
+            float xh = (ldf(a->x, t, o + j) - fm) * fr, dy = ldf(a->dy, t, o + j);
+            float g = a->gamma ? dy * a->gamma[j] : dy;
+            float v = fr * (g - k1 - xh * k2);
+            if (a->beta != 0.0f) v += a->beta * ldf(a->dx, t, o + j);
+            md_store_f(a->dx, t, o + j, v);
+        }
+    }
+}
+
+static void ln_bwd_range(void *vc, long long b, long long e)
+{
+    const struct ln_ctx *c = vc;
+    for (long long k = b; k < e; k++) {
+        if (c->a->dtype == MD_F32)
+            ln_bwd_chunk(c, MD_F32, k);
+        else
+            ln_bwd_chunk(c, c->a->dtype, k);
+    }
+}
+
+md_status md_cpu_layernorm_fwd(md_device *dev, const struct md_layernorm_args *a)
+{
+    (void)dev;
+    MD_TRY(md_cpu_dtype_check("layernorm_fwd", a->dtype));
+    struct ln_ctx c = {a, NULL};
+    long long per = a->d > 0 ? a->d : 1;
+    md_parallel_for(a->rows, CPU_GRAIN / per + 1, ln_fwd_range, &c);
+    return MD_OK;
+}
+
+md_status md_cpu_layernorm_bwd(md_device *dev, const struct md_layernorm_args *a)
+{
+    (void)dev;
+    MD_TRY(md_cpu_dtype_check("layernorm_bwd", a->dtype));
+    int D = a->d;
+    long long nchunks = (a->rows + LN_ROWS - 1) / LN_ROWS;
+    struct ln_ctx c = {a, md_malloc(sizeof(double) * ((size_t)nchunks * 2 * (size_t)D + 1))};
+    if (!c.part) return md_errf(MD_ERR_OOM, "cpu layernorm_bwd: cannot allocate the partial sums");
+    md_parallel_for(nchunks, 1, ln_bwd_range, &c);
+    for (int j = 0; j < D; j++) {
+        double sg = 0.0, sb = 0.0;
+        for (long long k = 0; k < nchunks; k++) {
+            sg += c.part[(size_t)k * 2 * D + j];
+            sb += c.part[(size_t)k * 2 * D + D + j];
+        }
+        if (a->dgamma) a->dgamma[j] = (float)(sg + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[j] : 0.0));
+        if (a->dbeta) a->dbeta[j] = (float)(sb + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[j] : 0.0));
+    }
+    md_free(c.part);
+    return MD_OK;
+}

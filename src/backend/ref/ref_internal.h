@@ -54,5 +54,11 @@ md_status md_ref_xent(md_device *dev, const struct md_xent_args *a);
 md_status md_ref_cast(md_device *dev, const struct md_cast_args *a);
 md_status md_ref_permute(md_device *dev, const struct md_permute_args *a);
 md_status md_ref_optim(md_device *dev, const struct md_optim_args *args);
+md_status md_ref_layernorm_fwd(md_device *dev, const struct md_layernorm_args *a);
+md_status md_ref_layernorm_bwd(md_device *dev, const struct md_layernorm_args *a);
+md_status md_ref_softmax_fwd(md_device *dev, const struct md_softmax_args *a);
+md_status md_ref_softmax_bwd(md_device *dev, const struct md_softmax_args *a);
+md_status md_ref_attn_fwd(md_device *dev, const struct md_attn_args *a);
+md_status md_ref_attn_bwd(md_device *dev, const struct md_attn_args *a);
 
 #endif

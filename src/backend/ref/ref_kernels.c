@@ -41,4 +41,10 @@ const struct md_kernels md_ref_kernels = {
     .cast = md_ref_cast,
     .permute = md_ref_permute,
     .optim = md_ref_optim,
+    .layernorm_fwd = md_ref_layernorm_fwd,
+    .layernorm_bwd = md_ref_layernorm_bwd,
+    .softmax_fwd = md_ref_softmax_fwd,
+    .softmax_bwd = md_ref_softmax_bwd,
+    .attn_fwd = md_ref_attn_fwd,
+    .attn_bwd = md_ref_attn_bwd,
 };

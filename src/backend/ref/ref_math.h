@@ -12,6 +12,8 @@
 
 #define MD_SQRT1_2 0.70710678118654752440
 #define MD_INV_SQRT_2PI 0.39894228040143267794
+#define MD_SQRT_2_OVER_PI 0.79788456080286535588
+#define MD_GELU_TANH_C 0.044715
 
 /* act(x) for enum md_act; alpha is LeakyReLU's negative slope. */
 static inline double md_act_d(int act, double x, double alpha)
@@ -23,6 +25,7 @@ static inline double md_act_d(int act, double x, double alpha)
     case MD_ACT_SILU: return x / (1.0 + exp(-x));
     case MD_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
     case MD_ACT_TANH: return tanh(x);
+    case MD_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(MD_SQRT_2_OVER_PI * (x + MD_GELU_TANH_C * x * x * x)));
     default: return x;
     }
 }
@@ -46,6 +49,10 @@ static inline double md_act_grad_d(int act, double x, double alpha)
     case MD_ACT_TANH: {
         double t = tanh(x);
         return 1.0 - t * t;
+    }
+    case MD_ACT_GELU_TANH: {
+        double t = tanh(MD_SQRT_2_OVER_PI * (x + MD_GELU_TANH_C * x * x * x));
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * MD_SQRT_2_OVER_PI * (1.0 + 3.0 * MD_GELU_TANH_C * x * x);
     }
     default: return 1.0;
     }

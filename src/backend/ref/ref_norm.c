@@ -3,6 +3,7 @@
 #include "backend/ref/ref_internal.h"
 
 #include <math.h>
+#include "core/mem.h"
 
 /* ---- batch normalisation ------------------------------------------------------------ */
 
@@ -105,5 +106,78 @@ md_status md_ref_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
         if (a->dgamma) st32(a->dgamma, (size_t)ci, sdyx, a->beta);
         if (a->dbeta) st32(a->dbeta, (size_t)ci, sdy, a->beta);
     }
+    return MD_OK;
+}
+
+/* ---- layer normalisation over the last dimension ------------------------------------------ */
+
+/* Mean and 1/sqrt(biased var + eps) of row r. */
+static void ln_stats(const struct md_layernorm_args *a, int r, double *mean, double *rstd)
+{
+    size_t o = (size_t)r * a->d;
+    double s = 0.0, ss = 0.0;
+    for (int j = 0; j < a->d; j++) s += ld(a->x, a->dtype, o + j);
+    double mu = s / a->d;
+    for (int j = 0; j < a->d; j++) {
+        double v = ld(a->x, a->dtype, o + j) - mu;
+        ss += v * v;
+    }
+    *mean = mu;
+    *rstd = 1.0 / sqrt(ss / a->d + (double)a->eps);
+}
+
+md_status md_ref_layernorm_fwd(md_device *dev, const struct md_layernorm_args *a)
+{
+    (void)dev;
+    MD_TRY(check_dtype("layernorm_fwd", a->dtype));
+    for (int r = 0; r < a->rows; r++) {
+        double mean, rstd;
+        ln_stats(a, r, &mean, &rstd);
+        if (a->mean) a->mean[r] = (float)mean;
+        if (a->rstd) a->rstd[r] = (float)rstd;
+        size_t o = (size_t)r * a->d;
+        for (int j = 0; j < a->d; j++) {
+            double g = a->gamma ? (double)a->gamma[j] : 1.0, b = a->beta_p ? (double)a->beta_p[j] : 0.0;
+            st(a->y, a->dtype, o + j, (ld(a->x, a->dtype, o + j) - mean) * rstd * g + b, a->beta);
+        }
+    }
+    return MD_OK;
+}
+
+md_status md_ref_layernorm_bwd(md_device *dev, const struct md_layernorm_args *a)
+{
+    (void)dev;
+    MD_TRY(check_dtype("layernorm_bwd", a->dtype));
+    int D = a->d;
+    /* dgamma/dbeta sum over every row: accumulated in double, stored at the end */
+    double *dg = md_calloc((size_t)(D > 0 ? D : 1) * 2, sizeof(double));
+    if (!dg) return md_errf(MD_ERR_OOM, "ref layernorm_bwd: out of memory");
+    double *db = dg + D;
+    for (int r = 0; r < a->rows; r++) {
+        double mean, rstd;
+        if (a->mean && a->rstd) mean = (double)a->mean[r], rstd = (double)a->rstd[r];
+        else ln_stats(a, r, &mean, &rstd);
+        size_t o = (size_t)r * D;
+        double sg = 0.0, sgx = 0.0;
+        for (int j = 0; j < D; j++) {
+            double xh = (ld(a->x, a->dtype, o + j) - mean) * rstd, dy = ld(a->dy, a->dtype, o + j);
+            double g = dy * (a->gamma ? (double)a->gamma[j] : 1.0);
+            sg += g;
+            sgx += g * xh;
+            dg[j] += dy * xh;
+            db[j] += dy;
+        }
+        if (!a->dx) continue;
+        for (int j = 0; j < D; j++) {
+            double xh = (ld(a->x, a->dtype, o + j) - mean) * rstd;
+            double g = ld(a->dy, a->dtype, o + j) * (a->gamma ? (double)a->gamma[j] : 1.0);
+            st(a->dx, a->dtype, o + j, rstd * (g - sg / D - xh * sgx / D), a->beta);
+        }
+    }
+    for (int j = 0; j < D; j++) {
+        if (a->dgamma) st32(a->dgamma, (size_t)j, dg[j], a->beta);
+        if (a->dbeta) st32(a->dbeta, (size_t)j, db[j], a->beta);
+    }
+    md_free(dg);
     return MD_OK;
 }
