@@ -388,13 +388,13 @@ md_status md_diagnostics_run(md_job *job)
     cJSON *diag = cJSON_AddObjectToObject(job->report, "diagnostics");
     cJSON *arr = cJSON_AddArrayToObject(diag, "model_names");
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
-    md_job_setting(job, "models", list, o->models[0] ? "--models" : "the seeds' pair (choose with --models A,B)");
+    md_job_setting(job, "models", list, o->models[0] ? "--models" : "the default pair (choose with --models A,B)");
     choose_data(job, diag);
     /* The seeds' training recipe for these models (AdamW, lr 1e-3, weight
      * decay 1e-4, gradient clipping at norm 1, cosine schedule), where the
      * flags leave it open: SGD at 0.1 without clipping sends the two-pathway
      * ResNet-50 off in a few steps. */
-    const char *recipe = "the seeds' diagnostics recipe (set the flag to change)";
+    const char *recipe = "the default diagnostics recipe (set the flag to change)";
     if (!md_options_given(o, "optimizer")) {
         snprintf(o->optimizer, sizeof o->optimizer, "adamw");
         md_job_setting(job, "optimizer", "adamw", recipe);

@@ -119,7 +119,7 @@ static void batch_rule(const struct md_rec_in *in, struct recs *rs)
         struct md_rec *r = add(rs, "batch size", "preset",
                                "start at --batch-size %d for %s of unified memory; measure with --batch-sweep auto", bs,
                                bytes(in->device_memory, a, sizeof a));
-        figure(r, "the seeds' MPS guide: 8 for 8 GB, 16 by default, 32 for 16 GB and more");
+        figure(r, "common MPS guidance: 8 for 8 GB, 16 by default, 32 for 16 GB and more");
     }
 }
 
@@ -195,7 +195,7 @@ static void data_rule(const struct md_rec_in *in, struct recs *rs)
                in->loader_samples_per_s, in->step_samples_per_s);
     } else if (in->kind == MD_BACKEND_METAL && in->num_workers > 0 && headroom > 4) {
         struct md_rec *r = add(rs, "loader workers", "measured",
-                               "--num-workers 0 is enough here (the seeds' MPS setting): the loader is far ahead");
+                               "--num-workers 0 is enough here (the usual MPS setting): the loader is far ahead");
         figure(r, "loader %.4g samples/s vs step %.4g samples/s (%.1fx)", in->loader_samples_per_s,
                in->step_samples_per_s, headroom);
     }

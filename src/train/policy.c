@@ -69,7 +69,7 @@ static void decide_precision(const struct md_policy_in *in, struct md_policy_out
         } else {
             snprintf(out->why_precision, sizeof out->why_precision,
                      "--amp: fp16 convolutions and matrix products, BatchNorm statistics and loss in fp32; our "
-                     "Metal kernels take fp16 activations with fp32 statistics, which avoids the seeds' MPS AMP "
+                     "Metal kernels take fp16 activations with fp32 statistics, which avoids PyTorch's MPS AMP "
                      "crash ('mps.subtract' with mixed fp16/fp32 operands in BatchNorm)");
         }
         return;
@@ -112,7 +112,7 @@ void md_policy_decide(const struct md_policy_in *in, struct md_policy_out *out)
     } else {
         out->batch_size = md_policy_default_batch(in->kind, in->model);
         snprintf(out->why_batch, sizeof out->why_batch, "%s",
-                 in->kind == MD_BACKEND_METAL ? "Metal default: start at 16 and increase (as the seeds' MPS guide)"
+                 in->kind == MD_BACKEND_METAL ? "Metal default: start at 16 and increase (common MPS guidance)"
                  : in->kind == MD_BACKEND_CUDA ? "CUDA default: large batches keep the GPU busy"
                  : model_is_small(in->model) ? "CPU default for a small model"
                                              : "CPU default for a larger model (memory and step time)");
@@ -151,7 +151,7 @@ void md_policy_decide(const struct md_policy_in *in, struct md_policy_out *out)
     } else if (in->kind == MD_BACKEND_METAL) {
         snprintf(out->why_compile, sizeof out->why_compile,
                  "mode %s: fused layers, planned memory, one command buffer per step with cached pipelines "
-                 "(not torch.compile, which the seeds had to disable on MPS)",
+                 "(not torch.compile, which MPS users often have to disable)",
                  mode);
     } else {
         snprintf(out->why_compile, sizeof out->why_compile,
