@@ -170,15 +170,17 @@ Test(schema, report_schema_rejects_broken_reports)
 
 /* ---- the README's table ------------------------------------------------------- */
 
-/* The first `key` of each row of the README's report-schema table. */
-static int readme_keys(char keys[][128], int max)
+/* The first `key` of each row of the table under the heading that starts
+ * with `heading` in `path`. */
+static int table_keys(const char *path, const char *heading, char keys[][128], int max)
 {
-    FILE *f = fopen("README.md", "r");
-    cr_assert_not_null(f, "README.md (tests run in the repository root)");
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s (tests run in the repository root)", path);
     char line[8192];
     int in = 0, n = 0;
+    size_t hl = strlen(heading);
     while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "### Report schema", 17) == 0)
+        if (strncmp(line, heading, hl) == 0)
             in = 1;
         else if (in && line[0] == '#')
             break;
@@ -192,14 +194,15 @@ static int readme_keys(char keys[][128], int max)
     return n;
 }
 
-Test(schema, readme_table_matches_the_schema)
+/* Every row of the table names a key of the schema, and every top-level key
+ * of the schema has a row. */
+static void check_table(const cJSON *s, const char *path, const char *heading, int min_rows)
 {
-    cJSON *s = load(REPORT_SCHEMA);
     static char keys[200][128];
-    int n = readme_keys(keys, 200);
-    cr_assert_gt(n, 20, "README table found");
+    int n = table_keys(path, heading, keys, 200);
+    cr_assert_geq(n, min_rows, "%s: the table under '%s' was not found", path, heading);
     for (int i = 0; i < n; i++)
-        cr_assert_not_null(th_schema_property(s, keys[i]), "README row `%s` is not in %s", keys[i],
+        cr_assert_not_null(th_schema_property(s, keys[i]), "%s: row `%s` is not in %s", path, keys[i],
                            REPORT_SCHEMA);
     const cJSON *p;
     cJSON_ArrayForEach(p, cJSON_GetObjectItem(s, "properties"))
@@ -207,9 +210,15 @@ Test(schema, readme_table_matches_the_schema)
         int found = 0;
         for (int i = 0; i < n && !found; i++)
             found = strcmp(keys[i], p->string) == 0;
-        cr_assert(found, "top-level key `%s` of %s has no row in the README's table", p->string,
-                  REPORT_SCHEMA);
+        cr_assert(found, "top-level key `%s` of %s has no row in %s's table", p->string, REPORT_SCHEMA, path);
     }
+}
+
+Test(schema, readme_table_matches_the_schema)
+{
+    cJSON *s = load(REPORT_SCHEMA);
+    check_table(s, "README.md", "### Report schema", 20);          /* the top-level keys */
+    check_table(s, "docs/report-schema.md", "## Key reference", 30); /* every key */
     cJSON_Delete(s);
 }
 

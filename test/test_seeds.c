@@ -1,7 +1,7 @@
 /* test_seeds.c - the seeds' models (configs/models) and the diagnostics run.
  *
  * Parameter counts are pinned against sums worked out by hand from the
- * architectures (README "The seeds' models and the diagnostics run" gives the
+ * architectures (docs/diagnostics-run.md gives the
  * breakdown), so a change to a config or to the loader's counting shows up.
  */
 #include <criterion/criterion.h>
