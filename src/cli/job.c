@@ -177,7 +177,6 @@ md_status md_job_run(md_options *opts)
         cJSON_AddItemToObject(job.report, "devices", devices);
         goto finish;
     }
-    md_options_warn_pending(opts);
     cJSON_AddItemToObject(job.report, "system", sys);
     cJSON_AddItemToObject(job.report, "devices", devices);
     md_sysinfo_print(sys);

@@ -42,9 +42,8 @@ md_status md_job_run(md_options *opts);
  * better with single-threaded loading"); printed in the Settings section. */
 void md_job_setting(md_job *job, const char *name, const char *value, const char *why);
 
-/* Stages (each in its own file; a stage of an area that is not built yet
- * prints what it would do and returns MD_OK). Cleanup functions free what
- * the stage owns; they accept a job whose stage never ran. */
+/* Stages, each in its own file. Cleanup functions free what the stage owns;
+ * they accept a job whose stage never ran. */
 /* Resolves per-device defaults (batch size, precision/AMP, workers, pinned
  * memory, channels-last, compile) into job->opts, each recorded with
  * md_job_setting and its reason. Runs right after the device opens. */
@@ -65,11 +64,5 @@ md_status md_stage_recommend(md_job *job); /* src/diag/stage_bench.c */
 md_status md_stage_outputs(md_job *job);   /* src/diag/stage_bench.c: --html, --junit */
 /* --ci: the small model, synthetic data, a few steps, unless given. */
 void md_stage_ci_defaults(md_job *job);    /* src/diag/stage_bench.c */
-
-/* Per-area "not built yet" sentences (NULL once built); see options.h. */
-const char *md_nn_pending(void);
-const char *md_data_pending(void);
-const char *md_train_pending(void);
-const char *md_bench_pending(void);
 
 #endif

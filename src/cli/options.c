@@ -44,7 +44,6 @@ struct optdef {
     const char *choices;   /* T_CHOICE */
     double min, max;       /* T_INT, T_DOUBLE */
     int ival;              /* T_VERB: value to set */
-    md_area area;
 };
 
 #define F(field) offsetof(md_options, field), sizeof(((md_options *)0)->field)
@@ -52,155 +51,154 @@ struct optdef {
 static const struct optdef table[] = {
     /* --- device --- */
     {"device", "device-type", T_CHOICE, F(device), "device", "Device", "DEV",
-     "auto, cpu, cuda[:N], metal or mps (auto probes metal, then cuda, then cpu)", NULL, 0, 0, 0, MD_AREA_CORE},
+     "auto, cpu, cuda[:N], metal or mps (auto probes metal, then cuda, then cpu)", NULL, 0, 0, 0},
     {"list-devices", NULL, T_ON, F(list_devices), NULL, "Device", NULL,
-     "list every backend and device with availability, then exit", NULL, 0, 0, 0, MD_AREA_CORE},
+     "list every backend and device with availability, then exit", NULL, 0, 0, 0},
     {"threads", NULL, T_INT, F(threads), "threads", "Device", "N",
-     "CPU threads for kernels and OpenBLAS (default: physical cores)", NULL, 1, 1024, 0, MD_AREA_CORE},
+     "CPU threads for kernels and OpenBLAS (default: physical cores)", NULL, 1, 1024, 0},
     {"fallback", NULL, T_ON, F(fallback), "fallback", "Device", NULL,
-     "run ops the device lacks on the CPU (also MPSDIAG_ENABLE_FALLBACK=1)", NULL, 0, 0, 0, MD_AREA_CORE},
+     "run ops the device lacks on the CPU (also MPSDIAG_ENABLE_FALLBACK=1)", NULL, 0, 0, 0},
     {"memory-fraction", NULL, T_DOUBLE, F(memory_fraction), "memory_fraction", "Device", "F",
-     "cap device memory at F x total (0 < F <= 1; also MPSDIAG_HIGH_WATERMARK_RATIO)", NULL, 1e-6, 1.0, 0, MD_AREA_CORE},
+     "cap device memory at F x total (0 < F <= 1; also MPSDIAG_HIGH_WATERMARK_RATIO)", NULL, 1e-6, 1.0, 0},
     {"no-tf32", NULL, T_OFF, F(tf32), "tf32", "Device", NULL,
-     "CUDA: keep fp32 matrix work in full fp32 (no TF32)", NULL, 0, 0, 0, MD_AREA_CORE},
+     "CUDA: keep fp32 matrix work in full fp32 (no TF32)", NULL, 0, 0, 0},
     /* --- model --- */
     {"config", NULL, T_STR, F(config), NULL, "Model", "FILE",
-     "JSON run config; flags override its values", NULL, 0, 0, 0, MD_AREA_CORE},
+     "JSON run config; flags override its values", NULL, 0, 0, 0},
     {"model", NULL, T_STR, F(model), "model", "Model", "NAME|FILE",
-     "model config: a name from configs/models or a path", NULL, 0, 0, 0, MD_AREA_NN},
+     "model config: a name from configs/models or a path", NULL, 0, 0, 0},
     {"models", NULL, T_STR, F(models), "models", "Model", "A,B",
-     "models to compare in the diagnostics run", NULL, 0, 0, 0, MD_AREA_TRAIN},
+     "models to compare in the diagnostics run", NULL, 0, 0, 0},
     {"reduce-architecture", NULL, T_ON, F(reduce_architecture), "reduce_architecture", "Model", NULL,
-     "smaller variant of the model for memory-constrained machines", NULL, 0, 0, 0, MD_AREA_NN},
+     "smaller variant of the model for memory-constrained machines", NULL, 0, 0, 0},
     {"dropout", NULL, T_DOUBLE, F(dropout), "dropout", "Model", "P",
-     "dropout probability for the model's dropout layers", NULL, 0.0, 0.999, 0, MD_AREA_NN},
+     "dropout probability for the model's dropout layers", NULL, 0.0, 0.999, 0},
     {"grad-ckpt", NULL, T_ON, F(grad_ckpt), "grad_ckpt", "Model", NULL,
-     "gradient checkpointing: recompute activations in backward", NULL, 0, 0, 0, MD_AREA_NN},
+     "gradient checkpointing: recompute activations in backward", NULL, 0, 0, 0},
     {"channels-last", NULL, T_ON, F(channels_last), "channels_last", "Model", NULL,
-     "NHWC activations (channels-last memory format; the default on CUDA)", NULL, 0, 0, 0, MD_AREA_NN},
+     "NHWC activations (channels-last memory format; the default on CUDA)", NULL, 0, 0, 0},
     {"no-channels-last", NULL, T_OFF, F(channels_last), NULL, "Model", NULL,
-     "NCHW activations also where channels-last is the default", NULL, 0, 0, 0, MD_AREA_NN},
+     "NCHW activations also where channels-last is the default", NULL, 0, 0, 0},
     {"init-from", NULL, T_STR, F(init_from), "init_from", "Model", "FILE",
-     "initial weights from a safetensors file", NULL, 0, 0, 0, MD_AREA_NN},
+     "initial weights from a safetensors file", NULL, 0, 0, 0},
     {"dump-grads", NULL, T_STR, F(dump_grads), NULL, "Model", "FILE",
-     "one training step on the first batch; write inputs, logits, loss, gradients", NULL, 0, 0, 0, MD_AREA_NN},
+     "one training step on the first batch; write inputs, logits, loss, gradients", NULL, 0, 0, 0},
     {"dump-logits", NULL, T_STR, F(dump_logits), NULL, "Model", "FILE",
      "after training (at once with --epochs 0): the first test batch's inputs and evaluation logits", NULL, 0, 0,
-     0, MD_AREA_NN},
+     0},
     {"no-compile", NULL, T_OFF, F(compile), "compile", "Model", NULL,
-     "run op by op, eagerly (no fusion, planning or graph capture)", NULL, 0, 0, 0, MD_AREA_NN},
+     "run op by op, eagerly (no fusion, planning or graph capture)", NULL, 0, 0, 0},
     {"compile-mode", NULL, T_CHOICE, F(compile_mode), "compile_mode", "Model", "MODE",
-     "default | reduce-overhead | max-autotune", "default|reduce-overhead|max-autotune", 0, 0, 0, MD_AREA_NN},
+     "default | reduce-overhead | max-autotune", "default|reduce-overhead|max-autotune", 0, 0, 0},
     /* --- precision --- */
     {"precision", NULL, T_PREC, F(precision), "precision", "Precision", "P",
-     "fp32 | fp16 | bf16 for convolutions and matrix products", NULL, 0, 0, 0, MD_AREA_TRAIN},
+     "fp32 | fp16 | bf16 for convolutions and matrix products", NULL, 0, 0, 0},
     {"amp", NULL, T_ON, F(amp), "amp", "Precision", NULL,
-     "automatic mixed precision with the device's best half type", NULL, 0, 0, 0, MD_AREA_TRAIN},
+     "automatic mixed precision with the device's best half type", NULL, 0, 0, 0},
     /* --- data --- */
     {"dataset", NULL, T_CHOICE, F(dataset), "dataset", "Data", "NAME",
      "auto | fashion-mnist | mnist | cifar10 | cifar100 | jpeg | synthetic",
-     "auto|fashion-mnist|mnist|cifar10|cifar100|jpeg|synthetic", 0, 0, 0, MD_AREA_DATA},
+     "auto|fashion-mnist|mnist|cifar10|cifar100|jpeg|synthetic", 0, 0, 0},
     {"data-dir", NULL, T_STR, F(data_dir), "data_dir", "Data", "DIR",
-     "dataset directory", NULL, 0, 0, 0, MD_AREA_DATA},
+     "dataset directory", NULL, 0, 0, 0},
     {"val-split", NULL, T_DOUBLE, F(val_split), "val_split", "Data", "F",
-     "fraction of the training set held out for validation", NULL, 0.0, 0.9, 0, MD_AREA_DATA},
+     "fraction of the training set held out for validation", NULL, 0.0, 0.9, 0},
     {"num-workers", NULL, T_INT, F(num_workers), "num_workers", "Data", "N",
-     "loader threads (0: load in the main thread; default: per device)", NULL, 0, 256, 0, MD_AREA_DATA},
+     "loader threads (0: load in the main thread; default: per device)", NULL, 0, 256, 0},
     {"prefetch", NULL, T_INT, F(prefetch), "prefetch", "Data", "N",
-     "batches prepared ahead", NULL, 1, 64, 0, MD_AREA_DATA},
+     "batches prepared ahead", NULL, 1, 64, 0},
     {"pin-memory", NULL, T_ON, F(pin_memory), "pin_memory", "Data", NULL,
-     "page-locked host batches (used where the device benefits)", NULL, 0, 0, 0, MD_AREA_DATA},
+     "page-locked host batches (used where the device benefits)", NULL, 0, 0, 0},
     {"no-pin-memory", NULL, T_OFF, F(pin_memory), NULL, "Data", NULL,
-     "ordinary host memory for batches", NULL, 0, 0, 0, MD_AREA_DATA},
+     "ordinary host memory for batches", NULL, 0, 0, 0},
     {"cache-images", NULL, T_ON, F(cache_images), "cache_images", "Data", NULL,
-     "keep decoded images in RAM (checked against available memory)", NULL, 0, 0, 0, MD_AREA_DATA},
+     "keep decoded images in RAM (checked against available memory)", NULL, 0, 0, 0},
     {"no-augment", NULL, T_OFF, F(augment), "augment", "Data", NULL,
-     "no random crop/flip for training", NULL, 0, 0, 0, MD_AREA_DATA},
+     "no random crop/flip for training", NULL, 0, 0, 0},
     {"on-bad-sample", NULL, T_CHOICE, F(on_bad_sample), "on_bad_sample", "Data", "WHAT",
-     "skip | fail when an image cannot be decoded", "skip|fail", 0, 0, 0, MD_AREA_DATA},
+     "skip | fail when an image cannot be decoded", "skip|fail", 0, 0, 0},
     {"image-size", NULL, T_INT, F(image_size), "image_size", "Data", "PX",
-     "JPEG folders: resize to PX x PX (default: the model's input)", NULL, 8, 4096, 0, MD_AREA_DATA},
+     "JPEG folders: resize to PX x PX (default: the model's input)", NULL, 8, 4096, 0},
     {"max-samples", NULL, T_INT, F(max_samples), "max_samples", "Data", "N",
-     "use at most N samples of each split (train, validation, test; seeded)", NULL, 1, INT_MAX, 0, MD_AREA_DATA},
+     "use at most N samples of each split (train, validation, test; seeded)", NULL, 1, INT_MAX, 0},
     {"coarse-labels", NULL, T_ON, F(coarse_labels), "coarse_labels", "Data", NULL,
-     "CIFAR-100: the 20 coarse classes instead of the 100 fine ones", NULL, 0, 0, 0, MD_AREA_DATA},
+     "CIFAR-100: the 20 coarse classes instead of the 100 fine ones", NULL, 0, 0, 0},
     /* --- training --- */
     {"batch-size", NULL, T_INT, F(batch_size), "batch_size", "Training", "N",
-     "samples per step (default: per device and model)", NULL, 1, 1 << 20, 0, MD_AREA_TRAIN},
+     "samples per step (default: per device and model)", NULL, 1, 1 << 20, 0},
     {"epochs", "train-epochs", T_INT, F(epochs), "epochs", "Training", "N",
-     "training epochs (0: no training)", NULL, 0, 100000, 0, MD_AREA_TRAIN},
+     "training epochs (0: no training)", NULL, 0, 100000, 0},
     {"steps", NULL, T_INT, F(steps), "steps", "Training", "N",
-     "at most N steps per epoch", NULL, 1, INT_MAX, 0, MD_AREA_TRAIN},
+     "at most N steps per epoch", NULL, 1, INT_MAX, 0},
     {"lr", "learning-rate", T_DOUBLE, F(lr), "lr", "Training", "LR",
-     "peak learning rate (default: 0.1 for SGD, 1e-3 for AdamW)", NULL, 1e-12, 100.0, 0, MD_AREA_TRAIN},
+     "peak learning rate (default: 0.1 for SGD, 1e-3 for AdamW)", NULL, 1e-12, 100.0, 0},
     {"optimizer", NULL, T_CHOICE, F(optimizer), "optimizer", "Training", "NAME",
-     "sgd | adamw", "sgd|adamw", 0, 0, 0, MD_AREA_TRAIN},
+     "sgd | adamw", "sgd|adamw", 0, 0, 0},
     {"momentum", NULL, T_DOUBLE, F(momentum), "momentum", "Training", "M",
-     "SGD momentum", NULL, 0.0, 0.9999, 0, MD_AREA_TRAIN},
+     "SGD momentum", NULL, 0.0, 0.9999, 0},
     {"nesterov", NULL, T_ON, F(nesterov), "nesterov", "Training", NULL,
-     "Nesterov momentum", NULL, 0, 0, 0, MD_AREA_TRAIN},
+     "Nesterov momentum", NULL, 0, 0, 0},
     {"weight-decay", NULL, T_DOUBLE, F(weight_decay), "weight_decay", "Training", "WD",
-     "weight decay (not on BN and bias unless --decay-all)", NULL, 0.0, 1.0, 0, MD_AREA_TRAIN},
+     "weight decay (not on BN and bias unless --decay-all)", NULL, 0.0, 1.0, 0},
     {"decay-all", NULL, T_ON, F(decay_all), "decay_all", "Training", NULL,
-     "apply weight decay to BN and bias parameters too", NULL, 0, 0, 0, MD_AREA_TRAIN},
+     "apply weight decay to BN and bias parameters too", NULL, 0, 0, 0},
     {"lradj", "schedule", T_CHOICE, F(lradj), "lradj", "Training", "NAME",
-     "constant | step | cosine | onecycle", "constant|step|cosine|onecycle", 0, 0, 0, MD_AREA_TRAIN},
+     "constant | step | cosine | onecycle", "constant|step|cosine|onecycle", 0, 0, 0},
     {"warmup-epochs", NULL, T_DOUBLE, F(warmup_epochs), "warmup_epochs", "Training", "E",
-     "linear learning-rate warm-up", NULL, 0.0, 1000.0, 0, MD_AREA_TRAIN},
+     "linear learning-rate warm-up", NULL, 0.0, 1000.0, 0},
     {"grad-clip", NULL, T_DOUBLE, F(grad_clip), "grad_clip", "Training", "NORM",
-     "clip gradients by global norm (0: off)", NULL, 0.0, 1e9, 0, MD_AREA_TRAIN},
+     "clip gradients by global norm (0: off)", NULL, 0.0, 1e9, 0},
     {"label-smoothing", NULL, T_DOUBLE, F(label_smoothing), "label_smoothing", "Training", "S",
-     "label smoothing for the cross-entropy", NULL, 0.0, 0.999, 0, MD_AREA_TRAIN},
+     "label smoothing for the cross-entropy", NULL, 0.0, 0.999, 0},
     {"val-batch-multiplier", NULL, T_INT, F(val_batch_multiplier), "val_batch_multiplier", "Training", "K",
-     "validation batch = K x batch size", NULL, 1, 64, 0, MD_AREA_TRAIN},
+     "validation batch = K x batch size", NULL, 1, 64, 0},
     {"checkpoint-dir", NULL, T_STR, F(checkpoint_dir), "checkpoint_dir", "Training", "DIR",
-     "where best and last checkpoints go", NULL, 0, 0, 0, MD_AREA_TRAIN},
+     "where best and last checkpoints go", NULL, 0, 0, 0},
     {"overwrite", NULL, T_ON, F(overwrite), "overwrite", "Training", NULL,
-     "replace an earlier run's checkpoints in --checkpoint-dir (else refused)", NULL, 0, 0, 0, MD_AREA_TRAIN},
+     "replace an earlier run's checkpoints in --checkpoint-dir (else refused)", NULL, 0, 0, 0},
     {"resume", NULL, T_STR, F(resume), NULL, "Training", "FILE",
-     "continue from a checkpoint", NULL, 0, 0, 0, MD_AREA_TRAIN},
+     "continue from a checkpoint", NULL, 0, 0, 0},
     {"metrics", NULL, T_STR, F(metrics), "metrics", "Training", "FILE",
-     "append JSON lines: a header per run, then one per epoch and one every 50 steps", NULL, 0, 0, 0,
-     MD_AREA_TRAIN},
+     "append JSON lines: a header per run, then one per epoch and one every 50 steps", NULL, 0, 0, 0},
     {"auto-batch", NULL, T_ON, F(auto_batch), "auto_batch", "Training", NULL,
-     "halve the batch and retry on out-of-memory", NULL, 0, 0, 0, MD_AREA_TRAIN},
+     "halve the batch and retry on out-of-memory", NULL, 0, 0, 0},
     /* --- benchmark and report --- */
     {"benchmark", NULL, T_ON, F(benchmark), "benchmark", "Benchmark", NULL,
-     "benchmark after training", NULL, 0, 0, 0, MD_AREA_BENCH},
+     "benchmark after training", NULL, 0, 0, 0},
     {"benchmark-only", NULL, T_ON, F(benchmark_only), "benchmark_only", "Benchmark", NULL,
-     "benchmark without training", NULL, 0, 0, 0, MD_AREA_BENCH},
+     "benchmark without training", NULL, 0, 0, 0},
     {"bench-iters", NULL, T_INT, F(bench_iters), "bench_iters", "Benchmark", "N",
-     "timed iterations per measurement", NULL, 1, 1000000, 0, MD_AREA_BENCH},
+     "timed iterations per measurement", NULL, 1, 1000000, 0},
     {"warmup-iters", NULL, T_INT, F(warmup_iters), "warmup_iters", "Benchmark", "N",
-     "untimed warm-up iterations", NULL, 0, 1000000, 0, MD_AREA_BENCH},
+     "untimed warm-up iterations", NULL, 0, 1000000, 0},
     {"batch-sweep", NULL, T_STR, F(batch_sweep), "batch_sweep", "Benchmark", "LIST",
-     "throughput, latency and memory per batch size (8,16,32 or auto)", NULL, 0, 0, 0, MD_AREA_BENCH},
+     "throughput, latency and memory per batch size (8,16,32 or auto)", NULL, 0, 0, 0},
     {"find-batch-size", NULL, T_ON, F(find_batch_size), "find_batch_size", "Benchmark", NULL,
-     "largest batch that fits, and the fastest", NULL, 0, 0, 0, MD_AREA_BENCH},
+     "largest batch that fits, and the fastest", NULL, 0, 0, 0},
     {"compare-devices", NULL, T_ON, F(compare_devices), "compare_devices", "Benchmark", NULL,
-     "same benchmark on every available device", NULL, 0, 0, 0, MD_AREA_BENCH},
+     "same benchmark on every available device", NULL, 0, 0, 0},
     {"ablate", NULL, T_STR, F(ablate), "ablate", "Benchmark", "LIST",
-     "measure each of compile,channels-last,precision,workers on and off", NULL, 0, 0, 0, MD_AREA_BENCH},
+     "measure each of compile,channels-last,precision,workers on and off", NULL, 0, 0, 0},
     {"report", NULL, T_STR, F(report), "report", "Report", "FILE",
-     "write the JSON report (schema in README)", NULL, 0, 0, 0, MD_AREA_CORE},
+     "write the JSON report (schema in README)", NULL, 0, 0, 0},
     {"html", NULL, T_STR, F(html), "html", "Report", "FILE",
-     "write a self-contained HTML report with charts", NULL, 0, 0, 0, MD_AREA_BENCH},
+     "write a self-contained HTML report with charts", NULL, 0, 0, 0},
     {"ci", NULL, T_ON, F(ci), NULL, "Report", NULL,
-     "smoke-test mode: tiny model, few steps, thresholds", NULL, 0, 0, 0, MD_AREA_BENCH},
+     "smoke-test mode: tiny model, few steps, thresholds", NULL, 0, 0, 0},
     {"expect-min-throughput", NULL, T_DOUBLE, F(expect_min_throughput), NULL, "Report", "S/S",
-     "fail (exit 7) below this many training samples/s", NULL, 0.0, 1e12, 0, MD_AREA_BENCH},
+     "fail (exit 7) below this many training samples/s", NULL, 0.0, 1e12, 0},
     {"expect-max-loss", NULL, T_DOUBLE, F(expect_max_loss), NULL, "Report", "L",
-     "fail (exit 7) when the final loss is above L", NULL, 0.0, 1e12, 0, MD_AREA_BENCH},
+     "fail (exit 7) when the final loss is above L", NULL, 0.0, 1e12, 0},
     {"junit", NULL, T_STR, F(junit), NULL, "Report", "FILE",
-     "write a JUnit-style XML result", NULL, 0, 0, 0, MD_AREA_BENCH},
+     "write a JUnit-style XML result", NULL, 0, 0, 0},
     {"seed", NULL, T_U64, F(seed), "seed", "General", "N",
-     "seed for initialisation, shuffling, augmentation, dropout", NULL, 0, 0, 0, MD_AREA_CORE},
+     "seed for initialisation, shuffling, augmentation, dropout", NULL, 0, 0, 0},
     {"verbose", NULL, T_VERB, F(verbosity), NULL, "General", NULL,
-     "more detail", NULL, 0, 0, MD_VERBOSE, MD_AREA_CORE},
+     "more detail", NULL, 0, 0, MD_VERBOSE},
     {"quiet", NULL, T_VERB, F(verbosity), NULL, "General", NULL,
-     "errors only", NULL, 0, 0, MD_QUIET, MD_AREA_CORE},
-    {"help", NULL, T_ON, F(help), NULL, "General", NULL, "this text", NULL, 0, 0, 0, MD_AREA_CORE},
-    {"version", NULL, T_ON, F(version), NULL, "General", NULL, "print the version", NULL, 0, 0, 0, MD_AREA_CORE},
+     "errors only", NULL, 0, 0, MD_QUIET},
+    {"help", NULL, T_ON, F(help), NULL, "General", NULL, "this text", NULL, 0, 0, 0},
+    {"version", NULL, T_ON, F(version), NULL, "General", NULL, "print the version", NULL, 0, 0, 0},
 };
 #define N_OPTS ((int)(sizeof table / sizeof table[0]))
 _Static_assert(sizeof table / sizeof table[0] <= 128, "set_by_flag too small");
@@ -239,8 +237,6 @@ const char *md_precision_name(md_precision p)
     return p == MD_PREC_FP16 ? "fp16" : p == MD_PREC_BF16 ? "bf16" : "fp32";
 }
 
-static const char *const area_names[MD_AREA_COUNT] = {"core", "models", "data", "training", "benchmark"};
-const char *md_area_name(md_area a) { return a < MD_AREA_COUNT ? area_names[a] : "?"; }
 
 /* ---------------------------------------------------------------------------
  * Setting one value (from a flag's text or from JSON), with range checks.
@@ -603,20 +599,6 @@ md_status md_options_validate(const md_options *o)
     return MD_OK;
 }
 
-int md_options_warn_pending(const md_options *o)
-{
-    int n = 0;
-    for (int i = 0; i < N_OPTS; i++) {
-        if (!o->set_by_flag[i] && !o->set_by_config[i]) continue;
-        const char *why = md_area_pending(table[i].area);
-        if (why) {
-            md_warn("--%s is accepted but %s", table[i].name, why);
-            n++;
-        }
-    }
-    return n;
-}
-
 /* ---------------------------------------------------------------------------
  * --help
  * ------------------------------------------------------------------------- */
@@ -665,10 +647,8 @@ void md_options_usage(FILE *f)
         char left[80], dflt[64];
         snprintf(left, sizeof left, "--%s%s%s", d->name, d->metavar ? " " : "", d->metavar ? d->metavar : "");
         default_text(&def, d, dflt, sizeof dflt);
-        const char *pend = md_area_pending(d->area);
         fprintf(f, "  %-30s %s", left, d->help);
         if (dflt[0]) fprintf(f, " [default: %s]", dflt);
-        if (pend) fprintf(f, " (not built yet)");
         fputc('\n', f);
     }
     fprintf(f, "\nExit codes: 0 ok, 1 failure, 2 usage, 3 config/data/file error, 4 device\n"

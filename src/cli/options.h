@@ -17,17 +17,6 @@
 
 typedef enum md_precision { MD_PREC_FP32 = 0, MD_PREC_FP16, MD_PREC_BF16 } md_precision;
 
-/* Feature areas: a flag whose area is not built yet is parsed and validated,
- * and the run says so (md_area_pending). */
-typedef enum md_area {
-    MD_AREA_CORE = 0, /* always built */
-    MD_AREA_NN,       /* models, kernels: issue 3 */
-    MD_AREA_DATA,     /* datasets, loader: issue 4 */
-    MD_AREA_TRAIN,    /* training loop: issue 5 */
-    MD_AREA_BENCH,    /* benchmark and report: issue 6 */
-    MD_AREA_COUNT
-} md_area;
-
 typedef struct md_options {
     /* device and run */
     char device[32];            /* auto|cpu|cuda[:N]|metal|mps */
@@ -142,13 +131,6 @@ int md_options_given(const md_options *o, const char *long_name);
 /* --help text (grouped, with defaults) and --version. */
 void md_options_usage(FILE *f);
 void md_options_version(FILE *f);
-
-/* Null when the area is built, else a sentence saying it is not built yet.
- * Each area's stage file defines its own md_<area>_pending(). */
-const char *md_area_pending(md_area a);
-const char *md_area_name(md_area a);
-/* Warns once per given option whose area is not built yet. Returns the count. */
-int md_options_warn_pending(const md_options *o);
 
 const char *md_precision_name(md_precision p);
 

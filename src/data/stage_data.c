@@ -14,8 +14,6 @@
 #define PROBE_SECONDS 0.5
 #define PROBE_MAX_BATCHES 20
 
-const char *md_data_pending(void) { return NULL; }
-
 /* --num-workers and --pin-memory when not given: per device, with reasons. */
 static void loader_defaults(md_job *job)
 {

@@ -30,8 +30,6 @@
 #include "diag/preset.h"
 #include "diag/recommend.h"
 
-const char *md_bench_pending(void) { return NULL; }
-
 /* ---- small helpers ---------------------------------------------------------- */
 
 static cJSON *warnings_of(md_job *job)

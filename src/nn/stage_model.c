@@ -10,8 +10,6 @@
 #include "core/log.h"
 #include "nn/model.h"
 
-const char *md_nn_pending(void) { return NULL; }
-
 /* The run config's "model" when it is an object (caller deletes), else NULL. */
 static md_status inline_model(const md_options *o, cJSON **root, const cJSON **model)
 {
@@ -52,9 +50,6 @@ md_status md_stage_model(md_job *job)
     md_out("  layout %s, compute %s, compile %s, gradient checkpointing %s\n", md_layout_name(mo.layout),
            md_dtype_name(mo.compute_dtype), mo.compile ? "on (BN+ReLU and add+ReLU fused, memory shared by lifetime)"
                                                        : "off", mo.grad_ckpt ? "on" : "off");
-    if (md_train_pending() && (o->init_from[0] || o->dump_grads[0]))
-        md_warn("%s is carried out by the train stage, which is not built yet: ignored",
-                o->init_from[0] ? "--init-from" : "--dump-grads");
     cJSON *rep = md_model_summary_json(job->model);
     if (rep) cJSON_AddItemToObject(job->report, "model", rep);
     return MD_OK;

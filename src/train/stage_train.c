@@ -4,8 +4,6 @@
 #include "core/log.h"
 #include "train/trainer.h"
 
-const char *md_train_pending(void) { return NULL; }
-
 md_status md_stage_train(md_job *job)
 {
     const md_options *o = job->opts;
