@@ -1,8 +1,7 @@
 /* options.h - every run setting, from flags merged over a JSON config.
  *
  * One table (options.c) describes each option: its flag, underscore alias,
- * JSON key, type, range, default, help text and the feature area it belongs
- * to. The table drives getopt_long, --help, config loading and validation.
+ * JSON key, type, range, default and help text. The table drives getopt_long, --help, config loading and validation.
  * Flags win over the config; the config wins over defaults.
  */
 #ifndef MD_OPTIONS_H
