@@ -306,7 +306,7 @@ static md_status cu_open(md_device *dev)
     c->device = dev->index;
     c->sm_count = dev->info.compute_units > 0 ? dev->info.compute_units : 1;
     c->tf32 = dev->opts.allow_tf32 && dev->info.supports_tf32;
-    c->autotune = at && strcmp(at, "1") == 0;
+    c->autotune = dev->opts.autotune || (at && strcmp(at, "1") == 0);
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess) { st = md_cuda_err(e, "cudaSetDevice"); goto fail; }
     e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);

@@ -14,11 +14,6 @@ extern "C" {
  * states when `dev` was opened (0 for other backends or the stub). */
 double md_metal_compile_seconds(const md_device *dev);
 
-/* Eager execution (for --no-compile): one command buffer per kernel call,
- * committed and waited on. Default off: calls are queued in one command
- * buffer until md_dev_sync. No-op for other backends and the stub. */
-void md_metal_set_eager(md_device *dev, int eager);
-
 /* PyTorch's default PYTORCH_MPS_HIGH_WATERMARK_RATIO: without
  * --memory-fraction / MPSDIAG_HIGH_WATERMARK_RATIO, Metal allocations are
  * capped at this multiple of recommendedMaxWorkingSetSize. */

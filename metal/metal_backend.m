@@ -14,7 +14,7 @@
  *     committed by md_dev_sync (which waits), by host copies, events and
  *     every 512 dispatches (committed, not waited on), so a training step
  *     between two syncs is one command buffer;
- *   - eager (md_metal_set_eager, for --no-compile; or MPSDIAG_METAL_EAGER=1):
+ *   - eager (the device option `eager`, set for --no-compile; or MPSDIAG_METAL_EAGER=1):
  *     one command buffer per kernel call, committed and waited on, so errors
  *     name the kernel;
  *   - captured (md_dev_capture_begin/end, as for CUDA graphs): calls are
@@ -267,7 +267,7 @@ static md_status metal_open(md_device *dev)
         s.bufs = [NSMutableArray array];
         s.pending = [NSMutableArray array];
         const char *eager = getenv("MPSDIAG_METAL_EAGER");
-        s->eager = eager && strcmp(eager, "1") == 0;
+        s->eager = dev->opts.eager || (eager && strcmp(eager, "1") == 0);
         s.scratch = [s.device newBufferWithLength:MD_METAL_SCRATCH_FLOATS * sizeof(float)
                                           options:MTLResourceStorageModeShared];
         s.dummy = [s.device newBufferWithLength:16 options:MTLResourceStorageModeShared];
@@ -354,13 +354,6 @@ static md_status metal_sync(md_device *dev)
         }
     }
     return st;
-}
-
-void md_metal_set_eager(md_device *dev, int eager)
-{
-    if (!dev || dev->ops != metal_ops_ptr() || !dev->impl) return;
-    (void)metal_sync(dev);
-    state_of(dev)->eager = eager != 0;
 }
 
 static md_status encode_plan(MDMetalState *s, id<MTLComputeCommandEncoder> enc, const struct md_metal_plan *p)

@@ -141,9 +141,3 @@ double md_metal_compile_seconds(const md_device *dev)
     (void)dev;
     return 0.0;
 }
-
-void md_metal_set_eager(md_device *dev, int eager)
-{
-    (void)dev;
-    (void)eager;
-}

@@ -471,6 +471,12 @@ md_status md_dev_memset0(md_device *dev, void *dst, size_t bytes)
 }
 md_status md_dev_sync(md_device *dev) { return dev->ops->sync(dev); }
 
+double md_dev_fma_peak_gflops(md_device *dev, const char **isa)
+{
+    if (isa) *isa = NULL;
+    return dev->ops->fma_peak_gflops ? dev->ops->fma_peak_gflops(dev, isa) : 0.0;
+}
+
 md_status md_dev_download_async(md_device *dev, void *dst, const void *src, size_t bytes)
 {
     if (!bytes) return MD_OK;

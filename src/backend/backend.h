@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define MD_BACKEND_API_VERSION 3
+#define MD_BACKEND_API_VERSION 4
 #define MD_MAX_DEVICES 16
 
 typedef enum md_backend_kind { MD_BACKEND_CPU = 0, MD_BACKEND_CUDA, MD_BACKEND_METAL, MD_BACKEND_REF } md_backend_kind;
@@ -52,6 +52,8 @@ struct md_device_info {
     int supports_fp16, supports_bf16, supports_tf32;
     int has_events;            /* device timers */
     int benefits_from_pinned;  /* page-locked host buffers speed up copies */
+    int prefers_channels_last; /* convolutions run faster on NHWC activations here */
+    char conv_impl[200];       /* how convolutions run here, and why ("" = not said) */
 };
 
 /* Memory statistics of a device (bytes). */
@@ -69,6 +71,8 @@ struct md_device_opts {
     int allow_tf32;          /* CUDA */
     int fallback;            /* run unsupported ops on the CPU */
     int deterministic;
+    int eager;               /* Metal: one waited command buffer per kernel call (--no-compile) */
+    int autotune;            /* CUDA: measure the convolution algorithms per shape (max-autotune) */
 };
 
 typedef struct md_backend md_backend; /* opaque */
@@ -111,6 +115,10 @@ md_status md_dev_download(md_device *dev, void *dst, const void *src, size_t byt
 md_status md_dev_copy(md_device *dev, void *dst, const void *src, size_t bytes);
 md_status md_dev_memset0(md_device *dev, void *dst, size_t bytes);
 md_status md_dev_sync(md_device *dev);
+/* The device's measured fp32 FMA peak in GFLOP/s (what bounds any kernel's
+ * rate), 0 where the backend cannot measure it; *isa names the instruction
+ * set measured (NULL ok). */
+double md_dev_fma_peak_gflops(md_device *dev, const char **isa);
 /* Pipelined steps (the trainer keeps one step in flight):
  * - md_dev_download_async queues a download behind the work queued so far
  *   and returns at once; dst (host memory from md_dev_host_alloc) holds the

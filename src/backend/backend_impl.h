@@ -43,6 +43,8 @@ struct md_backend_ops {
     md_status (*side_join)(md_device *dev);
     /* (optional) driver-level figures; defaults to none */
     void (*driver_mem)(md_device *dev, long long *total, long long *free_bytes, long long *reserved);
+    /* (optional) the measured fp32 FMA peak (md_dev_fma_peak_gflops); default 0 */
+    double (*fma_peak_gflops)(md_device *dev, const char **isa);
     /* (optional) page-locked host memory; defaults to md_malloc */
     md_status (*host_alloc_pinned)(md_device *dev, size_t bytes, void **ptr);
     void (*host_free_pinned)(md_device *dev, void *ptr);

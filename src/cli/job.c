@@ -17,7 +17,6 @@
 #include "core/signals.h"
 #include "core/timer.h"
 #include "diag/sysinfo.h"
-#include "../metal/metal_backend.h"
 
 #define MD_REPORT_SCHEMA_VERSION 1
 
@@ -191,6 +190,10 @@ md_status md_job_run(md_options *opts)
         .memory_fraction = opts->memory_fraction,
         .allow_tf32 = opts->tf32,
         .fallback = opts->fallback,
+        /* --no-compile on Metal: one command buffer per op, waited on */
+        .eager = !opts->compile,
+        /* max-autotune: a measured algorithm search per convolution shape (cuDNN's Find) */
+        .autotune = strcmp(opts->compile_mode, "max-autotune") == 0,
     };
     const char *ratio = getenv("MPSDIAG_HIGH_WATERMARK_RATIO");
     if (ratio && *ratio && !md_options_given(opts, "memory-fraction")) {
@@ -203,14 +206,8 @@ md_status md_job_run(md_options *opts)
         dopts.memory_fraction = r;
         opts->memory_fraction = r;
     }
-    /* max-autotune means a measured algorithm search per convolution shape
-     * (cuDNN's Find); the CUDA plug-in reads this when it opens. */
-    if (strcmp(opts->compile_mode, "max-autotune") == 0 && md_backend_kind_of(job.backend) == MD_BACKEND_CUDA)
-        setenv("MPSDIAG_CUDNN_AUTOTUNE", "1", 1);
     st = md_device_open(job.backend, job.device_index, &dopts, &job.dev);
     if (st != MD_OK) goto finish;
-    /* --no-compile on Metal: one command buffer per op, waited on. */
-    if (!opts->compile && md_device_kind(job.dev) == MD_BACKEND_METAL) md_metal_set_eager(job.dev, 1);
     md_out("\nUsing %s:%d (%s): %s\n", md_backend_name(job.backend), job.device_index,
            md_device_get_info(job.dev)->name, job.device_why);
     cJSON *sel = cJSON_AddObjectToObject(job.report, "selected_device");

@@ -23,7 +23,6 @@
 #include "core/signals.h"
 #include "core/timer.h"
 #include "data/data.h"
-#include "backend/cpu/cpu_kernels.h"
 #include "diag/bench.h"
 #include "diag/html.h"
 #include "diag/junit.h"
@@ -266,7 +265,7 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
      * OpenBLAS kernels does not (GPUs: the GEMM figure only) */
     double fma = 0;
     const char *fma_isa = NULL;
-    if (md_device_kind(c->dev) == MD_BACKEND_CPU) fma = md_cpu_fma_peak_gflops(&fma_isa);
+    fma = md_dev_fma_peak_gflops(c->dev, &fma_isa);
     cJSON *pk = cJSON_AddObjectToObject(B, "peak");
     cJSON_AddNumberToObject(pk, "gemm_n", n);
     cJSON_AddNumberToObject(pk, "gflops", peak);

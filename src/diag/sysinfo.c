@@ -11,7 +11,6 @@
 #include <zlib.h>
 
 #include "backend/backend.h"
-#include "backend/cpu/cpu_kernels.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/platform.h"
@@ -95,7 +94,10 @@ cJSON *md_sysinfo_collect(void)
     if (advice[0]) cJSON_AddStringToObject(blas, "warning", advice);
     else cJSON_AddNullToObject(blas, "warning");
 
-    add_str(s, "cpu_convolution", md_cpu_conv_kernels());
+    /* how the CPU backend convolves here (its device info says) */
+    struct md_device_info cpu = {0};
+    const md_backend *cb = md_backend_find("cpu");
+    add_str(s, "cpu_convolution", cb && md_backend_device_info(cb, 0, &cpu) == MD_OK ? cpu.conv_impl : "unknown");
 
     cJSON *lib = cJSON_AddObjectToObject(s, "libraries");
     add_str(lib, "cjson", cJSON_Version());

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_kernels.h"
 #include "cli/job.h"
 
 static int model_is_small(const char *model)
@@ -181,7 +180,7 @@ md_status md_stage_policy(md_job *job)
         .compile = o->compile,
         .compile_given = md_options_given(o, "no-compile"),
         .compile_mode = o->compile_mode,
-        .cpu_nhwc_fast = md_cpu_conv_prefers_nhwc(),
+        .cpu_nhwc_fast = info->prefers_channels_last,
     };
     struct md_policy_out out;
     md_policy_decide(&in, &out);

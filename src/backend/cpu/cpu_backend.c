@@ -32,7 +32,15 @@ static md_status cpu_device_info(int index, struct md_device_info *out)
     out->supports_bf16 = 1;
     out->has_events = 0;
     out->benefits_from_pinned = 0;
+    out->prefers_channels_last = md_cpu_conv_prefers_nhwc();
+    snprintf(out->conv_impl, sizeof out->conv_impl, "%s", md_cpu_conv_kernels());
     return MD_OK;
+}
+
+static double cpu_fma_peak(md_device *dev, const char **isa)
+{
+    (void)dev;
+    return md_cpu_fma_peak_gflops(isa);
 }
 
 static md_status cpu_open(md_device *dev)
@@ -65,6 +73,7 @@ static const struct md_backend_ops cpu_ops = {
     .open = cpu_open,
     .close = cpu_close,
     MD_HOST_MEMORY_OPS,
+    .fma_peak_gflops = cpu_fma_peak,
 };
 
 static struct md_backend_ops cpu_ops_with_kernels;
