@@ -278,6 +278,25 @@ metal-objc-check: $(METAL_OBJC_STAMP)
 endif
 test-run: metal-objc-check
 
+# Static checks of the Metal sources that need no Mac (metal/check/mchk.h):
+# metal_backend.m and MetalDecls.h against Apple's API (metal/api/*.tsv, from
+# Apple's metal-cpp by scripts/gen_metal_api_facts.py), and the MSL rules and
+# host bindings the simulation cannot see. The test suite links the checks
+# too (test/test_metal_check.c, which also shows they fail on mistakes).
+METAL_CHECK_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,metal/check/mchk_lex.c metal/check/api_check.c metal/check/msl_check.c)
+METAL_CHECK := $(BUILD)/metal-check
+$(TESTBIN): $(METAL_CHECK_OBJS)
+$(METAL_CHECK): $(METAL_CHECK_OBJS) $(BUILD)/obj/metal/check/mchk_main.o
+	$(say) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^
+METAL_API_FILES := metal/api/metal_api_facts.tsv metal/api/foundation_extra.tsv metal/metal_backend.m metal/sim/objc/MetalDecls.h
+METAL_MSL_FILES := metal/metal_plan.c metal/metal_backend.m metal/md_metal_args.h,metal/metal_grid.h $(METAL_EMBED)
+.PHONY: metal-check
+metal-check: $(METAL_CHECK)
+	$(Q)$(METAL_CHECK) api $(METAL_API_FILES)
+	$(Q)$(METAL_CHECK) msl $(METAL_MSL_FILES)
+test-run: metal-check
+
 # build/metal-sim-tests: the kernels area's backend-ops test (every available
 # backend against the reference) with "metal" backed by the simulated kernels
 # (metal/sim/metal_sim_backend.c instead of metal_stub.c). Not on macOS, where

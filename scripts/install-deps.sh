@@ -14,6 +14,8 @@ os=$(uname -s)
 
 if [ "$os" = "Darwin" ]; then
     for f in openblas cjson jpeg-turbo criterion pkg-config; do
+        # Homebrew's pkg-config is now the pkgconf formula under an alias
+        [ "$f" = pkg-config ] && command -v pkg-config >/dev/null && continue
         brew list --versions "$f" >/dev/null 2>&1 || missing+=("$f")
     done
     if [ "$check_only" = 1 ]; then
