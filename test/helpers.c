@@ -2,6 +2,9 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include "core/json.h"
+#include "core/safetensors.h"
+
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,38 +13,126 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char *slurp(const char *path)
+const char *th_bin(void)
+{
+    const char *b = getenv("MPSDIAG_BIN");
+    return b ? b : "build/mpsdiag";
+}
+
+char *th_slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
+    if (!f) return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t r = fread(buf, 1, (size_t)n, f);
+    char *buf = malloc((size_t)(n > 0 ? n : 0) + 1);
+    size_t r = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
     buf[r] = '\0';
     fclose(f);
+    if (len) *len = r;
     return buf;
+}
+
+/* Runs the shell line `cmd` (which redirects into dir/out and dir/err) and
+ * hands the captured text to the caller. */
+static int run_captured(const char *cmd, const char *dir, char **out, char **err)
+{
+    int rc = system(cmd);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/out", dir);
+    char *o = th_slurp(p, NULL);
+    snprintf(p, sizeof p, "%s/err", dir);
+    char *e = th_slurp(p, NULL);
+    if (out) *out = o ? o : strdup("");
+    else free(o);
+    if (err) *err = e ? e : strdup("");
+    else free(e);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
 }
 
 int th_run(const char *args, char **out, char **err)
 {
-    const char *bin = getenv("MPSDIAG_BIN");
-    if (!bin) bin = "build/mpsdiag";
     char *dir = th_tmpdir();
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s %s >%s/out 2>%s/err </dev/null", bin, args, dir, dir);
-    int rc = system(cmd);
-    char p[4200];
-    snprintf(p, sizeof p, "%s/out", dir);
-    char *o = slurp(p);
-    snprintf(p, sizeof p, "%s/err", dir);
-    char *e = slurp(p);
-    if (out) *out = o; else free(o);
-    if (err) *err = e; else free(e);
+    snprintf(cmd, sizeof cmd, "%s %s >%s/out 2>%s/err </dev/null", th_bin(), args, dir, dir);
+    int rc = run_captured(cmd, dir, out, err);
     th_rmtree(dir);
     free(dir);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+    return rc;
+}
+
+int th_sh(const char *cmd, char **out, char **err)
+{
+    char *dir = th_tmpdir();
+    char *full = NULL;
+    int n = asprintf(&full, "B='%s'; { %s ; } >%s/out 2>%s/err </dev/null", th_bin(), cmd, dir, dir);
+    cr_assert(n > 0);
+    int rc = run_captured(full, dir, out, err);
+    free(full);
+    th_rmtree(dir);
+    free(dir);
+    return rc;
+}
+
+int th_argv(char *buf, size_t bufsz, const char *args, char **argv)
+{
+    snprintf(buf, bufsz, "mpsdiag %s", args);
+    int argc = 0;
+    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    argv[argc] = NULL;
+    return argc;
+}
+
+cJSON *th_load_json(const char *path)
+{
+    cJSON *r = NULL;
+    cr_assert_eq(md_json_load_file(path, &r), MD_OK, "%s", md_errmsg());
+    return r;
+}
+
+void th_st_rewrite_meta(const char *src, const char *dst, const char *key, const char *value)
+{
+    md_st_file *f = NULL;
+    cr_assert_eq(md_st_open(src, &f), MD_OK, "%s", md_errmsg());
+    md_st_writer *w = NULL;
+    cr_assert_eq(md_st_writer_new(&w), MD_OK);
+    for (int i = 0; i < md_st_count(f); i++) {
+        const struct md_st_tensor *t = md_st_at(f, i);
+        cr_assert_eq(md_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data), MD_OK);
+    }
+    const char *k, *v;
+    for (int i = 0; md_st_meta_at(f, i, &k, &v); i++)
+        if (strcmp(k, key) != 0) cr_assert_eq(md_st_writer_meta(w, k, v), MD_OK);
+    if (value) cr_assert_eq(md_st_writer_meta(w, key, value), MD_OK);
+    cr_assert_eq(md_st_writer_write(w, dst), MD_OK, "%s", md_errmsg());
+    md_st_writer_free(w);
+    md_st_close(f);
+}
+
+int th_count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+int th_count(const char *s, const char *needle)
+{
+    int n = 0;
+    size_t l = strlen(needle);
+    for (const char *p = strstr(s, needle); p; p = strstr(p + l, needle)) n++;
+    return n;
+}
+
+const cJSON *th_setting(const cJSON *report, const char *name)
+{
+    const cJSON *s;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItem(report, "settings"))
+    {
+        if (strcmp(cJSON_GetObjectItem(s, "name")->valuestring, name) == 0) return s;
+    }
+    return NULL;
 }
 
 char *th_tmpdir(void)
@@ -70,6 +161,17 @@ char *th_write(const char *dir, const char *name, const char *text)
     fclose(f);
     return path;
 }
+
+const char th_unstable_model[] =
+    "{\"name\": \"unstable\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"
+    " \"layers\": [\n"
+    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 8, \"kernel\": 3, \"padding\": 1},\n"
+    "  {\"name\": \"relu1\", \"type\": \"relu\"},\n"
+    "  {\"name\": \"conv2\", \"type\": \"conv2d\", \"out\": 8, \"kernel\": 3, \"padding\": 1},\n"
+    "  {\"name\": \"relu2\", \"type\": \"relu\"},\n"
+    "  {\"name\": \"pool\", \"type\": \"maxpool\", \"kernel\": 4},\n"
+    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
+    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
 
 int th_allclose_d(const char *what, const double *got, const double *ref, size_t n, double atol, double rtol)
 {

@@ -1,19 +1,64 @@
 /* helpers.h - shared test utilities: running the built binary, temp files,
- * and tensor comparison in the manner of ggml's test-backend-ops. */
+ * reading files and reports, and tensor comparison in the manner of ggml's
+ * test-backend-ops. Every helper that cannot go on asserts (Criterion), so a
+ * test only checks what it is about. */
 #ifndef MD_TEST_HELPERS_H
 #define MD_TEST_HELPERS_H
 
+#include <cjson/cJSON.h>
 #include <stddef.h>
 
+/* ---- the built binary ---------------------------------------------------- */
+
+/* The binary under test: $MPSDIAG_BIN, else build/mpsdiag (borrowed string). */
+const char *th_bin(void);
+
 /* Runs `build/mpsdiag ARGS` (MPSDIAG_BIN) through the shell with stdout and
- * stderr captured into *out / *err (caller frees with free()). Returns the exit code. */
+ * stderr captured into *out / *err (caller frees with free(); either may be
+ * NULL). Returns the exit code (128 + signal when killed). */
 int th_run(const char *args, char **out, char **err);
+
+/* Runs the shell command line CMD, in which $B names the binary, with stdin
+ * from /dev/null and stdout / stderr captured as th_run does. */
+int th_sh(const char *cmd, char **out, char **err);
+
+/* Splits "mpsdiag ARGS" at spaces into argv (NULL-terminated, at most 63
+ * words), the words pointing into buf (bufsz bytes); returns argc. */
+int th_argv(char *buf, size_t bufsz, const char *args, char **argv);
+
+/* ---- files ----------------------------------------------------------------- */
 
 /* A fresh temporary directory (removed by th_rmtree). Caller frees the string. */
 char *th_tmpdir(void);
 void th_rmtree(const char *dir);
 /* Writes text to dir/name and returns the path (caller frees). */
 char *th_write(const char *dir, const char *name, const char *text);
+/* The whole file, NUL-terminated (malloc, caller frees), its length in *len
+ * when len is not NULL; NULL when it cannot be opened. */
+char *th_slurp(const char *path, size_t *len);
+/* The JSON file at path, parsed with md_json_load_file (caller deletes);
+ * asserts that it loads. */
+cJSON *th_load_json(const char *path);
+/* Copies the safetensors file src to dst (the same path is fine) with
+ * metadata `key` set to `value` (NULL: removed), tensors unchanged. */
+void th_st_rewrite_meta(const char *src, const char *dst, const char *key, const char *value);
+
+/* ---- text -------------------------------------------------------------------- */
+
+/* The number of newlines in s. */
+int th_count_lines(const char *s);
+/* The number of non-overlapping occurrences of needle in s. */
+int th_count(const char *s, const char *needle);
+/* The entry of report.settings named `name`, or NULL (borrowed). */
+const cJSON *th_setting(const cJSON *report, const char *name);
+
+/* ---- model configs the tests share ------------------------------------------ */
+
+/* A CNN for 28x28 gray inputs without BatchNorm: a huge learning rate (100)
+ * makes its activations grow with every step until they overflow. */
+extern const char th_unstable_model[];
+
+/* ---- numbers ----------------------------------------------------------------- */
 
 /* Compares got[] against ref[] with |got - ref| <= atol + rtol*|ref|, after
  * checking for NaN/Inf first. On failure prints the worst index, the max

@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/job.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/signals.h"
 #include "nn/model.h"
 #include "train/trainer.h"
 #include "helpers.h"
+#include "helpers_job.h"
 
 static const char tiny_model[] =
     "{\"name\": \"tiny\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"
@@ -146,50 +146,22 @@ struct run_out {
  * run starts. */
 static struct run_out run_job(const char *dir, const char *extra)
 {
-    struct run_out r = {0};
     char *m = th_write(dir, "tiny.json", tiny_model);
-    char buf[4096];
-    snprintf(buf, sizeof buf,
-             "mpsdiag --device cpu --threads 1 --dataset synthetic --model %s --max-samples 128 --epochs 1 "
+    char args[4096];
+    snprintf(args, sizeof args,
+             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 128 --epochs 1 "
              "--steps 3 --num-workers 0 --seed 5 --checkpoint-dir %s/ck --quiet %s",
              m, dir, extra);
     free(m);
-    char *argv[64];
-    int argc = 0;
-    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
-    md_options o;
-    md_options_defaults(&o);
-    cr_assert_eq(md_options_parse(&o, argc, argv), MD_OK, "%s", md_errmsg());
-    md_log_init(MD_QUIET);
-    md_interrupt_set(0);
-    md_job job;
-    memset(&job, 0, sizeof job);
-    job.opts = &o;
-    job.report = cJSON_CreateObject();
-    job.settings = cJSON_AddArrayToObject(job.report, "settings");
-    struct md_device_opts dopts = {.threads = 1};
-    cr_assert_eq(md_device_open(md_backend_find("cpu"), 0, &dopts, &job.dev), MD_OK, "%s", md_errmsg());
-    md_status st = md_stage_policy(&job);
-    if (st == MD_OK) st = md_stage_model(&job);
-    if (st == MD_OK) st = md_stage_data(&job);
-    md_trainer *t = NULL;
-    if (st == MD_OK) st = md_trainer_create(&job, &t);
-    if (st == MD_OK) {
-        md_trainer_force_pipeline(t);
-        st = md_trainer_run(t);
-        r.training = md_trainer_take_report(t);
+    struct th_job j;
+    th_job_run(&j, args, 0, 1);
+    struct run_out r = {.st = j.st, .training = j.training};
+    j.training = NULL;
+    if (j.st == MD_OK) {
+        r.n = md_model_nparams(j.job.model);
+        r.params = th_download_flat(j.job.model, md_model_params(j.job.model));
     }
-    r.st = st;
-    if (st == MD_OK) {
-        r.n = md_model_nparams(job.model);
-        r.params = malloc(r.n * sizeof(float));
-        md_dev_download(job.dev, r.params, md_model_params(job.model), r.n * sizeof(float));
-    }
-    md_trainer_free(t);
-    md_stage_data_cleanup(&job);
-    md_stage_model_cleanup(&job);
-    md_device_close(job.dev);
-    cJSON_Delete(job.report);
+    th_job_end(&j);
     return r;
 }
 

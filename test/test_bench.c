@@ -31,13 +31,6 @@ Test(bench, stats_and_percentiles)
     cr_assert_float_eq(one.stddev, 0, 0);
 }
 
-static cJSON *load(const char *path)
-{
-    cJSON *r = NULL;
-    cr_assert_eq(md_json_load_file(path, &r), MD_OK, "%s", md_errmsg());
-    return r;
-}
-
 static double num_at(const cJSON *o, const char *path)
 {
     char buf[256];
@@ -71,7 +64,7 @@ Test(bench, benchmark_only_report_keys_and_numbers)
     char *out, *err;
     int rc = th_run(args, &out, &err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    cJSON *r = load(rep);
+    cJSON *r = th_load_json(rep);
     static const char *const pos[] = {
         "benchmark.batch_size", "benchmark.warmup.plan_s", "benchmark.warmup.first_step_ms",
         "benchmark.inference.latency_ms.mean", "benchmark.inference.latency_ms.p50",
@@ -142,7 +135,7 @@ Test(bench, find_batch_size_under_a_memory_cap)
     char *err;
     int rc = th_run(args, NULL, &err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    cJSON *r = load(rep);
+    cJSON *r = th_load_json(rep);
     double fit = num_at(r, "benchmark.find_batch_size.max_batch");
     cr_assert_gt(fit, 0);
     cr_assert_lt(fit, 128, "the cap must stop the search (got %g)", fit);
@@ -165,17 +158,6 @@ Test(bench, find_batch_size_under_a_memory_cap)
     free(dir);
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    static char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 Test(bench, ci_threshold_miss_exits_7_with_junit)
 {
     char *dir = th_tmpdir();
@@ -192,12 +174,12 @@ Test(bench, ci_threshold_miss_exits_7_with_junit)
     cr_assert_not_null(strstr(err, "mpsdiag: --ci: final loss"), "%s", err);
     cr_assert_not_null(strstr(err, "is above --expect-max-loss 0.0001"), "%s", err);
     cr_assert_null(strstr(err, "throughput"), "the throughput threshold was met: %s", err);
-    const char *x = slurp(junit);
+    char *x = th_slurp(junit, NULL);
     cr_assert_not_null(x, "no JUnit file");
     cr_assert_not_null(strstr(x, "tests=\"3\" failures=\"1\" errors=\"0\""), "%s", x);
     cr_assert_not_null(strstr(x, "<testcase classname=\"mpsdiag\" name=\"loss\""), "%s", x);
     cr_assert_not_null(strstr(x, "<failure message=\"final loss"), "%s", x);
-    cJSON *r = load(rep);
+    cJSON *r = th_load_json(rep);
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "status"), "result")->valuestring, "threshold");
     cr_assert_eq(num_at(r, "status.exit_code"), 7);
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "ci"), "loss"), "passed")));
@@ -211,8 +193,11 @@ Test(bench, ci_threshold_miss_exits_7_with_junit)
              junit);
     rc = th_run(args, NULL, &err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    x = slurp(junit);
+    free(x);
+    x = th_slurp(junit, NULL);
+    cr_assert_not_null(x, "no JUnit file");
     cr_assert_not_null(strstr(x, "failures=\"0\" errors=\"0\" skipped=\"1\""), "throughput skipped: %s", x);
+    free(x);
     free(err);
     th_rmtree(dir);
     free(dir);
@@ -234,7 +219,7 @@ Test(bench, inline_model_of_the_run_config)
     char *err;
     int rc = th_run(args, NULL, &err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    cJSON *r = load(rep);
+    cJSON *r = th_load_json(rep);
     const cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "benchmark"), "model");
     cr_assert(cJSON_IsString(m) && strstr(m->valuestring, "run.json: model"), "benchmarked the inline model");
     positive(r, "benchmark.training.samples_per_s");

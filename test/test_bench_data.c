@@ -22,16 +22,6 @@ static const char two_class_model[] =
     "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
     "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
 
-static const cJSON *setting(const cJSON *report, const char *name)
-{
-    const cJSON *s;
-    cJSON_ArrayForEach(s, cJSON_GetObjectItem(report, "settings"))
-    {
-        if (strcmp(cJSON_GetObjectItem(s, "name")->valuestring, name) == 0) return s;
-    }
-    return NULL;
-}
-
 Test(bench_data, benchmark_only_falls_back_to_synthetic_data)
 {
     char *dir = th_tmpdir();
@@ -49,7 +39,7 @@ Test(bench_data, benchmark_only_falls_back_to_synthetic_data)
     cr_assert(strstr(err, "benchmarking needs no dataset"), "no warning on stderr: %s", err);
     cJSON *r = NULL;
     cr_assert_eq(md_json_load_file(report, &r), MD_OK, "%s", md_errmsg());
-    const cJSON *s = setting(r, "dataset");
+    const cJSON *s = th_setting(r, "dataset");
     cr_assert(s, "no dataset setting");
     cr_assert_str_eq(cJSON_GetObjectItem(s, "value")->valuestring, "synthetic");
     const char *why = cJSON_GetObjectItem(s, "why")->valuestring;

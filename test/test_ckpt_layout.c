@@ -11,13 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/job.h"
 #include "core/log.h"
 #include "core/safetensors.h"
 #include "core/signals.h"
 #include "nn/model.h"
 #include "train/trainer.h"
 #include "helpers.h"
+#include "helpers_job.h"
 
 /* Two convolutions with several input channels (a 1-channel filter reads the
  * same in both layouts), BN, pooling, a linear classifier. */
@@ -33,58 +33,7 @@ static const char two_conv[] =
     "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
     "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
 
-/* A job run in this process (options -> policy -> model -> data -> trainer),
- * kept alive so the test can read the device state afterwards. */
-struct job_run {
-    md_options o;
-    md_job job;
-    md_trainer *t;
-    md_status st;
-    char err[512];
-};
-
-static void job_start_int(struct job_run *r, const char *args, long long interrupt_after)
-{
-    memset(r, 0, sizeof *r);
-    char buf[2048];
-    snprintf(buf, sizeof buf, "mpsdiag %s", args);
-    char *argv[64];
-    int argc = 0;
-    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
-    argv[argc] = NULL;
-    md_options_defaults(&r->o);
-    cr_assert_eq(md_options_parse(&r->o, argc, argv), MD_OK, "%s", md_errmsg());
-    md_log_init(MD_QUIET);
-    md_interrupt_set(0);
-    r->job.opts = &r->o;
-    r->job.report = cJSON_CreateObject();
-    r->job.settings = cJSON_AddArrayToObject(r->job.report, "settings");
-    struct md_device_opts dopts = {.threads = 1};
-    cr_assert_eq(md_device_open(md_backend_find("cpu"), 0, &dopts, &r->job.dev), MD_OK, "%s", md_errmsg());
-    md_status st = md_stage_policy(&r->job);
-    if (st == MD_OK) st = md_stage_model(&r->job);
-    if (st == MD_OK) st = md_stage_data(&r->job);
-    if (st == MD_OK) st = md_trainer_create(&r->job, &r->t);
-    if (st == MD_OK) {
-        md_trainer_interrupt_after(r->t, interrupt_after);
-        st = md_trainer_run(r->t);
-        cJSON_Delete(md_trainer_take_report(r->t));
-    }
-    r->st = st;
-    snprintf(r->err, sizeof r->err, "%s", md_errmsg());
-}
-
-static void job_start(struct job_run *r, const char *args) { job_start_int(r, args, 0); }
-
-static void job_end(struct job_run *r)
-{
-    md_trainer_free(r->t);
-    md_stage_data_cleanup(&r->job);
-    md_stage_model_cleanup(&r->job);
-    md_device_close(r->job.dev);
-    cJSON_Delete(r->job.report);
-    md_interrupt_set(0);
-}
+static void job_start(struct th_job *r, const char *args) { th_job_run(r, args, 0, 0); }
 
 static const char *common(const char *dir)
 {
@@ -98,27 +47,17 @@ static const char *common(const char *dir)
     return b;
 }
 
-/* Raw device copy of a flat (nparams) buffer. Caller frees. */
-static float *download_flat(md_model *m, const float *dev_buf)
-{
-    size_t n = md_model_nparams(m);
-    float *h = malloc(n * sizeof *h);
-    cr_assert_eq(md_dev_download(md_model_device(m), h, dev_buf, n * sizeof *h), MD_OK);
-    cr_assert_eq(md_dev_sync(md_model_device(m)), MD_OK);
-    return h;
-}
-
 Test(ckpt_layout, channels_last_checkpoint_holds_pytorch_layout, .timeout = 120)
 {
     char *dir = th_tmpdir();
     char args[2600], path[4200];
     snprintf(args, sizeof args, "%s --channels-last --epochs 1 --steps 2 --checkpoint-dir %s/ck", common(dir), dir);
-    struct job_run r;
+    struct th_job r;
     job_start(&r, args);
     cr_assert_eq(r.st, MD_OK, "%s", r.err);
     md_model *m = r.job.model;
     cr_assert_eq(md_model_get_opts(m)->layout, MD_NHWC);
-    float *dev = download_flat(m, md_model_params(m));
+    float *dev = th_download_flat(m, md_model_params(m));
     snprintf(path, sizeof path, "%s/ck/last.safetensors", dir);
     md_st_file *f;
     cr_assert_eq(md_st_open(path, &f), MD_OK, "%s", md_errmsg());
@@ -150,13 +89,13 @@ Test(ckpt_layout, channels_last_checkpoint_holds_pytorch_layout, .timeout = 120)
     cr_assert_eq(convs, 2);
     md_st_close(f);
     free(dev);
-    job_end(&r);
+    th_job_end(&r);
     th_rmtree(dir);
     free(dir);
 }
 
 /* Host parameters in PyTorch order after a run. Caller frees. */
-static float *torch_params(struct job_run *r)
+static float *torch_params(struct th_job *r)
 {
     float *h = malloc(md_model_nparams(r->job.model) * sizeof *h);
     cr_assert_eq(md_model_get_params_host(r->job.model, h), MD_OK, "%s", md_errmsg());
@@ -169,24 +108,24 @@ Test(ckpt_layout, resume_across_layouts_equals_uninterrupted, .timeout = 180)
     char args[2600], ck[4200];
     const char *base = common(dir);
     /* the reference: two epochs in one channels-last run */
-    struct job_run ref;
+    struct th_job ref;
     snprintf(args, sizeof args, "%s --channels-last --epochs 2 --steps 3 --momentum 0.9 --checkpoint-dir %s/ref", base, dir);
     job_start(&ref, args);
     cr_assert_eq(ref.st, MD_OK, "%s", ref.err);
     float *want = torch_params(&ref);
     size_t n = md_model_nparams(ref.job.model);
-    job_end(&ref);
+    th_job_end(&ref);
     /* four steps channels-last, interrupted; the rest in either layout */
-    struct job_run a;
+    struct th_job a;
     snprintf(args, sizeof args, "%s --channels-last --epochs 2 --steps 3 --momentum 0.9 --checkpoint-dir %s/a", base,
              dir);
-    job_start_int(&a, args, 4);
+    th_job_run(&a, args, 4, 0);
     cr_assert_eq(a.st, MD_ERR_INTERRUPTED, "%s", a.err);
-    job_end(&a);
+    th_job_end(&a);
     snprintf(ck, sizeof ck, "%s/a/last.safetensors", dir);
     const char *layouts[2] = {"--no-channels-last", "--channels-last"};
     for (int l = 0; l < 2; l++) {
-        struct job_run b;
+        struct th_job b;
         snprintf(args, sizeof args, "%s %s --epochs 2 --steps 3 --momentum 0.9 --resume %s --checkpoint-dir %s/b%d", base,
                  layouts[l], ck, dir, l);
         job_start(&b, args);
@@ -197,7 +136,7 @@ Test(ckpt_layout, resume_across_layouts_equals_uninterrupted, .timeout = 180)
         cr_assert(th_allclose(layouts[l], got, want, n, 1e-5, 1e-4), "resumed %s run differs from the "
                   "uninterrupted one", layouts[l]);
         free(got);
-        job_end(&b);
+        th_job_end(&b);
     }
     free(want);
     th_rmtree(dir);
@@ -245,7 +184,7 @@ Test(ckpt_layout, init_from_gives_the_trained_logits_in_both_layouts, .timeout =
     char *dir = th_tmpdir();
     char args[2600], ck[4200];
     snprintf(args, sizeof args, "%s --channels-last --epochs 1 --steps 3 --checkpoint-dir %s/ck", common(dir), dir);
-    struct job_run r;
+    struct th_job r;
     job_start(&r, args);
     cr_assert_eq(r.st, MD_OK, "%s", r.err);
     enum { N = 3 };
@@ -258,7 +197,7 @@ Test(ckpt_layout, init_from_gives_the_trained_logits_in_both_layouts, .timeout =
     float want[N * 10];
     cr_assert_eq(md_dev_download(r.job.dev, want, md_model_logits(m), sizeof want), MD_OK);
     cr_assert_eq(md_dev_sync(r.job.dev), MD_OK);
-    job_end(&r);
+    th_job_end(&r);
     snprintf(ck, sizeof ck, "%s/ck/last.safetensors", dir);
     for (int l = 0; l < 2; l++) {
         md_status st;
@@ -397,34 +336,6 @@ Test(ckpt_layout, old_channels_last_checkpoint_is_converted, .timeout = 60)
     free(dir);
 }
 
-static int lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
-/* Rewrites the safetensors file at `path` with metadata `key` set to
- * `value` (NULL: removed), tensors unchanged. */
-static void rewrite_meta(const char *path, const char *key, const char *value)
-{
-    md_st_file *f;
-    cr_assert_eq(md_st_open(path, &f), MD_OK, "%s", md_errmsg());
-    md_st_writer *w;
-    cr_assert_eq(md_st_writer_new(&w), MD_OK);
-    for (int i = 0; i < md_st_count(f); i++) {
-        const struct md_st_tensor *t = md_st_at(f, i);
-        cr_assert_eq(md_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data), MD_OK);
-    }
-    const char *k, *v;
-    for (int i = 0; md_st_meta_at(f, i, &k, &v); i++)
-        if (strcmp(k, key) != 0) cr_assert_eq(md_st_writer_meta(w, k, v), MD_OK);
-    if (value) cr_assert_eq(md_st_writer_meta(w, key, value), MD_OK);
-    cr_assert_eq(md_st_writer_write(w, path), MD_OK, "%s", md_errmsg());
-    md_st_writer_free(w);
-    md_st_close(f);
-}
-
 Test(ckpt_layout, file_in_another_layout_is_refused, .timeout = 60)
 {
     char *dir = th_tmpdir();
@@ -450,7 +361,7 @@ Test(ckpt_layout, file_in_another_layout_is_refused, .timeout = 60)
     cr_assert_eq(th_run(args, NULL, &err), 0, "%s", err);
     free(err);
     snprintf(ck, sizeof ck, "%s/ck/last.safetensors", dir);
-    rewrite_meta(ck, "tensor_layout", "channels_last");
+    th_st_rewrite_meta(ck, ck, "tensor_layout", "channels_last");
     const char *flags[2] = {"--init-from", "--resume"};
     const char *files[2] = {path, ck};
     for (int i = 0; i < 2; i++) {
@@ -459,7 +370,7 @@ Test(ckpt_layout, file_in_another_layout_is_refused, .timeout = 60)
         int rc = th_run(args, NULL, &err);
         cr_assert_eq(rc, 3, "%s: exit %d: %s", flags[i], rc, err);
         cr_assert(strstr(err, "mpsdiag: ") && strstr(err, flags[i]) && strstr(err, "tensor_layout") &&
-                  strstr(err, files[i]) && lines(err) == 1, "%s", err);
+                  strstr(err, files[i]) && th_count_lines(err) == 1, "%s", err);
         free(err);
     }
     free(p);
@@ -515,12 +426,12 @@ Test(ckpt_layout, old_channels_last_checkpoint_resumes_in_either_layout, .timeou
     char *dir = th_tmpdir();
     char args[2600], ck[4200], old[4200];
     const char *base = common(dir);
-    struct job_run a;
+    struct th_job a;
     snprintf(args, sizeof args, "%s --channels-last --epochs 2 --steps 3 --momentum 0.9 --checkpoint-dir %s/a", base,
              dir);
-    job_start_int(&a, args, 4);
+    th_job_run(&a, args, 4, 0);
     cr_assert_eq(a.st, MD_ERR_INTERRUPTED, "%s", a.err);
-    job_end(&a);
+    th_job_end(&a);
     snprintf(ck, sizeof ck, "%s/a/last.safetensors", dir);
     snprintf(old, sizeof old, "%s/old.safetensors", dir);
     char cmd[9000];
@@ -532,14 +443,14 @@ Test(ckpt_layout, old_channels_last_checkpoint_resumes_in_either_layout, .timeou
         float *got[2];
         size_t n = 0;
         for (int i = 0; i < 2; i++) {
-            struct job_run b;
+            struct th_job b;
             snprintf(args, sizeof args, "%s %s --epochs 2 --steps 3 --momentum 0.9 --resume %s --checkpoint-dir %s/b%d%d",
                      base, layouts[l], i ? old : ck, dir, l, i);
             job_start(&b, args);
             cr_assert_eq(b.st, MD_OK, "%s: %s", layouts[l], b.err);
             got[i] = torch_params(&b);
             n = md_model_nparams(b.job.model);
-            job_end(&b);
+            th_job_end(&b);
         }
         cr_assert_eq(memcmp(got[0], got[1], n * sizeof(float)), 0,
                      "%s: resuming the old-style file differs from resuming the new one", layouts[l]);

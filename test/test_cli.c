@@ -7,13 +7,6 @@
 
 #include "helpers.h"
 
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 Test(cli, help_is_grouped_with_defaults)
 {
     char *out, *err;
@@ -56,7 +49,7 @@ Test(cli, exit_codes)
         int rc = th_run(c->args, &out, &err);
         cr_assert_eq(rc, c->code, "%s: exit %d, stderr: %s", c->args, rc, err);
         cr_assert(strstr(err, c->needle), "%s: stderr '%s' lacks '%s'", c->args, err, c->needle);
-        cr_assert_eq(count_lines(err), 1, "one line: '%s'", err);
+        cr_assert_eq(th_count_lines(err), 1, "one line: '%s'", err);
         free(out);
         free(err);
     }

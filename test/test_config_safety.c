@@ -19,23 +19,6 @@
 #include "helpers.h"
 #include "nn/model.h"
 
-static const char *bin(void)
-{
-    const char *b = getenv("MPSDIAG_BIN");
-    return b ? b : "build/mpsdiag";
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return strdup(buf);
-}
-
 /* Runs the binary on the CPU with synthetic data, no training, under a kill
  * timeout and a 4 GiB address-space limit (not under AddressSanitizer,
  * whose shadow memory needs terabytes of address space; make asan sets
@@ -46,12 +29,13 @@ static int run_capped(const char *args, int seconds, char **err)
     char *dir = th_tmpdir();
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "sh -c '%s exec timeout -s KILL %d %s --device cpu --dataset synthetic --epochs 0 %s' "
-             ">%s/out 2>%s/err </dev/null", getenv("ASAN_OPTIONS") ? "" : "ulimit -v 4194304;", seconds, bin(), args,
+             ">%s/out 2>%s/err </dev/null", getenv("ASAN_OPTIONS") ? "" : "ulimit -v 4194304;", seconds, th_bin(), args,
              dir, dir);
     int rc = system(cmd);
     char p[4200];
     snprintf(p, sizeof p, "%s/err", dir);
-    *err = slurp(p);
+    *err = th_slurp(p, NULL);
+    if (!*err) *err = strdup("");
     th_rmtree(dir);
     free(dir);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);

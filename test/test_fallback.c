@@ -48,17 +48,15 @@ static struct job_out run_job(const char *extra)
     struct job_out r = {0};
     char *dir = th_tmpdir();
     char *model = th_write(dir, "pooled.json", pool_model);
-    char report[4200], text[4200], buf[8192];
+    char report[4200], text[4200], args[8192], buf[8300];
     snprintf(report, sizeof report, "%s/report.json", dir);
     snprintf(text, sizeof text, "%s/stdout.txt", dir);
-    snprintf(buf, sizeof buf,
-             "mpsdiag --device metal --model %s --dataset synthetic --max-samples 64 --batch-size 16 --steps 2 "
+    snprintf(args, sizeof args,
+             "--device metal --model %s --dataset synthetic --max-samples 64 --batch-size 16 --steps 2 "
              "--num-workers 0 --checkpoint-dir %s/ck --report %s %s",
              model, dir, report, extra);
     char *argv[64];
-    int argc = 0;
-    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
-    argv[argc] = NULL;
+    int argc = th_argv(buf, sizeof buf, args, argv);
     md_options o;
     md_options_defaults(&o);
     cr_assert_eq(md_options_parse(&o, argc, argv), MD_OK, "%s", md_errmsg());
@@ -67,29 +65,13 @@ static struct job_out run_job(const char *extra)
     cr_assert(freopen(text, "w", stdout), "cannot capture stdout");
     r.st = md_job_run(&o);
     fflush(stdout);
-    FILE *f = fopen(text, "rb");
-    cr_assert(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    r.text = calloc(1, (size_t)n + 1);
-    cr_assert_eq(fread(r.text, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    cr_assert_eq(md_json_load_file(report, &r.report), MD_OK, "%s", md_errmsg());
+    r.text = th_slurp(text, NULL);
+    cr_assert(r.text, "no captured stdout");
+    r.report = th_load_json(report);
     free(model);
     th_rmtree(dir);
     free(dir);
     return r;
-}
-
-static const cJSON *setting(const cJSON *report, const char *name)
-{
-    const cJSON *s;
-    cJSON_ArrayForEach(s, cJSON_GetObjectItem(report, "settings"))
-    {
-        if (strcmp(cJSON_GetObjectItem(s, "name")->valuestring, name) == 0) return s;
-    }
-    return NULL;
 }
 
 static double op_count(const cJSON *report, const char *op)
@@ -108,7 +90,7 @@ Test(fallback, environment_variable_turns_it_on_and_ops_are_counted)
     setenv("MPSDIAG_ENABLE_FALLBACK", "1", 1);
     struct job_out r = run_job("");
     cr_assert_eq(r.st, MD_OK, "%s", md_errmsg());
-    const cJSON *s = setting(r.report, "fallback");
+    const cJSON *s = th_setting(r.report, "fallback");
     cr_assert(s, "no fallback setting");
     cr_assert_str_eq(cJSON_GetObjectItem(s, "value")->valuestring, "on");
     cr_assert(strstr(cJSON_GetObjectItem(s, "why")->valuestring, "MPSDIAG_ENABLE_FALLBACK=1"), "%s",
@@ -135,7 +117,7 @@ Test(fallback, flag_says_so_and_off_fails_naming_the_op)
     unsetenv("MPSDIAG_ENABLE_FALLBACK");
     struct job_out r = run_job("--fallback");
     cr_assert_eq(r.st, MD_OK, "%s", md_errmsg());
-    cr_assert(strstr(cJSON_GetObjectItem(setting(r.report, "fallback"), "why")->valuestring, "--fallback"));
+    cr_assert(strstr(cJSON_GetObjectItem(th_setting(r.report, "fallback"), "why")->valuestring, "--fallback"));
     cr_assert_geq(op_count(r.report, "pool2d_fwd"), 2);
     free(r.text);
     cJSON_Delete(r.report);

@@ -13,14 +13,6 @@
 #include "diag/html.h"
 #include "helpers.h"
 
-static int count(const char *s, const char *needle)
-{
-    int n = 0;
-    size_t l = strlen(needle);
-    for (const char *p = strstr(s, needle); p; p = strstr(p + l, needle)) n++;
-    return n;
-}
-
 /* "<tag" followed by a space, '>' or '/' (so <table does not count <tbody). */
 static int count_open(const char *s, const char *tag)
 {
@@ -37,7 +29,7 @@ static int count_close(const char *s, const char *tag)
 {
     char pat[32];
     snprintf(pat, sizeof pat, "</%s>", tag);
-    return count(s, pat);
+    return th_count(s, pat);
 }
 
 static cJSON *canned(void)
@@ -97,8 +89,8 @@ Test(html, canned_report_structure)
         cr_assert_not_null(strstr(html, charts[i]), "missing chart '%s'", charts[i]);
     cr_assert_geq(count_open(html, "svg"), 7);
     /* two series per curve chart, 6 epochs each: 6 markers x 2 x 2 charts at least */
-    cr_assert_geq(count(html, "<circle"), 24);
-    cr_assert_geq(count(html, "<polyline"), 5);
+    cr_assert_geq(th_count(html, "<circle"), 24);
+    cr_assert_geq(th_count(html, "<polyline"), 5);
     /* the OOM batch of the sweep is marked */
     cr_assert_not_null(strstr(html, ">OOM</text>"));
     /* escaping: the hostname and a setting carry <, > and & */
@@ -138,7 +130,7 @@ Test(html, minimal_report_and_non_finite_values)
     cr_assert_not_null(strstr(html, "Loss per epoch"));
     cr_assert_not_null(strstr(html, "not finite"));
     cr_assert_null(strstr(html, "nan"));
-    cr_assert_eq(count(html, "<circle"), 2, "two finite points");
+    cr_assert_eq(th_count(html, "<circle"), 2, "two finite points");
     md_free(html);
     cJSON_Delete(r);
 }
@@ -178,7 +170,7 @@ Test(html, training_curves_as_columns)
     cr_assert_not_null(strstr(html, "Loss per epoch"));
     cr_assert_not_null(strstr(html, "Accuracy per epoch"));
     /* 3 + 2 loss points (one val_loss is null), 3 + 3 accuracy points */
-    cr_assert_eq(count(html, "<circle"), 11, "%d points", count(html, "<circle"));
+    cr_assert_eq(th_count(html, "<circle"), 11, "%d points", th_count(html, "<circle"));
     cr_assert_not_null(strstr(html, "<h3>Per epoch</h3>"));
     cr_assert_not_null(strstr(html, "fc.weight"), "last epoch's diagnostics");
     cr_assert_eq(count_open(html, "details"), count_close(html, "details"));

@@ -10,11 +10,8 @@
 static md_status parse(md_options *o, const char *line)
 {
     char buf[2048];
-    snprintf(buf, sizeof buf, "mpsdiag %s", line);
     char *argv[64];
-    int argc = 0;
-    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
-    argv[argc] = NULL;
+    int argc = th_argv(buf, sizeof buf, line, argv);
     md_options_defaults(o);
     md_status st = md_options_parse(o, argc, argv);
     if (st == MD_OK) st = md_options_validate(o);

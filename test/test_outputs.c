@@ -19,58 +19,6 @@
 #define TRAIN "--device cpu --threads 1 --dataset synthetic --max-samples 64 --batch-size 32 --num-workers 0 " \
               "--epochs 1 --steps 1"
 
-static const char *bin(void)
-{
-    const char *b = getenv("MPSDIAG_BIN");
-    return b ? b : "build/mpsdiag";
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)(n > 0 ? n : 0) + 1);
-    size_t r = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
-    buf[r] = '\0';
-    fclose(f);
-    if (len) *len = r;
-    return buf;
-}
-
-/* Runs `sh -c CMD` (CMD names the binary as $B) with stdout and stderr in
- * files; returns the exit status. */
-static int sh(const char *cmd, char **out, char **err)
-{
-    char *dir = th_tmpdir();
-    char *full = NULL;
-    int n = asprintf(&full, "B='%s'; { %s ; } >%s/out 2>%s/err </dev/null", bin(), cmd, dir, dir);
-    cr_assert(n > 0);
-    int rc = system(full);
-    free(full);
-    char p[4200];
-    snprintf(p, sizeof p, "%s/out", dir);
-    char *o = slurp(p, NULL);
-    snprintf(p, sizeof p, "%s/err", dir);
-    char *e = slurp(p, NULL);
-    if (out) *out = o ? o : strdup("");
-    else free(o);
-    if (err) *err = e ? e : strdup("");
-    else free(e);
-    th_rmtree(dir);
-    free(dir);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 /* Strict UTF-8 (no overlongs, no surrogates, at most U+10FFFF). */
 static int utf8_valid(const unsigned char *s, size_t n)
 {
@@ -98,7 +46,7 @@ static int utf8_valid(const unsigned char *s, size_t n)
 static cJSON *load_report(const char *path)
 {
     size_t n = 0;
-    char *text = slurp(path, &n);
+    char *text = th_slurp(path, &n);
     cr_assert(text, "no report at %s", path);
     cr_assert(utf8_valid((const unsigned char *)text, n), "report %s is not valid UTF-8", path);
     cJSON *r = cJSON_Parse(text);
@@ -119,12 +67,12 @@ Test(outputs, every_unwritable_output_is_named_before_any_work)
              "--metrics %s/nope/m.jsonl --checkpoint-dir %s/sub",
              dir, dir, file, dir, file);
     char *out, *err;
-    int rc = sh(cmd, &out, &err);
+    int rc = th_sh(cmd, &out, &err);
     cr_assert_eq(rc, 3, "exit %d, stderr: %s", rc, err);
     static const char *const flags[] = {"--report", "--html", "--junit", "--metrics", "--checkpoint-dir"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         cr_assert(strstr(err, flags[i]), "%s not named: %s", flags[i], err);
-    cr_assert_eq(count_lines(err), 5, "one line per output: %s", err);
+    cr_assert_eq(th_count_lines(err), 5, "one line per output: %s", err);
     for (const char *l = err; *l; l = strchr(l, '\n') + 1)
         cr_assert(strncmp(l, "mpsdiag: ", 9) == 0, "line without the prefix: %s", l);
     cr_assert_null(strstr(out, "== System"), "work started: %s", out);
@@ -145,7 +93,7 @@ Test(outputs, a_checkpoint_dir_to_be_created_is_not_created_when_another_output_
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "$B " TRAIN " --checkpoint-dir %s/new/ck --report %s/nope/r.json", dir, dir);
     char *err;
-    int rc = sh(cmd, NULL, &err);
+    int rc = th_sh(cmd, NULL, &err);
     cr_assert_eq(rc, 3, "exit %d: %s", rc, err);
     cr_assert(strstr(err, "--report") && !strstr(err, "--checkpoint-dir"), "%s", err);
     char p[4300];
@@ -162,7 +110,7 @@ Test(outputs, a_directory_given_as_the_report_file_fails_at_once, .timeout = 30)
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "$B " TRAIN " --epochs 100000 --report %s", dir);
     char *out, *err;
-    int rc = sh(cmd, &out, &err);
+    int rc = th_sh(cmd, &out, &err);
     cr_assert_eq(rc, 3, "exit %d: %s", rc, err);
     cr_assert(strstr(err, "--report") && strstr(err, "directory"), "%s", err);
     cr_assert_null(strstr(out, "Training"), "%s", out);
@@ -170,9 +118,9 @@ Test(outputs, a_directory_given_as_the_report_file_fails_at_once, .timeout = 30)
     free(err);
     /* --dump-grads too (it trains one step, then writes) */
     snprintf(cmd, sizeof cmd, "$B " TRAIN " --dump-grads %s --report %s/nope/r.json", dir, dir);
-    rc = sh(cmd, &out, &err);
+    rc = th_sh(cmd, &out, &err);
     cr_assert_eq(rc, 3, "exit %d: %s", rc, err);
-    cr_assert(strstr(err, "--dump-grads") && strstr(err, "--report") && count_lines(err) == 2, "%s", err);
+    cr_assert(strstr(err, "--dump-grads") && strstr(err, "--report") && th_count_lines(err) == 2, "%s", err);
     cr_assert_null(strstr(out, "Training"), "%s", out);
     free(out);
     free(err);
@@ -191,7 +139,7 @@ Test(outputs, report_through_a_symlink_replaces_the_target_not_the_link)
     cr_assert_eq(symlink("real.json", link), 0);
     snprintf(cmd, sizeof cmd, "$B --device cpu --quiet --epochs 0 --report %s", link);
     char *err;
-    cr_assert_eq(sh(cmd, NULL, &err), 0, "%s", err);
+    cr_assert_eq(th_sh(cmd, NULL, &err), 0, "%s", err);
     struct stat sb;
     cr_assert_eq(lstat(link, &sb), 0);
     cr_assert(S_ISLNK(sb.st_mode), "the symlink was replaced by a file");
@@ -221,7 +169,7 @@ Test(outputs, checkpoint_symlink_is_written_through)
     cr_assert_eq(symlink(real, p), 0);
     snprintf(cmd, sizeof cmd, "$B " TRAIN " --quiet --checkpoint-dir %s/ck", dir);
     char *err;
-    int rc = sh(cmd, NULL, &err);
+    int rc = th_sh(cmd, NULL, &err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
     struct stat sb;
     cr_assert_eq(lstat(p, &sb), 0);
@@ -244,7 +192,7 @@ Test(outputs, report_into_a_fifo_is_written_directly, .timeout = 60)
              "timeout 20 cat %s > %s & P=$!; $B --device cpu --quiet --epochs 0 --report %s; R=$?; wait $P; exit $R",
              fifo, got, fifo);
     char *err;
-    cr_assert_eq(sh(cmd, NULL, &err), 0, "%s", err);
+    cr_assert_eq(th_sh(cmd, NULL, &err), 0, "%s", err);
     struct stat sb;
     cr_assert_eq(lstat(fifo, &sb), 0);
     cr_assert(S_ISFIFO(sb.st_mode), "the FIFO was replaced");
@@ -255,25 +203,26 @@ Test(outputs, report_into_a_fifo_is_written_directly, .timeout = 60)
     free(dir);
 }
 
-/* A character device made for the test (the system's own /dev/null is not
- * put at risk); skipped where mknod is not allowed. */
-static int make_chardev(const char *path, unsigned minor)
+/* dir/name as a character device made for the test (the system's own
+ * /dev/null is not put at risk): minor 3 is null, 7 full. Skips the test
+ * where mknod is not allowed. */
+static void make_chardev(const char *dir, const char *name, unsigned minor, char *path, size_t n)
 {
-    return mknod(path, S_IFCHR | 0666, makedev(1, minor));
+    snprintf(path, n, "%s/%s", dir, name);
+    if (mknod(path, S_IFCHR | 0666, makedev(1, minor)) != 0) {
+        th_rmtree(dir);
+        cr_skip_test("mknod not permitted here");
+    }
 }
 
 Test(outputs, report_and_html_to_a_character_device_keep_the_device)
 {
     char *dir = th_tmpdir();
     char dev[4300], cmd[8192];
-    snprintf(dev, sizeof dev, "%s/null", dir);
-    if (make_chardev(dev, 3) != 0) {
-        th_rmtree(dir);
-        cr_skip_test("mknod not permitted here");
-    }
+    make_chardev(dir, "null", 3, dev, sizeof dev);
     snprintf(cmd, sizeof cmd, "$B --device cpu --quiet --epochs 0 --report %s --html %s", dev, dev);
     char *err;
-    cr_assert_eq(sh(cmd, NULL, &err), 0, "%s", err);
+    cr_assert_eq(th_sh(cmd, NULL, &err), 0, "%s", err);
     struct stat sb;
     cr_assert_eq(lstat(dev, &sb), 0);
     cr_assert(S_ISCHR(sb.st_mode), "the device node was replaced by a regular file");
@@ -294,7 +243,7 @@ Test(outputs, report_to_stdout_goes_to_the_descriptor)
     for (int i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, "$B --device cpu --quiet --epochs 0 --report %s", paths[i]);
         char *out, *err;
-        int rc = sh(cmd, &out, &err);
+        int rc = th_sh(cmd, &out, &err);
         cr_assert_eq(rc, 0, "%s: exit %d: %s", paths[i], rc, err);
         cJSON *r = cJSON_Parse(out);
         cr_assert(r && cJSON_GetObjectItem(r, "schema_version"), "%s: stdout is not the report: %s", paths[i], out);
@@ -315,14 +264,10 @@ Test(outputs, metrics_write_error_fails_the_run)
 {
     char *dir = th_tmpdir();
     char dev[4300], cmd[8192];
-    snprintf(dev, sizeof dev, "%s/full", dir);
-    if (make_chardev(dev, 7) != 0) {
-        th_rmtree(dir);
-        cr_skip_test("mknod not permitted here");
-    }
+    make_chardev(dir, "full", 7, dev, sizeof dev);
     snprintf(cmd, sizeof cmd, "$B " TRAIN " --quiet --checkpoint-dir %s/ck --metrics %s", dir, dev);
     char *err;
-    int rc = sh(cmd, NULL, &err);
+    int rc = th_sh(cmd, NULL, &err);
     cr_assert_eq(rc, 3, "exit %d: %s", rc, err);
     cr_assert(strstr(err, "--metrics") && strstr(err, dev) && strstr(err, "No space left"), "%s", err);
     free(err);
@@ -334,14 +279,10 @@ Test(outputs, report_write_error_fails_the_run)
 {
     char *dir = th_tmpdir();
     char dev[4300], cmd[8192];
-    snprintf(dev, sizeof dev, "%s/full", dir);
-    if (make_chardev(dev, 7) != 0) {
-        th_rmtree(dir);
-        cr_skip_test("mknod not permitted here");
-    }
+    make_chardev(dir, "full", 7, dev, sizeof dev);
     snprintf(cmd, sizeof cmd, "$B --device cpu --quiet --epochs 0 --report %s", dev);
     char *err;
-    int rc = sh(cmd, NULL, &err);
+    int rc = th_sh(cmd, NULL, &err);
     cr_assert_eq(rc, 3, "exit %d: %s", rc, err);
     cr_assert(strstr(err, dev) && strstr(err, "No space left"), "%s", err);
     struct stat sb;
@@ -358,7 +299,7 @@ Test(outputs, stdout_write_error_fails_the_run)
                                        "$B --version > /dev/full", "$B --list-devices > /dev/full"};
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         char *err;
-        int rc = sh(runs[i], NULL, &err);
+        int rc = th_sh(runs[i], NULL, &err);
         cr_assert_neq(rc, 0, "%s: exit 0", runs[i]);
         cr_assert(strstr(err, "mpsdiag: ") && strstr(err, "stdout") && strstr(err, "No space left"), "%s: %s",
                   runs[i], err);
@@ -378,7 +319,7 @@ Test(outputs, invalid_utf8_in_a_layer_name_is_refused_with_its_path)
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "$B --device cpu --quiet --epochs 0 --model %s --report %s/r.json", m, dir);
     char *err;
-    int rc = sh(cmd, NULL, &err);
+    int rc = th_sh(cmd, NULL, &err);
     cr_assert_eq(rc, 3, "exit %d: %s", rc, err);
     cr_assert(strstr(err, "layers[1].name") && strstr(err, "UTF-8"), "%s", err);
     char p[4300];
@@ -408,7 +349,7 @@ Test(outputs, paths_with_invalid_utf8_give_a_valid_report)
     snprintf(cmd, sizeof cmd, "$B " TRAIN " --quiet --model '%s' --checkpoint-dir '%s/ck\xe9' --report %s/r.json", mpath,
              dir, dir);
     char *err;
-    int rc = sh(cmd, NULL, &err);
+    int rc = th_sh(cmd, NULL, &err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
     char p[4300];
     snprintf(p, sizeof p, "%s/r.json", dir);

@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "cli/job.h"
+#include "helpers_job.h"
 #include "core/log.h"
 #include "train/policy.h"
 
@@ -114,25 +114,17 @@ Test(policy, batch_channels_compile)
 
 Test(policy, stage_on_cpu_device_writes_options_and_settings)
 {
-    md_log_init(MD_QUIET);
-    md_options o;
-    md_options_defaults(&o);
-    char *argv[] = {"mpsdiag", "--amp", "--device", "cpu", NULL};
-    cr_assert_eq(md_options_parse(&o, 4, argv), MD_OK, "%s", md_errmsg());
-    md_job job;
-    memset(&job, 0, sizeof job);
-    job.opts = &o;
-    job.report = cJSON_CreateObject();
-    job.settings = cJSON_AddArrayToObject(job.report, "settings");
-    struct md_device_opts dopts = {.threads = 1};
-    cr_assert_eq(md_device_open(md_backend_find("cpu"), 0, &dopts, &job.dev), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(md_stage_policy(&job), MD_OK);
-    cr_assert_eq(o.precision, MD_PREC_FP32, "CPU continues in fp32");
-    cr_assert_eq(o.amp, 0);
-    cr_assert_eq(o.batch_size, 128);
+    struct th_job j;
+    th_job_open(&j, "--amp --device cpu");
+    md_options *o = &j.o;
+    md_job *job = &j.job;
+    cr_assert_eq(md_stage_policy(job), MD_OK);
+    cr_assert_eq(o->precision, MD_PREC_FP32, "CPU continues in fp32");
+    cr_assert_eq(o->amp, 0);
+    cr_assert_eq(o->batch_size, 128);
     int found = 0;
     const cJSON *s;
-    cJSON_ArrayForEach(s, job.settings)
+    cJSON_ArrayForEach(s, job->settings)
     {
         const char *name = cJSON_GetObjectItem(s, "name")->valuestring;
         if (strcmp(name, "precision") == 0) {
@@ -144,6 +136,5 @@ Test(policy, stage_on_cpu_device_writes_options_and_settings)
             found++;
     }
     cr_assert_eq(found, 4, "precision, batch_size, channels_last and compile recorded");
-    md_device_close(job.dev);
-    cJSON_Delete(job.report);
+    th_job_end(&j);
 }

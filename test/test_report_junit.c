@@ -5,14 +5,7 @@
 
 #include "core/mem.h"
 #include "diag/junit.h"
-
-static int count(const char *s, const char *needle)
-{
-    int n = 0;
-    size_t l = strlen(needle);
-    for (const char *p = strstr(s, needle); p; p = strstr(p + l, needle)) n++;
-    return n;
-}
+#include "helpers.h"
 
 Test(junit, pass_fail_skip_and_escaping)
 {
@@ -37,11 +30,11 @@ Test(junit, pass_fail_skip_and_escaping)
     cr_assert_not_null(strstr(x, "name=\"run\" time=\"1.250\"/>"), "%s", x);
     cr_assert_not_null(strstr(x, "<failure message=\"training throughput 12.5 samples/s &lt; --expect-min-throughput 100 &amp; &quot;more&quot;\" type=\"threshold\">"), "%s", x);
     cr_assert_not_null(strstr(x, "<skipped message=\"--expect-max-loss not given\"/>"));
-    cr_assert_eq(count(x, "<testcase "), 3);
-    cr_assert_eq(count(x, "</testcase>"), 2, "the passing case is self-closed");
+    cr_assert_eq(th_count(x, "<testcase "), 3);
+    cr_assert_eq(th_count(x, "</testcase>"), 2, "the passing case is self-closed");
     cr_assert_null(strstr(x, " & "), "raw ampersand");
-    cr_assert_eq(count(x, "<testsuites"), 1);
-    cr_assert_eq(count(x, "</testsuites>"), 1);
+    cr_assert_eq(th_count(x, "<testsuites"), 1);
+    cr_assert_eq(th_count(x, "</testsuites>"), 1);
     md_free(x);
 }
 

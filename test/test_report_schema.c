@@ -245,19 +245,6 @@ static const char tiny_model[] =
     "  {\"name\": \"dropout\", \"type\": \"dropout\", \"p\": 0.25},\n"
     "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
 
-/* No BatchNorm: lr 100 makes the activations overflow within a few steps. */
-static const char unstable_model[] =
-    "{\"name\": \"unstable\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, "
-    "28]}],\n"
-    " \"layers\": [\n"
-    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 8, \"kernel\": 3, \"padding\": 1},\n"
-    "  {\"name\": \"relu1\", \"type\": \"relu\"},\n"
-    "  {\"name\": \"conv2\", \"type\": \"conv2d\", \"out\": 8, \"kernel\": 3, \"padding\": 1},\n"
-    "  {\"name\": \"relu2\", \"type\": \"relu\"},\n"
-    "  {\"name\": \"pool\", \"type\": \"maxpool\", \"kernel\": 4},\n"
-    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
-    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
-
 /* Colour images of 64 x 64 (full-size decode, so a cut file reaches the decoder). */
 static const char rgb_model[] =
     "{\"name\": \"rgb\", \"num_classes\": 2, \"inputs\": [{\"name\": \"image\", \"shape\": [3, 64, 64]}],\n"
@@ -283,7 +270,7 @@ static struct run run_bin(const char *args_fmt)
     r.dir = th_tmpdir();
     char *m = th_write(r.dir, "tiny.json", tiny_model);
     free(m);
-    m = th_write(r.dir, "unstable.json", unstable_model);
+    m = th_write(r.dir, "unstable.json", th_unstable_model);
     free(m);
     m = th_write(r.dir, "rgb.json", rgb_model);
     free(m);
@@ -309,16 +296,6 @@ static void run_free(struct run *r)
 
 #define TINY                                                                                                 \
     "--device cpu --threads 1 --dataset synthetic --model %s/tiny.json --max-samples 256 --batch-size 32 "
-
-static const cJSON *setting(const cJSON *report, const char *name)
-{
-    const cJSON *s;
-    cJSON_ArrayForEach(s, cJSON_GetObjectItem(report, "settings"))
-    {
-        if (strcmp(cJSON_GetObjectItem(s, "name")->valuestring, name) == 0) return s;
-    }
-    return NULL;
-}
 
 /* Every setting that changes the result, in the JSON settings and in the
  * text Settings section. */
@@ -360,7 +337,7 @@ static void assert_failure_report(const struct run *r, int code, const char *res
     cr_assert(cJSON_IsObject(cJSON_GetObjectItem(r->report, "selected_device")));
     cr_assert(cJSON_IsObject(cJSON_GetObjectItem(r->report, "run")));
     for (const char *const *k = result_settings; *k; k++)
-        cr_assert_not_null(setting(r->report, *k), "the failure report (%s) lacks the setting %s", result,
+        cr_assert_not_null(th_setting(r->report, *k), "the failure report (%s) lacks the setting %s", result,
                            *k);
 }
 
@@ -372,20 +349,20 @@ Test(report, train_report_validates_and_holds_every_setting, .timeout = 120)
     cr_assert_eq(r.rc, 0, "%s", r.err);
     assert_valid(REPORT_SCHEMA, r.report, "the training report");
     for (const char *const *k = result_settings; *k; k++) {
-        const cJSON *s = setting(r.report, *k);
+        const cJSON *s = th_setting(r.report, *k);
         cr_assert_not_null(s, "report.settings lacks %s", *k);
         char text[256];
         snprintf(text, sizeof text, "\n  %-18s %s", *k, cJSON_GetObjectItem(s, "value")->valuestring);
         cr_assert(strstr(r.out, text), "the text Settings lack '%s'", text + 1);
     }
-    cr_assert_str_eq(cJSON_GetObjectItem(setting(r.report, "momentum"), "value")->valuestring, "0.8");
-    cr_assert_str_eq(cJSON_GetObjectItem(setting(r.report, "nesterov"), "value")->valuestring, "on");
-    cr_assert_str_eq(cJSON_GetObjectItem(setting(r.report, "grad_clip"), "value")->valuestring, "2");
-    cr_assert_str_eq(cJSON_GetObjectItem(setting(r.report, "label_smoothing"), "value")->valuestring, "0.1");
-    cr_assert_str_eq(cJSON_GetObjectItem(setting(r.report, "dropout"), "value")->valuestring, "0.25");
-    cr_assert_str_eq(cJSON_GetObjectItem(setting(r.report, "seed"), "value")->valuestring, "42");
+    cr_assert_str_eq(cJSON_GetObjectItem(th_setting(r.report, "momentum"), "value")->valuestring, "0.8");
+    cr_assert_str_eq(cJSON_GetObjectItem(th_setting(r.report, "nesterov"), "value")->valuestring, "on");
+    cr_assert_str_eq(cJSON_GetObjectItem(th_setting(r.report, "grad_clip"), "value")->valuestring, "2");
+    cr_assert_str_eq(cJSON_GetObjectItem(th_setting(r.report, "label_smoothing"), "value")->valuestring, "0.1");
+    cr_assert_str_eq(cJSON_GetObjectItem(th_setting(r.report, "dropout"), "value")->valuestring, "0.25");
+    cr_assert_str_eq(cJSON_GetObjectItem(th_setting(r.report, "seed"), "value")->valuestring, "42");
     /* weight decay says what it applies to */
-    const char *wd = cJSON_GetObjectItem(setting(r.report, "weight_decay"), "why")->valuestring;
+    const char *wd = cJSON_GetObjectItem(th_setting(r.report, "weight_decay"), "why")->valuestring;
     cr_assert(strstr(wd, " of ") && strstr(wd, "parameters") && strstr(wd, "BatchNorm"), "%s", wd);
     /* the resolved config, a run config of its own */
     const cJSON *run = cJSON_GetObjectItem(r.report, "run");
@@ -542,7 +519,7 @@ Test(report, diagnostics_report_validates, .timeout = 120)
     assert_valid(REPORT_SCHEMA, r.report, "the diagnostics report");
     const cJSON *models = cJSON_GetObjectItem(r.report, "models");
     cr_assert_eq(cJSON_GetArraySize(models), 2);
-    cr_assert_not_null(setting(cJSON_GetArrayItem(models, 0), "label_smoothing"), "each model's settings");
+    cr_assert_not_null(th_setting(cJSON_GetArrayItem(models, 0), "label_smoothing"), "each model's settings");
     cr_assert(cJSON_IsObject(cJSON_GetObjectItem(r.report, "memory")));
     run_free(&r);
 }

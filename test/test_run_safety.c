@@ -60,26 +60,6 @@ static char *meta_of(const char *path, const char *key)
     return r;
 }
 
-/* Copies a checkpoint with metadata `key` set to `value` (NULL: removed). */
-static void rewrite_meta(const char *src, const char *dst, const char *key, const char *value)
-{
-    md_st_file *f = NULL;
-    cr_assert_eq(md_st_open(src, &f), MD_OK, "%s", md_errmsg());
-    md_st_writer *w = NULL;
-    cr_assert_eq(md_st_writer_new(&w), MD_OK);
-    for (int i = 0; i < md_st_count(f); i++) {
-        const struct md_st_tensor *t = md_st_at(f, i);
-        cr_assert_eq(md_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data), MD_OK);
-    }
-    const char *k, *v;
-    for (int i = 0; md_st_meta_at(f, i, &k, &v); i++)
-        if (strcmp(k, key) != 0) cr_assert_eq(md_st_writer_meta(w, k, v), MD_OK);
-    if (value) cr_assert_eq(md_st_writer_meta(w, key, value), MD_OK);
-    cr_assert_eq(md_st_writer_write(w, dst), MD_OK, "%s", md_errmsg());
-    md_st_writer_free(w);
-    md_st_close(f);
-}
-
 /* ---- run_folder ---------------------------------------------------------------- */
 
 Test(run_folder, refuses_a_folder_with_checkpoints_without_overwrite, .timeout = 120)
@@ -138,11 +118,11 @@ Test(run_folder, best_is_replaced_only_by_a_better_score, .timeout = 120)
     /* the folder's best claims a perfect score; the checkpoint resumed from
      * knows of no best at all (as one from another folder would) */
     snprintf(p, sizeof p, "%s/ck/best.safetensors", dir);
-    rewrite_meta(p, p, "best_val_acc", "1");
+    th_st_rewrite_meta(p, p, "best_val_acc", "1");
     snprintf(p, sizeof p, "%s/ck/last.safetensors", dir);
     snprintf(q, sizeof q, "%s/other.safetensors", dir);
-    rewrite_meta(p, q, "best_val_acc", "-1");
-    rewrite_meta(q, q, "best_epoch", "-1");
+    th_st_rewrite_meta(p, q, "best_val_acc", "-1");
+    th_st_rewrite_meta(q, q, "best_epoch", "-1");
     snprintf(more, sizeof more, "--epochs 3 --checkpoint-dir %s/ck --resume %s", dir, q);
     cr_assert_eq(run(b, more, &err), 0, "%s", err);
     free(err);
@@ -241,7 +221,7 @@ Test(resume_safety, every_metadata_field_is_checked, .timeout = 300)
     };
     int fails = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        rewrite_meta(src, bad, cases[i].key, cases[i].value);
+        th_st_rewrite_meta(src, bad, cases[i].key, cases[i].value);
         snprintf(more, sizeof more, "--epochs 3 --checkpoint-dir %s/r%zu --resume %s", dir, i, bad);
         int rc = run(b, more, &err);
         int ok = rc == 3 && strstr(err, bad) && strstr(err, cases[i].key);

@@ -11,7 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/job.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/safetensors.h"
@@ -19,6 +18,7 @@
 #include "nn/model.h"
 #include "train/trainer.h"
 #include "helpers.h"
+#include "helpers_job.h"
 
 struct run_out {
     md_status st;
@@ -32,54 +32,20 @@ struct run_out {
  * one step late) as it does on CUDA, though the CPU cannot capture. */
 static int g_force_pipe;
 
-/* Runs options -> policy -> model -> data -> trainer in this process, as
- * md_job_run does, with an optional interruption after `interrupt_after`
- * optimizer steps. */
+/* The job run in this process with an interruption after `interrupt_after`
+ * optimizer steps (0: none). */
 static struct run_out run_job(const char *args, long long interrupt_after)
 {
-    struct run_out r = {0};
-    char buf[2048];
-    snprintf(buf, sizeof buf, "mpsdiag %s", args);
-    char *argv[64];
-    int argc = 0;
-    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
-    argv[argc] = NULL;
-    md_options o;
-    md_options_defaults(&o);
-    cr_assert_eq(md_options_parse(&o, argc, argv), MD_OK, "%s", md_errmsg());
-    md_log_init(MD_QUIET);
-    md_interrupt_set(0);
-    md_job job;
-    memset(&job, 0, sizeof job);
-    job.opts = &o;
-    job.report = cJSON_CreateObject();
-    job.settings = cJSON_AddArrayToObject(job.report, "settings");
-    struct md_device_opts dopts = {.threads = 1};
-    cr_assert_eq(md_device_open(md_backend_find("cpu"), 0, &dopts, &job.dev), MD_OK, "%s", md_errmsg());
-    md_status st = md_stage_policy(&job);
-    if (st == MD_OK) st = md_stage_model(&job);
-    if (st == MD_OK) st = md_stage_data(&job);
-    md_trainer *t = NULL;
-    if (st == MD_OK) st = md_trainer_create(&job, &t);
-    if (st == MD_OK) {
-        md_trainer_interrupt_after(t, interrupt_after);
-        if (g_force_pipe) md_trainer_force_pipeline(t);
-        st = md_trainer_run(t);
-        r.training = md_trainer_take_report(t);
+    struct th_job j;
+    th_job_run(&j, args, interrupt_after, g_force_pipe);
+    struct run_out r = {.st = j.st, .training = j.training};
+    j.training = NULL;
+    snprintf(r.err, sizeof r.err, "%s", j.err);
+    if (j.job.model && md_model_params(j.job.model)) {
+        r.n = md_model_nparams(j.job.model);
+        r.params = th_download_flat(j.job.model, md_model_params(j.job.model));
     }
-    r.st = st;
-    snprintf(r.err, sizeof r.err, "%s", md_errmsg());
-    if (job.model && md_model_params(job.model)) {
-        r.n = md_model_nparams(job.model);
-        r.params = malloc(r.n * sizeof(float));
-        md_dev_download(job.dev, r.params, md_model_params(job.model), r.n * sizeof(float));
-    }
-    md_trainer_free(t);
-    md_stage_data_cleanup(&job);
-    md_stage_model_cleanup(&job);
-    md_device_close(job.dev);
-    cJSON_Delete(job.report);
-    md_interrupt_set(0);
+    th_job_end(&j);
     return r;
 }
 
@@ -93,19 +59,6 @@ static const char tiny_model[] =
     "  {\"name\": \"pool1\", \"type\": \"maxpool\", \"kernel\": 4},\n"
     "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
     "  {\"name\": \"dropout\", \"type\": \"dropout\", \"p\": 0.1},\n"
-    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
-
-/* Without BatchNorm, a huge learning rate makes the activations grow with
- * every step until they overflow. */
-static const char unstable_model[] =
-    "{\"name\": \"unstable\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"
-    " \"layers\": [\n"
-    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 8, \"kernel\": 3, \"padding\": 1},\n"
-    "  {\"name\": \"relu1\", \"type\": \"relu\"},\n"
-    "  {\"name\": \"conv2\", \"type\": \"conv2d\", \"out\": 8, \"kernel\": 3, \"padding\": 1},\n"
-    "  {\"name\": \"relu2\", \"type\": \"relu\"},\n"
-    "  {\"name\": \"pool\", \"type\": \"maxpool\", \"kernel\": 4},\n"
-    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
     "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
 
 /* Writes the tiny model into dir and returns the common flags (static buffer). */
@@ -221,10 +174,10 @@ Test(train_run, checkpoint_dir_that_cannot_exist_fails_clearly)
     free(dir);
 }
 
-/* The flags of a run of unstable_model with lr 100 (diverges within 3 epochs). */
+/* The flags of a run of th_unstable_model with lr 100 (diverges within 3 epochs). */
 static void unstable_args(const char *dir, const char *extra, char *args, size_t n)
 {
-    char *m = th_write(dir, "unstable.json", unstable_model);
+    char *m = th_write(dir, "unstable.json", th_unstable_model);
     snprintf(args, n,
              "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
              "--num-workers 0 --quiet --epochs 3 --lr 100 --lradj constant %s",

@@ -10,15 +10,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-if [ "${1:-}" = "--build" ]; then
-    cd "$root"
-    make --no-print-directory all >/dev/null
-    objs=$(find build/obj/src build/obj/metal -name '*.o' ! -path '*/src/main.o' ! -path '*/metal/sim/*' ! -name '*.sim.o' | sort)
-    cc -O2 -std=c11 -Isrc -o build/attn_bench scripts/bench/attn_bench.c $objs \
-        $(pkg-config --libs openblas libcjson libturbojpeg zlib) -lm -ldl -pthread -rdynamic
-    echo "built build/attn_bench"
-    exit 0
-fi
+if [ "${1:-}" = "--build" ]; then exec "$here/build_bench.sh" attn_bench; fi
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
 "$root/build/attn_bench" > "$out/mpsdiag.tsv"

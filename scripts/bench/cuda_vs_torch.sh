@@ -14,15 +14,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-if [ "${1:-}" = "--build" ]; then
-    cd "$root"
-    make --no-print-directory all >/dev/null
-    objs=$(find build/obj/src build/obj/metal -name '*.o' ! -path '*/src/main.o' ! -path '*/metal/sim/*' ! -name '*.sim.o' | sort)
-    cc -O2 -std=c11 -Isrc -o build/cuda_kbench scripts/bench/cuda_kbench.c $objs \
-        $(pkg-config --libs openblas libcjson libturbojpeg zlib) -lm -ldl -pthread -rdynamic
-    echo "built build/cuda_kbench"
-    exit 0
-fi
+if [ "${1:-}" = "--build" ]; then exec "$here/build_bench.sh" cuda_kbench; fi
 kb=${1:-$root/build/cuda_kbench}
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"

@@ -39,23 +39,27 @@ static void clear_progress(void)
     }
 }
 
+/* Prints to stdout when the level is at least `min`, after the progress line. */
+static void out_at(md_verbosity min, const char *fmt, va_list ap)
+{
+    if (level < min) return;
+    clear_progress();
+    vfprintf(stdout, fmt, ap);
+}
+
 void md_out(const char *fmt, ...)
 {
-    if (level < MD_NORMAL) return;
-    clear_progress();
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
+    out_at(MD_NORMAL, fmt, ap);
     va_end(ap);
 }
 
 void md_verbose(const char *fmt, ...)
 {
-    if (level < MD_VERBOSE) return;
-    clear_progress();
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
+    out_at(MD_VERBOSE, fmt, ap);
     va_end(ap);
 }
 

@@ -76,17 +76,23 @@ md_status md_st_writer_new(md_st_writer **out)
     return *out ? MD_OK : MD_ERR_OOM;
 }
 
+/* Frees nm metadata keys and values and the two arrays that hold them. */
+static void free_meta(char **keys, char **vals, int nm)
+{
+    for (int i = 0; i < nm; i++) {
+        md_free(keys[i]);
+        md_free(vals[i]);
+    }
+    md_free(keys);
+    md_free(vals);
+}
+
 void md_st_writer_free(md_st_writer *w)
 {
     if (!w) return;
     for (int i = 0; i < w->nt; i++) md_free(w->t[i].name);
-    for (int i = 0; i < w->nm; i++) {
-        md_free(w->keys[i]);
-        md_free(w->vals[i]);
-    }
     md_free(w->t);
-    md_free(w->keys);
-    md_free(w->vals);
+    free_meta(w->keys, w->vals, w->nm);
     md_free(w);
 }
 
@@ -277,14 +283,9 @@ void md_st_close(md_st_file *f)
 {
     if (!f) return;
     for (int i = 0; i < f->nt; i++) md_free(f->names[i]);
-    for (int i = 0; i < f->nm; i++) {
-        md_free(f->keys[i]);
-        md_free(f->vals[i]);
-    }
     md_free(f->names);
     md_free(f->t);
-    md_free(f->keys);
-    md_free(f->vals);
+    free_meta(f->keys, f->vals, f->nm);
     md_free(f->buf);
     md_free(f->path);
     md_strmap_free(&f->tidx);

@@ -291,28 +291,27 @@ static long long pair_grain(const struct md_pool2d_args *a)
     return per >= 4096 ? 1 : 4096 / (per ? per : 1) + 1;
 }
 
+/* Both passes: one image per task for fp32 NHWC, else (image, channel) pairs. */
+static md_status pool_run(const char *op, const struct md_pool2d_args *a, md_range_fn nhwc, md_range_fn pairs)
+{
+    MD_TRY(pool_check(op, a));
+    if (a->dtype == MD_F32 && a->layout == MD_NHWC)
+        md_parallel_for(a->n, 1, nhwc, (void *)a);
+    else
+        md_parallel_for((long long)a->n * a->c, pair_grain(a), pairs, (void *)a);
+    return MD_OK;
+}
+
 md_status md_cpu_pool2d_fwd(md_device *dev, const struct md_pool2d_args *a)
 {
     (void)dev;
-    MD_TRY(pool_check("pool2d_fwd", a));
-    if (a->dtype == MD_F32 && a->layout == MD_NHWC) {
-        md_parallel_for(a->n, 1, nhwc_fwd_range, (void *)a);
-        return MD_OK;
-    }
-    md_parallel_for((long long)a->n * a->c, pair_grain(a), pool_fwd_range, (void *)a);
-    return MD_OK;
+    return pool_run("pool2d_fwd", a, nhwc_fwd_range, pool_fwd_range);
 }
 
 md_status md_cpu_pool2d_bwd(md_device *dev, const struct md_pool2d_args *a)
 {
     (void)dev;
-    MD_TRY(pool_check("pool2d_bwd", a));
-    if (a->dtype == MD_F32 && a->layout == MD_NHWC) {
-        md_parallel_for(a->n, 1, nhwc_bwd_range, (void *)a);
-        return MD_OK;
-    }
-    md_parallel_for((long long)a->n * a->c, pair_grain(a), pool_bwd_range, (void *)a);
-    return MD_OK;
+    return pool_run("pool2d_bwd", a, nhwc_bwd_range, pool_bwd_range);
 }
 
 /* ---- global average pooling: tasks are images ---------------------------------- */
