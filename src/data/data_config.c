@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/json.h"
-#include "data/data_impl.h"
+#include "data/format.h"
 
 static md_status config_floats(const cJSON *obj, const char *key, const char *path, float *v, int *n)
 {
@@ -40,13 +40,10 @@ md_status md_data_config(md_options *o, struct md_data_request *req)
     const char *str = NULL;
     if ((st = md_json_str(d, "dataset", path, 0, &str)) != MD_OK) goto done;
     if (str && !md_options_given(o, "dataset")) {
-        static const char *const names[] = {"auto", "fashion-mnist", "mnist", "cifar10", "cifar100", "jpeg",
-                                            "synthetic", NULL};
-        int ok = 0;
-        for (int i = 0; names[i]; i++) ok |= strcmp(names[i], str) == 0;
-        if (!ok) {
-            st = md_errf(MD_ERR_CONFIG, "%s.dataset: '%s' is not one of auto, fashion-mnist, mnist, cifar10, cifar100, "
-                         "jpeg, synthetic", path, str);
+        if (strcmp(str, "auto") != 0 && !md_format_find(str)) {
+            char all[256];
+            md_format_dataset_names(all, sizeof all);
+            st = md_errf(MD_ERR_CONFIG, "%s.dataset: '%s' is not one of %s", path, str, all);
             goto done;
         }
         snprintf(o->dataset, sizeof o->dataset, "%s", str);

@@ -110,10 +110,15 @@ md_status md_files_read(const char *path, uint8_t **buf, size_t *cap, size_t *le
 
 /* ---- the dataset (data.c) ---- */
 
-enum md_data_kind { K_IDX = 0, K_CIFAR10, K_CIFAR100, K_JPEG, K_SYNTH };
+/* Where each split lies in the dataset's samples: [start, end). An empty val
+ * range is carved out of train (val_split, seeded). */
+struct md_split_ranges { long long start[MD_SPLIT_COUNT], end[MD_SPLIT_COUNT]; };
+
+struct md_data_format;
 
 struct md_data {
-    enum md_data_kind kind;
+    const struct md_data_format *fmt; /* format.h */
+    void *fstate;            /* the format's own (fmt->open, fmt->free) */
     char name[32];
     char format[16];
     char source[MD_PATH_MAX];
@@ -122,11 +127,10 @@ struct md_data {
     int num_classes;
     char **class_names;      /* (num_classes) */
     long long n_all;         /* samples of every split together */
-    uint8_t *pixels;         /* IDX, CIFAR: (n_all, src_c, src_h, src_w); else NULL */
     int32_t *labels;         /* (n_all) */
-    char **paths;            /* JPEG: (n_all) */
     int64_t *split[MD_SPLIT_COUNT];
     long long split_n[MD_SPLIT_COUNT];
+    struct md_split_ranges ranges; /* the format's */
     char split_origin[MD_SPLIT_COUNT][128];
     long long *class_counts; /* (MD_SPLIT_COUNT, num_classes) */
     /* what is delivered */
@@ -136,15 +140,20 @@ struct md_data {
     float mean[MD_DATA_MAX_INPUTS][3], stdv[MD_DATA_MAX_INPUTS][3];
     int norm_known;
     int norm_given;          /* mean/std from the config */
+    int known_channels;      /* the format's published mean/std (0: none) */
+    float known_mean[3], known_std[3];
+    int norm_samples;        /* training samples for a computed mean/std */
     int direct[MD_DATA_MAX_INPUTS];        /* input i is the stored pixels, unconverted */
     float lut[MD_DATA_MAX_INPUTS][3][256]; /* normalised value of each byte */
     int aug_pad, aug_flip;
-    /* decoded-image cache (JPEG and synthetic) */
+    int no_flip;             /* the format's: mirror images are other classes */
+    /* decoded-image cache (formats that read on demand) */
     uint8_t *cache;          /* (n_all, src_c, src_h, src_w) */
     int *cache_state;        /* (n_all): 0 empty, 1 being filled, 2 ready */
     long long cache_filled;  /* samples ready (atomic) */
     long long cache_estimate;
-    long long resident_bytes;
+    long long resident_bytes; /* held by the format (read returns pointers into it) */
+    int keep_decoded;        /* the format's: cache without --cache-images */
     /* bad samples */
     int skip_bad;
     long long skipped;       /* atomic */
@@ -153,15 +162,13 @@ struct md_data {
     char bad_path[MD_DATA_BAD_LISTED][MD_PATH_MAX];
     char bad_msg[MD_DATA_BAD_LISTED][512];
     pthread_mutex_t mu;      /* first_bad, the list */
-    uint64_t seed;
 };
 
 /* Per-thread working memory for fetching and preparing samples. */
 typedef struct md_data_scratch md_data_scratch;
 struct md_data_scratch {
-    md_jpeg *jpeg;
-    uint8_t *file;  /* (file_cap) the last file read */
-    size_t file_cap;
+    void *fmt;      /* the format's (fmt->scratch_new), or NULL */
+    void (*fmt_free)(void *);
     uint8_t *u8;    /* (src_c, src_h, src_w) */
     float *conv;    /* (max c_i, src_h, src_w) */
     float *base;    /* (max c_i, max h_i, max w_i) */
@@ -197,10 +204,6 @@ void md_data_note_bad(struct md_data *d, const char *path, const char *msg);
 
 /* ---- splits (splits.c) ---- */
 
-/* Where each split lies in the dataset's samples: [start, end). An empty val
- * range is carved out of train (val_split, seeded). */
-struct md_split_ranges { long long start[MD_SPLIT_COUNT], end[MD_SPLIT_COUNT]; };
-
 /* Fills d->split, split_n, split_origin and class_counts from the ranges
  * (d->labels and d->num_classes set). */
 md_status md_splits_make(struct md_data *d, double val_split, long long max_samples, uint64_t seed,
@@ -209,13 +212,13 @@ md_status md_splits_make(struct md_data *d, double val_split, long long max_samp
 /* ---- normalisation (normalise.c) ---- */
 
 void md_normalise_known(struct md_data *d);        /* published values, where they apply: d->norm_known */
-md_status md_normalise_compute(struct md_data *d); /* from up to 1000 training samples (JPEG 200) */
+md_status md_normalise_compute(struct md_data *d); /* from up to d->norm_samples training samples */
 void md_normalise_luts(struct md_data *d);         /* d->direct, d->lut from the final mean/std */
 
 /* ---- one sample (prepare.c) ---- */
 
 /* The stored pixels of sample gi, (src_c, src_h, src_w) u8: resident, cached
- * or read into s->u8 (or the cache slot it fills). */
+ * or read by the format into s->u8 (or the cache slot it fills). */
 md_status md_prepare_fetch(struct md_data *d, md_data_scratch *s, long long gi, const uint8_t **px);
 /* Input i of a sample at the input's size, channels converted, in [0, 1]:
  * out (c_i, h_i, w_i). */

@@ -7,29 +7,18 @@
 #include "core/signals.h"
 #include "data/data_impl.h"
 
-#define NORM_SAMPLES 1000 /* samples for computed mean/std (JPEG: fewer) */
-#define NORM_SAMPLES_JPEG 200
+#define NORM_SAMPLES 1000 /* samples for a computed mean/std, unless the format says fewer */
 
 void md_normalise_known(struct md_data *d)
 {
-    /* Published per-channel values of the full training sets. */
-    float m[3] = {0}, s[3] = {0};
-    int nc = 0;
-    if (strcmp(d->name, "fashion-mnist") == 0) { m[0] = 0.2860f; s[0] = 0.3530f; nc = 1; }
-    else if (strcmp(d->name, "mnist") == 0) { m[0] = 0.1307f; s[0] = 0.3081f; nc = 1; }
-    else if (d->kind == K_CIFAR10) {
-        const float mm[3] = {0.4914f, 0.4822f, 0.4465f}, ss[3] = {0.2470f, 0.2435f, 0.2616f};
-        memcpy(m, mm, sizeof m); memcpy(s, ss, sizeof s); nc = 3;
-    } else if (d->kind == K_CIFAR100) {
-        const float mm[3] = {0.5071f, 0.4865f, 0.4409f}, ss[3] = {0.2673f, 0.2564f, 0.2762f};
-        memcpy(m, mm, sizeof m); memcpy(s, ss, sizeof s); nc = 3;
-    }
+    int nc = d->known_channels;
+    const float *m = d->known_mean, *s = d->known_std; /* (3), zero past nc */
     d->norm_known = nc > 0;
     for (int i = 0; i < d->num_inputs && nc; i++) {
         const struct md_data_input *in = &d->inputs[i];
         /* Known values hold for the stored channels and for replicated gray;
          * a derived luma channel is computed. */
-        if (in->c == nc) { memcpy(d->mean[i], m, sizeof m); memcpy(d->stdv[i], s, sizeof s); }
+        if (in->c == nc) { memcpy(d->mean[i], m, sizeof d->mean[i]); memcpy(d->stdv[i], s, sizeof d->stdv[i]); }
         else if (nc == 1) { for (int c = 0; c < in->c; c++) { d->mean[i][c] = m[0]; d->stdv[i][c] = s[0]; } }
         else d->norm_known = 0;
     }
@@ -38,7 +27,7 @@ void md_normalise_known(struct md_data *d)
 md_status md_normalise_compute(struct md_data *d)
 {
     long long n = d->split_n[MD_SPLIT_TRAIN];
-    long long want = d->kind == K_JPEG ? NORM_SAMPLES_JPEG : NORM_SAMPLES;
+    long long want = d->norm_samples > 0 ? d->norm_samples : NORM_SAMPLES;
     if (n < want) want = n;
     md_data_scratch *s = NULL;
     MD_TRY(md_data_scratch_new(d, &s));

@@ -9,7 +9,7 @@
 #include "core/mem.h"
 #include "core/rng.h"
 #include "core/status.h"
-#include "data/data_impl.h"
+#include "data/format.h"
 
 md_status md_data_scratch_new(const struct md_data *d, md_data_scratch **out)
 {
@@ -27,7 +27,10 @@ md_status md_data_scratch_new(const struct md_data *d, md_data_scratch **out)
     s->conv = md_malloc(maxc * srchw * sizeof(float));
     s->base = md_malloc(maxc * maxhw * sizeof(float));
     md_status st = (s->u8 && s->conv && s->base) ? MD_OK : MD_ERR_OOM;
-    if (st == MD_OK && d->kind == K_JPEG) st = md_jpeg_new(&s->jpeg);
+    if (st == MD_OK && d->fmt->scratch_new) {
+        s->fmt_free = d->fmt->scratch_free;
+        st = d->fmt->scratch_new(d->fstate, &s->fmt);
+    }
     if (st != MD_OK) {
         md_data_scratch_free(s);
         return st;
@@ -39,8 +42,7 @@ md_status md_data_scratch_new(const struct md_data *d, md_data_scratch **out)
 void md_data_scratch_free(md_data_scratch *s)
 {
     if (!s) return;
-    md_jpeg_free(s->jpeg);
-    md_free(s->file);
+    if (s->fmt_free) s->fmt_free(s->fmt);
     md_free(s->u8);
     md_free(s->conv);
     md_free(s->base);
@@ -50,12 +52,8 @@ void md_data_scratch_free(md_data_scratch *s)
 /* The stored pixels of sample gi: (src_c, src_h, src_w) u8. */
 md_status md_prepare_fetch(struct md_data *d, md_data_scratch *s, long long gi, const uint8_t **px)
 {
-    if (d->pixels) {
-        *px = d->pixels + (size_t)gi * d->src_bytes;
-        return MD_OK;
-    }
     uint8_t *slot = NULL;
-    if (d->cache) {
+    if (d->cache) { /* never for formats that hold their samples */
         int state = __atomic_load_n(&d->cache_state[gi], __ATOMIC_ACQUIRE);
         if (state == 2) {
             *px = d->cache + (size_t)gi * d->src_bytes;
@@ -65,16 +63,7 @@ md_status md_prepare_fetch(struct md_data *d, md_data_scratch *s, long long gi, 
         if (__atomic_compare_exchange_n(&d->cache_state[gi], &expect, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
             slot = d->cache + (size_t)gi * d->src_bytes;
     }
-    uint8_t *dst = slot ? slot : s->u8;
-    md_status st = MD_OK;
-    if (d->kind == K_SYNTH) {
-        int32_t lab;
-        md_synth_sample(d->seed, gi, d->num_classes, d->src_c, d->src_h, d->src_w, dst, &lab);
-    } else {
-        size_t len = 0;
-        st = md_files_read(d->paths[gi], &s->file, &s->file_cap, &len);
-        if (st == MD_OK) st = md_jpeg_decode(s->jpeg, s->file, len, d->paths[gi], d->src_c, d->src_h, d->src_w, dst);
-    }
+    md_status st = d->fmt->read(d->fstate, s->fmt, gi, slot ? slot : s->u8, px);
     if (slot) {
         if (st == MD_OK) {
             __atomic_store_n(&d->cache_state[gi], 2, __ATOMIC_RELEASE);
@@ -83,7 +72,6 @@ md_status md_prepare_fetch(struct md_data *d, md_data_scratch *s, long long gi, 
             __atomic_store_n(&d->cache_state[gi], 0, __ATOMIC_RELEASE);
         }
     }
-    *px = dst;
     return st;
 }
 
@@ -129,7 +117,7 @@ md_status md_data_prepare(struct md_data *d, md_data_scratch *s, long long gi, c
     md_status st = md_prepare_fetch(d, s, gi, &px);
     if (st != MD_OK) {
         if (st == MD_ERR_DATA && d->skip_bad) {
-            md_data_note_bad(d, d->paths ? d->paths[gi] : d->source, md_errmsg());
+            md_data_note_bad(d, d->fmt->sample_name ? d->fmt->sample_name(d->fstate, gi) : d->source, md_errmsg());
             md_err_clear();
             *bad = 1;
             return MD_OK;
