@@ -156,6 +156,10 @@ const char *md_data_first_bad(const struct md_data *d);
  * reason (when i is in range) and returns how many are listed. */
 #define MD_DATA_BAD_LISTED 10
 int md_data_bad_listed(struct md_data *d, int i, char *path, size_t pn, char *why, size_t wn);
+/* Adds the format's own fields (none for the image formats) to the report's
+ * "data" object. */
+struct cJSON;
+void md_data_describe(const struct md_data *d, struct cJSON *data);
 
 /* ---- loader ---- */
 

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <pthread.h>
+
 #include "data/data.h"
 
 /* ---- files (idx.c) ---- */
@@ -87,10 +89,93 @@ void md_image_hwc_to_chw(const uint8_t *src, int c, int h, int w, uint8_t *dst);
 void md_synth_sample(uint64_t seed, long long index, int num_classes, int c, int h, int w, uint8_t *dst,
                      int32_t *label);
 
-/* ---- dataset internals used by the loader (data.c) ---- */
+/* ---- files (files.c) ---- */
+
+#define MD_DATA_MAX_FILE_BYTES ((size_t)1 << 31) /* no dataset file of ours is larger */
+
+int md_files_is_dir(const char *p);
+int md_files_is_file(const char *p);
+int md_files_exists(const char *p);
+void md_files_join(char *out, size_t n, const char *a, const char *b); /* "a/b", truncated to n */
+int md_files_cmp_name(const void *a, const void *b);                   /* qsort/bsearch on char * */
+int md_files_is_jpeg(const char *name);                                /* ends in .jpg/.jpeg, any case */
+void md_files_free_names(char **v, long long n);                       /* NULL ok */
+/* Sorted names of the entries of `dir` that are directories (want_dirs) or
+ * JPEG files. *names is owned by the caller (md_files_free_names). */
+md_status md_files_list(const char *dir, int want_dirs, char ***names, long long *count);
+/* Reads the whole file into *buf (grown with md_realloc as needed, capacity
+ * *cap; owned by the caller). Files over MD_DATA_MAX_FILE_BYTES are refused.
+ * Errors are MD_ERR_DATA naming the file. */
+md_status md_files_read(const char *path, uint8_t **buf, size_t *cap, size_t *len);
+
+/* ---- the dataset (data.c) ---- */
+
+/* Where each split lies in the dataset's samples: [start, end). An empty val
+ * range is carved out of train (val_split, seeded). */
+struct md_split_ranges { long long start[MD_SPLIT_COUNT], end[MD_SPLIT_COUNT]; };
+
+struct md_data_format;
+
+struct md_data {
+    const struct md_data_format *fmt; /* format.h */
+    void *fstate;            /* the format's own (fmt->open, fmt->free) */
+    char name[32];
+    char format[16];
+    char source[MD_PATH_MAX];
+    int src_c, src_h, src_w; /* stored sample (u8, planar) */
+    size_t src_bytes;
+    int num_classes;
+    char **class_names;      /* (num_classes) */
+    long long n_all;         /* samples of every split together */
+    int32_t *labels;         /* (n_all) */
+    int64_t *split[MD_SPLIT_COUNT];
+    long long split_n[MD_SPLIT_COUNT];
+    struct md_split_ranges ranges; /* the format's */
+    char split_origin[MD_SPLIT_COUNT][128];
+    long long *class_counts; /* (MD_SPLIT_COUNT, num_classes) */
+    /* what is delivered */
+    int num_inputs;
+    struct md_data_input inputs[MD_DATA_MAX_INPUTS];
+    md_layout layout;
+    float mean[MD_DATA_MAX_INPUTS][3], stdv[MD_DATA_MAX_INPUTS][3];
+    int norm_known;
+    int norm_given;          /* mean/std from the config */
+    int known_channels;      /* the format's published mean/std (0: none) */
+    float known_mean[3], known_std[3];
+    int norm_samples;        /* training samples for a computed mean/std */
+    int direct[MD_DATA_MAX_INPUTS];        /* input i is the stored pixels, unconverted */
+    float lut[MD_DATA_MAX_INPUTS][3][256]; /* normalised value of each byte */
+    int aug_pad, aug_flip;
+    int no_flip;             /* the format's: mirror images are other classes */
+    /* decoded-image cache (formats that read on demand) */
+    uint8_t *cache;          /* (n_all, src_c, src_h, src_w) */
+    int *cache_state;        /* (n_all): 0 empty, 1 being filled, 2 ready */
+    long long cache_filled;  /* samples ready (atomic) */
+    long long cache_estimate;
+    long long resident_bytes; /* held by the format (read returns pointers into it) */
+    int keep_decoded;        /* the format's: cache without --cache-images */
+    /* bad samples */
+    int skip_bad;
+    long long skipped;       /* atomic */
+    char first_bad[512];
+    int nbad_listed;         /* entries of bad_path/bad_msg */
+    char bad_path[MD_DATA_BAD_LISTED][MD_PATH_MAX];
+    char bad_msg[MD_DATA_BAD_LISTED][512];
+    pthread_mutex_t mu;      /* first_bad, the list */
+};
 
 /* Per-thread working memory for fetching and preparing samples. */
 typedef struct md_data_scratch md_data_scratch;
+struct md_data_scratch {
+    void *fmt;      /* the format's (fmt->scratch_new), or NULL */
+    void (*fmt_free)(void *);
+    uint8_t *u8;    /* (src_c, src_h, src_w) */
+    float *conv;    /* (max c_i, src_h, src_w) */
+    float *base;    /* (max c_i, max h_i, max w_i) */
+};
+
+/* ---- dataset internals used by the loader (data.c) ---- */
+
 md_status md_data_scratch_new(const struct md_data *d, md_data_scratch **out);
 void md_data_scratch_free(md_data_scratch *s);
 
@@ -112,5 +197,31 @@ long long md_data_split_index(const struct md_data *d, md_split s, long long i);
  * (the status is then MD_OK and nothing was written). */
 md_status md_data_prepare(struct md_data *d, md_data_scratch *s, long long gi, const struct md_aug *aug,
                           float *const *inputs, int j, int32_t *label, int *bad);
+
+/* Counts a bad sample that --on-bad-sample skip drops, keeps the first
+ * MD_DATA_BAD_LISTED for the report and warns once. Thread-safe. */
+void md_data_note_bad(struct md_data *d, const char *path, const char *msg);
+
+/* ---- splits (splits.c) ---- */
+
+/* Fills d->split, split_n, split_origin and class_counts from the ranges
+ * (d->labels and d->num_classes set). */
+md_status md_splits_make(struct md_data *d, double val_split, long long max_samples, uint64_t seed,
+                         const struct md_split_ranges *r);
+
+/* ---- normalisation (normalise.c) ---- */
+
+void md_normalise_known(struct md_data *d);        /* published values, where they apply: d->norm_known */
+md_status md_normalise_compute(struct md_data *d); /* from up to d->norm_samples training samples */
+void md_normalise_luts(struct md_data *d);         /* d->direct, d->lut from the final mean/std */
+
+/* ---- one sample (prepare.c) ---- */
+
+/* The stored pixels of sample gi, (src_c, src_h, src_w) u8: resident, cached
+ * or read by the format into s->u8 (or the cache slot it fills). */
+md_status md_prepare_fetch(struct md_data *d, md_data_scratch *s, long long gi, const uint8_t **px);
+/* Input i of a sample at the input's size, channels converted, in [0, 1]:
+ * out (c_i, h_i, w_i). */
+void md_prepare_base_image(const struct md_data *d, md_data_scratch *s, const uint8_t *px, int i, float *out);
 
 #endif

@@ -312,6 +312,7 @@ md_status md_stage_data(md_job *job)
     cJSON_AddNumberToObject(cache, "bytes", (double)md_data_cache_bytes(d));
     cJSON_AddNumberToObject(r, "resident_bytes", (double)md_data_resident_bytes(d));
     report_skipped(d, r);
+    md_data_describe(d, r);
     if (o->max_samples > 0) cJSON_AddNumberToObject(r, "max_samples", o->max_samples);
     else cJSON_AddNullToObject(r, "max_samples");
     cJSON *pr = cJSON_AddObjectToObject(r, "loader_probe");
