@@ -85,28 +85,6 @@ cJSON *md_trainer_take_report(md_trainer *t)
 void md_trainer_interrupt_after(md_trainer *t, long long steps) { t->interrupt_after = steps; }
 void md_trainer_force_pipeline(md_trainer *t) { t->force_pipe = 1; }
 
-/* ---- output ------------------------------------------------------------------------- */
-
-static void fmt_duration(double s, char *b, size_t n)
-{
-    if (s < 0) snprintf(b, n, "-");
-    else if (s < 60) snprintf(b, n, "%.1fs", s);
-    else if (s < 3600) snprintf(b, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
-    else snprintf(b, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
-}
-
-static void print_header(void)
-{
-    md_out("  %5s  %10s  %9s  %8s  %7s  %9s  %9s  %7s  %7s\n", "epoch", "train loss", "train acc", "val loss",
-           "val acc", "lr", "samples/s", "time", "ETA");
-}
-
-static void curve_add(md_trainer *t, const char *key, double v)
-{
-    /* JSON has no NaN: a missing value (no validation split) is null */
-    cJSON_AddItemToArray(cJSON_GetObjectItem(t->curves, key), isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
-}
-
 /* ---- the run ------------------------------------------------------------------------ */
 
 static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
@@ -189,46 +167,10 @@ static md_status run_once(md_trainer *t)
 {
     const md_options *o = t->o;
     md_status st = MD_OK;
-    char a[32], b[32], c[32];
-    cJSON_AddStringToObject(t->report, "optimizer", o->optimizer);
-    cJSON_AddNumberToObject(t->report, "lr", t->lr);
-    cJSON_AddStringToObject(t->report, "schedule", md_schedule_name(t->sched.kind));
-    cJSON_AddNumberToObject(t->report, "batch_size", t->batch);
-    cJSON_AddNumberToObject(t->report, "val_batch_size", t->val_batch);
-    cJSON_AddNumberToObject(t->report, "epochs", o->epochs);
-    cJSON_AddNumberToObject(t->report, "steps_per_epoch", (double)t->steps_per_epoch);
-    cJSON_AddStringToObject(t->report, "precision", md_precision_name(o->precision));
-    size_t dec, plain;
-    md_optim_counts(t->opt, &dec, &plain);
-    cJSON_AddNumberToObject(t->report, "decayed_params", (double)dec);
-    cJSON_AddNumberToObject(t->report, "non_decayed_params", (double)plain);
-    if (o->resume[0]) cJSON_AddStringToObject(t->report, "resumed_from", o->resume);
-    else cJSON_AddNullToObject(t->report, "resumed_from");
+    md_trainer_report_start(t);
     if ((st = md_trainer_pipe_setup(t)) != MD_OK) return st;
-
-    md_out("  %-16s %s, %s train / %s val / %s test samples\n", "data", md_data_name(t->data),
-           md_fmt_thousands(md_data_count(t->data, MD_SPLIT_TRAIN), a, sizeof a),
-           md_fmt_thousands(md_data_count(t->data, MD_SPLIT_VAL), b, sizeof b),
-           md_fmt_thousands(md_data_count(t->data, MD_SPLIT_TEST), c, sizeof c));
-    if (t->ocfg.kind == MD_OPT_ADAMW)
-        md_out("  %-16s adamw (betas 0.9, 0.999), weight decay %g on %s of %s parameters\n", "optimizer",
-               o->weight_decay, md_fmt_thousands((long long)dec, a, sizeof a),
-               md_fmt_thousands((long long)(dec + plain), b, sizeof b));
-    else
-        md_out("  %-16s sgd (momentum %g%s), weight decay %g on %s of %s parameters\n", "optimizer", o->momentum,
-               o->nesterov ? ", nesterov" : "", o->weight_decay, md_fmt_thousands((long long)dec, a, sizeof a),
-               md_fmt_thousands((long long)(dec + plain), b, sizeof b));
-    md_out("  %-16s %g peak, %s%s; batch %d (validation %d), %lld steps per epoch\n", "schedule", t->lr,
-           md_schedule_name(t->sched.kind), o->warmup_epochs > 0 ? " after linear warm-up" : "", t->batch,
-           t->val_batch, t->steps_per_epoch);
-    if (t->scaler.enabled) md_out("  %-16s dynamic, starting at %.0f\n", "loss scaling", (double)t->scaler.scale);
-    md_out("  %-16s %s\n", "steps", t->pipe_why);
+    md_trainer_print_start(t);
     int start_epoch = t->epoch;
-    if (start_epoch >= o->epochs)
-        md_out("  nothing to train: the checkpoint is at epoch %d of %d (raise --epochs to continue); scoring it\n",
-               start_epoch, o->epochs);
-    else
-        print_header();
     for (; t->epoch < o->epochs; t->epoch++) {
         double sps = 0, ep_time = 0;
         if ((st = run_epoch(t, &sps, &ep_time)) != MD_OK) goto done;
@@ -256,98 +198,17 @@ static md_status run_once(md_trainer *t)
         ep_time += vtime;
         double lr = md_schedule_lr(&t->sched, t->global_step > 0 ? t->global_step - 1 : 0);
         if ((st = md_trainer_diagnostics(t, t->snapshot)) != MD_OK) goto done;
-        /* run_time covers every epoch so far, also those before a resume */
-        double eta = (o->epochs - t->epoch - 1) * (t->run_time / (t->epoch + 1));
-        char et[16], es[16], vls[16], vas[16];
-        fmt_duration(ep_time, et, sizeof et);
-        fmt_duration(eta, es, sizeof es);
-        if (t->val_l) {
-            snprintf(vls, sizeof vls, "%.4f", vl);
-            snprintf(vas, sizeof vas, "%.2f%%", 100 * va);
-        } else {
-            snprintf(vls, sizeof vls, "-");
-            snprintf(vas, sizeof vas, "-");
-        }
-        md_out("  %5d  %10.4f  %8.2f%%  %8s  %7s  %9.3g  %9s  %7s  %7s\n", t->epoch + 1, tl, 100 * ta, vls, vas, lr,
-               md_fmt_thousands(llround(sps), a, sizeof a), et, es);
-        fflush(stdout); /* a log file or pipe sees each epoch as it ends */
-        curve_add(t, "epoch", t->epoch + 1);
-        curve_add(t, "train_loss", tl);
-        curve_add(t, "train_acc", ta);
-        curve_add(t, "val_loss", t->val_l ? vl : (double)NAN);
-        curve_add(t, "val_acc", t->val_l ? va : (double)NAN);
-        curve_add(t, "lr", lr);
-        curve_add(t, "samples_per_s", sps);
-        curve_add(t, "epoch_time_s", ep_time);
-        md_trainer_metrics_line(t, "epoch", tl, ta, t->val_l ? vl : -1, va, lr, sps, ep_time);
-
-        /* the best model by validation accuracy (training accuracy without a val split) */
-        double score = t->val_l ? va : ta;
-        int best = score > t->best_acc;
-        if (best) {
-            t->best_acc = score;
-            t->best_epoch = t->epoch + 1;
-        }
-        if (t->best_path[0]) {
-            /* state after this epoch: the next run starts at epoch + 1, batch 0 */
-            t->ep_loss = 0;
-            t->ep_correct = t->ep_seen = 0;
-            if (best) st = md_trainer_save_checkpoint(t, t->best_path, t->epoch + 1, 0, 0);
-            if (st == MD_OK) st = md_trainer_save_checkpoint(t, t->last_path, t->epoch + 1, 0, 0);
-            if (st != MD_OK) goto done;
-            if (best)
-                md_out("  Saved best model (epoch %d, %s accuracy %.2f%%) to %s\n", t->epoch + 1,
-                       t->val_l ? "validation" : "training", 100 * score, t->best_path);
-        }
+        md_trainer_epoch_output(t, tl, ta, vl, va, lr, sps, ep_time);
+        if ((st = md_trainer_keep_best(t, t->val_l ? va : ta)) != MD_OK) goto done;
         if (md_interrupted()) {
             t->epoch++;
             st = md_trainer_interrupted(t, 0, 0, NULL);
             goto done;
         }
     }
-    if (t->test_l) {
-        double tl, ta;
-        long long tn;
-        if ((st = md_trainer_evaluate(t, t->test_l, 0, &tl, &ta, &tn, "test")) != MD_OK) {
-            if (st == MD_ERR_INTERRUPTED && t->last_path[0]) {
-                char msg[1024];
-                snprintf(msg, sizeof msg, "%s", md_errmsg());
-                md_errf(st, "%s; the checkpoints of every epoch are written", msg);
-            }
-            goto done;
-        }
-        md_out("  %-16s loss %.4f, accuracy %.2f%% on %s samples (the weights after epoch %d)\n", "test", tl, 100 * ta,
-               md_fmt_thousands(tn, a, sizeof a), t->epoch);
-        cJSON *te = cJSON_AddObjectToObject(t->report, "test");
-        cJSON_AddNumberToObject(te, "loss", tl);
-        cJSON_AddNumberToObject(te, "acc", ta);
-        cJSON_AddNumberToObject(te, "samples", (double)tn);
-        cJSON_AddNumberToObject(te, "after_epoch", t->epoch);
-    }
+    if (t->test_l) st = md_trainer_score_test(t);
 done:
-    cJSON_AddNumberToObject(t->report, "epochs_run", t->epoch - start_epoch);
-    cJSON_AddNumberToObject(t->report, "global_step", (double)t->global_step);
-    cJSON_AddNumberToObject(t->report, "train_time_s", t->run_time);
-    cJSON *sr = cJSON_AddObjectToObject(t->report, "step_execution");
-    cJSON_AddStringToObject(sr, "mode", t->graph_replays ? "graph" : t->pipe ? "pipelined" : "eager");
-    cJSON_AddStringToObject(sr, "why", t->pipe_why);
-    cJSON_AddNumberToObject(sr, "graph_replays", (double)t->graph_replays);
-    cJSON_AddNumberToObject(sr, "graphs", (t->graph[0] != NULL) + (t->graph[1] != NULL));
-    cJSON_AddNumberToObject(sr, "capture_s", t->capture_s);
-    cJSON_AddNumberToObject(sr, "pipelined_eager_steps", (double)t->pipe_eager);
-    cJSON_AddNumberToObject(sr, "host_synced_steps", (double)(t->global_step - t->pipe_steps));
-    cJSON *ls = cJSON_AddObjectToObject(t->report, "loss_scaling");
-    cJSON_AddBoolToObject(ls, "enabled", t->scaler.enabled);
-    cJSON_AddNumberToObject(ls, "final_scale", t->scaler.scale);
-    cJSON_AddNumberToObject(ls, "skipped_steps", (double)t->scaler.skipped);
-    if (t->best_epoch > 0) {
-        cJSON *be = cJSON_AddObjectToObject(t->report, "best");
-        cJSON_AddNumberToObject(be, "epoch", t->best_epoch);
-        cJSON_AddNumberToObject(be, "acc", t->best_acc);
-        cJSON_AddStringToObject(be, "metric", t->val_l ? "val_acc" : "train_acc");
-        if (t->best_path[0]) cJSON_AddStringToObject(be, "path", t->best_path);
-    }
-    if (t->last_path[0]) cJSON_AddStringToObject(t->report, "last_checkpoint", t->last_path);
+    md_trainer_report_finish(t, start_epoch);
     if (st == MD_OK && t->metrics_err[0]) st = md_errf(MD_ERR_IO, "%s", t->metrics_err);
     return st;
 }

@@ -1,7 +1,8 @@
 /* trainer_ckpt.c - the trainer's checkpoints: which tensors go in, the
- * metadata that lets --resume continue exactly, the save after each epoch
- * and on an interrupt, and the resume (trainer_impl.h; the file format is
- * checkpoint.c, the metadata checks ckpt_meta.c, the folder run_dir.c). */
+ * metadata that lets --resume continue exactly, the best and last
+ * checkpoints after each epoch, the one written on an interrupt, and the
+ * resume (trainer_impl.h; the file format is checkpoint.c, the metadata
+ * checks ckpt_meta.c, the folder run_dir.c). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
@@ -273,4 +274,28 @@ md_status md_trainer_interrupted(md_trainer *t, long long batch_done, double ep_
         return md_errf(MD_ERR_INTERRUPTED, "interrupted %s; checkpoint %s (continue with --resume)", at, t->last_path);
     }
     return md_errf(MD_ERR_INTERRUPTED, "interrupted %s (no --checkpoint-dir: nothing saved)", at);
+}
+
+/* The best model by validation accuracy (training accuracy without a
+ * validation split). */
+md_status md_trainer_keep_best(md_trainer *t, double score)
+{
+    md_status st = MD_OK;
+    int best = score > t->best_acc;
+    if (best) {
+        t->best_acc = score;
+        t->best_epoch = t->epoch + 1;
+    }
+    if (t->best_path[0]) {
+        /* state after this epoch: the next run starts at epoch + 1, batch 0 */
+        t->ep_loss = 0;
+        t->ep_correct = t->ep_seen = 0;
+        if (best) st = md_trainer_save_checkpoint(t, t->best_path, t->epoch + 1, 0, 0);
+        if (st == MD_OK) st = md_trainer_save_checkpoint(t, t->last_path, t->epoch + 1, 0, 0);
+        if (st != MD_OK) return st;
+        if (best)
+            md_out("  Saved best model (epoch %d, %s accuracy %.2f%%) to %s\n", t->epoch + 1,
+                   t->val_l ? "validation" : "training", 100 * score, t->best_path);
+    }
+    return MD_OK;
 }

@@ -1,8 +1,11 @@
 /* trainer_eval.c - validation and test scoring: a split through inference
  * forwards, loss and accuracy summed on the device (trainer_impl.h). */
 #define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
 #include <string.h>
 
+#include "core/json.h"
+#include "core/log.h"
 #include "core/signals.h"
 #include "nn/model.h"
 #include "train/trainer_impl.h"
@@ -50,5 +53,31 @@ md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, dou
         *acc = (double)sc.correct / (double)seen;
     }
     *count = seen;
+    return MD_OK;
+}
+
+/* After the last epoch: the test split with the final weights, printed and
+ * put into report.training.test. */
+md_status md_trainer_score_test(md_trainer *t)
+{
+    md_status st;
+    char a[32];
+    double tl, ta;
+    long long tn;
+    if ((st = md_trainer_evaluate(t, t->test_l, 0, &tl, &ta, &tn, "test")) != MD_OK) {
+        if (st == MD_ERR_INTERRUPTED && t->last_path[0]) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", md_errmsg());
+            md_errf(st, "%s; the checkpoints of every epoch are written", msg);
+        }
+        return st;
+    }
+    md_out("  %-16s loss %.4f, accuracy %.2f%% on %s samples (the weights after epoch %d)\n", "test", tl, 100 * ta,
+           md_fmt_thousands(tn, a, sizeof a), t->epoch);
+    cJSON *te = cJSON_AddObjectToObject(t->report, "test");
+    cJSON_AddNumberToObject(te, "loss", tl);
+    cJSON_AddNumberToObject(te, "acc", ta);
+    cJSON_AddNumberToObject(te, "samples", (double)tn);
+    cJSON_AddNumberToObject(te, "after_epoch", t->epoch);
     return MD_OK;
 }

@@ -153,6 +153,10 @@ md_status md_trainer_resume(md_trainer *t);
  * MD_ERR_INTERRUPTED. `where` describes the point ("during validation after
  * epoch 2 (batch 3 of 10)"); NULL: at the current epoch and step. */
 md_status md_trainer_interrupted(md_trainer *t, long long batch_done, double ep_time, const char *where);
+/* After an epoch: `score` (validation accuracy, training accuracy without a
+ * validation split) may make it the best; with --checkpoint-dir writes
+ * best.safetensors (if so) and last.safetensors as the state after it. */
+md_status md_trainer_keep_best(md_trainer *t, double score);
 
 /* ---- trainer_step.c ----------------------------------------------------------------- */
 
@@ -186,6 +190,9 @@ void md_trainer_pipe_abandon(md_trainer *t);
  * ("validation", "test"). */
 md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, double *loss, double *acc,
                               long long *count, const char *what);
+/* After the last epoch: the test split with the final weights, printed and
+ * put into report.training.test. */
+md_status md_trainer_score_test(md_trainer *t);
 
 /* ---- trainer_diag.c ----------------------------------------------------------------- */
 
@@ -207,5 +214,17 @@ md_status md_trainer_metrics_open(md_trainer *t);
  * closes the file and keeps the error in t->metrics_err. */
 void md_trainer_metrics_line(md_trainer *t, const char *kind, double loss, double acc, double vloss, double vacc,
                              double lr, double sps, double secs);
+/* Before the first epoch: the run's settings into the report (before the
+ * pipeline decision), then the printed summary and the table header once
+ * t->pipe_why is known. */
+void md_trainer_report_start(md_trainer *t);
+void md_trainer_print_start(md_trainer *t);
+/* After an epoch's validation and diagnostics: its table line, curves and
+ * --metrics line (vl < 0 without validation). */
+void md_trainer_epoch_output(md_trainer *t, double tl, double ta, double vl, double va, double lr, double sps,
+                             double ep_time);
+/* The end of a run attempt, whatever ended it: epochs run, step execution,
+ * loss scaling, best, last checkpoint. */
+void md_trainer_report_finish(md_trainer *t, int start_epoch);
 
 #endif
