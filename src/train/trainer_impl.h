@@ -1,0 +1,230 @@
+/* trainer_impl.h - the trainer's state and the functions its files share.
+ *
+ * Only the src/train/trainer*.c files include this; everyone else sees the
+ * opaque md_trainer of trainer.h. Which file owns what (and how a step runs
+ * in each mode) is written down in docs/training-internals.md:
+ *   trainer.c          create/free, the epoch loop, md_trainer_run (--auto-batch restarts)
+ *   trainer_setup.c    everything sized by the batch; --auto-batch halving
+ *   trainer_ckpt.c     checkpoint tensors and metadata, save, --resume, save on interrupt
+ *   trainer_step.c     the host-synced step; --dump-grads / --dump-logits
+ *   trainer_pipe.c     pipelined steps and their CUDA-graph capture
+ *   trainer_eval.c     validation and test scoring
+ *   trainer_diag.c     per-epoch diagnostics (norms, update ratios, dead ReLUs)
+ *   trainer_metrics.c  report["training"], its curves, --metrics lines, the printed table
+ */
+#ifndef MD_TRAINER_IMPL_H
+#define MD_TRAINER_IMPL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cjson/cJSON.h>
+
+#include "backend/kernels_call.h"
+#include "cli/job.h"
+#include "data/data.h"
+#include "train/optim.h"
+#include "train/run_dir.h"
+#include "train/scaler.h"
+#include "train/schedule.h"
+#include "train/trainer.h"
+
+/* Step scalars on the device, downloaded together once per step. */
+struct step_scalars {
+    float loss_sum;   /* sum of per-sample losses of the batch */
+    float grad_sumsq; /* sum of squared (scaled) gradients */
+    int32_t correct;  /* argmax == label */
+    float pad;
+};
+
+/* Pipelined steps: the step's changing values in one device block, uploaded
+ * before it runs, its results downloaded after it, with no host sync between
+ * steps; the same kernel sequence every step, so it is captured once per
+ * input buffer set as a CUDA graph and replayed. */
+struct step_ctl {
+    struct md_optim_ctl opt; /* lr, t, clip, grad scale in; loss_sum, grad_sumsq out */
+    uint64_t rng_offset;     /* dropout: global step << 32 (md_model_set_step_dev) */
+    int32_t correct;
+    int32_t pad;
+};
+
+struct md_trainer {
+    md_job *job;
+    md_options *o;
+    md_device *dev;
+    struct md_model *model;
+    struct md_data *data;
+    struct md_loader *train_l, *val_l, *test_l;
+
+    int batch, val_batch, max_batch, classes, ninputs;
+    size_t in_elems[MD_DATA_MAX_INPUTS]; /* per sample */
+    int32_t *d_labels;                   /* (max_batch) */
+    struct step_scalars *d_sc;           /* one block of scalars */
+    float *d_scratch;                    /* (n params): previous params for update ratios */
+    float *d_diag;                       /* (3 x tensors) per-tensor sums of squares */
+
+    md_optim *opt;
+    struct md_optim_cfg ocfg;
+    struct md_schedule sched;
+    struct md_scaler scaler;
+    double lr;
+    long long steps_per_epoch;
+
+    /* position */
+    int epoch;                 /* current (0-based) */
+    long long global_step;     /* optimizer iterations so far (skipped ones included) */
+    long long resume_batch;    /* batches of `epoch` already done (mid-epoch resume) */
+    double ep_loss;            /* running sums of the current epoch */
+    long long ep_correct, ep_seen;
+    double ep_time_before;     /* seconds spent in this epoch before a resume */
+    int snapshot;              /* d_scratch holds the params before this epoch's last step */
+    /* host seconds per phase in the current epoch (--verbose): the device is
+     * synchronised once per step, so on a GPU forward/backward time shows up
+     * in "sync" */
+    double ph_load, ph_upload, ph_fwd, ph_bwd, ph_sync, ph_opt;
+
+    double best_acc;
+    int best_epoch;
+    double run_time;           /* training seconds so far (all sessions) */
+
+    char ckpt_dir[MD_PATH_MAX];
+    md_run_dir *run_dir;       /* the locked checkpoint folder (run_dir.h) */
+    char last_path[MD_PATH_MAX + 32], best_path[MD_PATH_MAX + 32];
+    FILE *metrics;
+    char metrics_err[700];                 /* the first failed --metrics write ("" = none) */
+    long long interrupt_after;
+
+    /* pipelined steps (see struct step_ctl); set up by md_trainer_pipe_setup */
+    int pipe;                              /* full training batches run through md_trainer_pipe_step */
+    int capture;                           /* ... captured as graphs after the first */
+    int depth;                             /* steps left in flight (0 with --prefetch 1) */
+    char pipe_why[200];                    /* how steps run, and why */
+    struct step_ctl *d_ctl;
+    struct step_ctl *h_ctl;                /* 4 host slots: [s] uploaded, [2 + s] downloaded */
+    int h_ctl_pinned;
+    void *in2[MD_DATA_MAX_INPUTS];         /* the second set of input buffers */
+    int32_t *d_labels2;
+    void *graph[2];                        /* one per input set */
+    md_event *ev_done[2];
+    struct md_batch *pend_b;               /* the step in flight: its batch, set, step, size */
+    int pend_slot, pend_n;
+    long long pend_step;
+    long long pipe_steps, graph_replays, pipe_eager;
+    double capture_s;
+    int force_pipe;                        /* test hook */
+    int rebind;                            /* --auto-batch: bind the model afresh */
+    cJSON *ab_tried;                       /* --auto-batch: the batches tried (owned) */
+
+    cJSON *report;   /* report["training"] */
+    cJSON *curves;   /* report.training.curves: arrays per key */
+    cJSON *diags;    /* report.training.diagnostics: one object per epoch */
+};
+
+/* ---- trainer_setup.c ---------------------------------------------------------------- */
+
+/* Everything whose size follows the batch (the model bound for it, loaders,
+ * device buffers, optimizer, schedule, scaler), at t->batch, halving it on
+ * out-of-memory with --auto-batch. */
+md_status md_trainer_setup_batch(md_trainer *t);
+/* Releases what md_trainer_setup_batch and md_trainer_pipe_setup made (the
+ * model stays bound; the next setup rebinds it), and forgets the pipelined
+ * steps. */
+void md_trainer_teardown_batch(md_trainer *t);
+/* report.training.auto_batch.tried gets {batch_size, fits, error} (error NULL: fits). */
+void md_trainer_auto_batch_record(md_trainer *t, int batch, const char *error);
+/* Copies the tries into training["auto_batch"] (nothing without tries). */
+void md_trainer_auto_batch_report(md_trainer *t, cJSON *training);
+/* After an out-of-memory `st` at t->batch (`where`: what was under way):
+ * with --auto-batch and a batch above 1, records the try, releases
+ * everything batch-sized, halves the batch and returns 1 (the caller sets up
+ * again); else records a last failed try and returns 0. */
+int md_trainer_auto_batch_halve(md_trainer *t, md_status st, const char *where);
+/* The end of a run: prints the tries and puts them into the report. */
+void md_trainer_auto_batch_summary(md_trainer *t);
+
+/* ---- trainer_ckpt.c ----------------------------------------------------------------- */
+
+/* Writes the checkpoint at `path`: the state after `epoch` whole epochs plus
+ * `batch_done` batches of the next one, `ep_time` seconds into it. */
+md_status md_trainer_save_checkpoint(md_trainer *t, const char *path, int epoch, long long batch_done, double ep_time);
+/* --resume: weights, optimizer state, position, scaler, curves. */
+md_status md_trainer_resume(md_trainer *t);
+/* SIGINT/SIGTERM: writes last.safetensors (with --checkpoint-dir) and returns
+ * MD_ERR_INTERRUPTED. `where` describes the point ("during validation after
+ * epoch 2 (batch 3 of 10)"); NULL: at the current epoch and step. */
+md_status md_trainer_interrupted(md_trainer *t, long long batch_done, double ep_time, const char *where);
+/* After an epoch: `score` (validation accuracy, training accuracy without a
+ * validation split) may make it the best; with --checkpoint-dir writes
+ * best.safetensors (if so) and last.safetensors as the state after it. */
+md_status md_trainer_keep_best(md_trainer *t, double score);
+
+/* ---- trainer_step.c ----------------------------------------------------------------- */
+
+/* Samples [from, from + n) of a host batch into the model's input buffers. */
+md_status md_trainer_upload_batch(md_trainer *t, const struct md_batch *b, int from, int n);
+/* MD_ERR_NUMERIC for optimizer step `step` (from 0), naming the first layer
+ * with a non-finite output. */
+md_status md_trainer_numeric_failure(md_trainer *t, long long step, const char *what);
+/* One host-synced step on b (not released): forward, loss, backward, one
+ * sync for the step scalars, then (unless the scaler skips it) the
+ * optimizer. `snapshot`: keep the params before the update for the
+ * diagnostics' update ratios. */
+md_status md_trainer_step(md_trainer *t, const struct md_batch *b, int snapshot);
+
+/* ---- trainer_pipe.c ----------------------------------------------------------------- */
+
+/* Decides whether full batches run pipelined (and captured), allocates what
+ * that needs, and says why in t->pipe_why. */
+md_status md_trainer_pipe_setup(md_trainer *t);
+/* Queues one full-batch step and then finishes the previous one. Takes b. */
+md_status md_trainer_pipe_step(md_trainer *t, struct md_batch *b);
+/* Waits for the step in flight (if any), hands its batch back, adds its results. */
+md_status md_trainer_pipe_finish(md_trainer *t);
+/* After an error: the step in flight is dropped (its batch handed back). */
+void md_trainer_pipe_abandon(md_trainer *t);
+
+/* ---- trainer_eval.c ----------------------------------------------------------------- */
+
+/* Loss and accuracy of the model over the split of `l`, without gradients.
+ * `what` names the phase for the test hook and an interruption's message
+ * ("validation", "test"). */
+md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, double *loss, double *acc,
+                              long long *count, const char *what);
+/* After the last epoch: the test split with the final weights, printed and
+ * put into report.training.test. */
+md_status md_trainer_score_test(md_trainer *t);
+
+/* ---- trainer_diag.c ----------------------------------------------------------------- */
+
+/* Appends the epoch's object to report.training.diagnostics: per-tensor
+ * gradient and weight norms, update ratios (have_update: d_scratch holds the
+ * params before the last step), dead ReLUs, weighted_add weights. Syncs. */
+md_status md_trainer_diagnostics(md_trainer *t, int have_update);
+
+/* ---- trainer_metrics.c -------------------------------------------------------------- */
+
+/* The curve keys of report.training.curves, NULL-terminated (a resumed
+ * checkpoint's curves are checked against them). */
+extern const char *const md_trainer_curve_keys[];
+/* A fresh t->report with empty curves and diagnostics. */
+void md_trainer_report_init(md_trainer *t);
+/* --metrics: opens the file for appending and writes the run's header line. */
+md_status md_trainer_metrics_open(md_trainer *t);
+/* One --metrics line (vloss < 0: no validation figures). A failed write
+ * closes the file and keeps the error in t->metrics_err. */
+void md_trainer_metrics_line(md_trainer *t, const char *kind, double loss, double acc, double vloss, double vacc,
+                             double lr, double sps, double secs);
+/* Before the first epoch: the run's settings into the report (before the
+ * pipeline decision), then the printed summary and the table header once
+ * t->pipe_why is known. */
+void md_trainer_report_start(md_trainer *t);
+void md_trainer_print_start(md_trainer *t);
+/* After an epoch's validation and diagnostics: its table line, curves and
+ * --metrics line (vl < 0 without validation). */
+void md_trainer_epoch_output(md_trainer *t, double tl, double ta, double vl, double va, double lr, double sps,
+                             double ep_time);
+/* The end of a run attempt, whatever ended it: epochs run, step execution,
+ * loss scaling, best, last checkpoint. */
+void md_trainer_report_finish(md_trainer *t, int start_epoch);
+
+#endif
