@@ -3,11 +3,9 @@
  * restarts. The other concerns live beside it (trainer_impl.h lists them;
  * docs/training-internals.md tells how a step runs in each mode). */
 #define _POSIX_C_SOURCE 200809L
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/signals.h"
