@@ -14,7 +14,7 @@
  * resolve to its first input. "$num_classes" works everywhere.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "nn/model_impl.h"
+#include "nn/layer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -35,10 +35,10 @@
 #define MAX_LAYERS 100000
 #define MAX_WORK (4 * MAX_LAYERS)
 /* A layer's output per sample: activation offsets and sizes are int-sized. */
-#define MAX_OUTPUT_ELEMS 2147483647LL
+#define MAX_OUTPUT_ELEMS MD_MODEL_MAX_OUTPUT_ELEMS
 /* Hard bound on parameters (4 TiB of fp32) whatever the memory says; the
  * counts stay far from 64-bit overflow below it. */
-#define MAX_PARAMS (1LL << 40)
+#define MAX_PARAMS MD_MODEL_MAX_PARAMS
 
 void md_model_opts_default(struct md_model_opts *o)
 {
@@ -445,65 +445,18 @@ fail:
     return st;
 }
 
-/* ---- per-type parsing and shape inference ------------------------------------ */
+/* ---- per-layer parsing and shape inference (through the kind's ops) ----------- */
 
-static const struct { const char *name; int kind; int act; } layer_types[] = {
-    {"conv2d", MD_L_CONV, 0},        {"batchnorm", MD_L_BN, 0},
-    {"relu", MD_L_ACT, MD_ACT_RELU}, {"leaky_relu", MD_L_ACT, MD_ACT_LEAKY_RELU},
-    {"gelu", MD_L_ACT, MD_ACT_GELU}, {"silu", MD_L_ACT, MD_ACT_SILU},
-    {"sigmoid", MD_L_ACT, MD_ACT_SIGMOID}, {"tanh", MD_L_ACT, MD_ACT_TANH},
-    {"maxpool", MD_L_MAXPOOL, 0},    {"avgpool", MD_L_AVGPOOL, 0},
-    {"global_avgpool", MD_L_GAP, 0}, {"flatten", MD_L_FLATTEN, 0},
-    {"linear", MD_L_LINEAR, 0},      {"dropout", MD_L_DROPOUT, 0},
-    {"add", MD_L_ADD, 0},            {"concat", MD_L_CONCAT, 0},
-    {"weighted_add", MD_L_WADD, 0},
-};
-
-/* An int or an [a, b] pair. */
-static md_status get_pair(const cJSON *o, const char *key, const char *path, int min, int *a, int *b2, int dflt_a, int dflt_b)
+/* "conv2d, batchnorm, ..." for the unknown-type message, from the registry. */
+static void type_list(char *buf, size_t n)
 {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-    *a = dflt_a;
-    *b2 = dflt_b;
-    if (!it) return MD_OK;
-    if (cJSON_IsNumber(it) && it->valuedouble == floor(it->valuedouble) && it->valuedouble >= min &&
-        it->valuedouble <= 4096) {
-        *a = *b2 = (int)it->valuedouble;
-        return MD_OK;
-    }
-    if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2) {
-        const cJSON *x = cJSON_GetArrayItem(it, 0), *y = cJSON_GetArrayItem(it, 1);
-        if (cJSON_IsNumber(x) && cJSON_IsNumber(y) && x->valuedouble == floor(x->valuedouble) &&
-            y->valuedouble == floor(y->valuedouble) && x->valuedouble >= min && y->valuedouble >= min &&
-            x->valuedouble <= 4096 && y->valuedouble <= 4096) {
-            *a = (int)x->valuedouble;
-            *b2 = (int)y->valuedouble;
-            return MD_OK;
-        }
-    }
-    return md_errf(MD_ERR_CONFIG, "%s.%s: must be an integer >= %d or a pair [h, w] of them", path, key, min);
-}
-
-static md_status get_act(const cJSON *o, const char *path, int *act)
-{
-    const char *s = NULL;
-    MD_TRY(md_json_str(o, "act", path, 0, &s));
-    if (!s || strcmp(s, "none") == 0) { *act = MD_ACT_NONE; return MD_OK; }
-    if (strcmp(s, "relu") == 0) { *act = MD_ACT_RELU; return MD_OK; }
-    return md_errf(MD_ERR_CONFIG, "%s.act: '%s' is not supported here (relu or none)", path, s);
-}
-
-static const char *const common_keys[] = {"name", "type", NULL};
-
-static md_status check_keys(const cJSON *o, const char *path, const char *const *extra)
-{
-    for (const cJSON *it = o->child; it; it = it->next) {
-        int ok = 0;
-        for (const char *const *a = common_keys; *a; a++) ok |= !strcmp(*a, it->string);
-        for (const char *const *a = extra; *a && !ok; a++) ok |= !strcmp(*a, it->string);
-        if (!ok) return md_errf(MD_ERR_CONFIG, "%s: unknown key '%s'", path, it->string);
-    }
-    return MD_OK;
+    int nk;
+    const struct md_layer_ops *const *reg = md_layer_registry(&nk);
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; k < nk; k++)
+        for (const char *const *nm = reg[k]->names; nm && *nm && len < n; nm++)
+            len += (size_t)snprintf(buf + len, n - len, "%s, ", *nm);
 }
 
 static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer *L, int is_last)
@@ -511,183 +464,35 @@ static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer
     const cJSON *o = s->obj;
     const char *path = L->path;
     const char *type = cJSON_GetObjectItemCaseSensitive(o, "type")->valuestring;
-    int kind = -1;
-    for (size_t i = 0; i < sizeof layer_types / sizeof layer_types[0]; i++)
-        if (!strcmp(layer_types[i].name, type)) {
-            kind = layer_types[i].kind;
-            L->type = layer_types[i].name;
-            L->act = layer_types[i].act;
-        }
-    if (kind < 0)
-        return md_errf(MD_ERR_CONFIG, "%s.type: unknown layer type '%s' (conv2d, batchnorm, relu, leaky_relu, gelu, "
-                       "silu, sigmoid, tanh, maxpool, avgpool, global_avgpool, flatten, linear, dropout, add, "
-                       "concat, weighted_add, or a block)", path, type);
-    L->kind = kind;
+    const struct md_layer_ops *ops = md_layer_find(type);
+    if (!ops) {
+        char types[400];
+        type_list(types, sizeof types);
+        return md_errf(MD_ERR_CONFIG, "%s.type: unknown layer type '%s' (%sor a block)", path, type, types);
+    }
+    L->ops = ops;
+    for (const char *const *nm = ops->names; *nm; nm++)
+        if (!strcmp(*nm, type)) L->type = *nm;
     L->alias = -1;
-    L->tw = L->tb = -1;
-    const struct md_layer *X = &m->layers[L->in[0]];
-    int ci = X->c, hi = X->h, wi = X->w;
-    long long elems_in = (long long)ci * hi * wi;
-    int multi = kind == MD_L_ADD || kind == MD_L_CONCAT || kind == MD_L_WADD;
-    if (!multi && L->nin != 1)
+    for (int k = 0; k < MD_LAYER_MAX_PARAMS; k++) L->param[k] = -1;
+    if (ops->max_inputs == 1 && L->nin != 1)
         return md_errf(MD_ERR_CONFIG, "%s.inputs: %s takes one input, got %d", path, type, L->nin);
-    if (multi && L->nin < 2)
-        return md_errf(MD_ERR_CONFIG, "%s.inputs: %s needs at least two inputs", path, type);
-    L->c = ci; L->h = hi; L->w = wi;
-    switch (kind) {
-    case MD_L_CONV: {
-        static const char *const k[] = {"out", "kernel", "stride", "padding", "dilation", "groups", "bias", NULL};
-        MD_TRY(check_keys(o, path, k));
-        MD_TRY(md_json_int(o, "out", path, 1, 1, 1 << 20, &L->k));
-        MD_TRY(get_pair(o, "kernel", path, 1, &L->r, &L->s, 0, 0));
-        if (!L->r) return md_errf(MD_ERR_CONFIG, "%s.kernel: missing", path);
-        MD_TRY(get_pair(o, "stride", path, 1, &L->stride_h, &L->stride_w, 1, 1));
-        MD_TRY(get_pair(o, "padding", path, 0, &L->pad_h, &L->pad_w, 0, 0));
-        MD_TRY(get_pair(o, "dilation", path, 1, &L->dil_h, &L->dil_w, 1, 1));
-        L->groups = 1;
-        L->bias = 1;
-        MD_TRY(md_json_int(o, "groups", path, 0, 1, 1 << 20, &L->groups));
-        MD_TRY(md_json_bool(o, "bias", path, 0, &L->bias));
-        if (m->opts.reduce_architecture && L->groups == 1 && L->k > 1) L->k = (L->k + 1) / 2;
-        if (ci % L->groups || L->k % L->groups)
-            return md_errf(MD_ERR_CONFIG, "%s.groups: %d does not divide the input channels (%d) and output "
-                           "channels (%d)", path, L->groups, ci, L->k);
-        int eh = L->dil_h * (L->r - 1) + 1, ew = L->dil_w * (L->s - 1) + 1;
-        if (eh > hi + 2 * L->pad_h || ew > wi + 2 * L->pad_w)
-            return md_errf(MD_ERR_CONFIG, "%s.kernel: %dx%d (dilated %dx%d) is larger than the padded input "
-                           "%dx%d", path, L->r, L->s, eh, ew, hi + 2 * L->pad_h, wi + 2 * L->pad_w);
-        L->c = L->k;
-        L->h = md_conv_out(hi, L->r, L->stride_h, L->pad_h, L->dil_h);
-        L->w = md_conv_out(wi, L->s, L->stride_w, L->pad_w, L->dil_w);
-        long long kk = (long long)(ci / L->groups) * L->r * L->s;
-        if ((double)L->k * (double)kk > (double)MAX_PARAMS)
-            return md_errf(MD_ERR_CONFIG, "%s: %.3g parameters (%d x %lld weights), more than any machine holds (at "
-                           "most %lld)", path, (double)L->k * (double)kk, L->k, kk, MAX_PARAMS);
-        L->nparams = (long long)L->k * kk + (L->bias ? L->k : 0);
-        L->flops = 2.0 * (double)L->k * L->h * L->w * (double)kk + (L->bias ? (double)L->k * L->h * L->w : 0.0);
-        break;
+    if (L->nin < ops->min_inputs) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", ops->min_inputs);
+        return md_errf(MD_ERR_CONFIG, "%s.inputs: %s needs at least %s inputs", path, type,
+                       ops->min_inputs == 2 ? "two" : n);
     }
-    case MD_L_BN: {
-        static const char *const k[] = {"eps", "momentum", "act", "zero_init", NULL};
-        MD_TRY(check_keys(o, path, k));
-        double eps = 1e-5, mom = 0.1;
-        MD_TRY(md_json_num(o, "eps", path, 0, 1e-12, 1.0, &eps));
-        MD_TRY(md_json_num(o, "momentum", path, 0, 0.0, 1.0, &mom));
-        MD_TRY(get_act(o, path, &L->act));
-        MD_TRY(md_json_bool(o, "zero_init", path, 0, &L->zero_init));
-        L->eps = (float)eps;
-        L->momentum = (float)mom;
-        L->nparams = 2LL * ci;
-        L->flops = 4.0 * (double)elems_in;
-        break;
-    }
-    case MD_L_ACT: {
-        static const char *const k[] = {"negative_slope", NULL};
-        static const char *const k0[] = {NULL};
-        MD_TRY(check_keys(o, path, L->act == MD_ACT_LEAKY_RELU ? k : k0));
-        double a = 0.01;
-        MD_TRY(md_json_num(o, "negative_slope", path, 0, -1e6, 1e6, &a));
-        L->alpha = (float)a;
-        L->flops = (double)elems_in;
-        break;
-    }
-    case MD_L_MAXPOOL:
-    case MD_L_AVGPOOL: {
-        static const char *const k[] = {"kernel", "stride", "padding", "count_include_pad", NULL};
-        MD_TRY(check_keys(o, path, k));
-        MD_TRY(get_pair(o, "kernel", path, 1, &L->r, &L->s, 0, 0));
-        if (!L->r) return md_errf(MD_ERR_CONFIG, "%s.kernel: missing", path);
-        MD_TRY(get_pair(o, "stride", path, 1, &L->stride_h, &L->stride_w, L->r, L->s));
-        MD_TRY(get_pair(o, "padding", path, 0, &L->pad_h, &L->pad_w, 0, 0));
-        L->count_include_pad = 1;
-        if (kind == MD_L_AVGPOOL) MD_TRY(md_json_bool(o, "count_include_pad", path, 0, &L->count_include_pad));
-        else if (cJSON_GetObjectItemCaseSensitive(o, "count_include_pad"))
-            return md_errf(MD_ERR_CONFIG, "%s: unknown key 'count_include_pad' (avgpool only)", path);
-        if (2 * L->pad_h > L->r || 2 * L->pad_w > L->s)
-            return md_errf(MD_ERR_CONFIG, "%s.padding: must be at most half the kernel", path);
-        if (L->r > hi + 2 * L->pad_h || L->s > wi + 2 * L->pad_w)
-            return md_errf(MD_ERR_CONFIG, "%s.kernel: %dx%d is larger than the padded input %dx%d", path, L->r,
-                           L->s, hi + 2 * L->pad_h, wi + 2 * L->pad_w);
-        L->dil_h = L->dil_w = 1;
-        L->h = md_conv_out(hi, L->r, L->stride_h, L->pad_h, 1);
-        L->w = md_conv_out(wi, L->s, L->stride_w, L->pad_w, 1);
-        L->flops = (double)ci * L->h * L->w * L->r * L->s;
-        break;
-    }
-    case MD_L_GAP: {
-        static const char *const k[] = {NULL};
-        MD_TRY(check_keys(o, path, k));
-        L->h = L->w = 1;
-        L->flops = (double)elems_in;
-        break;
-    }
-    case MD_L_FLATTEN: {
-        static const char *const k[] = {NULL};
-        MD_TRY(check_keys(o, path, k));
-        L->c = (int)elems_in;
-        L->h = L->w = 1;
-        break;
-    }
-    case MD_L_LINEAR: {
-        static const char *const k[] = {"out", "bias", NULL};
-        MD_TRY(check_keys(o, path, k));
-        MD_TRY(md_json_int(o, "out", path, 1, 1, 1 << 24, &L->k));
-        L->bias = 1;
-        MD_TRY(md_json_bool(o, "bias", path, 0, &L->bias));
-        if (m->opts.reduce_architecture && !is_last && L->k > 1) L->k = (L->k + 1) / 2;
-        if (hi != 1 || wi != 1)
-            return md_errf(MD_ERR_CONFIG, "%s.inputs: linear needs a flat input (C, 1, 1), got (%d, %d, %d): add a "
-                           "flatten or global_avgpool layer", path, ci, hi, wi);
-        L->c = L->k;
-        L->h = L->w = 1;
-        L->nparams = (long long)ci * L->k + (L->bias ? L->k : 0);
-        L->flops = 2.0 * ci * L->k + (L->bias ? L->k : 0);
-        break;
-    }
-    case MD_L_DROPOUT: {
-        static const char *const k[] = {"p", NULL};
-        MD_TRY(check_keys(o, path, k));
-        double p = 0.5;
-        MD_TRY(md_json_num(o, "p", path, 0, 0.0, 0.999, &p));
-        if (m->opts.dropout >= 0) p = m->opts.dropout;
-        L->p = (float)p;
-        L->flops = (double)elems_in;
-        break;
-    }
-    case MD_L_ADD:
-    case MD_L_CONCAT:
-    case MD_L_WADD: {
-        static const char *const ka[] = {"act", NULL};
-        static const char *const k0[] = {NULL};
-        MD_TRY(check_keys(o, path, kind == MD_L_ADD ? ka : k0));
-        if (kind == MD_L_ADD) MD_TRY(get_act(o, path, &L->act));
-        long long csum = 0;
-        for (int i = 0; i < L->nin; i++) {
-            const struct md_layer *Y = &m->layers[L->in[i]];
-            if (Y->h != hi || Y->w != wi || (kind != MD_L_CONCAT && Y->c != ci))
-                return md_errf(MD_ERR_CONFIG, "%s.inputs[%d]: shape (%d, %d, %d) of '%s' does not match (%d, %d, %d) "
-                               "of '%s'%s", path, i, Y->c, Y->h, Y->w, Y->name, ci, hi, wi, X->name,
-                               kind == MD_L_CONCAT ? " (concat needs equal height and width)" : "");
-            csum += Y->c;
-        }
-        if (kind == MD_L_CONCAT) {
-            if (csum * hi * wi > MAX_OUTPUT_ELEMS)
-                return md_errf(MD_ERR_CONFIG, "%s: output of %lld x %d x %d elements per sample, more than %lld", path,
-                               csum, hi, wi, MAX_OUTPUT_ELEMS);
-            L->c = (int)csum;
-        }
-        if (kind == MD_L_WADD) L->nparams = L->nin;
-        L->flops = (kind == MD_L_WADD ? 2.0 : 1.0) * (double)(L->nin - (kind == MD_L_ADD)) * (double)elems_in;
-        if (kind == MD_L_CONCAT) L->flops = 0;
-        break;
-    }
-    default: MD_ASSERT(0);
-    }
-    if (L->h < 1 || L->w < 1)
-        return md_errf(MD_ERR_CONFIG, "%s: output would be empty (%dx%d input)", path, hi, wi);
-    if ((long long)L->c * L->h * L->w > MAX_OUTPUT_ELEMS)
-        return md_errf(MD_ERR_CONFIG, "%s: output of %d x %d x %d elements per sample, more than %lld", path, L->c,
-                       L->h, L->w, MAX_OUTPUT_ELEMS);
+    if (ops->args_size && !(L->args = md_calloc(1, ops->args_size))) return MD_ERR_OOM;
+    struct md_layer_parse p = {&m->opts, L->type, is_last};
+    MD_TRY(ops->parse(&p, o, L));
+    MD_TRY(ops->shape(m, L));
+    const struct md_shape in = m->layers[L->in[0]].out;
+    if (L->out.h < 1 || L->out.w < 1)
+        return md_errf(MD_ERR_CONFIG, "%s: output would be empty (%dx%d input)", path, in.h, in.w);
+    if ((long long)L->out.c * L->out.h * L->out.w > MAX_OUTPUT_ELEMS)
+        return md_errf(MD_ERR_CONFIG, "%s: output of %d x %d x %d elements per sample, more than %lld", path,
+                       L->out.c, L->out.h, L->out.w, MAX_OUTPUT_ELEMS);
     if (L->nparams > MAX_PARAMS)
         return md_errf(MD_ERR_CONFIG, "%s: %lld parameters, more than any machine holds (at most %lld)", path,
                        L->nparams, MAX_PARAMS);
@@ -696,60 +501,49 @@ static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer
 
 /* ---- the parameter table ---------------------------------------------------------- */
 
-static md_status add_tensor(struct md_model *m, const struct md_layer *L, const char *suffix, int ndim,
-                            const int *shape, int decay, int *idx)
+static md_status add_info(struct md_param_info *t, const struct md_layer *L, const struct md_param_decl *d)
 {
-    struct md_param_info *t = &m->tensors[m->ntensors];
     char buf[600];
-    snprintf(buf, sizeof buf, "%s.%s", L->name, suffix);
+    snprintf(buf, sizeof buf, "%s.%s", L->name, d->suffix);
     t->name = md_strdup(buf);
     if (!t->name) return MD_ERR_OOM;
-    t->ndim = ndim;
+    t->ndim = d->ndim;
     t->numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        t->shape[i] = shape[i];
-        t->numel *= (size_t)shape[i];
+    for (int i = 0; i < d->ndim; i++) {
+        t->shape[i] = d->shape[i];
+        t->numel *= (size_t)d->shape[i];
     }
-    t->decay = decay;
+    t->decay = d->decay;
+    t->khwc = d->khwc;
     t->layer_type = L->type;
-    *idx = m->ntensors++;
     return MD_OK;
 }
 
+/* Parameters (ops->params: weight-decayed ones first, each group in layer
+ * order), running statistics (ops->buffers) and masks (ops->mask_per_sample). */
 static md_status build_tensors(struct md_model *m)
 {
-    int cap = 0;
-    for (int i = 0; i < m->nlayers; i++) cap += 2;
+    int cap = 0, bcap = 0;
+    struct md_param_decl d[MD_LAYER_MAX_PARAMS];
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct md_layer *L = &m->layers[i];
+        if (L->ops->params) cap += L->ops->params(m, L, d);
+        if (L->ops->buffers) bcap += L->ops->buffers(m, L, d);
+    }
     m->tensors = md_calloc((size_t)cap + 1, sizeof *m->tensors);
-    m->buffers = md_calloc((size_t)cap + 1, sizeof *m->buffers);
+    m->buffers = md_calloc((size_t)bcap + 1, sizeof *m->buffers);
     if (!m->tensors || !m->buffers) return MD_ERR_OOM;
-    /* decayed tensors first (conv/linear weights), in layer order */
-    for (int i = 0; i < m->nlayers; i++) {
-        struct md_layer *L = &m->layers[i];
-        int ci = m->layers[L->in ? L->in[0] : i].c;
-        if (L->kind == MD_L_CONV) {
-            int sh[4] = {L->k, ci / L->groups, L->r, L->s};
-            MD_TRY(add_tensor(m, L, "weight", 4, sh, 1, &L->tw));
-            m->tensors[L->tw].khwc = m->opts.layout == MD_NHWC;
-        } else if (L->kind == MD_L_LINEAR) {
-            int sh[2] = {L->k, ci};
-            MD_TRY(add_tensor(m, L, "weight", 2, sh, 1, &L->tw));
+    for (int decay = 1; decay >= 0; decay--)
+        for (int i = 0; i < m->nlayers; i++) {
+            struct md_layer *L = &m->layers[i];
+            int nd = L->ops->params ? L->ops->params(m, L, d) : 0;
+            MD_ASSERT(nd <= MD_LAYER_MAX_PARAMS);
+            for (int k = 0; k < nd; k++) {
+                if (d[k].decay != decay) continue;
+                MD_TRY(add_info(&m->tensors[m->ntensors], L, &d[k]));
+                L->param[k] = m->ntensors++;
+            }
         }
-    }
-    for (int i = 0; i < m->nlayers; i++) {
-        struct md_layer *L = &m->layers[i];
-        if ((L->kind == MD_L_CONV || L->kind == MD_L_LINEAR) && L->bias) {
-            int sh[1] = {L->k};
-            MD_TRY(add_tensor(m, L, "bias", 1, sh, 0, &L->tb));
-        } else if (L->kind == MD_L_BN) {
-            int sh[1] = {L->c};
-            MD_TRY(add_tensor(m, L, "weight", 1, sh, 0, &L->tw));
-            MD_TRY(add_tensor(m, L, "bias", 1, sh, 0, &L->tb));
-        } else if (L->kind == MD_L_WADD) {
-            int sh[1] = {L->nin};
-            MD_TRY(add_tensor(m, L, "weight", 1, sh, 0, &L->tw));
-        }
-    }
     size_t off = 0;
     for (int t = 0; t < m->ntensors; t++) {
         m->tensors[t].offset = off;
@@ -757,28 +551,21 @@ static md_status build_tensors(struct md_model *m)
         if (m->tensors[t].decay) m->ndecay = off;
     }
     m->nparams = off;
-    /* BN running statistics and dropout masks */
     size_t soff = 0, moff = 0;
     for (int i = 0; i < m->nlayers; i++) {
         struct md_layer *L = &m->layers[i];
-        if (L->kind == MD_L_BN) {
-            L->stat_off = (int)soff;
-            char buf[600];
-            for (int j = 0; j < 2; j++) {
-                struct md_param_info *b = &m->buffers[m->nbuffers++];
-                snprintf(buf, sizeof buf, "%s.%s", L->name, j ? "running_var" : "running_mean");
-                b->name = md_strdup(buf);
-                if (!b->name) return MD_ERR_OOM;
-                b->offset = soff + (size_t)j * (size_t)L->c;
-                b->numel = (size_t)L->c;
-                b->ndim = 1;
-                b->shape[0] = L->c;
-                b->layer_type = L->type;
-            }
-            soff += 2 * (size_t)L->c;
-        } else if (L->kind == MD_L_DROPOUT) {
+        int nb = L->ops->buffers ? L->ops->buffers(m, L, d) : 0;
+        MD_ASSERT(nb <= MD_LAYER_MAX_PARAMS);
+        L->stat_off = soff;
+        for (int k = 0; k < nb; k++) {
+            struct md_param_info *b = &m->buffers[m->nbuffers++];
+            MD_TRY(add_info(b, L, &d[k]));
+            b->offset = soff;
+            soff += b->numel;
+        }
+        if (L->ops->mask_per_sample) {
             L->mask_off = moff;
-            moff += (size_t)L->c * L->h * L->w;
+            moff += L->ops->mask_per_sample(L);
         }
     }
     m->nstats = soff;
@@ -786,18 +573,16 @@ static md_status build_tensors(struct md_model *m)
     return MD_OK;
 }
 
-/* compile: fold a ReLU into its producer (BN or add) when the ReLU is the
- * producer's only consumer. */
+/* compile: fold a lone activation into its producer when the producer takes
+ * it (batchnorm and add take a ReLU) and the activation is its only consumer. */
 static void fuse(struct md_model *m)
 {
-    for (int i = 0; i < m->nlayers; i++) {
+    for (int i = m->ninputs; i < m->nlayers; i++) {
         struct md_layer *L = &m->layers[i];
-        if (L->kind != MD_L_ACT || L->act != MD_ACT_RELU) continue;
+        int act = L->ops->lone_act ? L->ops->lone_act(L) : MD_ACT_NONE;
+        if (act == MD_ACT_NONE) continue;
         struct md_layer *P = &m->layers[L->in[0]];
-        if ((P->kind != MD_L_BN && P->kind != MD_L_ADD) || P->act != MD_ACT_NONE || P->nconsumers != 1 ||
-            P->alias >= 0)
-            continue;
-        P->act = MD_ACT_RELU;
+        if (!P->ops->fuse_act || P->nconsumers != 1 || P->alias >= 0 || !P->ops->fuse_act(P, act)) continue;
         L->alias = L->in[0];
         L->flops = 0;
         m->nfused++;
@@ -853,9 +638,8 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
                                b->src, p);
             if (!cJSON_IsArray(ll) || cJSON_GetArraySize(ll) < 1)
                 return md_errf(MD_ERR_CONFIG, "%s: %s.layers: must be a non-empty array", b->src, p);
-            for (size_t i = 0; i < sizeof layer_types / sizeof layer_types[0]; i++)
-                if (!strcmp(bl->string, layer_types[i].name))
-                    return md_errf(MD_ERR_CONFIG, "%s: %s: a block may not be named like a layer type", b->src, p);
+            if (md_layer_find(bl->string))
+                return md_errf(MD_ERR_CONFIG, "%s: %s: a block may not be named like a layer type", b->src, p);
         }
     }
     /* inputs */
@@ -913,13 +697,13 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
         L->name = md_strdup(cJSON_GetObjectItemCaseSensitive(in, "name")->valuestring);
         L->path = md_strdup("inputs");
         if (!L->name || !L->path) return MD_ERR_OOM;
-        L->kind = MD_L_INPUT;
+        L->ops = &md_input_layer;
         L->type = "input";
-        L->c = (int)cJSON_GetArrayItem(sh, 0)->valuedouble;
-        L->h = (int)cJSON_GetArrayItem(sh, 1)->valuedouble;
-        L->w = (int)cJSON_GetArrayItem(sh, 2)->valuedouble;
+        L->out.c = (int)cJSON_GetArrayItem(sh, 0)->valuedouble;
+        L->out.h = (int)cJSON_GetArrayItem(sh, 1)->valuedouble;
+        L->out.w = (int)cJSON_GetArrayItem(sh, 2)->valuedouble;
         L->alias = -1;
-        L->tw = L->tb = -1;
+        for (int k = 0; k < MD_LAYER_MAX_PARAMS; k++) L->param[k] = -1;
         L->group = -1;
         if (md_strmap_put(&b->layer_idx, L->name, ii) != MD_OK) return MD_ERR_OOM;
     }
@@ -945,11 +729,11 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
     }
     /* the classifier */
     const struct md_layer *last = &m->layers[m->nlayers - 1];
-    long long outn = (long long)last->c * last->h * last->w;
+    long long outn = (long long)md_shape_numel(last->out);
     if (b->num_classes == 0) b->num_classes = (int)outn;
-    if (last->h != 1 || last->w != 1 || outn != b->num_classes)
+    if (last->out.h != 1 || last->out.w != 1 || outn != b->num_classes)
         return md_errf(MD_ERR_CONFIG, "%s: %s: the last layer '%s' gives (%d, %d, %d) but the model has %d classes: "
-                       "it must give (%d, 1, 1)", b->src, last->path, last->name, last->c, last->h, last->w,
+                       "it must give (%d, 1, 1)", b->src, last->path, last->name, last->out.c, last->out.h, last->out.w,
                        b->num_classes, b->num_classes);
     m->num_classes = b->num_classes;
     if (m->opts.compile) fuse(m);
@@ -1031,6 +815,7 @@ void md_model_free_host(struct md_model *m)
         md_free(m->layers[i].name);
         md_free(m->layers[i].path);
         md_free(m->layers[i].in);
+        md_free(m->layers[i].args);
     }
     md_free(m->layers);
     for (int i = 0; i < m->ntensors; i++) md_free((char *)m->tensors[i].name);
@@ -1049,9 +834,9 @@ int md_model_num_inputs(const md_model *m) { return m->ninputs; }
 const char *md_model_input_name(const md_model *m, int i) { return m->layers[i].name; }
 void md_model_input_shape(const md_model *m, int i, int *c, int *h, int *w)
 {
-    *c = m->layers[i].c;
-    *h = m->layers[i].h;
-    *w = m->layers[i].w;
+    *c = m->layers[i].out.c;
+    *h = m->layers[i].out.h;
+    *w = m->layers[i].out.w;
 }
 int md_model_num_classes(const md_model *m) { return m->num_classes; }
 size_t md_model_nparams(const md_model *m) { return m->nparams; }
@@ -1112,10 +897,9 @@ void md_model_print_summary(const md_model *m)
         const struct md_layer *L = &m->layers[i];
         char type[40], shape[40];
         if (L->alias >= 0) snprintf(type, sizeof type, "%s (fused)", L->type);
-        else if (L->act == MD_ACT_RELU && (L->kind == MD_L_BN || L->kind == MD_L_ADD))
-            snprintf(type, sizeof type, "%s+relu", L->type);
+        else if (L->ops->describe) L->ops->describe(L, type, sizeof type);
         else snprintf(type, sizeof type, "%s", L->type);
-        snprintf(shape, sizeof shape, "%dx%dx%d", L->c, L->h, L->w);
+        snprintf(shape, sizeof shape, "%dx%dx%d", L->out.c, L->out.h, L->out.w);
         md_out("  %-*s  %-14s  %-16s  %12s  %12s\n", wname, L->name, type, shape,
                md_fmt_thousands(L->nparams, a, sizeof a), L->flops > 0 ? fmt_flops(L->flops, b, sizeof b) : "-");
     }
@@ -1132,8 +916,10 @@ int md_model_dropout(const md_model *m, double *p_min, double *p_max)
     int n = 0;
     *p_min = *p_max = 0;
     for (int i = m->ninputs; i < m->nlayers; i++) {
-        if (m->layers[i].kind != MD_L_DROPOUT) continue;
-        double p = round((double)m->layers[i].p * 1e6) / 1e6; /* as configured, not float's 0.10000000149 */
+        const struct md_layer *L = &m->layers[i];
+        double p;
+        if (!L->ops->dropout || !L->ops->dropout(L, &p)) continue;
+        p = round(p * 1e6) / 1e6; /* as configured, not float's 0.10000000149 */
         if (n == 0 || p < *p_min) *p_min = p;
         if (n == 0 || p > *p_max) *p_max = p;
         n++;
@@ -1150,7 +936,7 @@ cJSON *md_model_summary_json(const md_model *m)
     for (int i = 0; i < m->ninputs; i++) {
         cJSON *x = cJSON_CreateObject();
         cJSON_AddStringToObject(x, "name", m->layers[i].name);
-        int sh[3] = {m->layers[i].c, m->layers[i].h, m->layers[i].w};
+        int sh[3] = {m->layers[i].out.c, m->layers[i].out.h, m->layers[i].out.w};
         cJSON_AddItemToObject(x, "shape", cJSON_CreateIntArray(sh, 3));
         cJSON_AddItemToArray(ins, x);
     }
@@ -1173,12 +959,12 @@ cJSON *md_model_summary_json(const md_model *m)
         cJSON_AddStringToObject(x, "type", L->type);
         cJSON *li = cJSON_AddArrayToObject(x, "inputs");
         for (int j = 0; j < L->nin; j++) cJSON_AddItemToArray(li, cJSON_CreateString(m->layers[L->in[j]].name));
-        int sh[3] = {L->c, L->h, L->w};
+        int sh[3] = {L->out.c, L->out.h, L->out.w};
         cJSON_AddItemToObject(x, "shape", cJSON_CreateIntArray(sh, 3));
         cJSON_AddNumberToObject(x, "params", (double)L->nparams);
         cJSON_AddNumberToObject(x, "flops", L->flops);
         if (L->alias >= 0) cJSON_AddBoolToObject(x, "fused", 1);
-        if (L->kind == MD_L_DROPOUT) cJSON_AddNumberToObject(x, "p", round((double)L->p * 1e6) / 1e6);
+        if (L->ops->describe_json) L->ops->describe_json(L, x);
         cJSON_AddItemToArray(ls, x);
     }
     return o;

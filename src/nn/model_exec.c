@@ -12,7 +12,7 @@
  * buffers whose lifetimes do not overlap share memory (greedy, largest first).
  * Without compile every buffer gets its own memory.
  */
-#include "nn/model_impl.h"
+#include "nn/layer.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -30,25 +30,18 @@ void md_model_free_host(struct md_model *m);
 #define NONE SIZE_MAX
 #define ALIGN 256
 
-static size_t numel(const struct md_layer *L) { return (size_t)L->c * L->h * L->w; }
+static size_t numel(const struct md_layer *L) { return md_shape_numel(L->out); }
 
 /* Layers whose backward reads their input activations / their own output. */
-static int needs_x(const struct md_layer *L)
-{
-    return L->kind == MD_L_CONV || L->kind == MD_L_BN || L->kind == MD_L_ACT || L->kind == MD_L_MAXPOOL ||
-           L->kind == MD_L_LINEAR || L->kind == MD_L_WADD;
-}
-static int needs_y(const struct md_layer *L)
-{
-    return (L->kind == MD_L_BN && L->act == MD_ACT_RELU) || L->kind == MD_L_MAXPOOL ||
-           (L->kind == MD_L_ADD && L->act == MD_ACT_RELU);
-}
+static int needs_x(const struct md_layer *L) { return L->ops->needs_x && L->ops->needs_x(L); }
+static int needs_y(const struct md_layer *L) { return L->ops->needs_y && L->ops->needs_y(L); }
 
+/* Whether layer i has an activation buffer of its own: not an alias, and
+ * not an input read in place (fp32). */
 static int has_act(const struct md_model *m, int i)
 {
-    const struct md_layer *L = &m->layers[i];
-    if (L->alias >= 0) return 0;
-    return L->kind != MD_L_INPUT || m->opts.compute_dtype != MD_F32;
+    if (m->layers[i].alias >= 0) return 0;
+    return i >= m->ninputs || m->opts.compute_dtype != MD_F32;
 }
 
 /* ---- planning ---------------------------------------------------------------------- */
@@ -90,8 +83,7 @@ static void gather_readers(const struct md_model *m, struct readers *rd)
  * "internal": with --grad-ckpt it is dropped after forward and recomputed. */
 static int internal(const struct md_model *m, const struct readers *rd, int t, int ckpt)
 {
-    const struct md_layer *L = &m->layers[t];
-    if (!ckpt || L->kind == MD_L_INPUT || t == md_model_tensor_of(m, m->nlayers - 1)) return 0;
+    if (!ckpt || t < m->ninputs || t == md_model_tensor_of(m, m->nlayers - 1)) return 0;
     return !rd[t].outside;
 }
 
@@ -116,21 +108,25 @@ static md_status ticks(const struct md_model *m, const struct readers *rd, int c
     return MD_OK;
 }
 
-/* The gradient of a tensor read only by one add layer equals that layer's
- * gradient: it shares the add's gradient buffer instead of receiving a copy
- * (as autograd passes the same gradient to both operands of a sum). Fills
- * galias[t] with the add layer, -1 otherwise. Not for the output of an add
- * with a fused activation: its backward masks its gradient in place, which
- * would change what the other operands of the outer add read. */
+/* The gradient of a tensor read only by one layer that passes its gradient
+ * on unchanged (ops->passes_dy: an add) equals that layer's gradient: it
+ * shares the layer's gradient buffer instead of receiving a copy (as
+ * autograd passes the same gradient to both operands of a sum). Fills
+ * galias[t] with that layer, -1 otherwise. Not for the output of a layer
+ * whose backward changes its gradient in place (ops->clobbers_dy: an add
+ * with a fused activation), which would change what the other operands of
+ * the outer add read. */
 static void grad_aliases(const struct md_model *m, const struct readers *rd, int *galias)
 {
     int L = m->nlayers, last = md_model_tensor_of(m, L - 1);
     for (int t = 0; t < L; t++) {
         galias[t] = -1;
         const struct md_layer *T = &m->layers[t];
-        if (T->alias >= 0 || T->kind == MD_L_INPUT || t == last) continue;
-        if (T->kind == MD_L_ADD && T->act != MD_ACT_NONE) continue;
-        if (rd[t].nreads == 1 && m->layers[rd[t].reader].kind == MD_L_ADD) galias[t] = rd[t].reader;
+        if (T->alias >= 0 || t < m->ninputs || t == last) continue;
+        if (T->ops->clobbers_dy && T->ops->clobbers_dy(T)) continue;
+        if (rd[t].nreads != 1) continue;
+        const struct md_layer *R = &m->layers[rd[t].reader];
+        if (R->ops->passes_dy && R->ops->passes_dy(R)) galias[t] = rd[t].reader;
     }
 }
 
@@ -320,53 +316,28 @@ void md_model_free(md_model *m)
     md_model_free_host(m);
 }
 
-/* Host initial values of every parameter, as PyTorch/torchvision: conv
- * weights kaiming_normal(fan_out, relu), conv/linear biases and linear
- * weights U(+-1/sqrt(fan_in)), BN gamma 1 (0 for zero_init BNs when the model
- * asks) and beta 0, weighted_add weights 1/k. Each tensor draws from its own
- * counter-based stream, so values do not depend on the device. Writes the
- * PyTorch order; NHWC conv weights are permuted after. */
+/* Host initial values of every parameter (ops->init; as PyTorch/torchvision
+ * do). Each tensor draws from its own counter-based stream, so values do not
+ * depend on the device. The kinds write PyTorch's order; NHWC conv weights
+ * are permuted after. */
 static void init_host(const struct md_model *m, float *p)
 {
     for (int i = m->ninputs; i < m->nlayers; i++) {
         const struct md_layer *L = &m->layers[i];
-        int cin = m->layers[L->in[0]].c;
-        if (L->kind == MD_L_CONV || L->kind == MD_L_LINEAR) {
-            const struct md_param_info *t = &m->tensors[L->tw];
-            md_rng r;
-            md_rng_init(&r, md_rng_hash(m->opts.seed, (uint64_t)L->tw));
-            double fan_in = L->kind == MD_L_CONV ? (double)(cin / L->groups) * L->r * L->s : cin;
-            if (L->kind == MD_L_CONV) {
-                double sd = sqrt(2.0 / ((double)L->k * L->r * L->s));
-                for (size_t e = 0; e < t->numel; e++) p[t->offset + e] = (float)(sd * md_rng_normal(&r));
-            } else {
-                double bound = 1.0 / sqrt(fan_in);
-                for (size_t e = 0; e < t->numel; e++)
-                    p[t->offset + e] = (float)(bound * (2.0 * (double)md_rng_next_uniform(&r) - 1.0));
-            }
-            if (L->tb >= 0) {
-                const struct md_param_info *b = &m->tensors[L->tb];
-                md_rng_init(&r, md_rng_hash(m->opts.seed, (uint64_t)L->tb));
-                double bound = 1.0 / sqrt(fan_in);
-                for (size_t e = 0; e < b->numel; e++)
-                    p[b->offset + e] = (float)(bound * (2.0 * (double)md_rng_next_uniform(&r) - 1.0));
-            }
-            if (t->khwc) {
-                float *tmp = md_malloc(t->numel / (size_t)t->shape[0] * sizeof *tmp);
-                MD_ASSERT(tmp);
-                md_filter_permute(p + t->offset, tmp, t->shape[0], t->shape[1], t->shape[2] * t->shape[3], 1);
-                md_free(tmp);
-            }
-        } else if (L->kind == MD_L_BN) {
-            float g = L->zero_init && m->zero_init_residual ? 0.0f : 1.0f;
-            for (int c = 0; c < L->c; c++) {
-                p[m->tensors[L->tw].offset + (size_t)c] = g;
-                p[m->tensors[L->tb].offset + (size_t)c] = 0.0f;
-            }
-        } else if (L->kind == MD_L_WADD) {
-            for (int k = 0; k < L->nin; k++) p[m->tensors[L->tw].offset + (size_t)k] = 1.0f / (float)L->nin;
-        }
+        if (L->ops->init) L->ops->init(m, L, p);
     }
+    size_t most = 0;
+    for (int t = 0; t < m->ntensors; t++)
+        if (m->tensors[t].khwc && m->tensors[t].numel > most) most = m->tensors[t].numel;
+    if (!most) return;
+    float *tmp = md_malloc(most * sizeof *tmp);
+    MD_ASSERT(tmp);
+    for (int t = 0; t < m->ntensors; t++) {
+        const struct md_param_info *ti = &m->tensors[t];
+        if (ti->khwc)
+            md_filter_permute(p + ti->offset, tmp, ti->shape[0], ti->shape[1], ti->shape[2] * ti->shape[3], 1);
+    }
+    md_free(tmp);
 }
 
 md_status md_model_params_changed(md_model *m)
@@ -386,10 +357,17 @@ static md_status upload_initial(struct md_model *m)
     if ((st = md_dev_upload(m->dev, m->params, host, m->nparams * sizeof *host)) != MD_OK) goto fail;
     float *stats = host + m->nparams;
     memset(stats, 0, m->nstats * sizeof *stats);
+    struct md_param_decl d[MD_LAYER_MAX_PARAMS];
     for (int i = m->ninputs; i < m->nlayers; i++) {
         const struct md_layer *L = &m->layers[i];
-        if (L->kind == MD_L_BN)
-            for (int c = 0; c < L->c; c++) stats[(size_t)L->stat_off + (size_t)L->c + (size_t)c] = 1.0f;
+        int nb = L->ops->buffers ? L->ops->buffers(m, L, d) : 0;
+        size_t off = L->stat_off;
+        for (int k = 0; k < nb; k++) {
+            size_t ne = 1;
+            for (int j = 0; j < d[k].ndim; j++) ne *= (size_t)d[k].shape[j];
+            for (size_t e = 0; e < ne; e++) stats[off + e] = d[k].fill;
+            off += ne;
+        }
     }
     if (m->nstats && (st = md_dev_upload(m->dev, m->bn_stats, stats, m->nstats * sizeof *stats)) != MD_OK) goto fail;
     if ((st = md_dev_memset0(m->dev, m->grads, m->nparams * sizeof(float))) != MD_OK) goto fail;
@@ -465,402 +443,24 @@ void md_model_set_input_buffer(md_model *m, int i, void *buf)
 
 /* ---- execution ---------------------------------------------------------------------- */
 
-struct run {
-    struct md_model *m;
-    const struct md_model_plan *plan;
-    int n;           /* batch */
-    int training;
-    int bwd_phase;   /* use the backward-phase (recomputed) buffers */
-    int recompute;   /* forward again for checkpointing: leave running statistics alone */
-};
-
-static void *act_ptr(const struct run *r, int i)
+/* One layer through its kind's ops (nn/layer.h); the kinds' files hold the
+ * kernel calls. */
+static md_status fwd_layer(const struct md_layer_run *r, int i)
 {
-    int t = md_model_tensor_of(r->m, i);
-    const struct md_layer *T = &r->m->layers[t];
-    if (T->kind == MD_L_INPUT && r->m->opts.compute_dtype == MD_F32) return r->m->inputs[t];
-    size_t off = r->bwd_phase ? r->plan->off_bwd[t] : r->plan->off_fwd[t];
-    MD_ASSERT(off != NONE);
-    return r->m->arena + off;
+    return r->m->layers[i].ops->forward(r, i);
 }
 
-static void *grad_ptr(const struct run *r, int i)
-{
-    int t = md_model_tensor_of(r->m, i);
-    MD_ASSERT(r->plan->goff[t] != NONE);
-    return r->m->arena + r->plan->goff[t];
-}
-
-static void *w_ptr(struct md_model *m, int t)
-{
-    size_t off = m->tensors[t].offset;
-    if (m->params_half) return (char *)m->params_half + off * md_dtype_size(m->opts.compute_dtype);
-    return m->params + off;
-}
-static void *dw_ptr(struct md_model *m, int t)
-{
-    size_t off = m->tensors[t].offset;
-    if (m->grads_half) return (char *)m->grads_half + off * md_dtype_size(m->opts.compute_dtype);
-    return m->grads + off;
-}
-static float *p32(struct md_model *m, int t) { return m->params + m->tensors[t].offset; }
-static float *g32(struct md_model *m, int t) { return m->grads + m->tensors[t].offset; }
-
-/* y = alpha * s * a + beta * b, reading b only when beta != 0. */
-static md_status axpby(struct md_model *m, size_t n, float alpha, const float *s, const void *a, float beta,
-                       const void *b, void *y)
-{
-    struct md_ew_args e;
-    memset(&e, 0, sizeof e);
-    e.n = n;
-    e.dtype = m->opts.compute_dtype;
-    if (beta == 0.0f && !s && alpha == 1.0f) {
-        e.op = MD_EW_COPY;
-        e.a = a;
-        e.y = y;
-        return md_k_ew(m->dev, &e);
-    }
-    e.op = MD_EW_AXPBY;
-    e.alpha = alpha;
-    e.beta = beta;
-    e.scale_dev = s;
-    e.a = a;
-    e.b = beta == 0.0f ? a : b;
-    e.y = y;
-    return md_k_ew(m->dev, &e);
-}
-
-static void conv_args(const struct run *r, const struct md_layer *L, struct md_conv2d_args *c)
-{
-    const struct md_layer *X = &r->m->layers[L->in[0]];
-    memset(c, 0, sizeof *c);
-    c->n = r->n; c->c = X->c; c->h = X->h; c->w = X->w;
-    c->k = L->k; c->r = L->r; c->s = L->s; c->p = L->h; c->q = L->w;
-    c->stride_h = L->stride_h; c->stride_w = L->stride_w;
-    c->pad_h = L->pad_h; c->pad_w = L->pad_w;
-    c->dil_h = L->dil_h; c->dil_w = L->dil_w;
-    c->groups = L->groups;
-    c->layout = r->m->opts.layout;
-    c->dtype = r->m->opts.compute_dtype;
-    c->algo_hint = (int)(L - r->m->layers) + 1;
-}
-
-static void bn_args(const struct run *r, int i, struct md_batchnorm_args *b)
+static md_status bwd_layer(const struct md_layer_run *r, int i)
 {
     struct md_model *m = r->m;
     const struct md_layer *L = &m->layers[i];
-    memset(b, 0, sizeof *b);
-    b->n = r->n; b->c = L->c; b->hw = L->h * L->w;
-    b->layout = m->opts.layout;
-    b->dtype = m->opts.compute_dtype;
-    b->training = r->training;
-    b->eps = L->eps;
-    b->momentum = r->recompute ? 0.0f : L->momentum;
-    b->act = L->act;
-    b->x = act_ptr(r, L->in[0]);
-    b->y = act_ptr(r, i);
-    b->gamma = p32(m, L->tw);
-    b->beta_p = p32(m, L->tb);
-    b->running_mean = m->bn_stats + L->stat_off;
-    b->running_var = m->bn_stats + L->stat_off + L->c;
-    b->save_mean = m->bn_save + L->stat_off;
-    b->save_invstd = m->bn_save + L->stat_off + L->c;
-}
-
-static void pool_args(const struct run *r, int i, struct md_pool2d_args *p)
-{
-    const struct md_layer *L = &r->m->layers[i];
-    const struct md_layer *X = &r->m->layers[L->in[0]];
-    memset(p, 0, sizeof *p);
-    p->kind = L->kind == MD_L_MAXPOOL ? MD_POOL_MAX : MD_POOL_AVG;
-    p->n = r->n; p->c = X->c; p->h = X->h; p->w = X->w; p->p = L->h; p->q = L->w;
-    p->kh = L->r; p->kw = L->s; p->stride_h = L->stride_h; p->stride_w = L->stride_w;
-    p->pad_h = L->pad_h; p->pad_w = L->pad_w;
-    p->count_include_pad = L->count_include_pad;
-    p->layout = r->m->opts.layout;
-    p->dtype = r->m->opts.compute_dtype;
-    p->x = act_ptr(r, L->in[0]);
-}
-
-static uint64_t drop_seed(const struct md_model *m, int i) { return md_rng_hash(m->opts.seed ^ 0xd409u, (uint64_t)i); }
-
-static md_status fwd_layer(const struct run *r, int i)
-{
-    struct md_model *m = r->m;
-    md_device *d = m->dev;
-    const struct md_layer *L = &m->layers[i];
-    md_dtype dt = m->opts.compute_dtype;
-    size_t ne = (size_t)r->n * numel(L);
-    void *y = L->kind == MD_L_INPUT && dt == MD_F32 ? NULL : act_ptr(r, i);
-    const void *x = L->kind == MD_L_INPUT ? NULL : act_ptr(r, L->in[0]);
-    switch (L->kind) {
-    case MD_L_INPUT: {
-        if (dt == MD_F32) return MD_OK;
-        struct md_cast_args c = {ne, MD_F32, dt, m->inputs[i], y};
-        return md_k_cast(d, &c);
-    }
-    case MD_L_CONV: {
-        struct md_conv2d_args c;
-        conv_args(r, L, &c);
-        c.x = x; c.wt = w_ptr(m, L->tw); c.y = y; c.beta = 0;
-        MD_TRY(md_k_conv2d_fwd(d, &c));
-        if (L->tb < 0) return MD_OK;
-        struct md_bias_args b = {r->n, L->k, L->h * L->w, m->opts.layout, dt, y, p32(m, L->tb), NULL, NULL, 0};
-        return md_k_bias_add(d, &b);
-    }
-    case MD_L_BN: {
-        struct md_batchnorm_args b;
-        bn_args(r, i, &b);
-        return md_k_batchnorm_fwd(d, &b);
-    }
-    case MD_L_ACT: {
-        struct md_act_args a = {L->act, L->alpha, ne, dt, x, y, NULL, NULL, 0};
-        return md_k_act_fwd(d, &a);
-    }
-    case MD_L_MAXPOOL:
-    case MD_L_AVGPOOL: {
-        struct md_pool2d_args p;
-        pool_args(r, i, &p);
-        p.y_out = y;
-        return md_k_pool2d_fwd(d, &p);
-    }
-    case MD_L_GAP: {
-        const struct md_layer *X = &m->layers[L->in[0]];
-        struct md_gap_args g = {r->n, X->c, X->h * X->w, m->opts.layout, dt, x, y, NULL, NULL, 0};
-        return md_k_gap_fwd(d, &g);
-    }
-    case MD_L_FLATTEN: {
-        const struct md_layer *X = &m->layers[L->in[0]];
-        if (m->opts.layout == MD_NHWC && X->h * X->w > 1) {
-            /* features in PyTorch's (C, H, W) order, so weights mean the same in both layouts */
-            struct md_permute_args p = {r->n, X->c, X->h, X->w, 0, dt, x, y};
-            return md_k_permute(d, &p);
-        }
-        return axpby(m, ne, 1.0f, NULL, x, 0.0f, NULL, y);
-    }
-    case MD_L_LINEAR: {
-        const struct md_layer *X = &m->layers[L->in[0]];
-        struct md_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.trans_b = 1;
-        g.m = r->n; g.n = L->k; g.k = X->c;
-        g.alpha = 1.0f;
-        g.a = x; g.lda = X->c;
-        g.b = w_ptr(m, L->tw); g.ldb = X->c;
-        g.c = y; g.ldc = L->k;
-        g.batch = 1;
-        g.dtype = dt;
-        MD_TRY(md_k_gemm(d, &g));
-        if (L->tb < 0) return MD_OK;
-        struct md_bias_args b = {r->n, L->k, 1, MD_NCHW, dt, y, p32(m, L->tb), NULL, NULL, 0};
-        return md_k_bias_add(d, &b);
-    }
-    case MD_L_DROPOUT: {
-        if (!r->training || L->p == 0.0f) return axpby(m, ne, 1.0f, NULL, x, 0.0f, NULL, y);
-        struct md_dropout_args a;
-        memset(&a, 0, sizeof a);
-        a.n = ne; a.p = L->p; a.seed = drop_seed(m, i); a.offset = m->step_dev ? 0 : m->step << 32;
-        a.offset_dev = m->step_dev;
-        a.dtype = dt; a.x = x; a.y = y;
-        a.mask = m->masks + L->mask_off * (size_t)m->max_batch;
-        return md_k_dropout_fwd(d, &a);
-    }
-    case MD_L_ADD: {
-        MD_TRY(axpby(m, ne, 1.0f, NULL, x, 1.0f, act_ptr(r, L->in[1]), y));
-        for (int k = 2; k < L->nin; k++) MD_TRY(axpby(m, ne, 1.0f, NULL, act_ptr(r, L->in[k]), 1.0f, y, y));
-        if (L->act == MD_ACT_NONE) return MD_OK;
-        /* in place: relu'(x) == relu'(relu(x)), so backward can use y */
-        struct md_act_args a = {L->act, 0.0f, ne, dt, y, y, NULL, NULL, 0};
-        return md_k_act_fwd(d, &a);
-    }
-    case MD_L_CONCAT: {
-        int off = 0;
-        for (int k = 0; k < L->nin; k++) {
-            const struct md_layer *X = &m->layers[L->in[k]];
-            struct md_chslice_args c = {r->n, L->h * L->w, X->c, X->c, 0, L->c, off, m->opts.layout, dt,
-                                        act_ptr(r, L->in[k]), y, 0.0f};
-            MD_TRY(md_k_chslice(d, &c));
-            off += X->c;
-        }
-        return MD_OK;
-    }
-    case MD_L_WADD: {
-        const float *w = p32(m, L->tw);
-        MD_TRY(axpby(m, ne, 1.0f, w, x, 0.0f, NULL, y));
-        for (int k = 1; k < L->nin; k++) MD_TRY(axpby(m, ne, 1.0f, w + k, act_ptr(r, L->in[k]), 1.0f, y, y));
-        return MD_OK;
-    }
-    default: MD_ASSERT(0);
-    }
-    return MD_OK;
-}
-
-/* Where layer i writes the gradient of its k-th input; *beta 1 when that
- * buffer already holds a contribution (a tensor feeding several layers). */
-static void *dx_for(const struct run *r, int i, int k, float *beta)
-{
-    int t = md_model_tensor_of(r->m, r->m->layers[i].in[k]);
-    *beta = r->m->written[t] ? 1.0f : 0.0f;
-    r->m->written[t] = 1;
-    return grad_ptr(r, t);
-}
-
-static md_status bwd_layer(const struct run *r, int i)
-{
-    struct md_model *m = r->m;
-    md_device *d = m->dev;
-    const struct md_layer *L = &m->layers[i];
-    md_dtype dt = m->opts.compute_dtype;
-    size_t ne = (size_t)r->n * numel(L);
-    void *dy = grad_ptr(r, i);
     if (!m->written[i]) {
         /* nothing downstream used this output: its gradient is zero */
-        MD_TRY(md_dev_memset0(d, dy, ne * md_dtype_size(dt)));
+        size_t bytes = (size_t)r->n * numel(L) * md_dtype_size(m->opts.compute_dtype);
+        MD_TRY(md_dev_memset0(m->dev, md_layer_grad(r, i), bytes));
         m->written[i] = 1;
     }
-    const void *x = act_ptr(r, L->in[0]);
-    const void *y = act_ptr(r, i);
-    int x_is_input = m->layers[L->in[0]].kind == MD_L_INPUT;
-    float beta;
-    switch (L->kind) {
-    case MD_L_CONV: {
-        if (L->tb >= 0) {
-            struct md_bias_args b = {r->n, L->k, L->h * L->w, m->opts.layout, dt, NULL, NULL, dy, g32(m, L->tb), 0};
-            MD_TRY(md_k_bias_grad(d, &b));
-        }
-        struct md_conv2d_args c;
-        conv_args(r, L, &c);
-        c.x = x; c.dy = dy; c.dwt = dw_ptr(m, L->tw); c.beta = 0;
-        MD_TRY(md_k_conv2d_bwd_filter(d, &c));
-        if (x_is_input) return MD_OK;
-        conv_args(r, L, &c);
-        c.dy = dy; c.wt = w_ptr(m, L->tw); c.dx = dx_for(r, i, 0, &beta); c.beta = beta;
-        return md_k_conv2d_bwd_data(d, &c);
-    }
-    case MD_L_BN: {
-        struct md_batchnorm_args b;
-        bn_args(r, i, &b);
-        b.training = 1;
-        b.dy = dy;
-        b.dx = dx_for(r, i, 0, &beta);
-        b.beta = beta;
-        b.dgamma = g32(m, L->tw);
-        b.dbeta = g32(m, L->tb);
-        return md_k_batchnorm_bwd(d, &b);
-    }
-    case MD_L_ACT: {
-        struct md_act_args a = {L->act, L->alpha, ne, dt, x, NULL, dy, NULL, 0};
-        a.dx = dx_for(r, i, 0, &beta);
-        a.beta = beta;
-        return md_k_act_bwd(d, &a);
-    }
-    case MD_L_MAXPOOL:
-    case MD_L_AVGPOOL: {
-        struct md_pool2d_args p;
-        pool_args(r, i, &p);
-        p.y = y;
-        p.dy = dy;
-        p.dx = dx_for(r, i, 0, &beta);
-        p.beta = beta;
-        return md_k_pool2d_bwd(d, &p);
-    }
-    case MD_L_GAP: {
-        const struct md_layer *X = &m->layers[L->in[0]];
-        struct md_gap_args g = {r->n, X->c, X->h * X->w, m->opts.layout, dt, NULL, NULL, dy, NULL, 0};
-        g.dx = dx_for(r, i, 0, &beta);
-        g.beta = beta;
-        return md_k_gap_bwd(d, &g);
-    }
-    case MD_L_FLATTEN: {
-        const struct md_layer *X = &m->layers[L->in[0]];
-        void *dx = dx_for(r, i, 0, &beta);
-        if (m->opts.layout == MD_NHWC && X->h * X->w > 1) {
-            if (beta != 0.0f)
-                return md_errf(MD_ERR_UNSUPPORTED, "model %s: %s: with channels-last, the input of a flatten may "
-                               "feed no other layer", m->name, L->name);
-            struct md_permute_args p = {r->n, X->c, X->h, X->w, 1, dt, dy, dx};
-            return md_k_permute(d, &p);
-        }
-        return axpby(m, ne, 1.0f, NULL, dy, beta, dx, dx);
-    }
-    case MD_L_LINEAR: {
-        const struct md_layer *X = &m->layers[L->in[0]];
-        if (L->tb >= 0) {
-            struct md_bias_args b = {r->n, L->k, 1, MD_NCHW, dt, NULL, NULL, dy, g32(m, L->tb), 0};
-            MD_TRY(md_k_bias_grad(d, &b));
-        }
-        struct md_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.trans_a = 1;                      /* dW (out, in) = dy^T (out, n) @ x (n, in) */
-        g.m = L->k; g.n = X->c; g.k = r->n;
-        g.alpha = 1.0f;
-        g.a = dy; g.lda = L->k;
-        g.b = x; g.ldb = X->c;
-        g.c = dw_ptr(m, L->tw); g.ldc = X->c;
-        g.batch = 1;
-        g.dtype = dt;
-        MD_TRY(md_k_gemm(d, &g));
-        if (x_is_input) return MD_OK;
-        memset(&g, 0, sizeof g);            /* dx (n, in) = dy (n, out) @ W (out, in) */
-        g.m = r->n; g.n = X->c; g.k = L->k;
-        g.alpha = 1.0f;
-        g.a = dy; g.lda = L->k;
-        g.b = w_ptr(m, L->tw); g.ldb = X->c;
-        g.c = dx_for(r, i, 0, &beta); g.ldc = X->c;
-        g.beta = beta;
-        g.batch = 1;
-        g.dtype = dt;
-        return md_k_gemm(d, &g);
-    }
-    case MD_L_DROPOUT: {
-        void *dx = dx_for(r, i, 0, &beta);
-        if (L->p == 0.0f) return axpby(m, ne, 1.0f, NULL, dy, beta, dx, dx);
-        struct md_dropout_args a;
-        memset(&a, 0, sizeof a);
-        a.n = ne; a.p = L->p; a.seed = drop_seed(m, i); a.offset = m->step_dev ? 0 : m->step << 32;
-        a.offset_dev = m->step_dev;
-        a.dtype = dt;
-        a.mask = m->masks + L->mask_off * (size_t)m->max_batch;
-        a.dy = dy; a.dx = dx; a.beta = beta;
-        return md_k_dropout_bwd(d, &a);
-    }
-    case MD_L_ADD: {
-        if (L->act != MD_ACT_NONE) {
-            struct md_act_args a = {L->act, 0.0f, ne, dt, y, NULL, dy, dy, 0};
-            MD_TRY(md_k_act_bwd(d, &a));
-        }
-        for (int k = 0; k < L->nin; k++) {
-            void *dx = dx_for(r, i, k, &beta);
-            if (dx == dy) continue; /* that input's gradient is this buffer (planned) */
-            MD_TRY(axpby(m, ne, 1.0f, NULL, dy, beta, dx, dx));
-        }
-        return MD_OK;
-    }
-    case MD_L_CONCAT: {
-        int off = 0;
-        for (int k = 0; k < L->nin; k++) {
-            const struct md_layer *X = &m->layers[L->in[k]];
-            void *dx = dx_for(r, i, k, &beta);
-            struct md_chslice_args c = {r->n, L->h * L->w, X->c, L->c, off, X->c, 0, m->opts.layout, dt, dy, dx, beta};
-            MD_TRY(md_k_chslice(d, &c));
-            off += X->c;
-        }
-        return MD_OK;
-    }
-    case MD_L_WADD: {
-        const float *w = p32(m, L->tw);
-        float *dw = g32(m, L->tw);
-        for (int k = 0; k < L->nin; k++) {
-            struct md_reduce_args rd = {MD_RED_DOT, ne, dt, dy, act_ptr(r, L->in[k]), dw + k, 0.0f};
-            MD_TRY(md_k_reduce(d, &rd));
-            void *dx = dx_for(r, i, k, &beta);
-            MD_TRY(axpby(m, ne, 1.0f, w + k, dy, beta, dx, dx));
-        }
-        return MD_OK;
-    }
-    default: MD_ASSERT(0);
-    }
-    return MD_OK;
+    return L->ops->backward(r, i);
 }
 
 static md_status check_bound(const struct md_model *m, int batch)
@@ -874,7 +474,7 @@ static md_status check_bound(const struct md_model *m, int batch)
 md_status md_model_forward(md_model *m, int batch, int training)
 {
     MD_TRY(check_bound(m, batch));
-    struct run r = {m, training ? &m->plan_train : &m->plan_eval, batch, training, 0, 0};
+    struct md_layer_run r = {m, training ? &m->plan_train : &m->plan_eval, batch, training, 0, 0};
     m->last_batch = batch;
     m->last_training = training;
     m->have_loss = 0;
@@ -892,8 +492,9 @@ md_status md_model_forward(md_model *m, int batch, int training)
 const void *md_model_logits(md_model *m)
 {
     if (!m->dev || !m->last_batch) return NULL;
-    struct run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch, m->last_training, 0, 0};
-    return act_ptr(&r, m->nlayers - 1);
+    struct md_layer_run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch,
+                             m->last_training, 0, 0};
+    return md_layer_act(&r, m->nlayers - 1);
 }
 
 md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing, float grad_scale,
@@ -901,18 +502,19 @@ md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing,
 {
     MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
     if (!m->last_batch) return md_errf(MD_ERR_INTERNAL, "model %s: loss before forward", m->name);
-    struct run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch, m->last_training, 0, 0};
+    struct md_layer_run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch,
+                             m->last_training, 0, 0};
     struct md_xent_args x;
     memset(&x, 0, sizeof x);
     x.n = m->last_batch;
     x.classes = m->num_classes;
     x.smoothing = smoothing;
     x.dtype = m->opts.compute_dtype;
-    x.logits = act_ptr(&r, m->nlayers - 1);
+    x.logits = md_layer_act(&r, m->nlayers - 1);
     x.labels = labels_dev;
     x.loss_sum = loss_sum_dev;
     x.correct = correct_dev;
-    x.dlogits = m->last_training ? grad_ptr(&r, m->nlayers - 1) : NULL;
+    x.dlogits = m->last_training ? md_layer_grad(&r, m->nlayers - 1) : NULL;
     x.grad_scale = grad_scale;
     MD_TRY(md_k_xent(m->dev, &x));
     m->have_loss = m->last_training;
@@ -924,7 +526,7 @@ md_status md_model_backward(md_model *m)
     md_status st = MD_OK;
     if (!m->have_loss)
         return md_errf(MD_ERR_INTERNAL, "model %s: backward needs a training forward and md_model_loss", m->name);
-    struct run r = {m, &m->plan_train, m->last_batch, 1, 1, 0};
+    struct md_layer_run r = {m, &m->plan_train, m->last_batch, 1, 1, 0};
     int ckpt = m->opts.grad_ckpt;
     memset(m->written, 0, (size_t)m->nlayers * sizeof *m->written);
     m->written[md_model_tensor_of(m, m->nlayers - 1)] = 1;
@@ -936,7 +538,7 @@ md_status md_model_backward(md_model *m)
         if (ckpt)
             while (lo - 1 >= m->ninputs && m->layers[lo - 1].group == m->layers[hi].group) lo--;
         if (ckpt) {
-            struct run rr = r;
+            struct md_layer_run rr = r;
             rr.recompute = 1;
             for (i = lo; i <= hi; i++)
                 if (m->plan_train.recompute[i] && (st = fwd_layer(&rr, i)) != MD_OK) goto fail;
@@ -964,13 +566,14 @@ md_status md_model_first_nonfinite(md_model *m, char *layer, size_t n, int *foun
     if (n) layer[0] = 0;
     MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
     if (!m->last_batch) return MD_OK;
-    struct run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch, m->last_training, 0, 1};
+    struct md_layer_run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch,
+                             m->last_training, 0, 1};
     for (int i = 0; i < m->nlayers; i++) {
         const struct md_layer *L = &m->layers[i];
         if (L->alias >= 0) continue;
         MD_TRY(fwd_layer(&r, i));
-        const void *y = L->kind == MD_L_INPUT && m->opts.compute_dtype == MD_F32 ? m->inputs[i] : act_ptr(&r, i);
-        md_dtype dt = L->kind == MD_L_INPUT && m->opts.compute_dtype == MD_F32 ? MD_F32 : m->opts.compute_dtype;
+        const void *y = md_layer_act(&r, i); /* an fp32 input is its own buffer */
+        md_dtype dt = m->opts.compute_dtype;
         struct md_reduce_args rd = {MD_RED_SUM, (size_t)r.n * numel(L), dt, y, NULL, m->scratch, 0.0f};
         MD_TRY(md_k_reduce(m->dev, &rd));
         float s = 0;
@@ -990,7 +593,7 @@ md_status md_model_relu_stats(md_model *m, struct md_relu_stat *out, int max, in
     *count = 0;
     MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
     if (!m->last_batch) return MD_OK;
-    struct run r = {m, &m->plan_eval, m->last_batch, 0, 0, 1};
+    struct md_layer_run r = {m, &m->plan_eval, m->last_batch, 0, 0, 1};
     md_dtype dt = m->opts.compute_dtype;
     float *host = NULL;
     unsigned char *alive = NULL;
@@ -1000,12 +603,11 @@ md_status md_model_relu_stats(md_model *m, struct md_relu_stat *out, int max, in
         const struct md_layer *L = &m->layers[i];
         if (L->alias >= 0) continue;
         if ((st = fwd_layer(&r, i)) != MD_OK) goto done;
-        if (L->act != MD_ACT_RELU || !(L->kind == MD_L_ACT || L->kind == MD_L_BN || L->kind == MD_L_ADD)) continue;
+        if (!L->ops->out_act || L->ops->out_act(L) != MD_ACT_RELU) continue;
         /* the name the user wrote: a fused ReLU reports itself, not its producer */
         const char *name = L->name;
-        if (L->kind != MD_L_ACT)
-            for (int j = i + 1; j < m->nlayers; j++)
-                if (m->layers[j].alias == i) { name = m->layers[j].name; break; }
+        for (int j = i + 1; j < m->nlayers; j++)
+            if (m->layers[j].alias == i) { name = m->layers[j].name; break; }
         size_t per = numel(L), n = (size_t)r.n * per;
         if (n > cap) {
             md_free(host);
@@ -1013,21 +615,21 @@ md_status md_model_relu_stats(md_model *m, struct md_relu_stat *out, int max, in
             cap = n;
         }
         md_free(alive);
-        if (!(alive = md_malloc((size_t)L->c))) { st = MD_ERR_OOM; goto done; }
-        if ((st = md_dev_download(m->dev, host, act_ptr(&r, i), n * md_dtype_size(dt))) != MD_OK) goto done;
+        if (!(alive = md_malloc((size_t)L->out.c))) { st = MD_ERR_OOM; goto done; }
+        if ((st = md_dev_download(m->dev, host, md_layer_act(&r, i), n * md_dtype_size(dt))) != MD_OK) goto done;
         if ((st = md_dev_sync(m->dev)) != MD_OK) goto done;
-        memset(alive, 0, (size_t)L->c);
-        size_t zeros = 0, hw = (size_t)L->h * L->w;
+        memset(alive, 0, (size_t)L->out.c);
+        size_t zeros = 0, hw = (size_t)L->out.h * L->out.w;
         for (size_t e = 0; e < n; e++) {
-            size_t c = m->opts.layout == MD_NHWC ? e % (size_t)L->c : (e / hw) % (size_t)L->c;
+            size_t c = m->opts.layout == MD_NHWC ? e % (size_t)L->out.c : (e / hw) % (size_t)L->out.c;
             if (md_load_f(host, dt, e) > 0.0f) alive[c] = 1;
             else zeros++;
         }
         int dead = 0;
-        for (int c = 0; c < L->c; c++) dead += !alive[c];
+        for (int c = 0; c < L->out.c; c++) dead += !alive[c];
         if (*count < max) {
             out[*count].layer = name;
-            out[*count].dead_share = (double)dead / (double)L->c;
+            out[*count].dead_share = (double)dead / (double)L->out.c;
             out[*count].zero_share = (double)zeros / (double)n;
         }
         (*count)++;
@@ -1142,15 +744,15 @@ static md_status add_inputs(md_model *m, md_st_writer *w, int batch, float *buf)
         MD_TRY(md_dev_download(m->dev, tmp, m->inputs[i], n * 4));
         MD_TRY(md_dev_sync(m->dev));
         if (m->opts.layout == MD_NHWC) {
-            size_t hw = (size_t)L->h * L->w;
+            size_t hw = (size_t)L->out.h * L->out.w;
             for (int b = 0; b < batch; b++)
-                for (int c = 0; c < L->c; c++)
+                for (int c = 0; c < L->out.c; c++)
                     for (size_t p = 0; p < hw; p++)
-                        in[((size_t)b * L->c + c) * hw + p] = tmp[((size_t)b * hw + p) * L->c + c];
+                        in[((size_t)b * L->out.c + c) * hw + p] = tmp[((size_t)b * hw + p) * L->out.c + c];
         } else {
             memcpy(in, tmp, n * 4);
         }
-        long long shape[4] = {batch, L->c, L->h, L->w};
+        long long shape[4] = {batch, L->out.c, L->out.h, L->out.w};
         snprintf(name, sizeof name, "input.%s", L->name);
         MD_TRY(md_st_writer_add(w, name, MD_F32, 4, shape, in));
         in += n;

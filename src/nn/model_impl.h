@@ -6,50 +6,43 @@
 
 #include "nn/model.h"
 
-enum md_layer_kind {
-    MD_L_INPUT = 0,
-    MD_L_CONV,
-    MD_L_BN,
-    MD_L_ACT,
-    MD_L_MAXPOOL,
-    MD_L_AVGPOOL,
-    MD_L_GAP,
-    MD_L_FLATTEN,
-    MD_L_LINEAR,
-    MD_L_DROPOUT,
-    MD_L_ADD,
-    MD_L_CONCAT,
-    MD_L_WADD,
-    MD_L_KIND_COUNT
+struct md_layer_ops; /* nn/layer.h: what a layer kind does */
+
+/* A layer's output per sample. Today every tensor is an image-like
+ * (channels, height, width); a flat feature vector is (c, 1, 1). The layer
+ * kinds and the planner see it only through this struct and
+ * md_shape_numel(), so a token tensor (tokens x features) is a change here,
+ * not in the ops table. */
+struct md_shape {
+    int c, h, w;
 };
 
-/* One node of the DAG. Layers are stored in topological order (the config's
- * order, inputs first); each produces one tensor of shape (c, h, w) per
- * sample. A ReLU fused into its producer (compile) becomes an alias: it runs
- * nothing and its tensor is the producer's. */
+static inline size_t md_shape_numel(struct md_shape s) { return (size_t)s.c * (size_t)s.h * (size_t)s.w; }
+
+#define MD_LAYER_MAX_PARAMS 4
+
+/* One node of the DAG: what every kind has in common. Layers are stored in
+ * topological order (the config's order, inputs first); each produces one
+ * tensor per sample. What a kind needs beyond this (kernel size, epsilon,
+ * a fused activation) is its own struct behind `args`, known only to its
+ * file under src/nn/layers/. A ReLU fused into its producer (compile)
+ * becomes an alias: it runs nothing and its tensor is the producer's. */
 struct md_layer {
+    const struct md_layer_ops *ops; /* the kind */
+    const char *type;      /* config type name as written ("conv2d", "relu", ...); static */
     char *name;
     char *path;            /* JSON path for messages ("layers[3]") */
-    int kind;              /* enum md_layer_kind */
-    const char *type;      /* config type name ("conv2d", "relu", ...) */
     int nin;
     int *in;               /* (nin) indices of input layers */
-    int c, h, w;           /* output per sample */
+    struct md_shape out;   /* output per sample */
     int group;             /* top-level config entry it came from (checkpoint segments) */
+    void *args;            /* (ops->args_size bytes) the kind's arguments; owned, NULL if none */
 
-    /* arguments */
-    int k, r, s, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, bias;
-    float eps, momentum;
-    int act;               /* enum md_act: ACT layers, or fused into BN / add */
-    float alpha;           /* leaky_relu slope */
-    int count_include_pad;
-    float p;               /* dropout */
-    int zero_init;         /* BN: gamma 0 when the model's zero_init_residual is on */
-
-    /* parameters: indices into the tensor table, -1 if none */
-    int tw, tb;            /* conv/linear weight and bias; BN gamma and beta; wadd weights (tw) */
-    int stat_off;          /* BN: offset of running mean in bn_stats (var follows), save stats too */
-    size_t mask_off;       /* dropout: offset of its mask (per sample elements) */
+    /* parameters: indices into the tensor table in the order ops->params
+     * declares them, -1 if none */
+    int param[MD_LAYER_MAX_PARAMS];
+    size_t stat_off;       /* offset of its first buffer (ops->buffers) in bn_stats / bn_save */
+    size_t mask_off;       /* offset of its mask (ops->mask_per_sample) per sample */
 
     long long nparams;
     double flops;          /* forward, per sample */
@@ -78,9 +71,9 @@ struct md_model {
     struct md_param_info *tensors;
     size_t nparams, ndecay;
     int nbuffers;
-    struct md_param_info *buffers; /* BN running statistics */
-    size_t nstats;             /* floats in bn_stats (and in bn save stats) */
-    size_t mask_per_sample;    /* dropout mask bytes per sample, all layers */
+    struct md_param_info *buffers; /* running statistics (ops->buffers), offsets into bn_stats */
+    size_t nstats;             /* floats in bn_stats (and in bn_save) */
+    size_t mask_per_sample;    /* mask bytes per sample (ops->mask_per_sample), all layers */
     double flops_fwd;
 
     /* bound state */

@@ -1,0 +1,153 @@
+/* batchnorm.c - batch normalisation over (N, H, W) per channel, as
+ * torch.nn.BatchNorm2d, with an optional ReLU on its output (written
+ * "act": "relu", or fused from a following relu layer by compile):
+ *   {"type": "batchnorm", "eps": 1e-5, "momentum": 0.1, "act": "none",
+ *    "zero_init": false}
+ * weight (gamma) 1 (0 when zero_init and the model's zero_init_residual),
+ * bias (beta) 0; buffers running_mean 0 and running_var 1. */
+#include "nn/layer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/json.h"
+
+struct batchnorm_cfg {
+    float eps, momentum;
+    int act;       /* enum md_act: MD_ACT_NONE or MD_ACT_RELU */
+    int zero_init; /* gamma 0 when the model's zero_init_residual is on */
+};
+
+static md_status batchnorm_parse(const struct md_layer_parse *p, const cJSON *o, struct md_layer *L)
+{
+    struct batchnorm_cfg *a = L->args;
+    const char *path = L->path;
+    (void)p;
+    static const char *const k[] = {"eps", "momentum", "act", "zero_init", NULL};
+    MD_TRY(md_layer_check_keys(o, path, k));
+    double eps = 1e-5, mom = 0.1;
+    MD_TRY(md_json_num(o, "eps", path, 0, 1e-12, 1.0, &eps));
+    MD_TRY(md_json_num(o, "momentum", path, 0, 0.0, 1.0, &mom));
+    MD_TRY(md_layer_get_act(o, path, &a->act));
+    MD_TRY(md_json_bool(o, "zero_init", path, 0, &a->zero_init));
+    a->eps = (float)eps;
+    a->momentum = (float)mom;
+    return MD_OK;
+}
+
+static md_status batchnorm_shape(const struct md_model *m, struct md_layer *L)
+{
+    L->out = m->layers[L->in[0]].out;
+    L->nparams = 2LL * L->out.c;
+    L->flops = 4.0 * (double)md_shape_numel(L->out);
+    return MD_OK;
+}
+
+static int batchnorm_params(const struct md_model *m, const struct md_layer *L, struct md_param_decl *out)
+{
+    (void)m;
+    out[0] = (struct md_param_decl){"weight", 1, {L->out.c}, 0, 0, 0.0f};
+    out[1] = (struct md_param_decl){"bias", 1, {L->out.c}, 0, 0, 0.0f};
+    return 2;
+}
+
+static int batchnorm_buffers(const struct md_model *m, const struct md_layer *L, struct md_param_decl *out)
+{
+    (void)m;
+    out[0] = (struct md_param_decl){"running_mean", 1, {L->out.c}, 0, 0, 0.0f};
+    out[1] = (struct md_param_decl){"running_var", 1, {L->out.c}, 0, 0, 1.0f};
+    return 2;
+}
+
+static void batchnorm_init(const struct md_model *m, const struct md_layer *L, float *p)
+{
+    const struct batchnorm_cfg *a = L->args;
+    float g = a->zero_init && m->zero_init_residual ? 0.0f : 1.0f;
+    for (int c = 0; c < L->out.c; c++) {
+        p[m->tensors[L->param[0]].offset + (size_t)c] = g;
+        p[m->tensors[L->param[1]].offset + (size_t)c] = 0.0f;
+    }
+}
+
+static void batchnorm_args(const struct md_layer_run *r, int i, struct md_batchnorm_args *b)
+{
+    struct md_model *m = r->m;
+    const struct md_layer *L = &m->layers[i];
+    const struct batchnorm_cfg *a = L->args;
+    memset(b, 0, sizeof *b);
+    b->n = r->n; b->c = L->out.c; b->hw = L->out.h * L->out.w;
+    b->layout = m->opts.layout;
+    b->dtype = m->opts.compute_dtype;
+    b->training = r->training;
+    b->eps = a->eps;
+    b->momentum = r->recompute ? 0.0f : a->momentum;
+    b->act = a->act;
+    b->x = md_layer_act(r, L->in[0]);
+    b->y = md_layer_act(r, i);
+    b->gamma = md_layer_param32(m, L->param[0]);
+    b->beta_p = md_layer_param32(m, L->param[1]);
+    b->running_mean = m->bn_stats + L->stat_off;
+    b->running_var = m->bn_stats + L->stat_off + L->out.c;
+    b->save_mean = m->bn_save + L->stat_off;
+    b->save_invstd = m->bn_save + L->stat_off + L->out.c;
+}
+
+static md_status batchnorm_forward(const struct md_layer_run *r, int i)
+{
+    struct md_batchnorm_args b;
+    batchnorm_args(r, i, &b);
+    return md_k_batchnorm_fwd(r->m->dev, &b);
+}
+
+static md_status batchnorm_backward(const struct md_layer_run *r, int i)
+{
+    struct md_model *m = r->m;
+    const struct md_layer *L = &m->layers[i];
+    struct md_batchnorm_args b;
+    batchnorm_args(r, i, &b);
+    b.training = 1;
+    b.dy = md_layer_grad(r, i);
+    b.dx = md_layer_dx(r, i, 0, &b.beta);
+    b.dgamma = md_layer_grad32(m, L->param[0]);
+    b.dbeta = md_layer_grad32(m, L->param[1]);
+    return md_k_batchnorm_bwd(m->dev, &b);
+}
+
+static void batchnorm_describe(const struct md_layer *L, char *buf, size_t n)
+{
+    const struct batchnorm_cfg *a = L->args;
+    snprintf(buf, n, "%s%s", L->type, a->act == MD_ACT_RELU ? "+relu" : "");
+}
+
+static int batchnorm_needs_x(const struct md_layer *L) { (void)L; return 1; }
+static int batchnorm_out_act(const struct md_layer *L) { return ((const struct batchnorm_cfg *)L->args)->act; }
+/* its ReLU's derivative is read from y */
+static int batchnorm_needs_y(const struct md_layer *L) { return batchnorm_out_act(L) == MD_ACT_RELU; }
+
+static int batchnorm_fuse_act(struct md_layer *L, int act)
+{
+    struct batchnorm_cfg *a = L->args;
+    if (act != MD_ACT_RELU || a->act != MD_ACT_NONE) return 0;
+    a->act = act;
+    return 1;
+}
+
+static const char *const batchnorm_names[] = {"batchnorm", NULL};
+
+const struct md_layer_ops md_batchnorm_layer = {
+    .names = batchnorm_names,
+    .args_size = sizeof(struct batchnorm_cfg),
+    .min_inputs = 1, .max_inputs = 1,
+    .parse = batchnorm_parse,
+    .shape = batchnorm_shape,
+    .params = batchnorm_params,
+    .buffers = batchnorm_buffers,
+    .init = batchnorm_init,
+    .forward = batchnorm_forward,
+    .backward = batchnorm_backward,
+    .describe = batchnorm_describe,
+    .needs_x = batchnorm_needs_x,
+    .needs_y = batchnorm_needs_y,
+    .fuse_act = batchnorm_fuse_act,
+    .out_act = batchnorm_out_act,
+};
