@@ -1,4 +1,4 @@
-/* diagnostics.c - the seeds' diagnostics run: each model of --models through
+/* diagnostics.c - the multi-model diagnostics run: each model of --models through
  * the ordinary stages, one after another on one device, then a comparison.
  *
  * The stages write into job->report; for the length of one model the job's
@@ -44,7 +44,7 @@ int md_diagnostics_wanted(const md_options *o)
     if (o->models[0]) return 1;
     /* A model named on the command line or a config (which may hold an
      * inline model) means the ordinary single-model job; so does any data
-     * other than the seeds' own folder. */
+     * other than the default folder. */
     if (o->model[0] || o->config[0] || o->list_devices) return 0;
     if (strcmp(o->dataset, "auto") != 0 && strcmp(o->dataset, "cifar100") != 0) return 0;
     return o->data_dir[0] && names_cifar100(o->data_dir);
@@ -73,7 +73,7 @@ static int has_cifar100(const char *dir)
     return is_file(p);
 }
 
-/* The seeds train on CIFAR-100 from data/cifar-100. When it is not there the
+/* The MPS guides train on CIFAR-100 from data/cifar-100. When it is not there the
  * run says where it goes and goes on with synthetic CIFAR-shaped data (the
  * data stage shapes it to each model's inputs: 3x32x32 plus brightness, the
  * model's classes), so the diagnostics still measure every model. A
@@ -249,7 +249,7 @@ static md_status run_one(md_job *job, const md_options *base, const char *name, 
     snprintf(title, sizeof title, "Diagnostics %d/%d: %s", i + 1, n, name);
     md_section(title);
 
-    /* The model stage prints the summary ending in the seeds' line
+    /* The model stage prints the summary ending in the line
      * "✅ Created <name> - Parameters: N". */
     /* The model stage prefers a run config's inline "model" object to
      * o->model; here the name from --models decides. */
@@ -390,7 +390,7 @@ md_status md_diagnostics_run(md_job *job)
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
     md_job_setting(job, "models", list, o->models[0] ? "--models" : "the default pair (choose with --models A,B)");
     choose_data(job, diag);
-    /* The seeds' training recipe for these models (AdamW, lr 1e-3, weight
+    /* The MPS guides' training recipe for these models (AdamW, lr 1e-3, weight
      * decay 1e-4, gradient clipping at norm 1, cosine schedule), where the
      * flags leave it open: SGD at 0.1 without clipping sends the two-pathway
      * ResNet-50 off in a few steps. */
@@ -407,7 +407,7 @@ md_status md_diagnostics_run(md_job *job)
         o->grad_clip = 1.0;
         md_job_setting(job, "grad_clip", "1.0", recipe);
     }
-    /* Each model gets a benchmark after its training, as in the seeds. */
+    /* Each model gets a benchmark after its training, as in the MPS guides. */
     if (!o->benchmark && !o->benchmark_only) {
         o->benchmark = 1;
         md_job_setting(job, "benchmark", "on", "the diagnostics run benchmarks every model");

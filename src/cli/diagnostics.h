@@ -1,4 +1,4 @@
-/* diagnostics.h - the seeds' "comprehensive model diagnostics" run: several
+/* diagnostics.h - the MPS guides' "comprehensive model diagnostics" run: several
  * models, one after another, on one device, then a comparison.
  *
  * Each model runs the ordinary stages (model, data, train, benchmark) into a
@@ -12,14 +12,14 @@
 
 #include "cli/job.h"
 
-/* The seeds' pair, compared when the run is asked for without --models. */
+/* The MPS guides' pair, compared when the run is asked for without --models. */
 #define MD_DIAGNOSTICS_DEFAULT_MODELS "base_multi_channel_large,multi_channel_resnet50"
-/* Where the seeds keep CIFAR-100 (the binary version). */
+/* Where the MPS guides keep CIFAR-100 (the binary version). */
 #define MD_DIAGNOSTICS_CIFAR_DIR "data/cifar-100"
 
 /* Is this a diagnostics run? Yes when --models is given, or when neither
- * --model nor --config is given and --data-dir names the seeds' folder
- * (cifar-100 or cifar100), as in the seeds' `--data-dir data/cifar-100`. */
+ * --model nor --config is given and --data-dir names the MPS guides' folder
+ * (cifar-100 or cifar100), as in the MPS guides' `--data-dir data/cifar-100`. */
 int md_diagnostics_wanted(const md_options *o);
 
 /* Runs every model of --models (or the default pair) through the stages and

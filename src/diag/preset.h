@@ -1,6 +1,6 @@
 /* preset.h - Apple Silicon chip presets (the JSON files in configs/presets).
  *
- * The seeds' table of per-chip starting points (batch size, model width,
+ * The MPS guides' table of per-chip starting points (batch size, model width,
  * sequence length, compile mode, how much model fits) as data. They are the
  * starting point when nothing has been measured yet; measurements (the
  * batch-size sweep, ablations) win over them in the recommendations.
@@ -21,8 +21,8 @@ struct md_preset {
     char chip[48];            /* "M2 Pro/Max" */
     char file[1024];          /* where it was read */
     char source[256];         /* which seed row it comes from */
-    int batch_size, batch_size_max;  /* sequence models (the seeds' iTransformer) */
-    int image_batch_size;     /* image CNNs: the seeds' MPS starting batch */
+    int batch_size, batch_size_max;  /* sequence models (the MPS guides' iTransformer) */
+    int image_batch_size;     /* image CNNs: the MPS guides' MPS starting batch */
     int d_model, d_ff, seq_len_max;
     char compile_mode[32];    /* default | reduce-overhead | max-autotune */
     double model_memory_gb;   /* model size the chip handles well */

@@ -105,7 +105,7 @@ static void batch_rule(const struct md_rec_in *in, struct recs *rs)
                bst->samples_per_s, bytes(bst->peak_bytes, b, sizeof b), largest_ok);
         return;
     }
-    /* nothing measured: the chip preset, or the seeds' memory rule for MPS */
+    /* nothing measured: the chip preset, or the MPS guides' memory rule for MPS */
     if (in->kind == MD_BACKEND_METAL && in->preset) {
         struct md_rec *r = add(rs, "batch size", "preset",
                                "start image models at --batch-size %d and sequence models at %d-%d (chip preset %s); "

@@ -1,6 +1,6 @@
 /* policy.c - per-device defaults and their reasons: precision and AMP per
  * device, loss scaling, default batch size, channels-last and compile (the
- * seeds' rules, each with the reason it exists). */
+ * MPS guides' rules, each with the reason it exists). */
 #include "train/policy.h"
 
 #include <stdio.h>

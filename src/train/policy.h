@@ -43,7 +43,7 @@ struct md_policy_out {
 void md_policy_decide(const struct md_policy_in *in, struct md_policy_out *out);
 
 /* Default batch size of a model on a device kind when --batch-size is not
- * given (the seeds: 16 on MPS; 128 on CUDA; CPU by model size). */
+ * given (the MPS guides: 16 on MPS; 128 on CUDA; CPU by model size). */
 int md_policy_default_batch(md_backend_kind kind, const char *model);
 
 #endif

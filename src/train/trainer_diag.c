@@ -9,7 +9,7 @@
 #include "nn/model.h"
 #include "train/trainer_impl.h"
 
-/* The learned weights of weighted_add layers (the seeds' "integration
+/* The learned weights of weighted_add layers (the MPS guides' "integration
  * weights"), downloaded into d["integration_weights"]. */
 static md_status integration_weights(md_trainer *t, cJSON *d)
 {
