@@ -117,7 +117,9 @@ $(shell mkdir -p $(BUILD); [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW
 # ---- what was found ------------------------------------------------------------
 ok = $(if $(1),✓,✗)
 .PHONY: all test test-run run asan clean deps configure
-all: configure $(BIN) $(CUDA_LIB)
+# The CUDA plug-in first: nvcc on cuda_attn.cu takes minutes on one core, and
+# with -j it then overlaps the C compilation instead of following it.
+all: configure $(CUDA_LIB) $(BIN)
 
 configure:
 	@echo "mpsdiag $(VERSION) build ($(UNAME_S), $(CC))"
