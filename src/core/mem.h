@@ -36,8 +36,9 @@ typedef struct md_memtrack {
 
 /* Claims `bytes` for an allocation about to be made; fails with MD_ERR_OOM
  * (message names what was asked, what is in use and the limit) when a limit
- * is set and would be exceeded. Not yet held: follow with md_memtrack_commit
- * when the allocation succeeded, md_memtrack_unclaim when it failed. */
+ * is set and would be exceeded. A claim counts against the limit only, not
+ * in current or peak: md_memtrack_commit follows when the allocation
+ * succeeded, md_memtrack_unclaim when it failed. */
 md_status md_memtrack_claim(md_memtrack *t, size_t bytes, const char *what);
 void md_memtrack_commit(md_memtrack *t, size_t bytes);
 void md_memtrack_unclaim(md_memtrack *t, size_t bytes);

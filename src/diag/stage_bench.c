@@ -263,9 +263,8 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
         peak_half = 0;
     /* the CPU's FMA rate bounds what its kernels can reach; a GEMM on slow
      * OpenBLAS kernels does not (GPUs: the GEMM figure only) */
-    double fma = 0;
     const char *fma_isa = NULL;
-    fma = md_dev_fma_peak_gflops(c->dev, &fma_isa);
+    double fma = md_dev_fma_peak_gflops(c->dev, &fma_isa);
     cJSON *pk = cJSON_AddObjectToObject(B, "peak");
     cJSON_AddNumberToObject(pk, "gemm_n", n);
     cJSON_AddNumberToObject(pk, "gflops", peak);
