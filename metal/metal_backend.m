@@ -493,23 +493,24 @@ static void metal_free(md_device *dev, void *ptr, size_t bytes)
     s->nbufs--;
 }
 
-/* Host copies on unified memory, after the GPU is done with the buffers. */
-static md_status metal_upload(md_device *dev, void *dst, const void *src, size_t bytes)
+/* Host copies on unified memory, after the GPU is done with the buffers;
+ * `refusal` says why one cannot be part of a captured step. */
+static md_status host_copy(md_device *dev, void *dst, const void *src, size_t bytes, const char *refusal)
 {
-    if (state_of(dev)->capturing)
-        return md_errf(MD_ERR_UNSUPPORTED, "metal: host uploads cannot be captured (write batches before the step)");
+    if (state_of(dev)->capturing) return md_errf(MD_ERR_UNSUPPORTED, "metal: %s", refusal);
     MD_TRY(metal_sync(dev));
     memcpy(dst, src, bytes);
     return MD_OK;
 }
 
+static md_status metal_upload(md_device *dev, void *dst, const void *src, size_t bytes)
+{
+    return host_copy(dev, dst, src, bytes, "host uploads cannot be captured (write batches before the step)");
+}
+
 static md_status metal_download(md_device *dev, void *dst, const void *src, size_t bytes)
 {
-    if (state_of(dev)->capturing)
-        return md_errf(MD_ERR_UNSUPPORTED, "metal: host downloads cannot be captured (read results after the step)");
-    MD_TRY(metal_sync(dev));
-    memcpy(dst, src, bytes);
-    return MD_OK;
+    return host_copy(dev, dst, src, bytes, "host downloads cannot be captured (read results after the step)");
 }
 
 static md_status metal_copy(md_device *dev, void *dst, const void *src, size_t bytes)
