@@ -136,6 +136,26 @@ inline int md_mtl_ch_idx(int nhwc, int C, int hw, int c, int j)
 #define MD_MTL_MM_RN (MD_MTL_MM_BN / MD_MTL_MM_TX)
 #define MD_MTL_MM_NT (MD_MTL_MM_TX * MD_MTL_MM_TY)
 
+/* One K step's tiles into threadgroup memory, zero outside the matrices:
+ * A's BM x BK tile at As[mm * as_m + kk * as_k] (k-major for the scalar
+ * kernel, m-major for the simdgroup one), B's BK x BN tile k-major in Bs.
+ * Thread t of MD_MTL_MM_NT loads every NT-th element. */
+template <typename Op>
+inline void md_mtl_mm_load_tiles(thread const Op &op, threadgroup float *As, int as_m, int as_k,
+                                 threadgroup float *Bs, int m0, int n0, int k0, int t)
+{
+    for (int idx = t; idx < MD_MTL_MM_BM * MD_MTL_MM_BK; idx += MD_MTL_MM_NT) {
+        int mm = idx / MD_MTL_MM_BK, kk = idx % MD_MTL_MM_BK;
+        int gm = m0 + mm, gk = k0 + kk;
+        As[mm * as_m + kk * as_k] = (gm < op.M && gk < op.K) ? op.a(gm, gk) : 0.0f;
+    }
+    for (int idx = t; idx < MD_MTL_MM_BN * MD_MTL_MM_BK; idx += MD_MTL_MM_NT) {
+        int kk = idx / MD_MTL_MM_BN, nn = idx % MD_MTL_MM_BN;
+        int gk = k0 + kk, gn = n0 + nn;
+        Bs[kk * MD_MTL_MM_BN + nn] = (gk < op.K && gn < op.N) ? op.b(gk, gn) : 0.0f;
+    }
+}
+
 template <typename Op>
 inline void md_mtl_tiled_mm(thread const Op &op, threadgroup float *tgm, uint3 lid, uint3 tgid)
 {
@@ -147,16 +167,7 @@ inline void md_mtl_tiled_mm(thread const Op &op, threadgroup float *tgm, uint3 l
     for (int i = 0; i < MD_MTL_MM_RM; i++)
         for (int j = 0; j < MD_MTL_MM_RN; j++) acc[i][j] = 0.0f;
     for (int k0 = 0; k0 < op.K; k0 += MD_MTL_MM_BK) {
-        for (int idx = t; idx < MD_MTL_MM_BM * MD_MTL_MM_BK; idx += MD_MTL_MM_NT) {
-            int mm = idx / MD_MTL_MM_BK, kk = idx % MD_MTL_MM_BK;
-            int gm = m0 + mm, gk = k0 + kk;
-            As[kk * MD_MTL_MM_BM + mm] = (gm < op.M && gk < op.K) ? op.a(gm, gk) : 0.0f;
-        }
-        for (int idx = t; idx < MD_MTL_MM_BN * MD_MTL_MM_BK; idx += MD_MTL_MM_NT) {
-            int kk = idx / MD_MTL_MM_BN, nn = idx % MD_MTL_MM_BN;
-            int gk = k0 + kk, gn = n0 + nn;
-            Bs[kk * MD_MTL_MM_BN + nn] = (gk < op.K && gn < op.N) ? op.b(gk, gn) : 0.0f;
-        }
+        md_mtl_mm_load_tiles(op, As, 1, MD_MTL_MM_BM, Bs, m0, n0, k0, t);
         threadgroup_barrier(mem_flags::mem_threadgroup);
         for (int kk = 0; kk < MD_MTL_MM_BK; kk++) {
             float av[MD_MTL_MM_RM], bv[MD_MTL_MM_RN];
@@ -200,16 +211,7 @@ inline void md_mtl_tiled_mm_sg(thread const Op &op, threadgroup float *tgm, uint
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 2; j++) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
     for (int k0 = 0; k0 < op.K; k0 += MD_MTL_MM_BK) {
-        for (int idx = t; idx < MD_MTL_MM_BM * MD_MTL_MM_BK; idx += MD_MTL_MM_NT) {
-            int mm = idx / MD_MTL_MM_BK, kk = idx % MD_MTL_MM_BK;
-            int gm = m0 + mm, gk = k0 + kk;
-            As[mm * MD_MTL_MM_BK + kk] = (gm < op.M && gk < op.K) ? op.a(gm, gk) : 0.0f;
-        }
-        for (int idx = t; idx < MD_MTL_MM_BN * MD_MTL_MM_BK; idx += MD_MTL_MM_NT) {
-            int kk = idx / MD_MTL_MM_BN, nn = idx % MD_MTL_MM_BN;
-            int gk = k0 + kk, gn = n0 + nn;
-            Bs[kk * MD_MTL_MM_BN + nn] = (gk < op.K && gn < op.N) ? op.b(gk, gn) : 0.0f;
-        }
+        md_mtl_mm_load_tiles(op, As, MD_MTL_MM_BK, 1, Bs, m0, n0, k0, t);
         threadgroup_barrier(mem_flags::mem_threadgroup);
         for (int k8 = 0; k8 < MD_MTL_MM_BK; k8 += 8) {
             simdgroup_float8x8 a[4], b[2];

@@ -493,23 +493,24 @@ static void metal_free(md_device *dev, void *ptr, size_t bytes)
     s->nbufs--;
 }
 
-/* Host copies on unified memory, after the GPU is done with the buffers. */
-static md_status metal_upload(md_device *dev, void *dst, const void *src, size_t bytes)
+/* Host copies on unified memory, after the GPU is done with the buffers;
+ * `refusal` says why one cannot be part of a captured step. */
+static md_status host_copy(md_device *dev, void *dst, const void *src, size_t bytes, const char *refusal)
 {
-    if (state_of(dev)->capturing)
-        return md_errf(MD_ERR_UNSUPPORTED, "metal: host uploads cannot be captured (write batches before the step)");
+    if (state_of(dev)->capturing) return md_errf(MD_ERR_UNSUPPORTED, "metal: %s", refusal);
     MD_TRY(metal_sync(dev));
     memcpy(dst, src, bytes);
     return MD_OK;
 }
 
+static md_status metal_upload(md_device *dev, void *dst, const void *src, size_t bytes)
+{
+    return host_copy(dev, dst, src, bytes, "host uploads cannot be captured (write batches before the step)");
+}
+
 static md_status metal_download(md_device *dev, void *dst, const void *src, size_t bytes)
 {
-    if (state_of(dev)->capturing)
-        return md_errf(MD_ERR_UNSUPPORTED, "metal: host downloads cannot be captured (read results after the step)");
-    MD_TRY(metal_sync(dev));
-    memcpy(dst, src, bytes);
-    return MD_OK;
+    return host_copy(dev, dst, src, bytes, "host downloads cannot be captured (read results after the step)");
 }
 
 static md_status metal_copy(md_device *dev, void *dst, const void *src, size_t bytes)
@@ -693,35 +694,8 @@ static void metal_graph_destroy(md_device *dev, void *graph)
         return run_plan(dev, md_metal_plan_##op(a, &p), &p);                     \
     }
 
-MD_METAL_KERNEL(gemm, md_gemm_args)
-MD_METAL_KERNEL(conv2d_fwd, md_conv2d_args)
-MD_METAL_KERNEL(conv2d_bwd_data, md_conv2d_args)
-MD_METAL_KERNEL(conv2d_bwd_filter, md_conv2d_args)
-MD_METAL_KERNEL(batchnorm_fwd, md_batchnorm_args)
-MD_METAL_KERNEL(batchnorm_bwd, md_batchnorm_args)
-MD_METAL_KERNEL(act_fwd, md_act_args)
-MD_METAL_KERNEL(act_bwd, md_act_args)
-MD_METAL_KERNEL(pool2d_fwd, md_pool2d_args)
-MD_METAL_KERNEL(pool2d_bwd, md_pool2d_args)
-MD_METAL_KERNEL(gap_fwd, md_gap_args)
-MD_METAL_KERNEL(gap_bwd, md_gap_args)
-MD_METAL_KERNEL(bias_add, md_bias_args)
-MD_METAL_KERNEL(bias_grad, md_bias_args)
-MD_METAL_KERNEL(dropout_fwd, md_dropout_args)
-MD_METAL_KERNEL(dropout_bwd, md_dropout_args)
-MD_METAL_KERNEL(ew, md_ew_args)
-MD_METAL_KERNEL(reduce, md_reduce_args)
-MD_METAL_KERNEL(chslice, md_chslice_args)
-MD_METAL_KERNEL(xent, md_xent_args)
-MD_METAL_KERNEL(cast, md_cast_args)
-MD_METAL_KERNEL(permute, md_permute_args)
-MD_METAL_KERNEL(optim, md_optim_args)
-MD_METAL_KERNEL(layernorm_fwd, md_layernorm_args)
-MD_METAL_KERNEL(layernorm_bwd, md_layernorm_args)
-MD_METAL_KERNEL(softmax_fwd, md_softmax_args)
-MD_METAL_KERNEL(softmax_bwd, md_softmax_args)
-MD_METAL_KERNEL(attn_fwd, md_attn_args)
-MD_METAL_KERNEL(attn_bwd, md_attn_args)
+MD_METAL_PLANNED_KERNELS(MD_METAL_KERNEL)
+#define MD_METAL_TABLE_ENTRY(op, argtype) .op = metal_##op,
 
 static const struct md_backend_ops metal_ops = {
     .api_version = MD_BACKEND_API_VERSION,
@@ -746,37 +720,7 @@ static const struct md_backend_ops metal_ops = {
     .capture_end = metal_capture_end,
     .graph_launch = metal_graph_launch,
     .graph_destroy = metal_graph_destroy,
-    .kernels = {
-        .gemm = metal_gemm,
-        .conv2d_fwd = metal_conv2d_fwd,
-        .conv2d_bwd_data = metal_conv2d_bwd_data,
-        .conv2d_bwd_filter = metal_conv2d_bwd_filter,
-        .batchnorm_fwd = metal_batchnorm_fwd,
-        .batchnorm_bwd = metal_batchnorm_bwd,
-        .act_fwd = metal_act_fwd,
-        .act_bwd = metal_act_bwd,
-        .pool2d_fwd = metal_pool2d_fwd,
-        .pool2d_bwd = metal_pool2d_bwd,
-        .gap_fwd = metal_gap_fwd,
-        .gap_bwd = metal_gap_bwd,
-        .bias_add = metal_bias_add,
-        .bias_grad = metal_bias_grad,
-        .dropout_fwd = metal_dropout_fwd,
-        .dropout_bwd = metal_dropout_bwd,
-        .ew = metal_ew,
-        .reduce = metal_reduce,
-        .chslice = metal_chslice,
-        .xent = metal_xent,
-        .cast = metal_cast,
-        .permute = metal_permute,
-        .optim = metal_optim,
-        .layernorm_fwd = metal_layernorm_fwd,
-        .layernorm_bwd = metal_layernorm_bwd,
-        .softmax_fwd = metal_softmax_fwd,
-        .softmax_bwd = metal_softmax_bwd,
-        .attn_fwd = metal_attn_fwd,
-        .attn_bwd = metal_attn_bwd,
-    },
+    .kernels = {MD_METAL_PLANNED_KERNELS(MD_METAL_TABLE_ENTRY)},
 };
 
 static const struct md_backend_ops *metal_ops_ptr(void) { return &metal_ops; }

@@ -72,6 +72,41 @@ md_status md_metal_plan_softmax_fwd(const struct md_softmax_args *a, struct md_m
 md_status md_metal_plan_softmax_bwd(const struct md_softmax_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_attn_fwd(const struct md_attn_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_attn_bwd(const struct md_attn_args *a, struct md_metal_plan *p);
+
+/* Every kernel table entry the Metal backends plan, as X(entry, argument
+ * struct), in the table's order: the real and the simulated backend each
+ * define their wrappers and fill their table from this one list. */
+#define MD_METAL_PLANNED_KERNELS(X) \
+    X(gemm, md_gemm_args) \
+    X(conv2d_fwd, md_conv2d_args) \
+    X(conv2d_bwd_data, md_conv2d_args) \
+    X(conv2d_bwd_filter, md_conv2d_args) \
+    X(batchnorm_fwd, md_batchnorm_args) \
+    X(batchnorm_bwd, md_batchnorm_args) \
+    X(act_fwd, md_act_args) \
+    X(act_bwd, md_act_args) \
+    X(pool2d_fwd, md_pool2d_args) \
+    X(pool2d_bwd, md_pool2d_args) \
+    X(gap_fwd, md_gap_args) \
+    X(gap_bwd, md_gap_args) \
+    X(bias_add, md_bias_args) \
+    X(bias_grad, md_bias_args) \
+    X(dropout_fwd, md_dropout_args) \
+    X(dropout_bwd, md_dropout_args) \
+    X(ew, md_ew_args) \
+    X(reduce, md_reduce_args) \
+    X(chslice, md_chslice_args) \
+    X(xent, md_xent_args) \
+    X(cast, md_cast_args) \
+    X(permute, md_permute_args) \
+    X(optim, md_optim_args) \
+    X(layernorm_fwd, md_layernorm_args) \
+    X(layernorm_bwd, md_layernorm_args) \
+    X(softmax_fwd, md_softmax_args) \
+    X(softmax_bwd, md_softmax_args) \
+    X(attn_fwd, md_attn_args) \
+    X(attn_bwd, md_attn_args)
+
 /* The empty kernel event timestamps ride on. */
 void md_metal_plan_noop(struct md_metal_plan *p);
 

@@ -46,34 +46,35 @@ static const char *model_head =
 static const char *model_tail =
     "{\"type\": \"global_avgpool\"}, {\"type\": \"flatten\"}, {\"type\": \"linear\", \"out\": 10}]}\n";
 
-static char *write_model(const char *dir, const char *blocks, const char *layers)
+/* run_capped on `--model` of a model.json made of `blocks` (the "blocks"
+ * member and its comma, or "") and the first `layers` (each followed by ", "). */
+static int run_model(const char *blocks, const char *layers, int seconds, char **err)
 {
+    char *dir = th_tmpdir();
     size_t n = strlen(model_head) + strlen(blocks) + strlen(layers) + strlen(model_tail) + 64;
     char *text = malloc(n);
     snprintf(text, n, "%s%s\"layers\": [%s%s", model_head, blocks, layers, model_tail);
-    char *p = th_write(dir, "model.json", text);
+    char *p = th_write(dir, "model.json", text), args[1200];
+    snprintf(args, sizeof args, "--model %s", p);
+    int rc = run_capped(args, seconds, err);
     free(text);
-    return p;
+    free(p);
+    th_rmtree(dir);
+    free(dir);
+    return rc;
 }
 
 /* The config a fuzzer found: the second "out" is a block parameter. */
 Test(config_safety, duplicate_key_with_param_reference_fails_at_once, .timeout = 60)
 {
-    char *dir = th_tmpdir();
-    char *p = write_model(dir,
-                          "\"blocks\": {\"b\": {\"params\": {\"n\": 8}, \"layers\": [{\"type\": \"conv2d\", "
-                          "\"out\": 4, \"out\": \"$n\", \"kernel\": 3}]}},\n",
-                          "{\"type\": \"b\"}, ");
-    char args[1200], *err = NULL;
-    snprintf(args, sizeof args, "--model %s", p);
-    int rc = run_capped(args, 20, &err);
+    char *err = NULL;
+    int rc = run_model("\"blocks\": {\"b\": {\"params\": {\"n\": 8}, \"layers\": [{\"type\": \"conv2d\", "
+                       "\"out\": 4, \"out\": \"$n\", \"kernel\": 3}]}},\n",
+                       "{\"type\": \"b\"}, ", 20, &err);
     cr_expect_eq(rc, 3, "exit %d (137: killed after hanging): %s", rc, err);
     cr_expect(strstr(err, "blocks.b.layers[0].out") && strstr(err, "appears twice"), "%s", err);
     cr_expect(strstr(err, "model.json"), "names the file: %s", err);
     free(err);
-    free(p);
-    th_rmtree(dir);
-    free(dir);
 }
 
 Test(config_safety, parser_names_the_path_of_a_duplicate_key)
@@ -181,20 +182,13 @@ static md_status load_text(const char *text, md_model **m)
 /* Blocks that repeat blocks: 10^4 x 10^4 x 10^4 layers. */
 Test(config_safety, expansion_is_capped_in_layers, .timeout = 60)
 {
-    char *dir = th_tmpdir();
-    char *p = write_model(dir,
-                          "\"blocks\": {\"a\": {\"layers\": [{\"type\": \"relu\", \"repeat\": 10000}]},\n"
-                          "  \"b\": {\"layers\": [{\"type\": \"a\", \"repeat\": 10000}]}},\n",
-                          "{\"type\": \"b\", \"repeat\": 10000}, ");
-    char args[1200], *err = NULL;
-    snprintf(args, sizeof args, "--model %s", p);
-    int rc = run_capped(args, 30, &err);
+    char *err = NULL;
+    int rc = run_model("\"blocks\": {\"a\": {\"layers\": [{\"type\": \"relu\", \"repeat\": 10000}]},\n"
+                       "  \"b\": {\"layers\": [{\"type\": \"a\", \"repeat\": 10000}]}},\n",
+                       "{\"type\": \"b\", \"repeat\": 10000}, ", 30, &err);
     cr_expect_eq(rc, 3, "exit %d (137: killed: took too long or too much memory): %s", rc, err);
     cr_expect(strstr(err, "model.json") && strstr(err, "layers") && strstr(err, "more than"), "%s", err);
     free(err);
-    free(p);
-    th_rmtree(dir);
-    free(dir);
 }
 
 /* Parameters no machine holds, and products that overflow 64 bits. */

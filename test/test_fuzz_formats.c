@@ -7,19 +7,7 @@
 
 #include "fuzz/fuzz_formats.h"
 #include "fuzz/fuzz_one.h"
-
-static void smoke(int (*target)(const uint8_t *, size_t), const uint8_t *seed, size_t n, size_t from, uint64_t rs,
-                  int iters)
-{
-    static uint8_t buf[1 << 16];
-    cr_assert(n > 0 && n + 1024 < sizeof buf);
-    target(seed, n);
-    for (int i = 0; i < iters; i++) {
-        size_t m = md_fuzz_mutate(seed, n, i % 2 ? from : 0, buf, n + 1024, &rs);
-        target(buf, m);
-    }
-    target(seed, 0);
-}
+#include "helpers_fuzz.h"
 
 Test(fuzz_smoke, safetensors)
 {
@@ -32,8 +20,8 @@ Test(fuzz_smoke, safetensors)
     cr_assert_eq(md_ckpt_meta_read(f, &lim, &m), MD_OK, "the seed's metadata passes: %s", md_errmsg());
     md_ckpt_meta_free(&m);
     md_st_close(f);
-    smoke(md_fuzz_safetensors, s, n, 0, 0x2468, 4000);
-    smoke(md_fuzz_safetensors, s, n, 8, 0x1359, 4000); /* the length kept */
+    th_fuzz_smoke(md_fuzz_safetensors, s, n, 0, 0x2468, 4000);
+    th_fuzz_smoke(md_fuzz_safetensors, s, n, 8, 0x1359, 4000); /* the length kept */
 }
 
 Test(fuzz_smoke, model_config, .timeout = 120)
@@ -46,5 +34,5 @@ Test(fuzz_smoke, model_config, .timeout = 120)
     cr_assert_eq(md_model_load("seed", j, NULL, &m), MD_OK, "the seed loads: %s", md_errmsg());
     md_model_free(m);
     cJSON_Delete(j);
-    smoke(md_fuzz_model, s, n, 0, 0x7531, 1500);
+    th_fuzz_smoke(md_fuzz_model, s, n, 0, 0x7531, 1500);
 }

@@ -116,67 +116,74 @@ Test(metal_check, api_real_sources_agree)
     free(rep);
 }
 
-Test(metal_check, api_wrong_selector_fails)
+/* One deliberate mistake: the first `from` in `file` replaced by `to`; the
+ * check must find problems and report every `expect` line. */
+struct mistake {
+    const char *file, *from, *to;
+    const char *expect[2];
+};
+
+/* Runs the check `mk->file` belongs to with the mutated copy in its place:
+ * the API check for metal_backend.m and MetalDecls.h, else the MSL check (a
+ * shader, or the host plan PLAN). */
+static void expect_mistakes(const struct mistake *ms, size_t n)
 {
-    char *dir = th_tmpdir(), *rep;
-    char *m = mutate(dir, BACKEND_M, "newBufferWithLength:bytes options:", "newBufferWithSize:bytes options:");
-    cr_assert_gt(api(m, DECLS, &rep), 0);
-    cr_assert(strstr(rep, "-[MTLDevice newBufferWithSize:options:] is not in Apple's API"), "%s", rep);
-    free(rep);
-    free(m);
-    /* a selector that exists, sent to the wrong class */
-    m = mutate(dir, BACKEND_M, "[cb commit];", "[cb endEncoding];");
-    cr_assert_gt(api(m, DECLS, &rep), 0);
-    cr_assert(strstr(rep, "-[MTLCommandBuffer endEncoding]"), "%s", rep);
-    free(rep);
-    free(m);
+    char *dir = th_tmpdir();
+    for (size_t i = 0; i < n; i++) {
+        const struct mistake *mk = &ms[i];
+        struct md_mchk_msl_stats st;
+        char *rep, *copy = mutate(dir, mk->file, mk->from, mk->to);
+        int problems;
+        if (!strcmp(mk->file, BACKEND_M))
+            problems = api(copy, DECLS, &rep);
+        else if (!strcmp(mk->file, DECLS))
+            problems = api(BACKEND_M, copy, &rep);
+        else if (!strcmp(mk->file, PLAN))
+            problems = msl(copy, NULL, NULL, &rep, &st);
+        else
+            problems = msl(PLAN, mk->file, copy, &rep, &st);
+        cr_assert_gt(problems, 0, "%s: '%s' -> '%s' went unnoticed", mk->file, mk->from, mk->to);
+        for (int e = 0; e < 2 && mk->expect[e]; e++) cr_assert(strstr(rep, mk->expect[e]), "%s", rep);
+        free(rep);
+        free(copy);
+    }
     th_rmtree(dir);
     free(dir);
+}
+
+Test(metal_check, api_wrong_selector_fails)
+{
+    static const struct mistake ms[] = {
+        {BACKEND_M, "newBufferWithLength:bytes options:", "newBufferWithSize:bytes options:",
+         {"-[MTLDevice newBufferWithSize:options:] is not in Apple's API"}},
+        /* a selector that exists, sent to the wrong class */
+        {BACKEND_M, "[cb commit];", "[cb endEncoding];", {"-[MTLCommandBuffer endEncoding]"}},
+    };
+    expect_mistakes(ms, sizeof ms / sizeof *ms);
 }
 
 Test(metal_check, api_wrong_property_and_constant_fail)
 {
-    char *dir = th_tmpdir(), *rep;
-    char *m = mutate(dir, BACKEND_M, "d.hasUnifiedMemory", "d.unifiedMemory");
-    cr_assert_gt(api(m, DECLS, &rep), 0);
-    cr_assert(strstr(rep, "property MTLDevice.unifiedMemory"), "%s", rep);
-    free(rep);
-    free(m);
-    m = mutate(dir, BACKEND_M, "MTLGPUFamilyMetal3", "MTLGPUFamilyMetal4");
-    cr_assert_gt(api(m, DECLS, &rep), 0);
-    cr_assert(strstr(rep, "MTLGPUFamilyMetal4 is not a name of Apple's API"), "%s", rep);
-    free(rep);
-    free(m);
-    /* a readonly property assigned */
-    m = mutate(dir, BACKEND_M, "opts.fastMathEnabled = NO;", "opts.fastMathEnabled = NO; s.device.name = nil;");
-    cr_assert_gt(api(m, DECLS, &rep), 0);
-    cr_assert(strstr(rep, "MTLDevice.name is readonly"), "%s", rep);
-    free(rep);
-    free(m);
-    th_rmtree(dir);
-    free(dir);
+    static const struct mistake ms[] = {
+        {BACKEND_M, "d.hasUnifiedMemory", "d.unifiedMemory", {"property MTLDevice.unifiedMemory"}},
+        {BACKEND_M, "MTLGPUFamilyMetal3", "MTLGPUFamilyMetal4", {"MTLGPUFamilyMetal4 is not a name of Apple's API"}},
+        /* a readonly property assigned */
+        {BACKEND_M, "opts.fastMathEnabled = NO;", "opts.fastMathEnabled = NO; s.device.name = nil;",
+         {"MTLDevice.name is readonly"}},
+    };
+    expect_mistakes(ms, sizeof ms / sizeof *ms);
 }
 
 Test(metal_check, api_wrong_declarations_fail)
 {
-    char *dir = th_tmpdir(), *rep;
-    char *d = mutate(dir, DECLS, "offset:(NSUInteger)offset atIndex", "offset:(NSInteger)offset atIndex");
-    cr_assert_gt(api(BACKEND_M, d, &rep), 0);
-    cr_assert(strstr(rep, "setBuffer:offset:atIndex:] takes (MTLBuffer*,NSInteger,NSUInteger) here"), "%s", rep);
-    free(rep);
-    free(d);
-    d = mutate(dir, DECLS, "MTLGPUFamilyApple9 = 1009", "MTLGPUFamilyApple9 = 1010");
-    cr_assert_gt(api(BACKEND_M, d, &rep), 0);
-    cr_assert(strstr(rep, "MTLGPUFamilyApple9 is 1010 here but 1009"), "%s", rep);
-    free(rep);
-    free(d);
-    d = mutate(dir, DECLS, "- (void)commit;", "- (void)commitAndWait;");
-    cr_assert_gt(api(BACKEND_M, d, &rep), 0);
-    cr_assert(strstr(rep, "-[MTLCommandBuffer commitAndWait] is declared here but is not in Apple's API"), "%s", rep);
-    free(rep);
-    free(d);
-    th_rmtree(dir);
-    free(dir);
+    static const struct mistake ms[] = {
+        {DECLS, "offset:(NSUInteger)offset atIndex", "offset:(NSInteger)offset atIndex",
+         {"setBuffer:offset:atIndex:] takes (MTLBuffer*,NSInteger,NSUInteger) here"}},
+        {DECLS, "MTLGPUFamilyApple9 = 1009", "MTLGPUFamilyApple9 = 1010", {"MTLGPUFamilyApple9 is 1010 here but 1009"}},
+        {DECLS, "- (void)commit;", "- (void)commitAndWait;",
+         {"-[MTLCommandBuffer commitAndWait] is declared here but is not in Apple's API"}},
+    };
+    expect_mistakes(ms, sizeof ms / sizeof *ms);
 }
 
 /* ---- the MSL check ---------------------------------------------------------------- */
@@ -195,68 +202,35 @@ Test(metal_check, msl_real_sources_pass)
 
 Test(metal_check, msl_wrong_buffer_index_fails)
 {
-    char *dir = th_tmpdir(), *rep;
-    struct md_mchk_msl_stats st;
-    char *s = mutate(dir, "metal/eltwise.metal", "device const float *scale [[buffer(4)]]",
-                     "device const float *scale [[buffer(5)]]");
-    cr_assert_gt(msl(PLAN, "metal/eltwise.metal", s, &rep, &st), 0);
-    cr_assert(strstr(rep, "md_mtl_ew: [[buffer(4)]] is missing"), "%s", rep);
-    cr_assert(strstr(rep, "md_ew_<type> binds buffers 1..4 but kernel md_mtl_ew"), "%s", rep);
-    free(rep);
-    free(s);
-    s = mutate(dir, "metal/gemm.metal", "*c [[buffer(3)]]", "*c [[buffer(2)]]");
-    cr_assert_gt(msl(PLAN, "metal/gemm.metal", s, &rep, &st), 0);
-    cr_assert(strstr(rep, "md_mtl_gemm: [[buffer(2)]] is used twice"), "%s", rep);
-    free(rep);
-    free(s);
-    th_rmtree(dir);
-    free(dir);
+    static const struct mistake ms[] = {
+        {"metal/eltwise.metal", "device const float *scale [[buffer(4)]]", "device const float *scale [[buffer(5)]]",
+         {"md_mtl_ew: [[buffer(4)]] is missing", "md_ew_<type> binds buffers 1..4 but kernel md_mtl_ew"}},
+        {"metal/gemm.metal", "*c [[buffer(3)]]", "*c [[buffer(2)]]", {"md_mtl_gemm: [[buffer(2)]] is used twice"}},
+    };
+    expect_mistakes(ms, sizeof ms / sizeof *ms);
 }
 
 Test(metal_check, msl_host_binding_mismatch_fails)
 {
-    char *dir = th_tmpdir(), *rep;
-    struct md_mchk_msl_stats st;
-    char *p = mutate(dir, PLAN, "BIND(d, a->x, a->y, a->mask);", "BIND(d, a->x, a->y);");
-    cr_assert_gt(msl(p, NULL, NULL, &rep, &st), 0);
-    cr_assert(strstr(rep, "md_dropout_fwd_<type> binds buffers 1..2 but kernel md_mtl_dropout_fwd"), "%s", rep);
-    free(rep);
-    free(p);
-    p = mutate(dir, PLAN, "d->tg_mem = MD_MTL_MM_TGMEM;", "d->tg_mem = MD_MTL_MM_TGMEM * 4;");
-    cr_assert_gt(msl(p, NULL, NULL, &rep, &st), 0);
-    cr_assert(strstr(rep, "is 65536 bytes, over Apple's 32768"), "%s", rep);
-    free(rep);
-    free(p);
-    th_rmtree(dir);
-    free(dir);
+    static const struct mistake ms[] = {
+        {PLAN, "BIND(d, a->x, a->y, a->mask);", "BIND(d, a->x, a->y);",
+         {"md_dropout_fwd_<type> binds buffers 1..2 but kernel md_mtl_dropout_fwd"}},
+        {PLAN, "d->tg_mem = MD_MTL_MM_TGMEM;", "d->tg_mem = MD_MTL_MM_TGMEM * 4;", {"is 65536 bytes, over Apple's 32768"}},
+    };
+    expect_mistakes(ms, sizeof ms / sizeof *ms);
 }
 
 Test(metal_check, msl_language_rules_fail)
 {
-    char *dir = th_tmpdir(), *rep;
-    struct md_mchk_msl_stats st;
-    char *s = mutate(dir, "metal/loss.metal", "device const int *labels", "const int *labels");
-    cr_assert_gt(msl(PLAN, "metal/loss.metal", s, &rep, &st), 0);
-    cr_assert(strstr(rep, "is a pointer or reference without an address space"), "%s", rep);
-    free(rep);
-    free(s);
-    s = mutate(dir, "metal/loss.metal", "float loss = 0.0f", "double loss = 0.0");
-    cr_assert_gt(msl(PLAN, "metal/loss.metal", s, &rep, &st), 0);
-    cr_assert(strstr(rep, "double: Apple GPUs have no double precision"), "%s", rep);
-    cr_assert(strstr(rep, "floating literal 0.0 without an f suffix"), "%s", rep);
-    free(rep);
-    free(s);
-    s = mutate(dir, "metal/md_metal_common.h", "    float z = fabs(x);",
-               "    float z = fabs(x);\n    if (z > 1e30f) return md_mtl_erfc(x - 1.0f);");
-    cr_assert_gt(msl(PLAN, "metal/md_metal_common.h", s, &rep, &st), 0);
-    cr_assert(strstr(rep, "recursion (MSL has none): md_mtl_erfc -> md_mtl_erfc"), "%s", rep);
-    free(rep);
-    free(s);
-    s = mutate(dir, "metal/loss.metal", "float loss = 0.0f", "bfloat loss = 0.0f");
-    cr_assert_gt(msl(PLAN, "metal/loss.metal", s, &rep, &st), 0);
-    cr_assert(strstr(rep, "bfloat needs MSL 3.1"), "%s", rep);
-    free(rep);
-    free(s);
-    th_rmtree(dir);
-    free(dir);
+    static const struct mistake ms[] = {
+        {"metal/loss.metal", "device const int *labels", "const int *labels",
+         {"is a pointer or reference without an address space"}},
+        {"metal/loss.metal", "float loss = 0.0f", "double loss = 0.0",
+         {"double: Apple GPUs have no double precision", "floating literal 0.0 without an f suffix"}},
+        {"metal/md_metal_common.h", "    float z = fabs(x);",
+         "    float z = fabs(x);\n    if (z > 1e30f) return md_mtl_erfc(x - 1.0f);",
+         {"recursion (MSL has none): md_mtl_erfc -> md_mtl_erfc"}},
+        {"metal/loss.metal", "float loss = 0.0f", "bfloat loss = 0.0f", {"bfloat needs MSL 3.1"}},
+    };
+    expect_mistakes(ms, sizeof ms / sizeof *ms);
 }

@@ -24,50 +24,47 @@ static void no_percent_above_100(const char *s)
     }
 }
 
-Test(peak, generic_gemm_is_no_bound_the_fma_rate_is)
+/* md_bench_peak_ref(achieved, gemm, fma): the figure chosen as the
+ * reference (basis NULL and fraction NAN: none bounds the rate), and words
+ * the text must contain; no text ever shows a ratio above 100%. */
+Test(peak, reference_is_the_figure_that_bounds_the_rate)
 {
-    struct md_peak_ref r;
-    /* 16 cores, OpenBLAS generic kernels at 10 GFLOP/s, convolutions at 38.8 */
-    md_bench_peak_ref(38.8, 10.0, 2000.0, &r);
-    cr_assert_str_eq(r.basis, "fma");
-    cr_assert_float_eq(r.gflops, 2000.0, 1e-9);
-    cr_assert_float_eq(r.fraction, 38.8 / 2000.0, 1e-12);
-    cr_assert(strstr(r.text, "FMA") && strstr(r.text, "GEMM"), "%s", r.text);
-    no_percent_above_100(r.text);
-}
-
-Test(peak, gemm_above_a_low_fma_figure_is_the_reference)
-{
-    struct md_peak_ref r;
-    md_bench_peak_ref(350.0, 400.0, 300.0, &r);
-    cr_assert_str_eq(r.basis, "gemm");
-    cr_assert_float_eq(r.fraction, 350.0 / 400.0, 1e-12);
-    no_percent_above_100(r.text);
-}
-
-Test(peak, gpu_without_fma_figure_keeps_the_gemm_reference)
-{
-    struct md_peak_ref r;
-    md_bench_peak_ref(34.97, 46.7, 0, &r);
-    cr_assert_str_eq(r.basis, "gemm");
-    cr_assert_float_eq(r.fraction, 34.97 / 46.7, 1e-12);
-    cr_assert(strstr(r.text, "of the measured 46.7 GFLOP/s GEMM peak"), "%s", r.text);
-}
-
-Test(peak, rate_above_every_figure_gets_no_ratio)
-{
-    struct md_peak_ref r;
-    md_bench_peak_ref(388.0, 100.0, 0, &r); /* a GPU whose GEMM ran slow */
-    cr_assert(isnan(r.fraction));
-    cr_assert_null(r.basis);
-    cr_assert(strstr(r.text, "above"), "%s", r.text);
-    no_percent_above_100(r.text);
-    md_bench_peak_ref(388.0, 100.0, 300.0, &r);
-    cr_assert(isnan(r.fraction));
-    no_percent_above_100(r.text);
-    md_bench_peak_ref(5.0, 0, 0, &r);
-    cr_assert(isnan(r.fraction));
-    cr_assert_float_eq(r.gflops, 0, 1e-12);
+    static const struct {
+        double achieved, gemm, fma;
+        const char *basis;
+        double fraction;
+        const char *says[2];
+    } cases[] = {
+        /* 16 cores, OpenBLAS generic kernels at 10 GFLOP/s, convolutions at
+         * 38.8: the generic GEMM is no bound, the FMA rate is */
+        {38.8, 10.0, 2000.0, "fma", 38.8 / 2000.0, {"FMA", "GEMM"}},
+        /* GEMM above a low FMA figure is the reference */
+        {350.0, 400.0, 300.0, "gemm", 350.0 / 400.0, {NULL}},
+        /* a GPU without an FMA figure keeps the GEMM reference */
+        {34.97, 46.7, 0, "gemm", 34.97 / 46.7, {"of the measured 46.7 GFLOP/s GEMM peak"}},
+        /* rates above every figure get no ratio (a GPU whose GEMM ran slow) */
+        {388.0, 100.0, 0, NULL, NAN, {"above"}},
+        {388.0, 100.0, 300.0, NULL, NAN, {NULL}},
+        {5.0, 0, 0, NULL, NAN, {NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct md_peak_ref r;
+        md_bench_peak_ref(cases[i].achieved, cases[i].gemm, cases[i].fma, &r);
+        if (cases[i].basis) {
+            cr_assert(r.basis && !strcmp(r.basis, cases[i].basis), "case %zu: basis %s", i, r.basis ? r.basis : "none");
+            cr_assert_float_eq(r.gflops, !strcmp(cases[i].basis, "fma") ? cases[i].fma : cases[i].gemm, 1e-9);
+            cr_assert_float_eq(r.fraction, cases[i].fraction, 1e-12, "case %zu", i);
+        } else {
+            cr_assert_null(r.basis, "case %zu", i);
+            cr_assert(isnan(r.fraction), "case %zu: fraction %g", i, r.fraction);
+        }
+        for (int k = 0; k < 2 && cases[i].says[k]; k++)
+            cr_assert(strstr(r.text, cases[i].says[k]), "case %zu: %s", i, r.text);
+        no_percent_above_100(r.text);
+    }
+    struct md_peak_ref none; /* nothing measured: no figure at all */
+    md_bench_peak_ref(5.0, 0, 0, &none);
+    cr_assert_float_eq(none.gflops, 0, 1e-12);
 }
 
 /* The whole benchmark with OpenBLAS forced onto its SSE3 kernels: the

@@ -178,31 +178,29 @@ static int is_ancestor(struct ctx *c, const char *anc, const char *cls)
     return 0;
 }
 
-/* The method `sel` of kind '+'/'-' on cls or an ancestor. */
-static struct fact *find_method(struct ctx *c, const char *cls, char kind, const char *sel)
+/* The fact of type `what` ("method" or "property") named `name`, of kind
+ * '+'/'-', on cls or an ancestor. */
+static struct fact *find_member(struct ctx *c, const char *what, const char *cls, char kind, const char *name)
 {
     char k[2] = {kind, 0};
     for (int depth = 0; cls && depth < 32; depth++, cls = super_of(c, cls))
         for (int i = 0; i < c->nfacts; i++) {
             struct fact *f = &c->facts[i];
-            if (!strcmp(f->f[0], "method") && !strcmp(fld(f, 1), cls) && !strcmp(fld(f, 2), k) &&
-                !strcmp(fld(f, 3), sel))
+            if (!strcmp(f->f[0], what) && !strcmp(fld(f, 1), cls) && !strcmp(fld(f, 2), k) &&
+                !strcmp(fld(f, 3), name))
                 return f;
         }
     return NULL;
 }
 
+static struct fact *find_method(struct ctx *c, const char *cls, char kind, const char *sel)
+{
+    return find_member(c, "method", cls, kind, sel);
+}
+
 static struct fact *find_property(struct ctx *c, const char *cls, char kind, const char *name)
 {
-    char k[2] = {kind, 0};
-    for (int depth = 0; cls && depth < 32; depth++, cls = super_of(c, cls))
-        for (int i = 0; i < c->nfacts; i++) {
-            struct fact *f = &c->facts[i];
-            if (!strcmp(f->f[0], "property") && !strcmp(fld(f, 1), cls) && !strcmp(fld(f, 2), k) &&
-                !strcmp(fld(f, 3), name))
-                return f;
-        }
-    return NULL;
+    return find_member(c, "property", cls, kind, name);
 }
 
 /* A class having `sel` (for the message naming where it does exist). */

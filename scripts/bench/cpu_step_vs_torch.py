@@ -14,89 +14,20 @@ fp32, and prints each tensor's error (loss, logits, every gradient) for
 mpsdiag and for PyTorch fp32 (exit 1 when mpsdiag's is more than 4x
 PyTorch's and above 1e-4)."""
 import json
+import os
 import sys
 import time
-
-import struct
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-class SmallCNN(nn.Module):
-    """configs/models/small_cnn.json, with the same parameter names."""
-
-    def __init__(self, classes=10, p=0.25):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(32)
-        self.conv2 = nn.Conv2d(32, 64, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(64)
-        self.fc1 = nn.Linear(3136, 128)
-        self.dropout = nn.Dropout(p)
-        self.fc2 = nn.Linear(128, classes)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
-        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
-        return self.fc2(self.dropout(F.relu(self.fc1(torch.flatten(x, 1)))))
-
-
-class Basic(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + (self.downsample(x) if self.downsample is not None else x))
-
-
-class ResNet18Cifar(nn.Module):
-    """configs/models/resnet18_cifar.json, with the same parameter names."""
-
-    def __init__(self, classes=100):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        cin = 64
-        for i, (cout, stride) in enumerate(((64, 1), (128, 2), (256, 2), (512, 2))):
-            setattr(self, "layer%d" % (i + 1), nn.Sequential(Basic(cin, cout, stride), Basic(cout, cout, 1)))
-            cin = cout
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_models import ResNet18Cifar, SmallCNN, st_read  # noqa: E402  (the configs' architectures)
 
 
 MODELS = {"small_cnn": (SmallCNN, (1, 28, 28), 10, 421738),
           "resnet18_cifar": (ResNet18Cifar, (3, 32, 32), 100, 11220132)}
-
-
-def read_safetensors(path):
-    import numpy as np
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    types = {"F32": np.float32, "I32": np.int32}
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        b, e = v["data_offsets"]
-        a = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=types[v["dtype"]]).reshape(v["shape"])
-        out[k] = torch.from_numpy(a.copy())
-    return out
 
 
 def run_step(name, t, smoothing, dtype):
@@ -134,7 +65,7 @@ def check_dump(path, name, smoothing):
     ReLU masks near 0) amplify, so mpsdiag passes when its error is within
     a few times PyTorch's own fp32 error (or below 1e-4 of the tensor's
     largest value)."""
-    t = read_safetensors(path)
+    t, _ = st_read(path)
     ref = run_step(name, t, smoothing, torch.float64)
     f32 = run_step(name, t, smoothing, torch.float32)
     bad = 0

@@ -101,6 +101,8 @@ void md_host_free(md_device *dev, void *ptr, size_t bytes);
 md_status md_host_copy(md_device *dev, void *dst, const void *src, size_t bytes);
 md_status md_host_memset0(md_device *dev, void *dst, size_t bytes);
 md_status md_host_sync(md_device *dev);
+/* Their probe too: built in, always available, one device. */
+void md_host_probe(struct md_probe *out);
 #define MD_HOST_MEMORY_OPS                                                                        \
     .alloc = md_host_alloc, .free = md_host_free, .upload = md_host_copy, .download = md_host_copy, \
     .copy = md_host_copy, .memset0 = md_host_memset0, .sync = md_host_sync

@@ -882,56 +882,56 @@ static void memory_section(md_strbuf *b, const cJSON *r)
     section_close(b);
 }
 
-static void recommendations_section(md_strbuf *b, const cJSON *recs)
+/* `open`, the escaped text and `close`; nothing when text is NULL. */
+static void add_tagged(md_strbuf *b, const char *open, const char *text, const char *close)
 {
-    section_open(b, "recommendations", "Recommendations");
-    if (cJSON_GetArraySize(recs) == 0) md_strbuf_add(b, "<p class=\"dim\">none: nothing measured suggests a change</p>\n");
-    md_strbuf_add(b, "<ol class=\"recs\">\n");
+    if (!text) return;
+    md_strbuf_add(b, open);
+    md_strbuf_add_escaped(b, text);
+    md_strbuf_add(b, close);
+}
+
+/* A section that is one list (`tag` is "ol" or "ul"): `none` stands above
+ * an empty one; `item` writes an element's <li> content. */
+static void list_section(md_strbuf *b, const char *id, const char *title, const cJSON *items, const char *none,
+                         const char *tag, const char *cls, void (*item)(md_strbuf *, const cJSON *))
+{
+    section_open(b, id, title);
+    if (cJSON_GetArraySize(items) == 0) md_strbuf_printf(b, "<p class=\"dim\">%s</p>\n", none);
+    md_strbuf_printf(b, "<%s class=\"%s\">\n", tag, cls);
     const cJSON *e;
-    cJSON_ArrayForEach(e, recs)
+    cJSON_ArrayForEach(e, items)
     {
         md_strbuf_add(b, "<li>");
-        if (cJSON_IsString(e)) {
+        if (cJSON_IsString(e))
             md_strbuf_add_escaped(b, e->valuestring);
-        } else {
-            if (str(e, "topic")) {
-                md_strbuf_add(b, "<b>");
-                md_strbuf_add_escaped(b, str(e, "topic"));
-                md_strbuf_add(b, ":</b> ");
-            }
-            md_strbuf_add_escaped(b, str(e, "advice"));
-            if (str(e, "figure")) {
-                md_strbuf_add(b, "<br><span class=\"fig\">measured: ");
-                md_strbuf_add_escaped(b, str(e, "figure"));
-                md_strbuf_add(b, "</span>");
-            }
-            if (str(e, "source")) {
-                md_strbuf_add(b, " <span class=\"tag\">");
-                md_strbuf_add_escaped(b, str(e, "source"));
-                md_strbuf_add(b, "</span>");
-            }
-        }
+        else
+            item(b, e);
         md_strbuf_add(b, "</li>\n");
     }
-    md_strbuf_add(b, "</ol>\n");
+    md_strbuf_printf(b, "</%s>\n", tag);
     section_close(b);
+}
+
+static void recommendation_item(md_strbuf *b, const cJSON *e)
+{
+    add_tagged(b, "<b>", str(e, "topic"), ":</b> ");
+    md_strbuf_add_escaped(b, str(e, "advice"));
+    add_tagged(b, "<br><span class=\"fig\">measured: ", str(e, "figure"), "</span>");
+    add_tagged(b, " <span class=\"tag\">", str(e, "source"), "</span>");
+}
+
+static void warning_item(md_strbuf *b, const cJSON *e) { md_strbuf_add_escaped(b, str(e, "message")); }
+
+static void recommendations_section(md_strbuf *b, const cJSON *recs)
+{
+    list_section(b, "recommendations", "Recommendations", recs, "none: nothing measured suggests a change", "ol",
+                 "recs", recommendation_item);
 }
 
 static void warnings_section(md_strbuf *b, const cJSON *w)
 {
-    section_open(b, "warnings", "Warnings");
-    if (cJSON_GetArraySize(w) == 0) md_strbuf_add(b, "<p class=\"dim\">none</p>\n");
-    md_strbuf_add(b, "<ul class=\"warn\">\n");
-    const cJSON *e;
-    cJSON_ArrayForEach(e, w)
-    {
-        md_strbuf_add(b, "<li>");
-        if (cJSON_IsString(e)) md_strbuf_add_escaped(b, e->valuestring);
-        else if (str(e, "message")) md_strbuf_add_escaped(b, str(e, "message"));
-        md_strbuf_add(b, "</li>\n");
-    }
-    md_strbuf_add(b, "</ul>\n");
-    section_close(b);
+    list_section(b, "warnings", "Warnings", w, "none", "ul", "warn", warning_item);
 }
 
 static const char css[] =

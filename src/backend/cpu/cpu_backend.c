@@ -9,13 +9,6 @@
 #include "core/platform.h"
 #include "core/timer.h"
 
-static void cpu_probe(struct md_probe *out)
-{
-    out->built = 1;
-    out->available = 1;
-    out->device_count = 1;
-}
-
 static md_status cpu_device_info(int index, struct md_device_info *out)
 {
     (void)index;
@@ -68,7 +61,7 @@ static void cpu_close(md_device *dev)
 static const struct md_backend_ops cpu_ops = {
     .api_version = MD_BACKEND_API_VERSION,
     .name = "cpu",
-    .probe = cpu_probe,
+    .probe = md_host_probe,
     .device_info = cpu_device_info,
     .open = cpu_open,
     .close = cpu_close,

@@ -291,7 +291,7 @@ md_status md_cpu_bias_add(md_device *dev, const struct md_bias_args *a)
     (void)dev;
     MD_TRY(md_cpu_dtype_check("bias_add", a->dtype));
     long long per = (long long)a->c * a->hw;
-    md_parallel_for(a->n, per >= CPU_GRAIN ? 1 : CPU_GRAIN / (per ? per : 1) + 1, bias_add_range, (void *)a);
+    md_parallel_for(a->n, md_cpu_tasks_per_chunk(per, CPU_GRAIN), bias_add_range, (void *)a);
     return MD_OK;
 }
 
@@ -312,7 +312,7 @@ md_status md_cpu_bias_grad(md_device *dev, const struct md_bias_args *a)
     (void)dev;
     MD_TRY(md_cpu_dtype_check("bias_grad", a->dtype));
     long long per = (long long)a->n * a->hw;
-    md_parallel_for(a->c, per >= CPU_GRAIN ? 1 : CPU_GRAIN / (per ? per : 1) + 1, bias_grad_range, (void *)a);
+    md_parallel_for(a->c, md_cpu_tasks_per_chunk(per, CPU_GRAIN), bias_grad_range, (void *)a);
     return MD_OK;
 }
 

@@ -30,42 +30,36 @@
 
 static _Atomic double fma_sink; /* keeps the results alive */
 
-/* acc = acc * m + a converges (m < 1), so nothing overflows or goes denormal. */
-#define STEP12(op)                                                                                  \
-    do {                                                                                            \
-        a0 = op(a0); a1 = op(a1); a2 = op(a2); a3 = op(a3); a4 = op(a4); a5 = op(a5);               \
-        a6 = op(a6); a7 = op(a7); a8 = op(a8); a9 = op(a9); a10 = op(a10); a11 = op(a11);           \
-    } while (0)
+/* Twelve independent chains of vector type `vec`, each `iters` steps of
+ * acc = STEP(acc) (acc * m + c: converges for m < 1, so nothing overflows or
+ * goes denormal), then their sum in `s`. Distinct starts, or the compiler
+ * merges equal chains. */
+#define CHAINS12(vec, set1, add, STEP)                                                                  \
+    vec a0 = set1(0.f), a1 = set1(1.f), a2 = set1(2.f), a3 = set1(3.f), a4 = set1(4.f), a5 = set1(5.f);   \
+    vec a6 = set1(6.f), a7 = set1(7.f), a8 = set1(8.f), a9 = set1(9.f), a10 = set1(10.f), a11 = set1(11.f); \
+    for (long long i = 0; i < iters; i++) {                                                             \
+        a0 = STEP(a0); a1 = STEP(a1); a2 = STEP(a2); a3 = STEP(a3); a4 = STEP(a4); a5 = STEP(a5);         \
+        a6 = STEP(a6); a7 = STEP(a7); a8 = STEP(a8); a9 = STEP(a9); a10 = STEP(a10); a11 = STEP(a11);     \
+    }                                                                                                   \
+    vec s = add(add(add(add(a0, a1), add(a2, a3)), add(add(a4, a5), add(a6, a7))),                    \
+                add(add(a8, a9), add(a10, a11)))
 
 #if MD_FMA_X86
 __attribute__((target("avx512f"))) static double chains_avx512(long long iters)
 {
     const __m512 m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
-    /* distinct starts, or the compiler merges equal chains */
-    __m512 a0 = _mm512_set1_ps(0.f), a1 = _mm512_set1_ps(1.f), a2 = _mm512_set1_ps(2.f), a3 = _mm512_set1_ps(3.f);
-    __m512 a4 = _mm512_set1_ps(4.f), a5 = _mm512_set1_ps(5.f), a6 = _mm512_set1_ps(6.f), a7 = _mm512_set1_ps(7.f);
-    __m512 a8 = _mm512_set1_ps(8.f), a9 = _mm512_set1_ps(9.f), a10 = _mm512_set1_ps(10.f), a11 = _mm512_set1_ps(11.f);
 #define F512(x) _mm512_fmadd_ps(x, m, c)
-    for (long long i = 0; i < iters; i++) STEP12(F512);
+    CHAINS12(__m512, _mm512_set1_ps, _mm512_add_ps, F512);
 #undef F512
-    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
     return (double)_mm512_reduce_add_ps(s);
 }
 
 __attribute__((target("avx2,fma"))) static double chains_avx2(long long iters)
 {
     const __m256 m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
-    __m256 a0 = _mm256_set1_ps(0.f), a1 = _mm256_set1_ps(1.f), a2 = _mm256_set1_ps(2.f), a3 = _mm256_set1_ps(3.f);
-    __m256 a4 = _mm256_set1_ps(4.f), a5 = _mm256_set1_ps(5.f), a6 = _mm256_set1_ps(6.f), a7 = _mm256_set1_ps(7.f);
-    __m256 a8 = _mm256_set1_ps(8.f), a9 = _mm256_set1_ps(9.f), a10 = _mm256_set1_ps(10.f), a11 = _mm256_set1_ps(11.f);
 #define F256(x) _mm256_fmadd_ps(x, m, c)
-    for (long long i = 0; i < iters; i++) STEP12(F256);
+    CHAINS12(__m256, _mm256_set1_ps, _mm256_add_ps, F256);
 #undef F256
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
     float v[8];
     _mm256_storeu_ps(v, s);
     return (double)(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]);
@@ -91,15 +85,15 @@ static double chains_neon(long long iters)
 
 /* Portable fallback: separate multiply and add (2 FLOPs per lane as well). */
 typedef float md_v4f __attribute__((vector_size(16)));
+static inline md_v4f v4_set1(float x) { return (md_v4f){x, x, x, x}; }
 static double chains_generic(long long iters)
 {
-    const md_v4f m = {0.9999f, 0.9999f, 0.9999f, 0.9999f}, c = {1e-4f, 1e-4f, 1e-4f, 1e-4f};
-    md_v4f a0 = {0, 1, 2, 3}, a1 = a0 + 4, a2 = a0 + 8, a3 = a0 + 12, a4 = a0 + 16, a5 = a0 + 20;
-    md_v4f a6 = a0 + 24, a7 = a0 + 28, a8 = a0 + 32, a9 = a0 + 36, a10 = a0 + 40, a11 = a0 + 44;
+    const md_v4f m = v4_set1(0.9999f), c = v4_set1(1e-4f);
 #define FGEN(x) ((x) * m + c)
-    for (long long i = 0; i < iters; i++) STEP12(FGEN);
+#define V4ADD(x, y) ((x) + (y))
+    CHAINS12(md_v4f, v4_set1, V4ADD, FGEN);
+#undef V4ADD
 #undef FGEN
-    md_v4f s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
     return (double)(s[0] + s[1] + s[2] + s[3]);
 }
 

@@ -20,6 +20,13 @@ void md_cpu_unlock(void);
 /* Element-wise grain: chunks this small are not worth a thread. */
 #define CPU_GRAIN 16384
 
+/* Tasks per md_parallel_for chunk when each task does `per_task` elements of
+ * work: enough for `elems` elements, at least one. */
+static inline long long md_cpu_tasks_per_chunk(long long per_task, long long elems)
+{
+    return per_task >= elems ? 1 : elems / (per_task ? per_task : 1) + 1;
+}
+
 /* Converts n elements of type t to fp32 (dst may be src when t is F32: then
  * src is returned and nothing is copied). */
 const float *md_cpu_to_f32(const void *src, md_dtype t, size_t n, float *dst);

@@ -245,51 +245,31 @@ static void f32_nhwc_bwd_image(const struct md_pool2d_args *a, int ni)
         }
 }
 
-static void nhwc_fwd_range(void *vc, long long b, long long e)
-{
-    for (long long n = b; n < e; n++) f32_nhwc_fwd_image(vc, (int)n);
-}
-
-static void nhwc_bwd_range(void *vc, long long b, long long e)
-{
-    for (long long n = b; n < e; n++) f32_nhwc_bwd_image(vc, (int)n);
-}
-
-/* Tasks are (image, channel) pairs in image-major order, for both layouts;
- * NHWC pairs of one image touch interleaved but disjoint elements. */
-static void pool_fwd_range(void *vc, long long b, long long e)
-{
-    const struct md_pool2d_args *a = vc;
-    for (long long t = b; t < e; t++) {
-        int ni = (int)(t / a->c), ci = (int)(t % a->c);
-        if (a->dtype == MD_F32 && a->layout == MD_NCHW)
-            f32_nchw_fwd_plane(a, (size_t)t);
-        else if (a->dtype == MD_F32)
-            pool_fwd_pair(a, ni, ci, MD_F32);
-        else
-            pool_fwd_pair(a, ni, ci, a->dtype);
+/* The two task ranges of one direction (fwd, bwd): fp32 NHWC images, and
+ * (image, channel) pairs in image-major order for the other cases (NHWC pairs
+ * of one image touch interleaved but disjoint elements). The fp32 call of the
+ * pair function is its own, so that it inlines with the type known. */
+#define POOL_RANGES(dir)                                                          \
+    static void nhwc_##dir##_range(void *vc, long long b, long long e)            \
+    {                                                                             \
+        for (long long n = b; n < e; n++) f32_nhwc_##dir##_image(vc, (int)n);     \
+    }                                                                             \
+    static void pool_##dir##_range(void *vc, long long b, long long e)            \
+    {                                                                             \
+        const struct md_pool2d_args *a = vc;                                      \
+        for (long long t = b; t < e; t++) {                                       \
+            int ni = (int)(t / a->c), ci = (int)(t % a->c);                       \
+            if (a->dtype == MD_F32 && a->layout == MD_NCHW)                       \
+                f32_nchw_##dir##_plane(a, (size_t)t);                             \
+            else if (a->dtype == MD_F32)                                          \
+                pool_##dir##_pair(a, ni, ci, MD_F32);                             \
+            else                                                                  \
+                pool_##dir##_pair(a, ni, ci, a->dtype);                           \
+        }                                                                         \
     }
-}
 
-static void pool_bwd_range(void *vc, long long b, long long e)
-{
-    const struct md_pool2d_args *a = vc;
-    for (long long t = b; t < e; t++) {
-        int ni = (int)(t / a->c), ci = (int)(t % a->c);
-        if (a->dtype == MD_F32 && a->layout == MD_NCHW)
-            f32_nchw_bwd_plane(a, (size_t)t);
-        else if (a->dtype == MD_F32)
-            pool_bwd_pair(a, ni, ci, MD_F32);
-        else
-            pool_bwd_pair(a, ni, ci, a->dtype);
-    }
-}
-
-static long long pair_grain(const struct md_pool2d_args *a)
-{
-    long long per = (long long)a->h * a->w;
-    return per >= 4096 ? 1 : 4096 / (per ? per : 1) + 1;
-}
+POOL_RANGES(fwd)
+POOL_RANGES(bwd)
 
 /* Both passes: one image per task for fp32 NHWC, else (image, channel) pairs. */
 static md_status pool_run(const char *op, const struct md_pool2d_args *a, md_range_fn nhwc, md_range_fn pairs)
@@ -298,7 +278,7 @@ static md_status pool_run(const char *op, const struct md_pool2d_args *a, md_ran
     if (a->dtype == MD_F32 && a->layout == MD_NHWC)
         md_parallel_for(a->n, 1, nhwc, (void *)a);
     else
-        md_parallel_for((long long)a->n * a->c, pair_grain(a), pairs, (void *)a);
+        md_parallel_for((long long)a->n * a->c, md_cpu_tasks_per_chunk((long long)a->h * a->w, 4096), pairs, (void *)a);
     return MD_OK;
 }
 

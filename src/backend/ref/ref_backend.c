@@ -5,13 +5,6 @@
 #include "backend/backend_impl.h"
 #include "backend/ref/ref_kernels.h"
 
-static void ref_probe(struct md_probe *out)
-{
-    out->built = 1;
-    out->available = 1;
-    out->device_count = 1;
-}
-
 static md_status ref_device_info(int index, struct md_device_info *out)
 {
     (void)index;
@@ -28,7 +21,7 @@ static void ref_close(md_device *dev) { (void)dev; }
 static struct md_backend_ops ref_ops = {
     .api_version = MD_BACKEND_API_VERSION,
     .name = "ref",
-    .probe = ref_probe,
+    .probe = md_host_probe,
     .device_info = ref_device_info,
     .open = ref_open,
     .close = ref_close,
