@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/options.h"
+#include "app/options.h"
 #include "core/json.h"
 #include "core/mem.h"
 #include "data/data.h"

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <turbojpeg.h>
 
-#include "cli/options.h"
+#include "app/options.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/data.h"

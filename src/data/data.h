@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "cli/options.h"
+#include "app/options.h"
 #include "core/status.h"
 #include "core/tensor.h"
 

@@ -21,7 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "backend/backend.h"
-#include "cli/options.h"
+#include "app/options.h"
 #include "core/timer.h"
 #include "nn/model.h"
 

@@ -30,7 +30,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "cli/job.h"
+#include "app/job.h"
 
 typedef struct md_trainer md_trainer;
 

@@ -21,7 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "backend/kernels_call.h"
-#include "cli/job.h"
+#include "app/job.h"
 #include "data/data.h"
 #include "train/optim.h"
 #include "train/run_dir.h"

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/run_info.h"
+#include "app/run_info.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "train/trainer_impl.h"

@@ -5,7 +5,7 @@
  * --init-from (md_model_load_weights) and --dump-grads (md_model_dump_grads). */
 #include <string.h>
 
-#include "cli/job.h"
+#include "app/job.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "nn/model.h"

@@ -1,6 +1,6 @@
 /* stage_train.c - the training stage: runs the trainer over the job's model
  * and data and puts report["training"] into the job's report. */
-#include "cli/job.h"
+#include "app/job.h"
 #include "core/log.h"
 #include "train/trainer.h"
 

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/job.h"
+#include "app/job.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/job.h"
+#include "app/job.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/platform.h"

@@ -1,6 +1,6 @@
 /* options.c - the option table, flag parsing, config merging, --help. */
 #define _GNU_SOURCE
-#include "cli/options.h"
+#include "app/options.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
