@@ -232,11 +232,6 @@ void md_options_defaults(md_options *o)
     o->warmup_iters = 5;
 }
 
-const char *md_precision_name(md_precision p)
-{
-    return p == MD_PREC_FP16 ? "fp16" : p == MD_PREC_BF16 ? "bf16" : "fp32";
-}
-
 
 /* ---------------------------------------------------------------------------
  * Setting one value (from a flag's text or from JSON), with range checks.
