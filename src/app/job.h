@@ -57,6 +57,9 @@ void md_stage_data_cleanup(md_job *job);
 void md_stage_data_refresh(md_job *job); /* app/stage_data.c */
 md_status md_stage_train(md_job *job);   /* app/stage_train.c */
 void md_stage_train_cleanup(md_job *job);
+/* The trainer of the train stage, for the job's model, data and options
+ * (app/resolve.c); tests drive it themselves. */
+md_status md_stage_train_create(md_job *job, struct md_trainer **out);
 md_status md_stage_bench(md_job *job);   /* app/stage_bench.c  */
 md_status md_stage_recommend(md_job *job); /* app/stage_bench.c */
 /* Writes --html and --junit; runs also after a failed stage (the report's

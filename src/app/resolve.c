@@ -47,6 +47,44 @@ md_status md_resolve_data_config(md_options *o, struct md_data_request *req)
     return MD_OK;
 }
 
+void md_resolve_train(const md_options *o, struct md_train_opts *t)
+{
+    memset(t, 0, sizeof *t);
+    COPY_STR(t->model, o->model);
+    t->precision = o->precision;
+    t->dropout = o->dropout;
+    t->compile = o->compile;
+    t->tf32 = o->tf32;
+    t->max_samples = o->max_samples;
+    t->val_split = o->val_split;
+    t->seed = o->seed;
+    t->augment = o->augment;
+    t->num_workers = o->num_workers;
+    t->prefetch = o->prefetch;
+    t->pin_memory = o->pin_memory;
+    t->batch_size = o->batch_size;
+    t->epochs = o->epochs;
+    t->steps = o->steps;
+    t->lr = o->lr;
+    COPY_STR(t->optimizer, o->optimizer);
+    t->momentum = o->momentum;
+    t->nesterov = o->nesterov;
+    t->weight_decay = o->weight_decay;
+    t->decay_all = o->decay_all;
+    COPY_STR(t->lradj, o->lradj);
+    t->warmup_epochs = o->warmup_epochs;
+    t->grad_clip = o->grad_clip;
+    t->label_smoothing = o->label_smoothing;
+    t->val_batch_multiplier = o->val_batch_multiplier;
+    t->auto_batch = o->auto_batch;
+    COPY_STR(t->checkpoint_dir, o->checkpoint_dir);
+    t->overwrite = o->overwrite;
+    COPY_STR(t->resume, o->resume);
+    COPY_STR(t->metrics, o->metrics);
+    COPY_STR(t->init_from, o->init_from);
+    COPY_STR(t->dump_grads, o->dump_grads);
+}
+
 void md_resolve_bench(const md_options *o, struct md_bench_opts *b)
 {
     memset(b, 0, sizeof *b);

@@ -18,9 +18,11 @@
 #include "data/data.h"
 #include "diag/bench.h"
 #include "nn/model.h"
+#include "train/trainer.h"
 
 void md_resolve_model(const md_options *o, struct md_model_opts *out);
 void md_resolve_data(const md_options *o, struct md_data_opts *out);
+void md_resolve_train(const md_options *o, struct md_train_opts *out);
 void md_resolve_bench(const md_options *o, struct md_bench_opts *out);
 
 /* The run config's data section (md_data_config) into `req`, and into `o`'s
