@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/job.h"
-#include "cli/outputs.h"
-#include "cli/run_info.h"
+#include "app/job.h"
+#include "app/outputs.h"
+#include "app/run_info.h"
 #include "core/log.h"
 #include "core/signals.h"
 

@@ -34,7 +34,7 @@ void th_job_run(struct th_job *r, const char *args, long long interrupt_after, i
     md_status st = md_stage_policy(&r->job);
     if (st == MD_OK) st = md_stage_model(&r->job);
     if (st == MD_OK) st = md_stage_data(&r->job);
-    if (st == MD_OK) st = md_trainer_create(&r->job, &r->t);
+    if (st == MD_OK) st = md_stage_train_create(&r->job, &r->t);
     if (st == MD_OK) {
         md_trainer_interrupt_after(r->t, interrupt_after);
         if (force_pipeline) md_trainer_force_pipeline(r->t);

@@ -7,7 +7,7 @@
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
-#include "cli/job.h"
+#include "app/job.h"
 #include "nn/model.h"
 #include "train/trainer.h"
 

@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/options.h"
 #include "core/json.h"
 #include "core/mem.h"
 #include "data/data.h"
@@ -15,13 +14,12 @@
 #include "helpers.h"
 #include "test_data_files.h"
 
-static md_options opts_for(const char *dataset, const char *dir)
+static struct md_data_opts opts_for(const char *dataset, const char *dir)
 {
-    md_options o;
-    md_options_defaults(&o);
+    struct md_data_opts o;
+    md_data_opts_default(&o);
     snprintf(o.dataset, sizeof o.dataset, "%s", dataset);
     if (dir) snprintf(o.data_dir, sizeof o.data_dir, "%s", dir);
-    o.verbosity = 0;
     return o;
 }
 
@@ -57,7 +55,7 @@ Test(data, idx_plain_and_gzip)
         char *dir = th_tmpdir();
         tf_write_idx(dir, "train", 50, 50, 6, 5, gz);
         tf_write_idx(dir, "t10k", 20, 20, 6, 5, gz);
-        md_options o = opts_for("mnist", dir);
+        struct md_data_opts o = opts_for("mnist", dir);
         o.val_split = 0.2;
         struct md_data *d = NULL;
         cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK, "%s", md_errmsg());
@@ -104,7 +102,7 @@ Test(data, split_sizes_seeded_and_max_samples)
     char p[1200];
     snprintf(p, sizeof p, "%s/train.bin", dir);
     tf_write_cifar(p, 200, 1, 0);
-    md_options o = opts_for("cifar100", dir);
+    struct md_data_opts o = opts_for("cifar100", dir);
     struct md_data *a = NULL, *b = NULL, *c = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &a), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_data_count(a, MD_SPLIT_TRAIN), 180, "the seeds' 45,000/5,000 at 1/250 scale");
@@ -153,7 +151,7 @@ Test(data, cifar10_and_cifar100_labels_and_pixels)
     tf_write_cifar(p, 8, 1, 0);
 
     snprintf(p, sizeof p, "%s/c10", dir);
-    md_options o = opts_for("auto", p);
+    struct md_data_opts o = opts_for("auto", p);
     o.val_split = 0;
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK, "%s", md_errmsg());
@@ -205,7 +203,7 @@ Test(data, jpeg_folders_decode_resize_and_val_folder)
 {
     char *dir = th_tmpdir();
     tf_write_jpeg_tree(dir, 3, 4, 2, 40, 36);
-    md_options o = opts_for("auto", dir);
+    struct md_data_opts o = opts_for("auto", dir);
     o.image_size = 16;
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK, "%s", md_errmsg());
@@ -262,7 +260,7 @@ Test(data, luma_input_and_channel_conversion)
     char p[1200];
     snprintf(p, sizeof p, "%s/data_batch_1.bin", dir);
     tf_write_cifar(p, 20, 0, 0);
-    md_options o = opts_for("cifar10", dir);
+    struct md_data_opts o = opts_for("cifar10", dir);
     o.val_split = 0;
     struct md_data_request req = {
         .num_inputs = 2,
@@ -352,7 +350,7 @@ Test(data, cache_accounting_and_refusal)
 {
     char *dir = th_tmpdir();
     tf_write_jpeg_tree(dir, 2, 5, 0, 24, 24);
-    md_options o = opts_for("jpeg", dir);
+    struct md_data_opts o = opts_for("jpeg", dir);
     o.image_size = 12;
     o.val_split = 0.2;
     o.cache_images = 1;
@@ -378,7 +376,7 @@ Test(data, cache_accounting_and_refusal)
     cr_assert(strstr(md_errmsg(), "--cache-images") && strstr(md_errmsg(), "available"), "%s", md_errmsg());
     /* in-memory formats need no cache */
     tf_write_idx(dir, "train", 10, 10, 4, 4, 0);
-    md_options oi = opts_for("mnist", dir);
+    struct md_data_opts oi = opts_for("mnist", dir);
     oi.cache_images = 1;
     cr_assert_eq(md_data_open(&oi, &req, &d), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_data_cache_estimate(d), 0);
@@ -392,7 +390,7 @@ Test(data, synthetic_is_learnable)
 {
     /* Nearest class mean on raw pixels must beat chance by far: the classes
      * differ in a way a model can pick up. */
-    md_options o = opts_for("synthetic", NULL);
+    struct md_data_opts o = opts_for("synthetic", NULL);
     struct md_data_request req = {.num_inputs = 1, .inputs = {{.c = 3, .h = 16, .w = 16}}, .num_classes = 6};
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, &req, &d), MD_OK, "%s", md_errmsg());
@@ -517,7 +515,7 @@ Test(data, bad_input_names_the_file)
             write_huge_jpeg(p);
             break;
         }
-        md_options o = opts_for(cases[t].dataset, arg);
+        struct md_data_opts o = opts_for(cases[t].dataset, arg);
         struct md_data *d = NULL;
         md_status st = md_data_open(&o, NULL, &d);
         const char *msg = md_errmsg();
@@ -556,10 +554,9 @@ Test(data, skip_bad_samples_counts_them)
     }
     snprintf(p, sizeof p, "%s/classb/huge.jpg", dir);
     write_huge_jpeg(p);
-    md_options o = opts_for("jpeg", dir);
-    snprintf(o.on_bad_sample, sizeof o.on_bad_sample, "skip");
+    struct md_data_opts o = opts_for("jpeg", dir);
+    o.skip_bad = 1;
     o.val_split = 0;
-    o.verbosity = 0;
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_data_skipped(d), 3);
@@ -600,7 +597,7 @@ Test(data, peek_matches_open)
     char p[1200];
     snprintf(p, sizeof p, "%s/train.bin", dir);
     tf_write_cifar(p, 10, 1, 0);
-    md_options o = opts_for("auto", dir);
+    struct md_data_opts o = opts_for("auto", dir);
     struct md_data_peek pk;
     cr_assert_eq(md_data_peek(&o, &pk), MD_OK, "%s", md_errmsg());
     cr_assert_str_eq(pk.name, "cifar100");

@@ -7,17 +7,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/options.h"
 #include "core/mem.h"
 #include "data/data.h"
 #include "data/data_impl.h"
 #include "helpers.h"
 #include "test_data_files.h"
 
-static md_options synth_opts(void)
+static struct md_data_opts synth_opts(void)
 {
-    md_options o;
-    md_options_defaults(&o);
+    struct md_data_opts o;
+    md_data_opts_default(&o);
     snprintf(o.dataset, sizeof o.dataset, "synthetic");
     o.max_samples = 200;
     return o;
@@ -63,7 +62,7 @@ static void free_epoch(struct epoch *e) { free(e->x); free(e->y); }
 
 Test(loader, workers_0_1_2_4_give_identical_batches)
 {
-    md_options o = synth_opts();
+    struct md_data_opts o = synth_opts();
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK, "%s", md_errmsg());
     size_t el = md_data_input_elems(d, 0);
@@ -88,8 +87,8 @@ Test(loader, jpeg_workers_identical)
 {
     char *dir = th_tmpdir();
     tf_write_jpeg_tree(dir, 3, 6, 0, 20, 20);
-    md_options o;
-    md_options_defaults(&o);
+    struct md_data_opts o;
+    md_data_opts_default(&o);
     snprintf(o.dataset, sizeof o.dataset, "jpeg");
     snprintf(o.data_dir, sizeof o.data_dir, "%s", dir);
     o.image_size = 12;
@@ -111,7 +110,7 @@ Test(loader, jpeg_workers_identical)
 
 Test(loader, seed_and_epoch_decide_the_order)
 {
-    md_options o = synth_opts();
+    struct md_data_opts o = synth_opts();
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK);
     size_t el = md_data_input_elems(d, 0);
@@ -136,7 +135,7 @@ Test(loader, seed_and_epoch_decide_the_order)
 
 Test(loader, augmentation_is_a_crop_or_its_mirror)
 {
-    md_options o = synth_opts();
+    struct md_data_opts o = synth_opts();
     struct md_data_request req = {.num_inputs = 1, .inputs = {{.c = 2, .h = 12, .w = 16}}};
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, &req, &d), MD_OK, "%s", md_errmsg());
@@ -187,7 +186,7 @@ Test(loader, augmentation_is_a_crop_or_its_mirror)
 
 Test(loader, nhwc_is_nchw_transposed)
 {
-    md_options o = synth_opts();
+    struct md_data_opts o = synth_opts();
     struct md_data_request req = {.num_inputs = 1, .inputs = {{.c = 3, .h = 5, .w = 4}}};
     struct md_data *a = NULL, *b = NULL;
     cr_assert_eq(md_data_open(&o, &req, &a), MD_OK);
@@ -209,7 +208,7 @@ Test(loader, nhwc_is_nchw_transposed)
 
 Test(loader, drop_last_abandon_and_stats)
 {
-    md_options o = synth_opts();
+    struct md_data_opts o = synth_opts();
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK);
     struct md_loader_opts lo = {.split = MD_SPLIT_TRAIN, .batch_size = 64, .drop_last = 1, .prefetch = 2,
@@ -254,7 +253,7 @@ Test(loader, pinned_batches_through_the_device)
     md_device *dev = NULL;
     struct md_device_opts dopts = {.threads = 1};
     cr_assert_eq(md_device_open(be, 0, &dopts, &dev), MD_OK, "%s", md_errmsg());
-    md_options o = synth_opts();
+    struct md_data_opts o = synth_opts();
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK);
     struct md_loader_opts lo = {.split = MD_SPLIT_VAL, .batch_size = 16, .prefetch = 2, .num_workers = 1,
@@ -304,11 +303,11 @@ Test(loader, decode_errors_fail_or_skip)
             uint8_t rgb[3];
             tf_class_rgb(1, rgb);
             tf_write_jpeg(p, 64, 64, rgb[0], rgb[1], rgb[2]);
-            md_options o;
-            md_options_defaults(&o);
+            struct md_data_opts o;
+            md_data_opts_default(&o);
             snprintf(o.dataset, sizeof o.dataset, "jpeg");
             snprintf(o.data_dir, sizeof o.data_dir, "%s", dir);
-            snprintf(o.on_bad_sample, sizeof o.on_bad_sample, "%s", skip ? "skip" : "fail");
+            o.skip_bad = skip;
             o.image_size = 64; /* full-size decode: the cut reaches the decoder */
             o.val_split = 0;
             struct md_data *d = NULL;

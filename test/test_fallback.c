@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
-#include "cli/job.h"
+#include "app/job.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "helpers.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/options.h"
+#include "app/options.h"
 #include "helpers.h"
 
 static md_status parse(md_options *o, const char *line)

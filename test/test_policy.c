@@ -5,7 +5,7 @@
 
 #include "helpers_job.h"
 #include "core/log.h"
-#include "train/policy.h"
+#include "app/policy.h"
 
 static struct md_policy_in base(md_backend_kind kind, int fp16, int bf16)
 {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/diagnostics.h"
+#include "app/diagnostics.h"
 #include "helpers.h"
 #include "nn/model.h"
 

@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <turbojpeg.h>
 
-#include "cli/options.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/data.h"
@@ -49,8 +48,8 @@ static int make(const char *dir, int n, int w, int h)
 
 static int run(const char *dir, int size, int epochs, int argc, char **argv)
 {
-    md_options o;
-    md_options_defaults(&o);
+    struct md_data_opts o;
+    md_data_opts_default(&o);
     snprintf(o.dataset, sizeof o.dataset, "jpeg");
     snprintf(o.data_dir, sizeof o.data_dir, "%s", dir);
     o.image_size = size;

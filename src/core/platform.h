@@ -5,6 +5,9 @@
 
 #include <stddef.h>
 
+/* Room for a path in fixed-size option and state buffers. */
+#define MD_PATH_MAX 1024
+
 int md_cpu_physical_cores(void);
 int md_cpu_logical_cores(void);
 /* CPU model string ("AMD EPYC 9654 96-Core Processor"); "" if unknown. */

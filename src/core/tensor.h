@@ -27,6 +27,20 @@ typedef enum md_dtype {
  * NCHW -> (K, C/groups, R, S); NHWC -> (K, R, S, C/groups). */
 typedef enum md_layout { MD_NCHW = 0, MD_NHWC } md_layout;
 
+/* A run's precision of convolutions and matrix products (--precision). */
+typedef enum md_precision { MD_PREC_FP32 = 0, MD_PREC_FP16, MD_PREC_BF16 } md_precision;
+
+static inline const char *md_precision_name(md_precision p)
+{
+    return p == MD_PREC_FP16 ? "fp16" : p == MD_PREC_BF16 ? "bf16" : "fp32";
+}
+
+/* The element type of a precision's matrix work. */
+static inline md_dtype md_precision_dtype(md_precision p)
+{
+    return p == MD_PREC_FP16 ? MD_F16 : p == MD_PREC_BF16 ? MD_BF16 : MD_F32;
+}
+
 static inline size_t md_dtype_size(md_dtype t)
 {
     switch (t) {

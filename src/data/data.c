@@ -37,7 +37,7 @@ void md_data_note_bad(struct md_data *d, const char *path, const char *msg)
 /* ------------------------------------------------------------------------ */
 /* the delivered inputs                                                       */
 
-static md_status resolve_inputs(struct md_data *d, const md_options *o, const struct md_data_request *req)
+static md_status resolve_inputs(struct md_data *d, const struct md_data_opts *o, const struct md_data_request *req)
 {
     d->layout = req->layout;
     d->num_inputs = req->num_inputs > 0 ? req->num_inputs : 1;
@@ -97,7 +97,7 @@ static void take_desc(struct md_data *d, struct md_format_desc *desc)
     d->no_flip = desc->no_flip;
 }
 
-md_status md_data_open(const md_options *o, const struct md_data_request *req, struct md_data **out)
+md_status md_data_open(const struct md_data_opts *o, const struct md_data_request *req, struct md_data **out)
 {
     static const struct md_data_request none;
     if (!req) req = &none;
@@ -106,7 +106,7 @@ md_status md_data_open(const md_options *o, const struct md_data_request *req, s
     struct md_data *d = md_calloc(1, sizeof *d);
     if (!d) return MD_ERR_OOM;
     pthread_mutex_init(&d->mu, NULL);
-    d->skip_bad = strcmp(o->on_bad_sample, "skip") == 0;
+    d->skip_bad = o->skip_bad;
     char dir[MD_PATH_MAX];
     if ((st = md_format_resolve(o->dataset, o->data_dir, &d->fmt, d->name, sizeof d->name, dir, sizeof dir)) !=
         MD_OK)
@@ -190,7 +190,7 @@ fail:
     return st;
 }
 
-md_status md_data_peek(const md_options *o, struct md_data_peek *out)
+md_status md_data_peek(const struct md_data_opts *o, struct md_data_peek *out)
 {
     memset(out, 0, sizeof *out);
     const struct md_data_format *fmt = NULL;

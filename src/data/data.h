@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "cli/options.h"
+#include "core/platform.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -75,38 +75,53 @@ struct md_data_request {
     float mean[3], std[3];
 };
 
-/* Reads the run config's "data" section (when --config names one) into `o`
- * and `req`: "dataset", "dir", "val_split", "image_size", "max_samples",
- * "coarse_labels" (each only where no flag gave it), "augment" {"crop_padding",
- * "flip"} and "normalize" {"mean": [...], "std": [...]}. Unknown keys and bad
- * values are MD_ERR_CONFIG naming "data.<key>". Idempotent: a stage that
- * needs the dataset before the data stage (md_data_peek) may call it first. */
-md_status md_data_config(md_options *o, struct md_data_request *req);
+/* What to open and how: the run's data options, resolved by the caller
+ * (the application layer) from flags and config. */
+struct md_data_opts {
+    char dataset[MD_DATA_NAME_MAX]; /* "auto" or a format's dataset name (format.h) */
+    char data_dir[MD_PATH_MAX];     /* "" = the default search */
+    double val_split;               /* fraction of train held out for validation */
+    int image_size;                 /* JPEG folders: side of the square input; 0 = the model's */
+    int max_samples;                /* per split, seeded; 0 = all */
+    int coarse_labels;              /* CIFAR-100: the 20 coarse classes */
+    int cache_images;               /* keep decoded images in RAM */
+    int skip_bad;                   /* skip undecodable samples instead of failing */
+    uint64_t seed;                  /* splits and subsets */
+};
+
+/* The defaults of the command line (dataset "auto", val_split 0.1, seed 42). */
+void md_data_opts_default(struct md_data_opts *o);
+
+/* Reads the data section of the run config `config_path` ("" = none) into
+ * `o` and `req`: "dataset", "dir", "val_split", "image_size", "max_samples",
+ * "coarse_labels" (each overwrites the field of `o` when the key is there),
+ * "augment" {"crop_padding", "flip"} and "normalize" {"mean": [...],
+ * "std": [...]}. Unknown keys and bad values are MD_ERR_CONFIG naming
+ * "data.<key>". The caller decides which of o's fields a flag keeps. */
+md_status md_data_config(const char *config_path, struct md_data_opts *o, struct md_data_request *req);
 
 struct md_data; /* opaque; job.h forward-declares it */
 
-/* Opens the dataset that `o` names (--dataset, --data-dir, --val-split,
- * --max-samples, --cache-images, --on-bad-sample, --image-size,
- * --coarse-labels, --seed) for the model's request (augmentation is the
+/* Opens the dataset that `o` names for the model's request (augmentation is the
  * loader's choice: md_loader_opts.augment). With --dataset auto the format is
- * detected from --data-dir's contents; without --data-dir the search is
+ * detected from data_dir's contents; without data_dir the search is
  * data/fashion-mnist, /usr/share/datasets/fashion-mnist, then the bundled
  * sample data/fashion-mnist-sample. *out is owned by the caller
  * (md_data_free). Reads and validates every file it will use (JPEG: headers
  * only), so bad input fails here rather than mid-epoch. */
-md_status md_data_open(const md_options *o, const struct md_data_request *req, struct md_data **out);
+md_status md_data_open(const struct md_data_opts *o, const struct md_data_request *req, struct md_data **out);
 void md_data_free(struct md_data *d); /* NULL ok */
 
 /* What md_data_open would find, cheaply (headers and folder names only), for
  * the model stage that runs first: the dataset's name, its classes and its
- * stored image shape (JPEG: 3 x --image-size, or 0 x 0 when not given).
+ * stored image shape (JPEG: 3 x image_size, or 0 x 0 when not given).
  * Same errors as md_data_open for a missing or unrecognisable directory. */
 struct md_data_peek {
     char name[MD_DATA_NAME_MAX];
     int num_classes;
     int c, h, w;
 };
-md_status md_data_peek(const md_options *o, struct md_data_peek *out);
+md_status md_data_peek(const struct md_data_opts *o, struct md_data_peek *out);
 
 /* ---- what was opened (borrowed strings, valid while d lives) ---- */
 const char *md_data_name(const struct md_data *d);      /* "fashion-mnist", "cifar100", "jpeg", ... */

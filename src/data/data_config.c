@@ -23,14 +23,22 @@ static md_status config_floats(const cJSON *obj, const char *key, const char *pa
     return MD_OK;
 }
 
-md_status md_data_config(md_options *o, struct md_data_request *req)
+void md_data_opts_default(struct md_data_opts *o)
 {
-    if (!o->config[0]) return MD_OK;
+    memset(o, 0, sizeof *o);
+    snprintf(o->dataset, sizeof o->dataset, "auto");
+    o->val_split = 0.1;
+    o->seed = 42;
+}
+
+md_status md_data_config(const char *config_path, struct md_data_opts *o, struct md_data_request *req)
+{
+    if (!config_path || !config_path[0]) return MD_OK;
     cJSON *root = NULL;
-    MD_TRY(md_json_load_file(o->config, &root));
+    MD_TRY(md_json_load_file(config_path, &root));
     md_status st = MD_OK;
     char path[MD_PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s: data", o->config);
+    snprintf(path, sizeof path, "%s: data", config_path);
     const cJSON *d = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "data") : NULL;
     if (!d) goto done;
     if (!cJSON_IsObject(d)) { st = md_errf(MD_ERR_CONFIG, "%s: must be an object", path); goto done; }
@@ -39,7 +47,7 @@ md_status md_data_config(md_options *o, struct md_data_request *req)
     if ((st = md_json_only_keys(d, path, keys)) != MD_OK) goto done;
     const char *str = NULL;
     if ((st = md_json_str(d, "dataset", path, 0, &str)) != MD_OK) goto done;
-    if (str && !md_options_given(o, "dataset")) {
+    if (str) {
         if (strcmp(str, "auto") != 0 && !md_format_find(str)) {
             char all[256];
             md_format_dataset_names(all, sizeof all);
@@ -50,19 +58,19 @@ md_status md_data_config(md_options *o, struct md_data_request *req)
     }
     str = NULL;
     if ((st = md_json_str(d, "dir", path, 0, &str)) != MD_OK) goto done;
-    if (str && !md_options_given(o, "data-dir")) snprintf(o->data_dir, sizeof o->data_dir, "%s", str);
+    if (str) snprintf(o->data_dir, sizeof o->data_dir, "%s", str);
     double vs = o->val_split;
     if ((st = md_json_num(d, "val_split", path, 0, 0.0, 0.9, &vs)) != MD_OK) goto done;
-    if (!md_options_given(o, "val-split")) o->val_split = vs;
+    o->val_split = vs;
     int iv = o->image_size;
     if ((st = md_json_int(d, "image_size", path, 0, 8, 4096, &iv)) != MD_OK) goto done;
-    if (!md_options_given(o, "image-size")) o->image_size = iv;
+    o->image_size = iv;
     iv = o->max_samples;
     if ((st = md_json_int(d, "max_samples", path, 0, 1, INT32_MAX, &iv)) != MD_OK) goto done;
-    if (!md_options_given(o, "max-samples")) o->max_samples = iv;
+    o->max_samples = iv;
     iv = o->coarse_labels;
     if ((st = md_json_bool(d, "coarse_labels", path, 0, &iv)) != MD_OK) goto done;
-    if (!md_options_given(o, "coarse-labels")) o->coarse_labels = iv;
+    o->coarse_labels = iv;
 
     char sub[MD_PATH_MAX + 32];
     const cJSON *aug = cJSON_GetObjectItemCaseSensitive(d, "augment");

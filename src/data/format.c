@@ -25,15 +25,17 @@ const struct md_data_format *md_format_find(const char *name)
     return NULL;
 }
 
-void md_format_dataset_names(char *out, size_t n)
+void md_format_dataset_list(char *out, size_t n, const char *sep)
 {
     snprintf(out, n, "auto");
     for (int f = 0; md_data_formats[f]; f++)
         for (int k = 0; md_data_formats[f]->datasets[k]; k++) {
             size_t l = strlen(out);
-            snprintf(out + l, n - l, ", %s", md_data_formats[f]->datasets[k]);
+            snprintf(out + l, n - l, "%s%s", sep, md_data_formats[f]->datasets[k]);
         }
 }
+
+void md_format_dataset_names(char *out, size_t n) { md_format_dataset_list(out, n, ", "); }
 
 /* --dataset auto on `dir`: the first format whose detect accepts it. */
 static md_status detect(const char *dir, const struct md_data_format **fmt, char *name, size_t nn)

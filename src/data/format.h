@@ -135,5 +135,7 @@ md_status md_format_resolve(const char *dataset, const char *data_dir, const str
 
 /* "a, b, c" of every --dataset name ("auto" first), for messages. */
 void md_format_dataset_names(char *out, size_t n);
+/* The same names joined by `sep` ("|" for the option table). */
+void md_format_dataset_list(char *out, size_t n, const char *sep);
 
 #endif

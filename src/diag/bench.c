@@ -21,9 +21,9 @@ void md_bench_result_clear(struct md_bench_result *r)
     memset(r, 0, sizeof *r);
 }
 
-md_status md_bench_open_data(const md_options *o, const md_model *m, struct md_data **out)
+md_status md_bench_open_data(const struct md_data_opts *o, const md_model *m, struct md_data **out)
 {
-    md_options d = *o;
+    struct md_data_opts d = *o;
     /* synthetic unless the user named data: runs anywhere, needs no files */
     if (!o->data_dir[0] && strcmp(o->dataset, "auto") == 0) snprintf(d.dataset, sizeof d.dataset, "synthetic");
     struct md_data_request req;
@@ -63,7 +63,7 @@ static void ring_free(md_device *dev, struct ring *r)
 /* Fills the ring from the train loader; batches larger than the split are
  * made by going round the epoch again (the timing does not care which
  * samples repeat). */
-static md_status ring_fill(md_device *dev, struct md_data *d, const md_options *o, int batch, int slots, struct ring *r)
+static md_status ring_fill(md_device *dev, struct md_data *d, const struct md_bench_opts *o, int batch, int slots, struct ring *r)
 {
     md_status st = MD_OK;
     int ni = md_data_num_inputs(d);
@@ -76,7 +76,7 @@ static md_status ring_fill(md_device *dev, struct md_data *d, const md_options *
         .shuffle = 1,
         .num_workers = 0,
         .prefetch = 1,
-        .seed = o->seed,
+        .seed = o->data.seed,
     };
     memset(r, 0, sizeof *r);
     if ((st = md_loader_create(d, &lo, &l)) != MD_OK) goto fail;
@@ -164,7 +164,7 @@ static md_status copy_inputs(struct bench *b, int slot)
  * the rest without decay (model.h), as the trainer does. */
 static md_status optimizer_step(struct bench *b, int capturing)
 {
-    const md_options *o = b->s->opts;
+    const struct md_bench_opts *o = b->s->opts;
     size_t np = md_model_nparams(b->m), nd = md_model_ndecay(b->m);
     md_dtype hd = md_model_get_opts(b->m)->compute_dtype;
     char *half = md_model_params_half(b->m);
@@ -311,7 +311,7 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     b.s = s;
     double *buf = NULL;
     md_status st = MD_OK;
-    const md_options *o = s->opts;
+    const struct md_bench_opts *o = s->opts;
     /* this run's own peak; the device's overall peak is put back at the end */
     struct md_mem_stats ms0;
     md_dev_mem_stats(dev, &ms0);
@@ -323,7 +323,7 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     r->nparams = md_model_nparams(b.m);
     r->flops_fwd = md_model_flops_fwd(b.m);
     r->flops_train = md_model_flops_train(b.m);
-    b.optimizer = strcmp(o->optimizer, "adamw") == 0 ? MD_OPT_ADAMW : MD_OPT_SGD;
+    b.optimizer = o->optimizer;
     b.lr = (float)(o->lr >= 0 ? o->lr : b.optimizer == MD_OPT_ADAMW ? 1e-3 : 0.05);
     b.wd = (float)o->weight_decay;
     r->params_bytes = (long long)md_model_param_bytes(b.m);
@@ -337,7 +337,7 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
                      md_fmt_bytes((double)r->planned_bytes, a, sizeof a), md_fmt_bytes((double)s->mem_budget, c, sizeof c));
         goto fail;
     }
-    if (!*data && (st = md_bench_open_data(o, b.m, data)) != MD_OK) goto fail;
+    if (!*data && (st = md_bench_open_data(&o->data, b.m, data)) != MD_OK) goto fail;
     b.d = *data;
 
     t0 = md_now();
@@ -515,7 +515,7 @@ fail:
     return st;
 }
 
-md_status md_bench_loader(struct md_data *data, const md_options *o, int batch, int workers, int max_batches,
+md_status md_bench_loader(struct md_data *data, const struct md_bench_opts *o, int batch, int workers, int max_batches,
                           double time_budget_s, double *samples_per_s)
 {
     *samples_per_s = 0;
@@ -527,7 +527,7 @@ md_status md_bench_loader(struct md_data *data, const md_options *o, int batch, 
         .augment = o->augment,
         .num_workers = workers,
         .prefetch = o->prefetch > 0 ? o->prefetch : 2,
-        .seed = o->seed,
+        .seed = o->data.seed,
     };
     MD_TRY(md_loader_create(data, &lo, &l));
     md_status st = md_loader_start_epoch(l, 0);

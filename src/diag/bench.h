@@ -21,11 +21,23 @@
 #include <cjson/cJSON.h>
 
 #include "backend/backend.h"
-#include "cli/options.h"
+#include "backend/kernels.h"
 #include "core/timer.h"
+#include "data/data.h"
 #include "nn/model.h"
 
-struct md_data;
+/* The run's options a benchmark uses besides the model's, resolved by the
+ * caller (the application layer). */
+struct md_bench_opts {
+    struct md_data_opts data;     /* the dataset (md_bench_open_data: synthetic unless one is named) */
+    int augment;                  /* the loader's random crop and flip */
+    int prefetch;                 /* batches prepared ahead; <= 0: 2 */
+    enum md_optim_kind optimizer;
+    double lr;                    /* < 0: 1e-3 for AdamW, 0.05 for SGD */
+    double momentum;
+    int nesterov;
+    double weight_decay;
+};
 
 struct md_bench_setup {
     const char *model;          /* name or path for md_model_load (the name in messages when inline) */
@@ -36,7 +48,7 @@ struct md_bench_setup {
     int iters;                  /* timed training steps (0: none) */
     int inference_iters;        /* timed forward passes (0: none) */
     double time_budget_s;       /* stop a timing loop after this (0: none); at least 2 iterations run */
-    const md_options *opts;     /* dataset options, optimizer, seed */
+    const struct md_bench_opts *opts; /* dataset, loader, optimizer (borrowed) */
     long long mem_budget;       /* refuse batches whose planned bytes exceed this (0: none) */
 };
 
@@ -84,9 +96,9 @@ void md_bench_result_clear(struct md_bench_result *r);
 md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md_data **data,
                        struct md_bench_result *r);
 
-/* Opens the benchmark's dataset for a model: synthetic unless --data-dir or a
- * --dataset other than auto was given. */
-md_status md_bench_open_data(const md_options *o, const md_model *m, struct md_data **out);
+/* Opens the benchmark's dataset for a model: synthetic unless a data_dir or a
+ * dataset other than auto is named. */
+md_status md_bench_open_data(const struct md_data_opts *o, const md_model *m, struct md_data **out);
 
 /* Measured GEMM rate on the device: C = A @ B with square n x n matrices of
  * `dtype`, best of a few runs after a warm-up (GFLOP/s, 2 n^3 per product). */
@@ -107,7 +119,7 @@ void md_bench_peak_ref(double achieved, double gemm_gflops, double fma_gflops, s
 
 /* What the loader sustains alone: samples/s over up to max_batches batches of
  * `batch` with `workers` threads (0: in the caller's thread). */
-md_status md_bench_loader(struct md_data *data, const md_options *o, int batch, int workers, int max_batches,
+md_status md_bench_loader(struct md_data *data, const struct md_bench_opts *o, int batch, int workers, int max_batches,
                           double time_budget_s, double *samples_per_s);
 
 #endif

@@ -12,7 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "backend/backend.h"
-#include "cli/options.h"
+#include "core/tensor.h"
 #include "diag/preset.h"
 
 #define MD_REC_MAX 16

@@ -40,7 +40,7 @@
 extern "C" {
 #endif
 
-typedef struct md_model md_model; /* opaque; == struct md_model of cli/job.h */
+typedef struct md_model md_model; /* opaque; == struct md_model of app/job.h */
 
 struct md_model_opts {
     md_layout layout;          /* activation layout (NHWC: --channels-last) */

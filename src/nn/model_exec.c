@@ -25,7 +25,6 @@
 #include "core/rng.h"
 #include "core/safetensors.h"
 
-void md_model_free_host(struct md_model *m);
 
 #define NONE SIZE_MAX
 #define ALIGN 256
@@ -275,6 +274,15 @@ void md_model_plan_free(struct md_model_plan *plan)
     md_free(plan->goff);
     md_free(plan->recompute);
     memset(plan, 0, sizeof *plan);
+}
+
+size_t md_model_activation_bytes(const md_model *m, int batch, int training)
+{
+    struct md_model_plan p;
+    if (md_model_plan_make(m, batch, training, &p) != MD_OK) return 0;
+    size_t b = p.bytes;
+    md_model_plan_free(&p);
+    return b;
 }
 
 /* ---- binding ------------------------------------------------------------------------ */

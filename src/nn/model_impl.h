@@ -108,4 +108,9 @@ md_status md_model_plan_make(const struct md_model *m, int batch, int training,
                              struct md_model_plan *plan);
 void md_model_plan_free(struct md_model_plan *plan);
 
+/* Frees what md_model_load made (model.c); md_model_free (model_exec.c) also
+ * releases the device memory first. model_exec.c builds on model.c, never
+ * the other way round. */
+void md_model_free_host(struct md_model *m);
+
 #endif

@@ -11,7 +11,7 @@
 
 #include "core/json.h"
 
-/* --epochs at most (cli/options.c) */
+/* --epochs at most (app/options.c) */
 #define MAX_EPOCHS 100000LL
 /* step counters: far below anything that overflows, far above any run */
 #define MAX_COUNT (1LL << 53)

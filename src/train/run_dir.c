@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/options.h"
+#include "core/platform.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "train/ckpt_meta.h"

@@ -16,18 +16,20 @@
 /* --metrics: one line per this many steps besides the per-epoch line */
 #define METRICS_EVERY 50
 
-md_status md_trainer_create(md_job *job, md_trainer **out)
+md_status md_trainer_create(const struct md_train_opts *opts, const struct md_train_hooks *hooks,
+                            struct md_device *dev, struct md_model *model, struct md_data *data, md_trainer **out)
 {
     *out = NULL;
     md_status st = MD_OK;
     md_trainer *t = md_calloc(1, sizeof *t);
     if (!t) return MD_ERR_OOM;
-    t->job = job;
-    t->o = job->opts;
-    t->dev = job->dev;
-    t->model = job->model;
-    t->data = job->data;
-    md_options *o = t->o;
+    t->opts = *opts;
+    t->o = &t->opts;
+    if (hooks) t->hooks = *hooks;
+    t->dev = dev;
+    t->model = model;
+    t->data = data;
+    const struct md_train_opts *o = t->o;
     md_trainer_report_init(t);
 
     t->batch = o->batch_size > 0 ? o->batch_size : 64;
@@ -57,8 +59,13 @@ md_status md_trainer_create(md_job *job, md_trainer **out)
     return MD_OK;
 fail:
     /* what --auto-batch tried still goes into the report */
-    if (t->ab_tried && job->report && !cJSON_GetObjectItemCaseSensitive(job->report, "training"))
-        md_trainer_auto_batch_report(t, cJSON_AddObjectToObject(job->report, "training"));
+    if (t->ab_tried && t->hooks.failed_report) {
+        cJSON *training = cJSON_CreateObject();
+        if (training) {
+            md_trainer_auto_batch_report(t, training);
+            t->hooks.failed_report(t->hooks.ctx, training);
+        }
+    }
     md_trainer_free(t);
     return st;
 }
@@ -163,7 +170,7 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
 /* One attempt at the whole run at t->batch (md_trainer_run retries it). */
 static md_status run_once(md_trainer *t)
 {
-    const md_options *o = t->o;
+    const struct md_train_opts *o = t->o;
     md_status st = MD_OK;
     md_trainer_report_start(t);
     if ((st = md_trainer_pipe_setup(t)) != MD_OK) return st;

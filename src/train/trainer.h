@@ -1,10 +1,13 @@
 /* trainer.h - the training and validation loop.
  *
  * md_trainer_create sets up loaders, device batch buffers, the optimizer,
- * schedule and loss scaler for job->model on job->dev over job->data, and
- * restores --resume; md_trainer_run trains the epochs, validates after each,
- * keeps the best and last checkpoints, writes --metrics, prints the epoch
- * lines and fills report["training"]. The stage (stage_train.c) owns it.
+ * schedule and loss scaler for a model on a device over a dataset, and
+ * restores a checkpoint (resume); md_trainer_run trains the epochs, validates
+ * after each, keeps the best and last checkpoints, writes the metrics lines,
+ * prints the epoch lines and fills its report["training"] object, which the
+ * caller takes (md_trainer_take_report). The trainer knows only its options
+ * (md_train_opts) and tells its caller what it decided through hooks
+ * (md_train_hooks); the application layer (app/stage_train.c) owns it.
  *
  * Determinism: batches depend on (seed, epoch, position) (data.h), dropout
  * on (seed, global step), so a run resumed from a checkpoint reaches the same
@@ -30,11 +33,79 @@
 
 #include <cjson/cJSON.h>
 
-#include "cli/job.h"
+#include <stdint.h>
+
+#include "core/platform.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+struct md_model;
+struct md_data;
+struct md_device;
 
 typedef struct md_trainer md_trainer;
 
-md_status md_trainer_create(md_job *job, md_trainer **out);
+/* The run's options the trainer uses, resolved by the caller. Those marked
+ * (recorded) only go into the checkpoint metadata and the report. */
+struct md_train_opts {
+    char model[MD_PATH_MAX];    /* (recorded) the model's name or path */
+    md_precision precision;     /* of matrix work; fp16 turns on dynamic loss scaling */
+    double dropout;             /* (recorded) < 0: the model config's */
+    int compile;                /* 0: host-synced steps only */
+    int tf32;                   /* (recorded) */
+    int max_samples;            /* (recorded) */
+    double val_split;           /* (recorded) */
+    uint64_t seed;              /* batch order, augmentation, dropout */
+    /* the loaders */
+    int augment;
+    int num_workers;            /* <= 0: in the consumer's thread */
+    int prefetch;
+    int pin_memory;             /* > 0: page-locked batches */
+    /* the loop */
+    int batch_size;             /* 0: 64 */
+    int epochs;
+    int steps;                  /* > 0: at most this many steps per epoch */
+    double lr;                  /* < 0: the optimizer's default */
+    char optimizer[16];         /* sgd|adamw */
+    double momentum;
+    int nesterov;
+    double weight_decay;
+    int decay_all;
+    char lradj[16];             /* constant|step|cosine|onecycle */
+    double warmup_epochs;
+    double grad_clip;           /* 0 = off */
+    double label_smoothing;
+    int val_batch_multiplier;
+    int auto_batch;             /* halve the batch on out-of-memory */
+    /* files ("" = none) */
+    char checkpoint_dir[MD_PATH_MAX];
+    int overwrite;              /* replace an earlier run's checkpoints */
+    char resume[MD_PATH_MAX];
+    char metrics[MD_PATH_MAX];  /* JSON lines appended */
+    char init_from[MD_PATH_MAX];
+    char dump_grads[MD_PATH_MAX]; /* set: no checkpoint folder is opened */
+};
+
+/* What the trainer tells its caller (each entry optional: NULL = ignored). */
+struct md_train_hooks {
+    void *ctx;
+    /* A setting the trainer changed and why (--auto-batch's halved batch). */
+    void (*setting)(void *ctx, const char *name, const char *value, const char *why);
+    /* The JSON object of the --metrics file's header line; the trainer takes
+     * ownership. A NULL entry or result fails the --metrics open (as out of
+     * memory). */
+    cJSON *(*metrics_header)(void *ctx);
+    /* md_trainer_create failed after --auto-batch tried batches: the
+     * report["training"] object saying what it tried; the callee owns it. */
+    void (*failed_report)(void *ctx, cJSON *training);
+    const char *run_id;         /* in each --metrics line; NULL = "" */
+};
+
+/* Borrows model, data and dev (they must outlive the trainer) and copies
+ * opts and hooks. */
+md_status md_trainer_create(const struct md_train_opts *opts, const struct md_train_hooks *hooks,
+                            struct md_device *dev, struct md_model *model, struct md_data *data,
+                            md_trainer **out);
 /* Runs every epoch. Returns MD_ERR_INTERRUPTED after writing a checkpoint
  * when SIGINT/SIGTERM arrived, MD_ERR_NUMERIC on a non-finite loss. The
  * report object is filled also when the run fails part-way. */
@@ -42,7 +113,7 @@ md_status md_trainer_run(md_trainer *t);
 void md_trainer_free(md_trainer *t); /* NULL ok */
 
 /* report["training"]: the caller takes ownership (the stage puts it into the
- * job's report); NULL on a second call. */
+ * caller's report); NULL on a second call. */
 cJSON *md_trainer_take_report(md_trainer *t);
 
 /* --dump-grads: one training step (no optimizer update) on the first batch

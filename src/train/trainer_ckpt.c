@@ -88,7 +88,7 @@ static void meta_ll(cJSON *m, const char *key, long long v)
 /* Config of the run as JSON text (options that shape the result). */
 static char *run_config_json(const md_trainer *t)
 {
-    const md_options *o = t->o;
+    const struct md_train_opts *o = t->o;
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "model", o->model);
     cJSON_AddStringToObject(c, "dataset", md_data_name(t->data));

@@ -21,7 +21,6 @@
 #include <cjson/cJSON.h>
 
 #include "backend/kernels_call.h"
-#include "cli/job.h"
 #include "data/data.h"
 #include "train/optim.h"
 #include "train/run_dir.h"
@@ -49,8 +48,9 @@ struct step_ctl {
 };
 
 struct md_trainer {
-    md_job *job;
-    md_options *o;
+    struct md_train_opts opts;   /* a copy of md_trainer_create's */
+    const struct md_train_opts *o; /* == &opts */
+    struct md_train_hooks hooks;
     md_device *dev;
     struct md_model *model;
     struct md_data *data;

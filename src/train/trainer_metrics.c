@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/run_info.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "train/trainer_impl.h"
@@ -23,16 +22,13 @@ void md_trainer_report_init(md_trainer *t)
     t->diags = cJSON_AddArrayToObject(t->report, "diagnostics");
 }
 
-/* The line that starts this run's lines in the --metrics file: the run id,
- * command line and config of the report's "run" object (run_info.h), so
+/* The line that starts this run's lines in the --metrics file (the caller's
+ * md_train_hooks.metrics_header: the run id, command line and config), so
  * runs appended to one file can be told apart. */
 static md_status metrics_header(md_trainer *t)
 {
-    const cJSON *run = cJSON_GetObjectItemCaseSensitive(t->job->report, "run");
-    cJSON *own = run ? NULL : md_run_info_json(t->job);
-    cJSON *h = md_run_info_metrics_header(run ? run : own);
+    cJSON *h = t->hooks.metrics_header ? t->hooks.metrics_header(t->hooks.ctx) : NULL;
     char *s = h ? cJSON_PrintUnformatted(h) : NULL;
-    cJSON_Delete(own);
     cJSON_Delete(h);
     if (!s) return md_errf(MD_ERR_OOM, "--metrics %s: out of memory for the header line", t->o->metrics);
     int bad = fprintf(t->metrics, "%s\n", s) < 0 || fflush(t->metrics) != 0;
@@ -55,7 +51,7 @@ void md_trainer_metrics_line(md_trainer *t, const char *kind, double loss, doubl
     if (!t->metrics) return;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "kind", kind);
-    cJSON_AddStringToObject(o, "run_id", md_run_info_id());
+    cJSON_AddStringToObject(o, "run_id", t->hooks.run_id ? t->hooks.run_id : "");
     cJSON_AddNumberToObject(o, "epoch", t->epoch + 1);
     cJSON_AddNumberToObject(o, "step", (double)t->global_step);
     cJSON_AddNumberToObject(o, "train_loss", loss);
@@ -111,7 +107,7 @@ static void curve_add(md_trainer *t, const char *key, double v)
 
 void md_trainer_report_start(md_trainer *t)
 {
-    const md_options *o = t->o;
+    const struct md_train_opts *o = t->o;
     cJSON_AddStringToObject(t->report, "optimizer", o->optimizer);
     cJSON_AddNumberToObject(t->report, "lr", t->lr);
     cJSON_AddStringToObject(t->report, "schedule", md_schedule_name(t->sched.kind));
@@ -130,7 +126,7 @@ void md_trainer_report_start(md_trainer *t)
 
 void md_trainer_print_start(md_trainer *t)
 {
-    const md_options *o = t->o;
+    const struct md_train_opts *o = t->o;
     char a[32], b[32], c[32];
     size_t dec, plain;
     md_optim_counts(t->opt, &dec, &plain);
@@ -161,7 +157,7 @@ void md_trainer_print_start(md_trainer *t)
 void md_trainer_epoch_output(md_trainer *t, double tl, double ta, double vl, double va, double lr, double sps,
                              double ep_time)
 {
-    const md_options *o = t->o;
+    const struct md_train_opts *o = t->o;
     char a[32];
     /* run_time covers every epoch so far, also those before a resume */
     double eta = (o->epochs - t->epoch - 1) * (t->run_time / (t->epoch + 1));

@@ -17,7 +17,7 @@
  * that needs, and says why in pipe_why. */
 md_status md_trainer_pipe_setup(md_trainer *t)
 {
-    const md_options *o = t->o;
+    const struct md_train_opts *o = t->o;
     /* Metal can capture too, but its optimizer has no device-side step
      * values yet (metal_plan.c refuses md_optim_ctl): CUDA only */
     int can = md_dev_can_capture(t->dev) && md_device_kind(t->dev) == MD_BACKEND_CUDA;

@@ -41,7 +41,7 @@ static md_status alloc_buffers(md_trainer *t)
 
 static md_status setup_optimizer(md_trainer *t)
 {
-    const md_options *o = t->o;
+    const struct md_train_opts *o = t->o;
     int adamw = strcmp(o->optimizer, "adamw") == 0;
     t->ocfg = (struct md_optim_cfg){
         .kind = adamw ? MD_OPT_ADAMW : MD_OPT_SGD,
@@ -68,7 +68,7 @@ static md_status setup_optimizer(md_trainer *t)
  * buffers, the optimizer state, the schedule. */
 static md_status setup_batch_once(md_trainer *t)
 {
-    md_options *o = t->o;
+    const struct md_train_opts *o = t->o;
     md_status st;
     /* bound for the training batch: validation batches larger than that run
      * in chunks rather than planning 4x the training activations */
@@ -237,7 +237,7 @@ int md_trainer_auto_batch_halve(md_trainer *t, md_status st, const char *where)
     t->rebind = 1;
     t->batch /= 2;
     snprintf(v, sizeof v, "%d", t->batch);
-    md_job_setting(t->job, "batch_size", v, why);
+    if (t->hooks.setting) t->hooks.setting(t->hooks.ctx, "batch_size", v, why);
     return 1;
 }
 

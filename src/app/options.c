@@ -1,6 +1,6 @@
 /* options.c - the option table, flag parsing, config merging, --help. */
 #define _GNU_SOURCE
-#include "cli/options.h"
+#include "app/options.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,6 +14,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
+#include "data/format.h"
 
 #ifndef MD_VERSION
 #define MD_VERSION "0.1.0"
@@ -44,161 +45,142 @@ struct optdef {
     const char *choices;   /* T_CHOICE */
     double min, max;       /* T_INT, T_DOUBLE */
     int ival;              /* T_VERB: value to set */
+    /* T_CHOICE with choices and help NULL: the choices come from a registry
+     * (the dataset formats), joined by `sep` */
+    void (*list)(char *out, size_t n, const char *sep);
 };
 
 #define F(field) offsetof(md_options, field), sizeof(((md_options *)0)->field)
 
+/* One row per option, grouped for --help (GROUP). The run config's key is
+ * the field's name unless a row says otherwise (NULL: flag only). */
+#define OPT(name, alias, type, field, key, meta, help, choices, lo, hi, ival, list)                          \
+    {                                                                                                        \
+        name, alias, type, F(field), key, GROUP, meta, help, choices, lo, hi, ival, list                     \
+    }
+#define ON(name, field, help) OPT(name, NULL, T_ON, field, #field, NULL, help, NULL, 0, 0, 0, NULL)
+#define ON_KEY(name, field, key, help) OPT(name, NULL, T_ON, field, key, NULL, help, NULL, 0, 0, 0, NULL)
+#define OFF(name, field, help) OPT(name, NULL, T_OFF, field, #field, NULL, help, NULL, 0, 0, 0, NULL)
+#define OFF_KEY(name, field, key, help) OPT(name, NULL, T_OFF, field, key, NULL, help, NULL, 0, 0, 0, NULL)
+#define INT(name, field, meta, lo, hi, help)                                                                 \
+    OPT(name, NULL, T_INT, field, #field, meta, help, NULL, lo, hi, 0, NULL)
+#define DBL(name, field, meta, lo, hi, help)                                                                 \
+    OPT(name, NULL, T_DOUBLE, field, #field, meta, help, NULL, lo, hi, 0, NULL)
+#define STR(name, field, meta, help) OPT(name, NULL, T_STR, field, #field, meta, help, NULL, 0, 0, 0, NULL)
+#define CHOICE(name, field, meta, choices, help)                                                             \
+    OPT(name, NULL, T_CHOICE, field, #field, meta, help, choices, 0, 0, 0, NULL)
+
 static const struct optdef table[] = {
-    /* --- device --- */
-    {"device", "device-type", T_CHOICE, F(device), "device", "Device", "DEV",
-     "auto, cpu, cuda[:N], metal or mps (auto probes metal, then cuda, then cpu)", NULL, 0, 0, 0},
-    {"list-devices", NULL, T_ON, F(list_devices), NULL, "Device", NULL,
-     "list every backend and device with availability, then exit", NULL, 0, 0, 0},
-    {"threads", NULL, T_INT, F(threads), "threads", "Device", "N",
-     "CPU threads for kernels and OpenBLAS (default: physical cores)", NULL, 1, 1024, 0},
-    {"fallback", NULL, T_ON, F(fallback), "fallback", "Device", NULL,
-     "run ops the device lacks on the CPU (also MPSDIAG_ENABLE_FALLBACK=1)", NULL, 0, 0, 0},
-    {"memory-fraction", NULL, T_DOUBLE, F(memory_fraction), "memory_fraction", "Device", "F",
-     "cap device memory at F x total (0 < F <= 1; also MPSDIAG_HIGH_WATERMARK_RATIO)", NULL, 1e-6, 1.0, 0},
-    {"no-tf32", NULL, T_OFF, F(tf32), "tf32", "Device", NULL,
-     "CUDA: keep fp32 matrix work in full fp32 (no TF32)", NULL, 0, 0, 0},
-    /* --- model --- */
-    {"config", NULL, T_STR, F(config), NULL, "Model", "FILE",
-     "JSON run config; flags override its values", NULL, 0, 0, 0},
-    {"model", NULL, T_STR, F(model), "model", "Model", "NAME|FILE",
-     "model config: a name from configs/models or a path", NULL, 0, 0, 0},
-    {"models", NULL, T_STR, F(models), "models", "Model", "A,B",
-     "models to compare in the diagnostics run", NULL, 0, 0, 0},
-    {"reduce-architecture", NULL, T_ON, F(reduce_architecture), "reduce_architecture", "Model", NULL,
-     "smaller variant of the model for memory-constrained machines", NULL, 0, 0, 0},
-    {"dropout", NULL, T_DOUBLE, F(dropout), "dropout", "Model", "P",
-     "dropout probability for the model's dropout layers", NULL, 0.0, 0.999, 0},
-    {"grad-ckpt", NULL, T_ON, F(grad_ckpt), "grad_ckpt", "Model", NULL,
-     "gradient checkpointing: recompute activations in backward", NULL, 0, 0, 0},
-    {"channels-last", NULL, T_ON, F(channels_last), "channels_last", "Model", NULL,
-     "NHWC activations (channels-last memory format; the default on CUDA)", NULL, 0, 0, 0},
-    {"no-channels-last", NULL, T_OFF, F(channels_last), NULL, "Model", NULL,
-     "NCHW activations also where channels-last is the default", NULL, 0, 0, 0},
-    {"init-from", NULL, T_STR, F(init_from), "init_from", "Model", "FILE",
-     "initial weights from a safetensors file", NULL, 0, 0, 0},
-    {"dump-grads", NULL, T_STR, F(dump_grads), NULL, "Model", "FILE",
-     "one training step on the first batch; write inputs, logits, loss, gradients", NULL, 0, 0, 0},
-    {"dump-logits", NULL, T_STR, F(dump_logits), NULL, "Model", "FILE",
-     "after training (at once with --epochs 0): the first test batch's inputs and evaluation logits", NULL, 0, 0,
-     0},
-    {"no-compile", NULL, T_OFF, F(compile), "compile", "Model", NULL,
-     "run op by op, eagerly (no fusion, planning or graph capture)", NULL, 0, 0, 0},
-    {"compile-mode", NULL, T_CHOICE, F(compile_mode), "compile_mode", "Model", "MODE",
-     "default | reduce-overhead | max-autotune", "default|reduce-overhead|max-autotune", 0, 0, 0},
-    /* --- precision --- */
-    {"precision", NULL, T_PREC, F(precision), "precision", "Precision", "P",
-     "fp32 | fp16 | bf16 for convolutions and matrix products", NULL, 0, 0, 0},
-    {"amp", NULL, T_ON, F(amp), "amp", "Precision", NULL,
-     "automatic mixed precision with the device's best half type", NULL, 0, 0, 0},
-    /* --- data --- */
-    {"dataset", NULL, T_CHOICE, F(dataset), "dataset", "Data", "NAME",
-     "auto | fashion-mnist | mnist | cifar10 | cifar100 | jpeg | synthetic",
-     "auto|fashion-mnist|mnist|cifar10|cifar100|jpeg|synthetic", 0, 0, 0},
-    {"data-dir", NULL, T_STR, F(data_dir), "data_dir", "Data", "DIR",
-     "dataset directory", NULL, 0, 0, 0},
-    {"val-split", NULL, T_DOUBLE, F(val_split), "val_split", "Data", "F",
-     "fraction of the training set held out for validation", NULL, 0.0, 0.9, 0},
-    {"num-workers", NULL, T_INT, F(num_workers), "num_workers", "Data", "N",
-     "loader threads (0: load in the main thread; default: per device)", NULL, 0, 256, 0},
-    {"prefetch", NULL, T_INT, F(prefetch), "prefetch", "Data", "N",
-     "batches prepared ahead", NULL, 1, 64, 0},
-    {"pin-memory", NULL, T_ON, F(pin_memory), "pin_memory", "Data", NULL,
-     "page-locked host batches (used where the device benefits)", NULL, 0, 0, 0},
-    {"no-pin-memory", NULL, T_OFF, F(pin_memory), NULL, "Data", NULL,
-     "ordinary host memory for batches", NULL, 0, 0, 0},
-    {"cache-images", NULL, T_ON, F(cache_images), "cache_images", "Data", NULL,
-     "keep decoded images in RAM (checked against available memory)", NULL, 0, 0, 0},
-    {"no-augment", NULL, T_OFF, F(augment), "augment", "Data", NULL,
-     "no random crop/flip for training", NULL, 0, 0, 0},
-    {"on-bad-sample", NULL, T_CHOICE, F(on_bad_sample), "on_bad_sample", "Data", "WHAT",
-     "skip | fail when an image cannot be decoded", "skip|fail", 0, 0, 0},
-    {"image-size", NULL, T_INT, F(image_size), "image_size", "Data", "PX",
-     "JPEG folders: resize to PX x PX (default: the model's input)", NULL, 8, 4096, 0},
-    {"max-samples", NULL, T_INT, F(max_samples), "max_samples", "Data", "N",
-     "use at most N samples of each split (train, validation, test; seeded)", NULL, 1, INT_MAX, 0},
-    {"coarse-labels", NULL, T_ON, F(coarse_labels), "coarse_labels", "Data", NULL,
-     "CIFAR-100: the 20 coarse classes instead of the 100 fine ones", NULL, 0, 0, 0},
-    /* --- training --- */
-    {"batch-size", NULL, T_INT, F(batch_size), "batch_size", "Training", "N",
-     "samples per step (default: per device and model)", NULL, 1, 1 << 20, 0},
-    {"epochs", "train-epochs", T_INT, F(epochs), "epochs", "Training", "N",
-     "training epochs (0: no training)", NULL, 0, 100000, 0},
-    {"steps", NULL, T_INT, F(steps), "steps", "Training", "N",
-     "at most N steps per epoch", NULL, 1, INT_MAX, 0},
-    {"lr", "learning-rate", T_DOUBLE, F(lr), "lr", "Training", "LR",
-     "peak learning rate (default: 0.1 for SGD, 1e-3 for AdamW)", NULL, 1e-12, 100.0, 0},
-    {"optimizer", NULL, T_CHOICE, F(optimizer), "optimizer", "Training", "NAME",
-     "sgd | adamw", "sgd|adamw", 0, 0, 0},
-    {"momentum", NULL, T_DOUBLE, F(momentum), "momentum", "Training", "M",
-     "SGD momentum", NULL, 0.0, 0.9999, 0},
-    {"nesterov", NULL, T_ON, F(nesterov), "nesterov", "Training", NULL,
-     "Nesterov momentum", NULL, 0, 0, 0},
-    {"weight-decay", NULL, T_DOUBLE, F(weight_decay), "weight_decay", "Training", "WD",
-     "weight decay (not on BN and bias unless --decay-all)", NULL, 0.0, 1.0, 0},
-    {"decay-all", NULL, T_ON, F(decay_all), "decay_all", "Training", NULL,
-     "apply weight decay to BN and bias parameters too", NULL, 0, 0, 0},
-    {"lradj", "schedule", T_CHOICE, F(lradj), "lradj", "Training", "NAME",
-     "constant | step | cosine | onecycle", "constant|step|cosine|onecycle", 0, 0, 0},
-    {"warmup-epochs", NULL, T_DOUBLE, F(warmup_epochs), "warmup_epochs", "Training", "E",
-     "linear learning-rate warm-up", NULL, 0.0, 1000.0, 0},
-    {"grad-clip", NULL, T_DOUBLE, F(grad_clip), "grad_clip", "Training", "NORM",
-     "clip gradients by global norm (0: off)", NULL, 0.0, 1e9, 0},
-    {"label-smoothing", NULL, T_DOUBLE, F(label_smoothing), "label_smoothing", "Training", "S",
-     "label smoothing for the cross-entropy", NULL, 0.0, 0.999, 0},
-    {"val-batch-multiplier", NULL, T_INT, F(val_batch_multiplier), "val_batch_multiplier", "Training", "K",
-     "validation batch = K x batch size", NULL, 1, 64, 0},
-    {"checkpoint-dir", NULL, T_STR, F(checkpoint_dir), "checkpoint_dir", "Training", "DIR",
-     "where best and last checkpoints go", NULL, 0, 0, 0},
-    {"overwrite", NULL, T_ON, F(overwrite), "overwrite", "Training", NULL,
-     "replace an earlier run's checkpoints in --checkpoint-dir (else refused)", NULL, 0, 0, 0},
-    {"resume", NULL, T_STR, F(resume), NULL, "Training", "FILE",
-     "continue from a checkpoint", NULL, 0, 0, 0},
-    {"metrics", NULL, T_STR, F(metrics), "metrics", "Training", "FILE",
-     "append JSON lines: a header per run, then one per epoch and one every 50 steps", NULL, 0, 0, 0},
-    {"auto-batch", NULL, T_ON, F(auto_batch), "auto_batch", "Training", NULL,
-     "halve the batch and retry on out-of-memory", NULL, 0, 0, 0},
-    /* --- benchmark and report --- */
-    {"benchmark", NULL, T_ON, F(benchmark), "benchmark", "Benchmark", NULL,
-     "benchmark after training", NULL, 0, 0, 0},
-    {"benchmark-only", NULL, T_ON, F(benchmark_only), "benchmark_only", "Benchmark", NULL,
-     "benchmark without training", NULL, 0, 0, 0},
-    {"bench-iters", NULL, T_INT, F(bench_iters), "bench_iters", "Benchmark", "N",
-     "timed iterations per measurement", NULL, 1, 1000000, 0},
-    {"warmup-iters", NULL, T_INT, F(warmup_iters), "warmup_iters", "Benchmark", "N",
-     "untimed warm-up iterations", NULL, 0, 1000000, 0},
-    {"batch-sweep", NULL, T_STR, F(batch_sweep), "batch_sweep", "Benchmark", "LIST",
-     "throughput, latency and memory per batch size (8,16,32 or auto)", NULL, 0, 0, 0},
-    {"find-batch-size", NULL, T_ON, F(find_batch_size), "find_batch_size", "Benchmark", NULL,
-     "largest batch that fits, and the fastest", NULL, 0, 0, 0},
-    {"compare-devices", NULL, T_ON, F(compare_devices), "compare_devices", "Benchmark", NULL,
-     "same benchmark on every available device", NULL, 0, 0, 0},
-    {"ablate", NULL, T_STR, F(ablate), "ablate", "Benchmark", "LIST",
-     "measure each of compile,channels-last,precision,workers on and off", NULL, 0, 0, 0},
-    {"report", NULL, T_STR, F(report), "report", "Report", "FILE",
-     "write the JSON report (schema in README)", NULL, 0, 0, 0},
-    {"html", NULL, T_STR, F(html), "html", "Report", "FILE",
-     "write a self-contained HTML report with charts", NULL, 0, 0, 0},
-    {"ci", NULL, T_ON, F(ci), NULL, "Report", NULL,
-     "smoke-test mode: tiny model, few steps, thresholds", NULL, 0, 0, 0},
-    {"expect-min-throughput", NULL, T_DOUBLE, F(expect_min_throughput), NULL, "Report", "S/S",
-     "fail (exit 7) below this many training samples/s", NULL, 0.0, 1e12, 0},
-    {"expect-max-loss", NULL, T_DOUBLE, F(expect_max_loss), NULL, "Report", "L",
-     "fail (exit 7) when the final loss is above L", NULL, 0.0, 1e12, 0},
-    {"junit", NULL, T_STR, F(junit), NULL, "Report", "FILE",
-     "write a JUnit-style XML result", NULL, 0, 0, 0},
-    {"seed", NULL, T_U64, F(seed), "seed", "General", "N",
-     "seed for initialisation, shuffling, augmentation, dropout", NULL, 0, 0, 0},
-    {"verbose", NULL, T_VERB, F(verbosity), NULL, "General", NULL,
-     "more detail", NULL, 0, 0, MD_VERBOSE},
-    {"quiet", NULL, T_VERB, F(verbosity), NULL, "General", NULL,
-     "errors only", NULL, 0, 0, MD_QUIET},
-    {"help", NULL, T_ON, F(help), NULL, "General", NULL, "this text", NULL, 0, 0, 0},
-    {"version", NULL, T_ON, F(version), NULL, "General", NULL, "print the version", NULL, 0, 0, 0},
+#define GROUP "Device"
+    OPT("device", "device-type", T_CHOICE, device, "device", "DEV",
+        "auto, cpu, cuda[:N], metal or mps (auto probes metal, then cuda, then cpu)", NULL, 0, 0, 0, NULL),
+    ON_KEY("list-devices", list_devices, NULL, "list every backend and device with availability, then exit"),
+    INT("threads", threads, "N", 1, 1024, "CPU threads for kernels and OpenBLAS (default: physical cores)"),
+    ON("fallback", fallback, "run ops the device lacks on the CPU (also MPSDIAG_ENABLE_FALLBACK=1)"),
+    DBL("memory-fraction", memory_fraction, "F", 1e-6, 1.0,
+        "cap device memory at F x total (0 < F <= 1; also MPSDIAG_HIGH_WATERMARK_RATIO)"),
+    OFF("no-tf32", tf32, "CUDA: keep fp32 matrix work in full fp32 (no TF32)"),
+#undef GROUP
+#define GROUP "Model"
+    OPT("config", NULL, T_STR, config, NULL, "FILE", "JSON run config; flags override its values", NULL, 0, 0,
+        0, NULL),
+    STR("model", model, "NAME|FILE", "model config: a name from configs/models or a path"),
+    STR("models", models, "A,B", "models to compare in the diagnostics run"),
+    ON("reduce-architecture", reduce_architecture,
+       "smaller variant of the model for memory-constrained machines"),
+    DBL("dropout", dropout, "P", 0.0, 0.999, "dropout probability for the model's dropout layers"),
+    ON("grad-ckpt", grad_ckpt, "gradient checkpointing: recompute activations in backward"),
+    ON("channels-last", channels_last, "NHWC activations (channels-last memory format; the default on CUDA)"),
+    OFF_KEY("no-channels-last", channels_last, NULL,
+            "NCHW activations also where channels-last is the default"),
+    STR("init-from", init_from, "FILE", "initial weights from a safetensors file"),
+    OPT("dump-grads", NULL, T_STR, dump_grads, NULL, "FILE",
+        "one training step on the first batch; write inputs, logits, loss, gradients", NULL, 0, 0, 0, NULL),
+    OPT("dump-logits", NULL, T_STR, dump_logits, NULL, "FILE",
+        "after training (at once with --epochs 0): the first test batch's inputs and evaluation logits", NULL,
+        0, 0, 0, NULL),
+    OFF("no-compile", compile, "run op by op, eagerly (no fusion, planning or graph capture)"),
+    CHOICE("compile-mode", compile_mode, "MODE", "default|reduce-overhead|max-autotune",
+           "default | reduce-overhead | max-autotune"),
+#undef GROUP
+#define GROUP "Precision"
+    OPT("precision", NULL, T_PREC, precision, "precision", "P",
+        "fp32 | fp16 | bf16 for convolutions and matrix products", NULL, 0, 0, 0, NULL),
+    ON("amp", amp, "automatic mixed precision with the device's best half type"),
+#undef GROUP
+#define GROUP "Data"
+    OPT("dataset", NULL, T_CHOICE, dataset, "dataset", "NAME", NULL, NULL, 0, 0, 0, md_format_dataset_list),
+    STR("data-dir", data_dir, "DIR", "dataset directory"),
+    DBL("val-split", val_split, "F", 0.0, 0.9, "fraction of the training set held out for validation"),
+    INT("num-workers", num_workers, "N", 0, 256,
+        "loader threads (0: load in the main thread; default: per device)"),
+    INT("prefetch", prefetch, "N", 1, 64, "batches prepared ahead"),
+    ON("pin-memory", pin_memory, "page-locked host batches (used where the device benefits)"),
+    OFF_KEY("no-pin-memory", pin_memory, NULL, "ordinary host memory for batches"),
+    ON("cache-images", cache_images, "keep decoded images in RAM (checked against available memory)"),
+    OFF("no-augment", augment, "no random crop/flip for training"),
+    CHOICE("on-bad-sample", on_bad_sample, "WHAT", "skip|fail",
+           "skip | fail when an image cannot be decoded"),
+    INT("image-size", image_size, "PX", 8, 4096,
+        "JPEG folders: resize to PX x PX (default: the model's input)"),
+    INT("max-samples", max_samples, "N", 1, INT_MAX,
+        "use at most N samples of each split (train, validation, test; seeded)"),
+    ON("coarse-labels", coarse_labels, "CIFAR-100: the 20 coarse classes instead of the 100 fine ones"),
+#undef GROUP
+#define GROUP "Training"
+    INT("batch-size", batch_size, "N", 1, 1 << 20, "samples per step (default: per device and model)"),
+    OPT("epochs", "train-epochs", T_INT, epochs, "epochs", "N", "training epochs (0: no training)", NULL, 0,
+        100000, 0, NULL),
+    INT("steps", steps, "N", 1, INT_MAX, "at most N steps per epoch"),
+    OPT("lr", "learning-rate", T_DOUBLE, lr, "lr", "LR",
+        "peak learning rate (default: 0.1 for SGD, 1e-3 for AdamW)", NULL, 1e-12, 100.0, 0, NULL),
+    CHOICE("optimizer", optimizer, "NAME", "sgd|adamw", "sgd | adamw"),
+    DBL("momentum", momentum, "M", 0.0, 0.9999, "SGD momentum"),
+    ON("nesterov", nesterov, "Nesterov momentum"),
+    DBL("weight-decay", weight_decay, "WD", 0.0, 1.0, "weight decay (not on BN and bias unless --decay-all)"),
+    ON("decay-all", decay_all, "apply weight decay to BN and bias parameters too"),
+    OPT("lradj", "schedule", T_CHOICE, lradj, "lradj", "NAME", "constant | step | cosine | onecycle",
+        "constant|step|cosine|onecycle", 0, 0, 0, NULL),
+    DBL("warmup-epochs", warmup_epochs, "E", 0.0, 1000.0, "linear learning-rate warm-up"),
+    DBL("grad-clip", grad_clip, "NORM", 0.0, 1e9, "clip gradients by global norm (0: off)"),
+    DBL("label-smoothing", label_smoothing, "S", 0.0, 0.999, "label smoothing for the cross-entropy"),
+    INT("val-batch-multiplier", val_batch_multiplier, "K", 1, 64, "validation batch = K x batch size"),
+    STR("checkpoint-dir", checkpoint_dir, "DIR", "where best and last checkpoints go"),
+    ON("overwrite", overwrite, "replace an earlier run's checkpoints in --checkpoint-dir (else refused)"),
+    OPT("resume", NULL, T_STR, resume, NULL, "FILE", "continue from a checkpoint", NULL, 0, 0, 0, NULL),
+    STR("metrics", metrics, "FILE",
+        "append JSON lines: a header per run, then one per epoch and one every 50 steps"),
+    ON("auto-batch", auto_batch, "halve the batch and retry on out-of-memory"),
+#undef GROUP
+#define GROUP "Benchmark"
+    ON("benchmark", benchmark, "benchmark after training"),
+    ON("benchmark-only", benchmark_only, "benchmark without training"),
+    INT("bench-iters", bench_iters, "N", 1, 1000000, "timed iterations per measurement"),
+    INT("warmup-iters", warmup_iters, "N", 0, 1000000, "untimed warm-up iterations"),
+    STR("batch-sweep", batch_sweep, "LIST",
+        "throughput, latency and memory per batch size (8,16,32 or auto)"),
+    ON("find-batch-size", find_batch_size, "largest batch that fits, and the fastest"),
+    ON("compare-devices", compare_devices, "same benchmark on every available device"),
+    STR("ablate", ablate, "LIST", "measure each of compile,channels-last,precision,workers on and off"),
+#undef GROUP
+#define GROUP "Report"
+    STR("report", report, "FILE", "write the JSON report (schema in README)"),
+    STR("html", html, "FILE", "write a self-contained HTML report with charts"),
+    ON_KEY("ci", ci, NULL, "smoke-test mode: tiny model, few steps, thresholds"),
+    OPT("expect-min-throughput", NULL, T_DOUBLE, expect_min_throughput, NULL, "S/S",
+        "fail (exit 7) below this many training samples/s", NULL, 0.0, 1e12, 0, NULL),
+    OPT("expect-max-loss", NULL, T_DOUBLE, expect_max_loss, NULL, "L",
+        "fail (exit 7) when the final loss is above L", NULL, 0.0, 1e12, 0, NULL),
+    OPT("junit", NULL, T_STR, junit, NULL, "FILE", "write a JUnit-style XML result", NULL, 0, 0, 0, NULL),
+#undef GROUP
+#define GROUP "General"
+    OPT("seed", NULL, T_U64, seed, "seed", "N", "seed for initialisation, shuffling, augmentation, dropout",
+        NULL, 0, 0, 0, NULL),
+    OPT("verbose", NULL, T_VERB, verbosity, NULL, NULL, "more detail", NULL, 0, 0, MD_VERBOSE, NULL),
+    OPT("quiet", NULL, T_VERB, verbosity, NULL, NULL, "errors only", NULL, 0, 0, MD_QUIET, NULL),
+    ON_KEY("help", help, NULL, "this text"),
+    ON_KEY("version", version, NULL, "print the version"),
+#undef GROUP
 };
 #define N_OPTS ((int)(sizeof table / sizeof table[0]))
 _Static_assert(sizeof table / sizeof table[0] <= 128, "set_by_flag too small");
@@ -230,11 +212,6 @@ void md_options_defaults(md_options *o)
     snprintf(o->checkpoint_dir, sizeof o->checkpoint_dir, "checkpoints");
     o->bench_iters = 50;
     o->warmup_iters = 5;
-}
-
-const char *md_precision_name(md_precision p)
-{
-    return p == MD_PREC_FP16 ? "fp16" : p == MD_PREC_BF16 ? "bf16" : "fp32";
 }
 
 
@@ -326,11 +303,16 @@ static md_status set_text(md_options *o, const struct optdef *d, const char *val
         memcpy(base, val, strlen(val) + 1);
         return MD_OK;
     case T_CHOICE: {
-        int ok = d->choices ? choice_ok(d->choices, val) : device_ok(val);
+        char listed[256];
+        const char *choices = d->choices;
+        if (d->list) {
+            d->list(listed, sizeof listed, "|");
+            choices = listed;
+        }
+        int ok = choices ? choice_ok(choices, val) : device_ok(val);
         if (!ok) {
             char msg[300];
-            snprintf(msg, sizeof msg, "'%%s' is not one of %s",
-                     d->choices ? d->choices : "auto|cpu|cuda[:N]|metal|mps");
+            snprintf(msg, sizeof msg, "'%%s' is not one of %s", choices ? choices : "auto|cpu|cuda[:N]|metal|mps");
             return bad(st, who, msg, val);
         }
         if (strlen(val) >= d->size) return bad(st, who, "value too long (%s)", val);
@@ -647,7 +629,9 @@ void md_options_usage(FILE *f)
         char left[80], dflt[64];
         snprintf(left, sizeof left, "--%s%s%s", d->name, d->metavar ? " " : "", d->metavar ? d->metavar : "");
         default_text(&def, d, dflt, sizeof dflt);
-        fprintf(f, "  %-30s %s", left, d->help);
+        char listed[256];
+        if (d->list) d->list(listed, sizeof listed, " | ");
+        fprintf(f, "  %-30s %s", left, d->list ? listed : d->help);
         if (dflt[0]) fprintf(f, " [default: %s]", dflt);
         fputc('\n', f);
     }

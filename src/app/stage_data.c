@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/job.h"
+#include "app/job.h"
+#include "app/resolve.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/platform.h"
@@ -156,7 +157,9 @@ static md_status open_synthetic_instead(md_job *job, const struct md_data_reques
     cJSON *w = cJSON_GetObjectItemCaseSensitive(job->report, "warnings");
     if (!cJSON_IsArray(w)) w = cJSON_AddArrayToObject(job->report, "warnings");
     cJSON_AddItemToArray(w, cJSON_CreateString(why));
-    return md_data_open(o, req, &job->data);
+    struct md_data_opts d;
+    md_resolve_data(o, &d);
+    return md_data_open(&d, req, &job->data);
 }
 
 /* The skipped files, one line each (the first MD_DATA_BAD_LISTED). */
@@ -210,8 +213,10 @@ md_status md_stage_data(md_job *job)
     loader_defaults(job);
     struct md_data_request req;
     make_request(job, &req);
-    MD_TRY(md_data_config(o, &req));
-    md_status st = md_data_open(o, &req, &job->data);
+    MD_TRY(md_resolve_data_config(o, &req));
+    struct md_data_opts d_opts;
+    md_resolve_data(o, &d_opts);
+    md_status st = md_data_open(&d_opts, &req, &job->data);
     if (may_use_synthetic(job, st)) st = open_synthetic_instead(job, &req);
     if (st != MD_OK) return st;
     struct md_data *d = job->data;

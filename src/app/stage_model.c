@@ -5,7 +5,8 @@
  * --init-from (md_model_load_weights) and --dump-grads (md_model_dump_grads). */
 #include <string.h>
 
-#include "cli/job.h"
+#include "app/job.h"
+#include "app/resolve.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "nn/model.h"
@@ -27,14 +28,7 @@ md_status md_stage_model(md_job *job)
     md_options *o = job->opts;
     md_section("Model");
     struct md_model_opts mo;
-    md_model_opts_default(&mo);
-    mo.layout = o->channels_last ? MD_NHWC : MD_NCHW;
-    mo.compute_dtype = o->precision == MD_PREC_FP16 ? MD_F16 : o->precision == MD_PREC_BF16 ? MD_BF16 : MD_F32;
-    mo.grad_ckpt = o->grad_ckpt;
-    mo.compile = o->compile;
-    mo.seed = o->seed;
-    mo.dropout = md_options_given(o, "dropout") ? o->dropout : -1.0;
-    mo.reduce_architecture = o->reduce_architecture;
+    md_resolve_model(o, &mo);
 
     cJSON *root = NULL;
     const cJSON *inl = NULL;

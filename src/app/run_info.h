@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cli/job.h"
+#include "app/job.h"
 
 #define MD_METRICS_SCHEMA_VERSION 1
 

@@ -1,6 +1,6 @@
 /* run_info.c - the run's id, command line and resolved config (run_info.h). */
 #define _POSIX_C_SOURCE 200809L
-#include "cli/run_info.h"
+#include "app/run_info.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "cli/options.h"
+#include "app/options.h"
 #include "core/json.h"
 #include "core/mem.h"
 

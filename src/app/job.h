@@ -14,7 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "backend/backend.h"
-#include "cli/options.h"
+#include "app/options.h"
 
 struct md_model;    /* src/nn */
 struct md_data;     /* src/data */
@@ -47,22 +47,25 @@ void md_job_setting(md_job *job, const char *name, const char *value, const char
 /* Resolves per-device defaults (batch size, precision/AMP, workers, pinned
  * memory, channels-last, compile) into job->opts, each recorded with
  * md_job_setting and its reason. Runs right after the device opens. */
-md_status md_stage_policy(md_job *job);  /* src/train/policy.c     */
-md_status md_stage_model(md_job *job);   /* src/nn/stage_model.c   */
+md_status md_stage_policy(md_job *job);  /* app/policy.c      */
+md_status md_stage_model(md_job *job);   /* app/stage_model.c */
 void md_stage_model_cleanup(md_job *job);
-md_status md_stage_data(md_job *job);    /* src/data/stage_data.c  */
+md_status md_stage_data(md_job *job);    /* app/stage_data.c  */
 void md_stage_data_cleanup(md_job *job);
 /* Brings report.data's skipped files up to date (samples the loaders
  * skipped after the data stage) and prints them when there are new ones. */
-void md_stage_data_refresh(md_job *job); /* src/data/stage_data.c */
-md_status md_stage_train(md_job *job);   /* src/train/stage_train.c */
+void md_stage_data_refresh(md_job *job); /* app/stage_data.c */
+md_status md_stage_train(md_job *job);   /* app/stage_train.c */
 void md_stage_train_cleanup(md_job *job);
-md_status md_stage_bench(md_job *job);   /* src/diag/stage_bench.c  */
-md_status md_stage_recommend(md_job *job); /* src/diag/stage_bench.c */
+/* The trainer of the train stage, for the job's model, data and options
+ * (app/resolve.c); tests drive it themselves. */
+md_status md_stage_train_create(md_job *job, struct md_trainer **out);
+md_status md_stage_bench(md_job *job);   /* app/stage_bench.c  */
+md_status md_stage_recommend(md_job *job); /* app/stage_bench.c */
 /* Writes --html and --junit; runs also after a failed stage (the report's
  * status says how the run ended). */
-md_status md_stage_outputs(md_job *job);   /* src/diag/stage_bench.c: --html, --junit */
+md_status md_stage_outputs(md_job *job);   /* app/stage_bench.c: --html, --junit */
 /* --ci: the small model, synthetic data, a few steps, unless given. */
-void md_stage_ci_defaults(md_job *job);    /* src/diag/stage_bench.c */
+void md_stage_ci_defaults(md_job *job);    /* app/stage_bench.c */
 
 #endif

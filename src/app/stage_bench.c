@@ -15,7 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/job.h"
+#include "app/job.h"
+#include "app/resolve.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
@@ -119,6 +120,7 @@ struct ctx {
     cJSON *config;               /* the run config when its "model" is inline (owned) */
     const cJSON *inline_model;
     struct md_model_opts mopts;
+    struct md_bench_opts bopts;
     int batch;
     long long budget;            /* bytes a measurement may plan (0: none) */
     cJSON *bench;                /* report.benchmark */
@@ -154,7 +156,7 @@ static struct md_bench_setup setup_for(struct ctx *c, int batch, int iters, int 
     s.iters = iters;
     s.inference_iters = inf_iters;
     s.time_budget_s = budget_s;
-    s.opts = c->o;
+    s.opts = &c->bopts;
     s.mem_budget = c->budget;
     return s;
 }
@@ -293,7 +295,7 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     /* data: the loader alone against the step */
     int workers = o->num_workers > 0 ? o->num_workers : 0;
     double lsps = 0;
-    md_status lst = md_bench_loader(data, o, c->batch, workers, o->bench_iters > 10 ? o->bench_iters : 10, 3.0, &lsps);
+    md_status lst = md_bench_loader(data, &c->bopts, c->batch, workers, o->bench_iters > 10 ? o->bench_iters : 10, 3.0, &lsps);
     if (lst == MD_ERR_INTERRUPTED) return lst;
     cJSON *dj = cJSON_AddObjectToObject(B, "data");
     cJSON_AddNumberToObject(dj, "loader_samples_per_s", lsps);
@@ -599,8 +601,8 @@ static md_status ablate(struct ctx *c, const struct md_bench_result *main_r)
             if (w < 2) w = 2;
             double lon = 0, loff = 0;
             struct md_data *data = c->data[c->mopts.layout == MD_NHWC];
-            st = md_bench_loader(data, c->o, c->batch, w, 20, 3.0, &lon);
-            if (st == MD_OK) st = md_bench_loader(data, c->o, c->batch, 0, 20, 3.0, &loff);
+            st = md_bench_loader(data, &c->bopts, c->batch, w, 20, 3.0, &lon);
+            if (st == MD_OK) st = md_bench_loader(data, &c->bopts, c->batch, 0, 20, 3.0, &loff);
             /* the pipeline runs at the slower of loader and step */
             double step = main_r->train_samples_per_s;
             on = lon < step ? lon : step;
@@ -682,14 +684,9 @@ md_status md_stage_bench(md_job *job)
             snprintf(c.model, sizeof c.model, "%s: model", o->config);
         }
     }
-    md_model_opts_default(&c.mopts);
-    c.mopts.layout = o->channels_last ? MD_NHWC : MD_NCHW;
+    md_resolve_model(o, &c.mopts);
     c.mopts.compute_dtype = compute_dtype(o, c.info);
-    c.mopts.grad_ckpt = o->grad_ckpt;
-    c.mopts.compile = o->compile;
-    c.mopts.seed = o->seed;
-    c.mopts.dropout = md_options_given(o, "dropout") ? o->dropout : -1.0;
-    c.mopts.reduce_architecture = o->reduce_architecture;
+    md_resolve_bench(o, &c.bopts);
     c.batch = o->batch_size > 0 ? o->batch_size : 64;
     struct md_mem_stats ms;
     md_dev_mem_stats(c.dev, &ms);

@@ -10,11 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/platform.h"
 #include "core/status.h"
+#include "core/tensor.h"
 
-#define MD_PATH_MAX 1024
-
-typedef enum md_precision { MD_PREC_FP32 = 0, MD_PREC_FP16, MD_PREC_BF16 } md_precision;
 
 typedef struct md_options {
     /* device and run */
@@ -130,7 +129,5 @@ int md_options_given(const md_options *o, const char *long_name);
 /* --help text (grouped, with defaults) and --version. */
 void md_options_usage(FILE *f);
 void md_options_version(FILE *f);
-
-const char *md_precision_name(md_precision p);
 
 #endif

@@ -1,11 +1,11 @@
 /* settings.c - the settings that change a run's result, recorded with their
  * reasons in report.settings and printed in the Settings section (settings.h). */
-#include "cli/settings.h"
+#include "app/settings.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/run_info.h"
+#include "app/run_info.h"
 #include "core/log.h"
 #include "data/data.h"
 #include "nn/model.h"

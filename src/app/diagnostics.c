@@ -7,13 +7,13 @@
  * per model without the stages knowing about this loop.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "cli/diagnostics.h"
+#include "app/diagnostics.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli/settings.h"
+#include "app/settings.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/timer.h"

@@ -1,6 +1,6 @@
 /* outputs.c - checks of the output paths before the run (nothing is created). */
 #define _POSIX_C_SOURCE 200809L
-#include "cli/outputs.h"
+#include "app/outputs.h"
 
 #include <errno.h>
 #include <fcntl.h>

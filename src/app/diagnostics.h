@@ -10,7 +10,7 @@
 #ifndef MD_DIAGNOSTICS_H
 #define MD_DIAGNOSTICS_H
 
-#include "cli/job.h"
+#include "app/job.h"
 
 /* The MPS guides' pair, compared when the run is asked for without --models. */
 #define MD_DIAGNOSTICS_DEFAULT_MODELS "base_multi_channel_large,multi_channel_resnet50"

@@ -1,16 +1,16 @@
 /* job.c - runs the stages in order and writes the report. */
 #define _POSIX_C_SOURCE 200809L
-#include "cli/job.h"
+#include "app/job.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "cli/diagnostics.h"
+#include "app/diagnostics.h"
 #include "backend/kernels_call.h"
-#include "cli/run_info.h"
-#include "cli/settings.h"
+#include "app/run_info.h"
+#include "app/settings.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
@@ -222,7 +222,7 @@ md_status md_job_run(md_options *opts)
     if ((st = md_stage_policy(&job)) != MD_OK) goto finish;
 
     if (md_diagnostics_wanted(opts)) {
-        /* Several models in turn, then a comparison (src/cli/diagnostics.c). */
+        /* Several models in turn, then a comparison (src/app/diagnostics.c). */
         if ((st = md_diagnostics_run(&job)) != MD_OK) goto finish;
     } else {
         /* a signal that came between the loops that check it stops the run here */

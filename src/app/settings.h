@@ -12,7 +12,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "cli/job.h"
+#include "app/job.h"
 
 /* After the model and data stages (or after a failure: whatever of them ran;
  * job->model and job->data may be NULL). Needs the device open; does nothing

@@ -11,7 +11,7 @@
 #ifndef MD_OUTPUTS_H
 #define MD_OUTPUTS_H
 
-#include "cli/options.h"
+#include "app/options.h"
 
 #define MD_OUTPUTS_MAX_PROBLEMS 16
 

@@ -12,7 +12,7 @@
 #define MD_POLICY_H
 
 #include "backend/backend.h"
-#include "cli/options.h"
+#include "app/options.h"
 
 struct md_policy_in {
     md_backend_kind kind;

@@ -1,12 +1,12 @@
 /* policy.c - per-device defaults and their reasons: precision and AMP per
  * device, loss scaling, default batch size, channels-last and compile (the
  * MPS guides' rules, each with the reason it exists). */
-#include "train/policy.h"
+#include "app/policy.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/job.h"
+#include "app/job.h"
 
 static int model_is_small(const char *model)
 {
