@@ -722,6 +722,7 @@ MD_METAL_KERNEL(softmax_fwd, md_softmax_args)
 MD_METAL_KERNEL(softmax_bwd, md_softmax_args)
 MD_METAL_KERNEL(attn_fwd, md_attn_args)
 MD_METAL_KERNEL(attn_bwd, md_attn_args)
+MD_METAL_KERNEL(regress, md_regress_args)
 
 static const struct md_backend_ops metal_ops = {
     .api_version = MD_BACKEND_API_VERSION,
@@ -776,6 +777,7 @@ static const struct md_backend_ops metal_ops = {
         .softmax_bwd = metal_softmax_bwd,
         .attn_fwd = metal_attn_fwd,
         .attn_bwd = metal_attn_bwd,
+        .regress = metal_regress,
     },
 };
 

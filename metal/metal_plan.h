@@ -63,6 +63,7 @@ md_status md_metal_plan_ew(const struct md_ew_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_reduce(const struct md_reduce_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_chslice(const struct md_chslice_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_xent(const struct md_xent_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_regress(const struct md_regress_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_cast(const struct md_cast_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_permute(const struct md_permute_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_optim(const struct md_optim_args *a, struct md_metal_plan *p);

@@ -92,6 +92,7 @@ SIM_KERNEL(softmax_fwd, md_softmax_args)
 SIM_KERNEL(softmax_bwd, md_softmax_args)
 SIM_KERNEL(attn_fwd, md_attn_args)
 SIM_KERNEL(attn_bwd, md_attn_args)
+SIM_KERNEL(regress, md_regress_args)
 
 static const struct md_backend_ops sim_ops = {
     .api_version = MD_BACKEND_API_VERSION,
@@ -131,6 +132,7 @@ static const struct md_backend_ops sim_ops = {
         .softmax_bwd = sim_softmax_bwd,
         .attn_fwd = sim_attn_fwd,
         .attn_bwd = sim_attn_bwd,
+        .regress = sim_regress,
     },
 };
 
