@@ -97,10 +97,10 @@ static const struct optdef table[] = {
      "automatic mixed precision with the device's best half type", NULL, 0, 0, 0},
     /* --- data --- */
     {"dataset", NULL, T_CHOICE, F(dataset), "dataset", "Data", "NAME",
-     "auto | fashion-mnist | mnist | cifar10 | cifar100 | jpeg | synthetic",
-     "auto|fashion-mnist|mnist|cifar10|cifar100|jpeg|synthetic", 0, 0, 0},
+     "auto | fashion-mnist | mnist | cifar10 | cifar100 | jpeg | csv | synthetic",
+     "auto|fashion-mnist|mnist|cifar10|cifar100|jpeg|csv|synthetic", 0, 0, 0},
     {"data-dir", NULL, T_STR, F(data_dir), "data_dir", "Data", "DIR",
-     "dataset directory", NULL, 0, 0, 0},
+     "dataset directory (time series: a .csv file or a directory holding one)", NULL, 0, 0, 0},
     {"val-split", NULL, T_DOUBLE, F(val_split), "val_split", "Data", "F",
      "fraction of the training set held out for validation", NULL, 0.0, 0.9, 0},
     {"num-workers", NULL, T_INT, F(num_workers), "num_workers", "Data", "N",
@@ -123,6 +123,20 @@ static const struct optdef table[] = {
      "use at most N samples of each split (train, validation, test; seeded)", NULL, 1, INT_MAX, 0},
     {"coarse-labels", NULL, T_ON, F(coarse_labels), "coarse_labels", "Data", NULL,
      "CIFAR-100: the 20 coarse classes instead of the 100 fine ones", NULL, 0, 0, 0},
+    {"seq-len", NULL, T_INT, F(seq_len), "seq_len", "Data", "N",
+     "time series: lookback rows per window", NULL, 1, 100000, 0},
+    {"pred-len", NULL, T_INT, F(pred_len), "pred_len", "Data", "N",
+     "time series: rows to forecast per window", NULL, 1, 100000, 0},
+    {"features", NULL, T_CHOICE, F(features), "features", "Data", "M|S|MS",
+     "time series: all variates in and out (M), the target only (S), all in and the target out (MS)", "M|S|MS", 0,
+     0, 0},
+    {"target", NULL, T_STR, F(target), "target", "Data", "COL",
+     "time series: the target column (default: the last numeric one)", NULL, 0, 0, 0},
+    {"train-frac", NULL, T_DOUBLE, F(train_frac), "train_frac", "Data", "F",
+     "time series: training fraction, in time order (with --test-frac; default: the file's convention)", NULL, 0.01,
+     0.98, 0},
+    {"test-frac", NULL, T_DOUBLE, F(test_frac), "test_frac", "Data", "F",
+     "time series: test fraction at the end (validation gets the rest)", NULL, 0.01, 0.98, 0},
     /* --- training --- */
     {"batch-size", NULL, T_INT, F(batch_size), "batch_size", "Training", "N",
      "samples per step (default: per device and model)", NULL, 1, 1 << 20, 0},
@@ -220,6 +234,8 @@ void md_options_defaults(md_options *o)
     o->pin_memory = -1;
     o->augment = 1;
     snprintf(o->on_bad_sample, sizeof o->on_bad_sample, "fail");
+    o->seq_len = o->pred_len = 96;
+    snprintf(o->features, sizeof o->features, "M");
     o->epochs = 1;
     o->lr = -1;
     snprintf(o->optimizer, sizeof o->optimizer, "sgd");
