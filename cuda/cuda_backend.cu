@@ -549,6 +549,7 @@ md_cuda_backend_entry(int api_version)
     k->reduce = md_cuda_reduce;
     k->chslice = md_cuda_chslice;
     k->xent = md_cuda_xent;
+    k->regress = md_cuda_regress;
     k->cast = md_cuda_cast;
     k->permute = md_cuda_permute;
     k->optim = md_cuda_optim;

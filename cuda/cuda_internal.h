@@ -88,6 +88,7 @@ md_status md_cuda_ew(md_device *dev, const struct md_ew_args *a);
 md_status md_cuda_reduce(md_device *dev, const struct md_reduce_args *a);
 md_status md_cuda_chslice(md_device *dev, const struct md_chslice_args *a);
 md_status md_cuda_xent(md_device *dev, const struct md_xent_args *a);
+md_status md_cuda_regress(md_device *dev, const struct md_regress_args *a);
 md_status md_cuda_cast(md_device *dev, const struct md_cast_args *a);
 md_status md_cuda_permute(md_device *dev, const struct md_permute_args *a);
 md_status md_cuda_optim(md_device *dev, const struct md_optim_args *a);

@@ -1,4 +1,4 @@
-/* cuda_loss.cu - softmax cross-entropy with label smoothing. */
+/* cuda_loss.cu - softmax cross-entropy with label smoothing; regression losses. */
 #include <math.h>
 
 #include "cuda_device.cuh"
@@ -109,4 +109,92 @@ md_status md_cuda_xent(md_device *dev, const struct md_xent_args *a)
     MD_TRY(md_cuda_check_launch("xent"));
     k_xent_sum<<<1, 1024, 0, cd->stream>>>(a->n, row_loss, row_hit, a->loss_sum, a->correct);
     return md_cuda_check_launch("xent (batch sum)");
+}
+
+/* ---------------------------------------------------------------------------
+ * Regression losses (kernels.h has the formulas): a block per sample writes
+ * its partial {loss, sum |e|, sum e^2, hits} into the scratch and its
+ * gradient; one block then adds the batch in sample order.
+ * ------------------------------------------------------------------------- */
+
+#define REGRESS_THREADS 128
+
+template <class T>
+__global__ void k_regress_rows(int horizon, int channels, int kind, float delta, float lambda, const T *pred,
+                               const float *target, const float *last, long long last_ld, float *part, T *dpred,
+                               float grad_scale)
+{
+    int row = blockIdx.x, per = horizon * channels;
+    size_t base = (size_t)row * per;
+    const float *x = last ? last + (size_t)row * last_ld : NULL;
+    float loss = 0.0f, sae = 0.0f, sse = 0.0f, hits = 0.0f;
+    for (int k = threadIdx.x; k < per; k += blockDim.x) {
+        int c = k % channels;
+        float p = tof(pred[base + k]), y = target[base + k], e = p - y, ae = fabsf(e), l, g;
+        float dp = 0.0f, dt = 0.0f;
+        if (x) {
+            dp = p - x[c];
+            dt = y - x[c];
+            hits += ((dp > 0.0f) - (dp < 0.0f)) == ((dt > 0.0f) - (dt < 0.0f)) ? 1.0f : 0.0f;
+        }
+        if (kind == MD_REGRESS_MAE) {
+            l = ae;
+            g = (float)((e > 0.0f) - (e < 0.0f));
+        } else if (kind == MD_REGRESS_HUBER) {
+            if (ae <= delta) l = 0.5f * e * e, g = e;
+            else l = delta * (ae - 0.5f * delta), g = e > 0.0f ? delta : -delta;
+        } else {
+            l = e * e;
+            g = 2.0f * e;
+            if (kind == MD_REGRESS_FINANCIAL && ((dp > 0.0f && dt < 0.0f) || (dp < 0.0f && dt > 0.0f))) {
+                l -= lambda * dp * dt;
+                g -= lambda * dt;
+            }
+        }
+        loss += l;
+        sae += ae;
+        sse += e * e;
+        if (dpred) dpred[base + k] = fromf<T>(grad_scale * g);
+    }
+    loss = block_sum(loss);
+    sae = block_sum(sae);
+    sse = block_sum(sse);
+    hits = block_sum(hits);
+    if (threadIdx.x == 0) {
+        float *o = part + 4 * (size_t)row;
+        o[0] = loss, o[1] = sae, o[2] = sse, o[3] = hits;
+    }
+}
+
+__global__ void k_regress_sum(int n, const float *part, float *loss_sum, float *metrics, int has_last)
+{
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        for (int k = 0; k < 4; k++) s[k] += part[4 * (size_t)i + k];
+    for (int k = 0; k < 4; k++) s[k] = block_sum(s[k]);
+    if (threadIdx.x == 0) {
+        if (loss_sum) loss_sum[0] += s[0];
+        if (metrics) {
+            metrics[0] += s[1];
+            metrics[1] += s[2];
+            if (has_last) metrics[2] += s[3];
+        }
+    }
+}
+
+md_status md_cuda_regress(md_device *dev, const struct md_regress_args *a)
+{
+    struct md_cuda_dev *cd = md_cuda_impl(dev);
+    MD_TRY(md_regress_args_check("cuda", a));
+    if (a->n <= 0 || a->horizon <= 0 || a->channels <= 0) return MD_OK;
+    MD_TRY(md_cuda_scratch_get(dev, &cd->red_ws, (size_t)a->n * 4 * sizeof(float), "reduction scratch"));
+    float *part = (float *)cd->red_ws.ptr;
+    MD_CU_DISPATCH(a->dtype, "regress", {
+        k_regress_rows<T><<<a->n, REGRESS_THREADS, 0, cd->stream>>>(
+            a->horizon, a->channels, (int)a->kind, a->delta, a->lambda, (const T *)a->pred, a->target, a->last,
+            a->last_ld, part, (T *)a->dpred, a->grad_scale);
+    });
+    MD_TRY(md_cuda_check_launch("regress"));
+    k_regress_sum<<<1, 1024, 0, cd->stream>>>(a->n, part, a->loss_sum, a->metrics, a->last != NULL);
+    return md_cuda_check_launch("regress (batch sum)");
 }

@@ -1,4 +1,4 @@
-/* loss.metal - softmax cross-entropy with label smoothing. */
+/* loss.metal - softmax cross-entropy with label smoothing; regression losses. */
 #include "md_metal_common.h"
 
 /* ---- softmax cross-entropy: one threadgroup, one thread per sample at a time ----------
@@ -47,3 +47,65 @@ template <int DT>
 MD_INSTANTIATE("md_xent_f32", md_mtl_xent<MD_MTL_F32>)
 MD_INSTANTIATE("md_xent_f16", md_mtl_xent<MD_MTL_F16>)
 MD_INSTANTIATE("md_xent_bf16", md_mtl_xent<MD_MTL_BF16>)
+
+/* ---- regression losses: one threadgroup, threads stride over the elements ----------------
+ * kernels.h (md_regress_args) has the formulas; kind 0 MSE, 1 MAE, 2 Huber,
+ * 3 financial. Directions are compared by sign, never by product (it may
+ * underflow). */
+template <int DT>
+[[kernel]] void md_mtl_regress(MD_KARGS, constant md_mtl_regress_params &p [[buffer(0)]],
+                               device const typename md_dt<DT>::S *pred [[buffer(1)]],
+                               device const float *target [[buffer(2)]],
+                               device const float *last [[buffer(3)]],
+                               device float *loss_sum [[buffer(4)]],
+                               device float *metrics [[buffer(5)]],
+                               device typename md_dt<DT>::S *dpred [[buffer(6)]])
+{
+    const int per = p.horizon * p.channels, total = p.n * per;
+    float loss = 0.0f, sae = 0.0f, sse = 0.0f, hits = 0.0f;
+    for (int i = int(lid.x); i < total; i += int(tgsz.x)) {
+        const float pv = md_dt<DT>::ld(pred[i]), y = target[i], e = pv - y, ae = fabs(e);
+        float l, g, dp = 0.0f, dt = 0.0f;
+        if (p.has_last) {
+            const float x = last[long(i / per) * p.last_ld + long(i % p.channels)];
+            dp = pv - x;
+            dt = y - x;
+            const int sgn_p = (dp > 0.0f) - (dp < 0.0f), sgn_t = (dt > 0.0f) - (dt < 0.0f);
+            hits += sgn_p == sgn_t ? 1.0f : 0.0f;
+        }
+        if (p.kind == 1) {
+            l = ae;
+            g = float((e > 0.0f) - (e < 0.0f));
+        } else if (p.kind == 2) {
+            if (ae <= p.delta) { l = 0.5f * e * e; g = e; }
+            else { l = p.delta * (ae - 0.5f * p.delta); g = e > 0.0f ? p.delta : -p.delta; }
+        } else {
+            l = e * e;
+            g = 2.0f * e;
+            if (p.kind == 3 && ((dp > 0.0f && dt < 0.0f) || (dp < 0.0f && dt > 0.0f))) {
+                l -= p.lambda * dp * dt;
+                g -= p.lambda * dt;
+            }
+        }
+        loss += l;
+        sae += ae;
+        sse += e * e;
+        if (p.has_dpred) dpred[i] = md_dt<DT>::st(p.grad_scale * g);
+    }
+    loss = md_mtl_tg_sum(loss, tg, lid.x, tgsz.x);
+    sae = md_mtl_tg_sum(sae, tg, lid.x, tgsz.x);
+    sse = md_mtl_tg_sum(sse, tg, lid.x, tgsz.x);
+    hits = md_mtl_tg_sum(hits, tg, lid.x, tgsz.x);
+    if (lid.x == 0) {
+        if (p.has_loss) loss_sum[0] += loss;
+        if (p.has_metrics) {
+            metrics[0] += sae;
+            metrics[1] += sse;
+            if (p.has_last) metrics[2] += hits;
+        }
+    }
+}
+
+MD_INSTANTIATE("md_regress_f32", md_mtl_regress<MD_MTL_F32>)
+MD_INSTANTIATE("md_regress_f16", md_mtl_regress<MD_MTL_F16>)
+MD_INSTANTIATE("md_regress_bf16", md_mtl_regress<MD_MTL_BF16>)

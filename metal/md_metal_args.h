@@ -127,6 +127,14 @@ struct md_mtl_xent_params {
     float smoothing, grad_scale;
 };
 
+/* regress (pred, target, last, loss_sum, metrics, dpred); one threadgroup.
+ * kind: 0 MSE, 1 MAE, 2 Huber, 3 financial (md_regress_kind's values). */
+struct md_mtl_regress_params {
+    md_mi64 last_ld;
+    md_mi32 n, horizon, channels, kind, has_last, has_loss, has_metrics, has_dpred;
+    float delta, lambda, grad_scale;
+};
+
 /* cast (src, dst), permute (src, dst) */
 struct md_mtl_cast_params {
     md_mu64 n;

@@ -398,6 +398,23 @@ md_status md_metal_plan_xent(const struct md_xent_args *a, struct md_metal_plan 
     return MD_OK;
 }
 
+md_status md_metal_plan_regress(const struct md_regress_args *a, struct md_metal_plan *p)
+{
+    _Static_assert(MD_REGRESS_MSE == 0 && MD_REGRESS_MAE == 1 && MD_REGRESS_HUBER == 2 && MD_REGRESS_FINANCIAL == 3,
+                   "loss.metal numbers the regression kinds so");
+    MD_TRY(check_dtype("regress", a->dtype));
+    MD_TRY(md_regress_args_check("metal", a));
+    struct md_mtl_regress_params v = {
+        .last_ld = a->last_ld, .n = a->n, .horizon = a->horizon, .channels = a->channels, .kind = (int)a->kind,
+        .has_last = a->last != NULL, .has_loss = a->loss_sum != NULL, .has_metrics = a->metrics != NULL,
+        .has_dpred = a->dpred != NULL, .delta = a->delta, .lambda = a->lambda, .grad_scale = a->grad_scale,
+    };
+    struct md_metal_dispatch *d = begin(p, 0, "md_regress", a->dtype, &v, sizeof v);
+    BIND(d, a->pred, a->target, a->last, a->loss_sum, a->metrics, a->dpred);
+    rows(d, 1);
+    return MD_OK;
+}
+
 md_status md_metal_plan_cast(const struct md_cast_args *a, struct md_metal_plan *p)
 {
     MD_TRY(check_dtype("cast", a->src_type));

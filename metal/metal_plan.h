@@ -63,6 +63,7 @@ md_status md_metal_plan_ew(const struct md_ew_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_reduce(const struct md_reduce_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_chslice(const struct md_chslice_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_xent(const struct md_xent_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_regress(const struct md_regress_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_cast(const struct md_cast_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_permute(const struct md_permute_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_optim(const struct md_optim_args *a, struct md_metal_plan *p);
@@ -105,7 +106,8 @@ md_status md_metal_plan_attn_bwd(const struct md_attn_args *a, struct md_metal_p
     X(softmax_fwd, md_softmax_args) \
     X(softmax_bwd, md_softmax_args) \
     X(attn_fwd, md_attn_args) \
-    X(attn_bwd, md_attn_args)
+    X(attn_bwd, md_attn_args) \
+    X(regress, md_regress_args)
 
 /* The empty kernel event timestamps ride on. */
 void md_metal_plan_noop(struct md_metal_plan *p);

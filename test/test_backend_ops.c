@@ -27,7 +27,8 @@
 
 enum { K_GEMM, K_CONV_FWD, K_CONV_DATA, K_CONV_FILTER, K_BN_FWD, K_BN_BWD, K_ACT_FWD, K_ACT_BWD, K_POOL_FWD,
        K_POOL_BWD, K_GAP_FWD, K_GAP_BWD, K_BIAS_ADD, K_BIAS_GRAD, K_DROP_FWD, K_DROP_BWD, K_EW, K_REDUCE,
-       K_CHSLICE, K_XENT, K_CAST, K_PERMUTE, K_OPTIM, K_LN_FWD, K_LN_BWD, K_SM_FWD, K_SM_BWD, K_ATTN_FWD, K_ATTN_BWD };
+       K_CHSLICE, K_XENT, K_CAST, K_PERMUTE, K_OPTIM, K_LN_FWD, K_LN_BWD, K_SM_FWD, K_SM_BWD, K_ATTN_FWD, K_ATTN_BWD,
+       K_REGRESS };
 
 /* ---- tolerances: |got - ref| <= atol + rtol*|ref| ------------------------------------- */
 
@@ -42,7 +43,7 @@ static struct tol tol_of(int op, md_dtype t)
     switch (op) {
     case K_GEMM: case K_CONV_FWD: case K_CONV_DATA: case K_CONV_FILTER:
         return (struct tol){1e-4, 1e-4}; /* long fp32 sums against double */
-    case K_BN_FWD: case K_BN_BWD: case K_REDUCE: case K_BIAS_GRAD: case K_XENT: case K_OPTIM:
+    case K_BN_FWD: case K_BN_BWD: case K_REDUCE: case K_BIAS_GRAD: case K_XENT: case K_OPTIM: case K_REGRESS:
     case K_LN_FWD: case K_LN_BWD:
         return (struct tol){2e-5, 1e-4};
     case K_ATTN_FWD: case K_ATTN_BWD:
@@ -1135,6 +1136,62 @@ static void op_attn(struct harness *h, int op)
         }
 }
 
+/* ---- regression losses ------------------------------------------------------------------------------------------------ */
+
+/* Every kind and dtype on (n, horizon, channels) shapes; `last` read with a
+ * stride wider than the channels; targets that equal the last value, and
+ * errors on both sides of the Huber delta. */
+static void op_regress(struct harness *h)
+{
+    static const int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {16, 96, 7}, {3, 24, 1}};
+    for (int si = 0; si < 4; si++)
+        for (int kind = MD_REGRESS_MSE; kind <= MD_REGRESS_FINANCIAL; kind++)
+            for (int di = 0; di < 3; di++)
+                for (int with_last = 0; with_last < 2; with_last++) {
+                    if (kind == MD_REGRESS_FINANCIAL && !with_last) continue;
+                    md_dtype t = dtypes[di];
+                    int n = shapes[si][0], H = shapes[si][1], C = shapes[si][2];
+                    size_t es = md_dtype_size(t), ne = (size_t)n * H * C, ld = (size_t)C + 2;
+                    void *P = host_typed(t, ne, 301 + (uint64_t)si, -2, 2);
+                    float *Y = malloc(ne * 4), *X = malloc((size_t)n * ld * 4);
+                    kc_fill(Y, ne, 302 + (uint64_t)si, -2, 2);
+                    kc_fill(X, (size_t)n * ld, 303 + (uint64_t)si, -1, 1);
+                    for (size_t i = 0; i < ne; i += 5) /* no change: a direction of 0 */
+                        Y[i] = X[(i / ((size_t)H * C)) * ld + i % (size_t)C];
+                    void *out[2] = {malloc(ne * es), malloc(ne * es)};
+                    float loss[2], met[2][3], loss0 = 0.75f, met0[3] = {1.0f, 2.0f, 3.0f};
+                    md_status st[2];
+                    for (h->side = 0; h->side < 2; h->side++) {
+                        struct md_regress_args a = {.n = n, .horizon = H, .channels = C, .kind = (md_regress_kind)kind,
+                                                    .delta = 0.5f, .lambda = 1.5f, .dtype = t,
+                                                    .grad_scale = 1.0f / (float)(ne ? ne : 1), .last_ld = (long long)ld};
+                        a.pred = hx_in(h, P, ne * es);
+                        a.target = hx_in(h, Y, ne * 4);
+                        a.last = with_last ? hx_in(h, X, (size_t)n * ld * 4) : NULL;
+                        a.loss_sum = hx_in(h, &loss0, 4);
+                        a.metrics = hx_in(h, met0, 12);
+                        a.dpred = hx_nan(h, ne * es);
+                        st[h->side] = md_k_regress(cur(h), &a);
+                        hx_get(h, a.dpred, out[h->side], ne * es);
+                        hx_get(h, a.loss_sum, &loss[h->side], 4);
+                        hx_get(h, a.metrics, met[h->side], 12);
+                        hx_end(h);
+                    }
+                    char what[96];
+                    snprintf(what, sizeof what, "regress (%d, %d, %d) kind %d last %d %s", n, H, C, kind, with_last,
+                             md_dtype_name(t));
+                    if (statuses_ok(h, K_REGRESS, what, st[0], st[1])) {
+                        int ok = cmp_typed(h, what, out[0], out[1], t, ne, tol_of(K_REGRESS, t));
+                        ok &= cmp_typed(h, what, &loss[0], &loss[1], MD_F32, 1, tol_of(K_REGRESS, MD_F32));
+                        ok &= cmp_typed(h, what, met[0], met[1], MD_F32, 2, tol_of(K_REGRESS, MD_F32));
+                        if (met[0][2] != met[1][2]) /* hits are exact counts (3 without last) */
+                            fprintf(stderr, "  %s: hits %g, ref %g\n", what, (double)met[0][2], (double)met[1][2]);
+                        record(h, K_REGRESS, ok && met[0][2] == met[1][2]);
+                    }
+                    free(P), free(Y), free(X), free(out[0]), free(out[1]);
+                }
+}
+
 /* ---- driver ------------------------------------------------------------------------------------------------------------ */
 
 static void run_op(struct harness *h, int op)
@@ -1162,6 +1219,7 @@ static void run_op(struct harness *h, int op)
     case K_LN_FWD: case K_LN_BWD: op_layernorm(h, op); break;
     case K_SM_FWD: case K_SM_BWD: op_softmax(h, op); break;
     case K_ATTN_FWD: case K_ATTN_BWD: op_attn(h, op); break;
+    case K_REGRESS: op_regress(h); break;
     default: break;
     }
 }

@@ -121,8 +121,10 @@ Test(metal_grid, plans_reject_bad_calls)
 
 Test(metal_sim, every_kernel_is_registered)
 {
-    /* 3 dtypes x (2 x 4 mm + 8 norm + 8 eltwise + 3 layernorm + 5 softmax/attention) + 2 permutes + 9 casts + 3 plain */
-    cr_assert_eq(md_metal_sim_kernel_count(), 3 * 32 + 2 + 9 + 3);
+    /* 3 dtypes x (2 x 4 mm + 8 norm + 8 eltwise + 3 layernorm + 5 softmax/attention + 1 regress) + 2 permutes
+     * + 9 casts + 3 plain */
+    cr_assert_eq(md_metal_sim_kernel_count(), 3 * 33 + 2 + 9 + 3);
+    cr_assert(md_metal_sim_has("md_regress_bf16"));
     cr_assert(md_metal_sim_has("md_attn_bwd_kv_bf16"));
     cr_assert(md_metal_sim_has("md_ln_bwd_params_f16"));
     cr_assert(md_metal_sim_has("md_gemm_bf16"));

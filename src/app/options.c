@@ -110,7 +110,7 @@ static const struct optdef table[] = {
 #undef GROUP
 #define GROUP "Data"
     OPT("dataset", NULL, T_CHOICE, dataset, "dataset", "NAME", NULL, NULL, 0, 0, 0, md_format_dataset_list),
-    STR("data-dir", data_dir, "DIR", "dataset directory"),
+    STR("data-dir", data_dir, "DIR", "dataset directory (time series: a .csv file or a directory holding one)"),
     DBL("val-split", val_split, "F", 0.0, 0.9, "fraction of the training set held out for validation"),
     INT("num-workers", num_workers, "N", 0, 256,
         "loader threads (0: load in the main thread; default: per device)"),
@@ -126,6 +126,14 @@ static const struct optdef table[] = {
     INT("max-samples", max_samples, "N", 1, INT_MAX,
         "use at most N samples of each split (train, validation, test; seeded)"),
     ON("coarse-labels", coarse_labels, "CIFAR-100: the 20 coarse classes instead of the 100 fine ones"),
+    INT("seq-len", seq_len, "N", 1, 100000, "time series: lookback rows per window"),
+    INT("pred-len", pred_len, "N", 1, 100000, "time series: rows to forecast per window"),
+    CHOICE("features", features, "M|S|MS", "M|S|MS",
+           "time series: all variates in and out (M), the target only (S), all in and the target out (MS)"),
+    STR("target", target, "COL", "time series: the target column (default: the last numeric one)"),
+    DBL("train-frac", train_frac, "F", 0.01, 0.98,
+        "time series: training fraction, in time order (with --test-frac; default: the file's convention)"),
+    DBL("test-frac", test_frac, "F", 0.01, 0.98, "time series: test fraction at the end (validation gets the rest)"),
 #undef GROUP
 #define GROUP "Training"
     INT("batch-size", batch_size, "N", 1, 1 << 20, "samples per step (default: per device and model)"),
@@ -202,6 +210,8 @@ void md_options_defaults(md_options *o)
     o->pin_memory = -1;
     o->augment = 1;
     snprintf(o->on_bad_sample, sizeof o->on_bad_sample, "fail");
+    o->seq_len = o->pred_len = 96;
+    snprintf(o->features, sizeof o->features, "M");
     o->epochs = 1;
     o->lr = -1;
     snprintf(o->optimizer, sizeof o->optimizer, "sgd");

@@ -47,7 +47,7 @@ typedef struct md_options {
     int amp;
 
     /* data */
-    char dataset[32];           /* auto|fashion-mnist|mnist|cifar10|cifar100|jpeg|synthetic */
+    char dataset[32];           /* auto|fashion-mnist|mnist|cifar10|cifar100|jpeg|csv|synthetic */
     char data_dir[MD_PATH_MAX];
     double val_split;
     int num_workers;            /* -1 = automatic per device */
@@ -59,6 +59,12 @@ typedef struct md_options {
     int image_size;             /* JPEG folders: side of the square input; 0 = model's */
     int max_samples;            /* 0 = all */
     int coarse_labels;          /* CIFAR-100: 20 coarse classes instead of 100 fine */
+    /* time series (CSV files; src/data/format_csv_series.c reads these) */
+    int seq_len;                /* lookback rows per window (96) */
+    int pred_len;               /* horizon rows per window (96) */
+    char features[4];           /* M|S|MS */
+    char target[64];            /* target column; "" = the last numeric one */
+    double train_frac, test_frac; /* both 0: the file's convention (ETT months, else 70/10/20) */
 
     /* training */
     int batch_size;             /* 0 = automatic */

@@ -30,6 +30,12 @@ void md_resolve_data(const md_options *o, struct md_data_opts *d)
     d->cache_images = o->cache_images;
     d->skip_bad = strcmp(o->on_bad_sample, "skip") == 0;
     d->seed = o->seed;
+    d->series.seq_len = o->seq_len;
+    d->series.pred_len = o->pred_len;
+    COPY_STR(d->series.features, o->features);
+    COPY_STR(d->series.target, o->target);
+    d->series.train_frac = o->train_frac;
+    d->series.test_frac = o->test_frac;
 }
 
 md_status md_resolve_data_config(md_options *o, struct md_data_request *req)

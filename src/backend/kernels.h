@@ -236,6 +236,47 @@ struct md_xent_args {
     float grad_scale;
 };
 
+/* ---- regression losses, fused forward + backward ---------------------------------
+ * pred (compute dtype) and target (fp32), both (n, horizon, channels)
+ * row-major; e = pred - target per element; with a "last observed value"
+ * x = last[i * last_ld + c] of sample i, channel c (fp32, the forecast
+ * origin), dp = pred - x and dt = target - x. Per-element loss:
+ *   MSE        e^2                                   d/dpred 2e
+ *   MAE        |e|                                   sign(e) (0 at 0)
+ *   HUBER      e^2/2 if |e| <= delta, else delta(|e| - delta/2)   (PyTorch HuberLoss)
+ *   FINANCIAL  e^2 + lambda * max(0, -dp * dt)       2e - lambda * dt where dp, dt have
+ *                                                    opposite signs (tested by sign, not product)
+ * (docs/regression.md has the reasoning; needs `last`).
+ * loss_sum (device fp32 scalar) += sum of the per-element loss (accumulates;
+ *   the mean loss is loss_sum / (n * horizon * channels));
+ * metrics (device fp32[3], optional) += {sum |e|, sum e^2, directional hits},
+ *   a hit being sign(dp) == sign(dt) (signs in -1, 0, 1); hits need `last`
+ *   (metrics[2] is left alone without it);
+ * dpred (optional) = grad_scale * dloss/dpred, of `dtype` (grad_scale is
+ *   1 / (n * horizon * channels) for a mean loss, times the loss scale). */
+typedef enum md_regress_kind {
+    MD_REGRESS_MSE = 0,
+    MD_REGRESS_MAE,
+    MD_REGRESS_HUBER,
+    MD_REGRESS_FINANCIAL,
+} md_regress_kind;
+
+struct md_regress_args {
+    int n, horizon, channels;
+    md_regress_kind kind;
+    float delta;              /* HUBER: > 0 (1.0 as PyTorch's default) */
+    float lambda;             /* FINANCIAL: >= 0 weight of the direction penalty */
+    md_dtype dtype;
+    const void *pred;         /* (n, horizon, channels) dtype */
+    const float *target;      /* (n, horizon, channels) fp32 */
+    const float *last;        /* (n, ., channels) fp32 with stride last_ld per sample, or NULL */
+    long long last_ld;        /* elements between samples' last values */
+    float *loss_sum;          /* (1) device fp32, accumulated; NULL = not wanted */
+    float *metrics;           /* (3) device fp32, accumulated; NULL = not wanted */
+    void *dpred;              /* (n, horizon, channels) dtype, or NULL */
+    float grad_scale;
+};
+
 /* ---- dtype conversion ---------------------------------------------------------- */
 struct md_cast_args {
     size_t n;
@@ -403,10 +444,11 @@ struct md_kernels {
     md_status (*softmax_bwd)(md_device *, const struct md_softmax_args *);
     md_status (*attn_fwd)(md_device *, const struct md_attn_args *);
     md_status (*attn_bwd)(md_device *, const struct md_attn_args *);
+    md_status (*regress)(md_device *, const struct md_regress_args *);
 };
 
 /* Names of the table's entries, in order (for reports and fallback counts). */
-#define MD_KERNEL_COUNT 29
+#define MD_KERNEL_COUNT 30
 extern const char *const md_kernel_names[MD_KERNEL_COUNT];
 
 /* For backends whose kernels run when called (CPU, reference): *out = a with
@@ -414,6 +456,11 @@ extern const char *const md_kernel_names[MD_KERNEL_COUNT];
  * cleared). Returns 0 when the step must change nothing (non-finite loss or
  * gradients), 1 otherwise. Without ctl, *out = a and 1. */
 int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *out);
+
+/* Checks what every backend's regress kernel needs (a known kind, sizes >= 0,
+ * delta > 0 for HUBER, `last` for FINANCIAL); MD_ERR_INTERNAL naming the
+ * backend otherwise: these are the caller's bugs, not the user's. */
+md_status md_regress_args_check(const char *backend, const struct md_regress_args *a);
 
 /* The dropout offset for backends whose kernels run when called. */
 static inline uint64_t md_dropout_offset(const struct md_dropout_args *a)

@@ -11,7 +11,7 @@ const char *const md_kernel_names[MD_KERNEL_COUNT] = {
     "batchnorm_bwd", "act_fwd", "act_bwd", "pool2d_fwd", "pool2d_bwd", "gap_fwd", "gap_bwd",
     "bias_add", "bias_grad", "dropout_fwd", "dropout_bwd", "ew", "reduce", "chslice", "xent",
     "cast", "permute", "optim", "layernorm_fwd", "layernorm_bwd", "softmax_fwd", "softmax_bwd", "attn_fwd",
-    "attn_bwd",
+    "attn_bwd", "regress",
 };
 
 _Static_assert(sizeof(struct md_kernels) == MD_KERNEL_COUNT * sizeof(void (*)(void)),
@@ -72,6 +72,7 @@ MD_KERNEL_WRAPPER(softmax_fwd, md_softmax_args, 25)
 MD_KERNEL_WRAPPER(softmax_bwd, md_softmax_args, 26)
 MD_KERNEL_WRAPPER(attn_fwd, md_attn_args, 27)
 MD_KERNEL_WRAPPER(attn_bwd, md_attn_args, 28)
+MD_KERNEL_WRAPPER(regress, md_regress_args, 29)
 
 int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *out)
 {
@@ -90,4 +91,21 @@ int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *ou
     out->step = c->step;
     out->grad_scale = (float)g;
     return 1;
+}
+
+md_status md_regress_args_check(const char *backend, const struct md_regress_args *a)
+{
+    if (a->kind < MD_REGRESS_MSE || a->kind > MD_REGRESS_FINANCIAL)
+        return md_errf(MD_ERR_INTERNAL, "%s regress: unknown loss kind %d", backend, (int)a->kind);
+    if (a->n < 0 || a->horizon < 0 || a->channels < 0 || !a->pred || !a->target)
+        return md_errf(MD_ERR_INTERNAL, "%s regress: bad shape (%d, %d, %d) or missing pred/target", backend, a->n,
+                       a->horizon, a->channels);
+    if (a->kind == MD_REGRESS_HUBER && !(a->delta > 0.0f))
+        return md_errf(MD_ERR_INTERNAL, "%s regress: Huber delta %g must be > 0", backend, (double)a->delta);
+    if (a->kind == MD_REGRESS_FINANCIAL && (!a->last || !(a->lambda >= 0.0f)))
+        return md_errf(MD_ERR_INTERNAL, "%s regress: the financial loss needs the last observed values and lambda >= 0",
+                       backend);
+    if (a->last && a->last_ld < a->channels)
+        return md_errf(MD_ERR_INTERNAL, "%s regress: last_ld %lld < channels %d", backend, a->last_ld, a->channels);
+    return MD_OK;
 }

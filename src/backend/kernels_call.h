@@ -45,6 +45,7 @@ md_status md_k_softmax_fwd(md_device *dev, const struct md_softmax_args *a);
 md_status md_k_softmax_bwd(md_device *dev, const struct md_softmax_args *a);
 md_status md_k_attn_fwd(md_device *dev, const struct md_attn_args *a);
 md_status md_k_attn_bwd(md_device *dev, const struct md_attn_args *a);
+md_status md_k_regress(md_device *dev, const struct md_regress_args *a);
 
 #ifdef __cplusplus
 }

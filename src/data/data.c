@@ -68,6 +68,38 @@ static md_status resolve_inputs(struct md_data *d, const struct md_data_opts *o,
     return MD_OK;
 }
 
+/* A time series' inputs: 0 the series, 1 its time features (when the file
+ * has dates and the model takes a second input, or names none). A request's
+ * MD_INPUT_IMAGE (the zero default) stands for what position i holds. */
+static md_status resolve_series_inputs(struct md_data *d, const struct md_data_request *req)
+{
+    const struct md_data_series *s = &d->series;
+    d->layout = MD_NCHW;
+    d->num_inputs = req->num_inputs > 0 ? req->num_inputs : (s->n_time > 0 ? 2 : 1);
+    if (d->num_inputs > 2 || (d->num_inputs == 2 && s->n_time == 0))
+        return md_errf(MD_ERR_CONFIG, "the model has %d inputs; a time series gives its values%s", d->num_inputs,
+                       s->n_time ? " and its time features" : " only (the file has no date column)");
+    for (int i = 0; i < d->num_inputs; i++) {
+        struct md_data_input *in = &d->inputs[i];
+        md_input_kind want = i == 0 ? MD_INPUT_SERIES : MD_INPUT_TIME;
+        int w = i == 0 ? s->n_in : s->n_time;
+        if (req->num_inputs > 0) *in = req->inputs[i];
+        else memset(in, 0, sizeof *in);
+        if (in->kind == MD_INPUT_IMAGE) in->kind = want;
+        if (!in->name[0]) snprintf(in->name, sizeof in->name, "%s", i ? "time_features" : "series");
+        if (in->kind != want)
+            return md_errf(MD_ERR_CONFIG, "model input '%s': input %d of a time series is its %s", in->name, i,
+                           i ? "time features" : "values");
+        if ((in->c && in->c != 1) || (in->h && in->h != s->seq_len) || (in->w && in->w != w))
+            return md_errf(MD_ERR_CONFIG, "model input '%s' wants (%d, %d, %d); the windows are (1, %d, %d) (seq_len %d)",
+                           in->name, in->c, in->h, in->w, s->seq_len, w, s->seq_len);
+        in->c = 1;
+        in->h = s->seq_len;
+        in->w = w;
+    }
+    return MD_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* open / free                                                                */
 
@@ -95,6 +127,10 @@ static void take_desc(struct md_data *d, struct md_format_desc *desc)
     memcpy(d->known_std, desc->known_std, sizeof d->known_std);
     d->norm_samples = desc->norm_samples;
     d->no_flip = desc->no_flip;
+    d->task = desc->target == MD_TARGET_VALUES ? MD_TASK_REGRESS : MD_TASK_CLASSIFY;
+    d->series = desc->series;
+    d->target_mean = desc->target_mean;
+    d->target_std = desc->target_std;
 }
 
 md_status md_data_open(const struct md_data_opts *o, const struct md_data_request *req, struct md_data **out)
@@ -113,8 +149,8 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
         goto fail;
     struct md_format_args args = {
         .dataset = d->name, .dir = dir, .req = req, .image_size = o->image_size, .coarse_labels = o->coarse_labels,
-        .max_samples = o->max_samples, .val_split = o->val_split, .seed = o->seed, .skip_bad = d->skip_bad,
-        .bad = note_bad_cb, .bad_ctx = d,
+        .max_samples = o->max_samples, .val_split = o->val_split, .seed = o->seed, .series = &o->series,
+        .skip_bad = d->skip_bad, .bad = note_bad_cb, .bad_ctx = d,
     };
     struct md_format_desc *desc = md_calloc(1, sizeof *desc);
     if (!desc) { st = MD_ERR_OOM; goto fail; }
@@ -125,6 +161,12 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
     if (d->n_all == 0 || d->ranges.end[MD_SPLIT_TRAIN] == d->ranges.start[MD_SPLIT_TRAIN]) {
         st = md_errf(MD_ERR_DATA, "%s: no training samples", d->source[0] ? d->source : d->name);
         goto fail;
+    }
+    if (d->task == MD_TASK_REGRESS) { /* chronological splits, no classes, augmentation or pixel statistics */
+        if ((st = md_splits_make(d, 0.0, o->max_samples, o->seed, &d->ranges)) != MD_OK) goto fail;
+        if ((st = resolve_series_inputs(d, req)) != MD_OK) goto fail;
+        *out = d;
+        return MD_OK;
     }
     if (req->num_classes > 0 && req->num_classes < d->num_classes) {
         st = md_errf(MD_ERR_CONFIG, "the model has %d outputs but %s has %d classes", req->num_classes, d->name,
@@ -200,6 +242,7 @@ md_status md_data_peek(const struct md_data_opts *o, struct md_data_peek *out)
     struct md_format_args args = {
         .dataset = out->name, .dir = dir, .req = &none, .image_size = o->image_size,
         .coarse_labels = o->coarse_labels, .max_samples = o->max_samples, .val_split = o->val_split, .seed = o->seed,
+        .series = &o->series,
     };
     return fmt->peek(&args, out);
 }
@@ -253,6 +296,14 @@ size_t md_data_input_elems(const struct md_data *d, int i)
 {
     return (size_t)d->inputs[i].c * d->inputs[i].h * d->inputs[i].w;
 }
+md_task md_data_task(const struct md_data *d) { return d->task; }
+const struct md_data_series *md_data_series(const struct md_data *d) { return &d->series; }
+size_t md_data_target_elems(const struct md_data *d)
+{
+    return d->task == MD_TASK_REGRESS ? (size_t)d->series.pred_len * (size_t)d->series.n_out : 0;
+}
+const double *md_data_target_mean(const struct md_data *d) { return d->task == MD_TASK_REGRESS ? d->target_mean : NULL; }
+const double *md_data_target_std(const struct md_data *d) { return d->task == MD_TASK_REGRESS ? d->target_std : NULL; }
 const float *md_data_mean(const struct md_data *d, int i) { return d->mean[i]; }
 const float *md_data_std(const struct md_data *d, int i) { return d->stdv[i]; }
 int md_data_norm_known(const struct md_data *d) { return d->norm_known; }

@@ -48,7 +48,37 @@ typedef enum md_input_kind {
     MD_INPUT_IMAGE = 0, /* the image, converted to the requested channel count:
                            1 -> 3 replicates gray, 3 -> 1 takes luma */
     MD_INPUT_LUMA,      /* brightness 0.299R + 0.587G + 0.114B (gray stays gray); c must be 1 */
+    MD_INPUT_SERIES,    /* time series: the lookback window, (c 1, h seq_len, w n_in) */
+    MD_INPUT_TIME,      /* time series: its time features, (c 1, h seq_len, w n_time) */
 } md_input_kind;
+
+/* What a model learns from a dataset. */
+typedef enum md_task {
+    MD_TASK_CLASSIFY = 0, /* int32 labels (md_batch.labels) */
+    MD_TASK_REGRESS,      /* float targets (md_batch.targets) */
+} md_task;
+
+/* The windows of a time-series dataset (all 0 for images). Per sample:
+ *   input 0 (MD_INPUT_SERIES)  (seq_len, n_in)    standardised, row-major
+ *   input 1 (MD_INPUT_TIME)    (seq_len, n_time)  when delivered (n_time > 0)
+ *   targets                    (pred_len, n_out)  standardised
+ * Output column j is input column out_col + j (M: out_col 0, n_out = n_in;
+ * S and MS: the target is the last input column), so the last observed value
+ * of output j is input[(seq_len - 1) * n_in + out_col + j] (the losses'
+ * forecast origin: md_regress_args.last). */
+struct md_data_series {
+    int seq_len, n_in, n_time;
+    int pred_len, n_out;
+    int out_col;
+};
+
+/* The time-series options (md_data_opts.series). */
+struct md_series_request {
+    int seq_len, pred_len;     /* >= 1 */
+    char features[4];          /* "M", "S" or "MS" */
+    char target[64];           /* "" = the last numeric column */
+    double train_frac, test_frac; /* both 0: the file's convention */
+};
 
 /* One input of the model, in the order the model takes them. */
 struct md_data_input {
@@ -60,7 +90,8 @@ struct md_data_input {
 /* What the model needs. A zeroed request ({0}) means: one MD_INPUT_IMAGE of
  * the dataset's own shape, NCHW, the dataset's classes. */
 struct md_data_request {
-    int num_inputs;              /* 0..MD_DATA_MAX_INPUTS (0 = one image input) */
+    int num_inputs;              /* 0..MD_DATA_MAX_INPUTS (0 = one image input; time series:
+                                    the series and, when the file has dates, its time features) */
     struct md_data_input inputs[MD_DATA_MAX_INPUTS];
     md_layout layout;            /* of every delivered input: MD_NCHW or MD_NHWC */
     int num_classes;             /* the model's outputs; 0 = the dataset's. Fewer
@@ -87,6 +118,7 @@ struct md_data_opts {
     int cache_images;               /* keep decoded images in RAM */
     int skip_bad;                   /* skip undecodable samples instead of failing */
     uint64_t seed;                  /* splits and subsets */
+    struct md_series_request series; /* CSV time series: window, columns, splits */
 };
 
 /* The defaults of the command line (dataset "auto", val_split 0.1, seed 42). */
@@ -118,8 +150,10 @@ void md_data_free(struct md_data *d); /* NULL ok */
  * Same errors as md_data_open for a missing or unrecognisable directory. */
 struct md_data_peek {
     char name[MD_DATA_NAME_MAX];
-    int num_classes;
-    int c, h, w;
+    int num_classes;             /* 0 for regression */
+    int c, h, w;                 /* time series: 1, seq_len, n_in */
+    md_task task;
+    struct md_data_series series; /* time series: the window's shapes */
 };
 md_status md_data_peek(const struct md_data_opts *o, struct md_data_peek *out);
 
@@ -143,6 +177,17 @@ const struct md_data_input *md_data_input(const struct md_data *d, int i);
 md_layout md_data_layout(const struct md_data *d);
 /* Elements per sample of input i (c*h*w). */
 size_t md_data_input_elems(const struct md_data *d, int i);
+
+/* The task (classification or regression), the time-series window's shapes
+ * (all 0 for images), and the target floats per sample (pred_len * n_out;
+ * 0 for classification). */
+md_task md_data_task(const struct md_data *d);
+const struct md_data_series *md_data_series(const struct md_data *d);
+size_t md_data_target_elems(const struct md_data *d);
+/* The training part's per-variate mean and std of the time series' outputs
+ * (n_out values each, for md_metrics' original units); NULL for images. */
+const double *md_data_target_mean(const struct md_data *d);
+const double *md_data_target_std(const struct md_data *d);
 
 /* Normalisation of input i: per-channel mean and std (arrays of c floats),
  * and whether they are the dataset's published values or computed here. */
@@ -198,8 +243,10 @@ struct md_batch {
     int n;                                  /* samples (the last batch may be short,
                                                and skipped bad samples shorten it) */
     int num_inputs;
-    float *inputs[MD_DATA_MAX_INPUTS];      /* input i: (n, C, H, W) or (n, H, W, C) */
-    int32_t *labels;                        /* (n) in [0, num_classes) */
+    float *inputs[MD_DATA_MAX_INPUTS];      /* input i: (n, C, H, W) or (n, H, W, C); time series:
+                                               0 (n, seq_len, n_in), 1 (n, seq_len, n_time) */
+    int32_t *labels;                        /* (n) in [0, num_classes); 0 for regression */
+    float *targets;                         /* regression: (n, pred_len, n_out); else NULL */
     int64_t *index;                         /* (n) sample index within the split */
     long long batch;                        /* position in the epoch, from 0 */
     int epoch;

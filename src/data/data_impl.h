@@ -147,6 +147,10 @@ struct md_data {
     float lut[MD_DATA_MAX_INPUTS][3][256]; /* normalised value of each byte */
     int aug_pad, aug_flip;
     int no_flip;             /* the format's: mirror images are other classes */
+    /* time series (task MD_TASK_REGRESS) */
+    md_task task;
+    struct md_data_series series;
+    const double *target_mean, *target_std; /* (series.n_out), borrowed from fstate */
     /* decoded-image cache (formats that read on demand) */
     uint8_t *cache;          /* (n_all, src_c, src_h, src_w) */
     int *cache_state;        /* (n_all): 0 empty, 1 being filled, 2 ready */
@@ -192,11 +196,12 @@ long long md_data_split_index(const struct md_data *d, md_split s, long long i);
 
 /* Prepares global sample `gi` into slot `j` of a batch: input i's sample
  * lands at inputs[i] + j * md_data_input_elems(d, i), in the dataset's
- * layout. aug may be NULL. Returns MD_ERR_DATA naming the file when the sample cannot be read;
+ * layout; a regression sample's targets land at targets + j *
+ * md_data_target_elems(d) (label 0). aug may be NULL. Returns MD_ERR_DATA naming the file when the sample cannot be read;
  * *bad is set when that happened and --on-bad-sample skip says to go on
  * (the status is then MD_OK and nothing was written). */
 md_status md_data_prepare(struct md_data *d, md_data_scratch *s, long long gi, const struct md_aug *aug,
-                          float *const *inputs, int j, int32_t *label, int *bad);
+                          float *const *inputs, int j, int32_t *label, float *targets, int *bad);
 
 /* Counts a bad sample that --on-bad-sample skip drops, keeps the first
  * MD_DATA_BAD_LISTED for the report and warns once. Thread-safe. */

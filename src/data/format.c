@@ -1,18 +1,22 @@
 /* format.c - the registry of dataset formats and choosing one: a named
  * --dataset goes to the format that serves it; --dataset auto tries each
  * format's detect on the directory, in the registry's order. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "data/format.h"
 
-extern const struct md_data_format md_format_idx, md_format_cifar, md_format_jpeg, md_format_synth;
+extern const struct md_data_format md_format_idx, md_format_cifar, md_format_csv_series, md_format_jpeg,
+    md_format_synth;
 
 /* Auto-detection order: the most specific file names first. */
 const struct md_data_format *const md_data_formats[] = {
     &md_format_idx,
     &md_format_cifar,
     &md_format_jpeg,
+    &md_format_csv_series,
     &md_format_synth,
     NULL,
 };
@@ -79,7 +83,10 @@ md_status md_format_resolve(const char *dataset, const char *data_dir, const str
         return MD_OK;
     }
     if (data_dir[0]) {
-        if (!md_files_is_dir(data_dir))
+        /* a time series may be named as its file */
+        size_t dl = strlen(data_dir);
+        int csv_file = dl > 4 && md_files_is_file(data_dir) && strcasecmp(data_dir + dl - 4, ".csv") == 0;
+        if (!md_files_is_dir(data_dir) && !csv_file)
             return md_errf(MD_ERR_DATA, "--data-dir %s: %s", data_dir,
                            md_files_exists(data_dir) ? "not a directory" : "no such directory");
         snprintf(dir, dn, "%s", data_dir);

@@ -10,11 +10,10 @@
  * holds it, opens it (counts, sample shape, classes, labels, split ranges),
  * and reads sample i. docs/data-formats.md says how to add one.
  *
- * Samples today are images: u8, planar (c, h, w), with class labels. The
- * descriptor names the sample and target kinds so that a format of
- * (tokens x features) float samples with regression targets (CSV time
- * series) can say so once the core can prepare them; only the image and
- * class kinds exist yet.
+ * Samples are images (u8, planar (c, h, w), with class labels: read) or
+ * windows of a time series ((seq_len, n_in) floats with (pred_len, n_out)
+ * float targets: read_series); the descriptor names the sample and target
+ * kinds.
  */
 #ifndef MD_DATA_FORMAT_H
 #define MD_DATA_FORMAT_H
@@ -30,12 +29,12 @@ struct cJSON;
 
 typedef enum md_sample_kind {
     MD_SAMPLE_IMAGE_U8 = 0, /* (c, h, w) bytes, planar, 0..255 */
-    /* later: MD_SAMPLE_SERIES_F32, (tokens, features) floats */
+    MD_SAMPLE_SERIES_F32,   /* (seq_len, n_in) floats, already standardised (read_series) */
 } md_sample_kind;
 
 typedef enum md_target_kind {
     MD_TARGET_CLASS = 0, /* one int32 label in [0, num_classes) */
-    /* later: MD_TARGET_VALUES, a float vector (regression, forecasting) */
+    MD_TARGET_VALUES,    /* (pred_len, n_out) floats (regression, forecasting) */
 } md_target_kind;
 
 /* What open is given: the resolved choice and the options a format may use.
@@ -48,6 +47,7 @@ struct md_format_args {
     int coarse_labels;                   /* CIFAR-100: the 20 superclasses */
     long long max_samples;               /* --max-samples (0 = all) */
     double val_split;                    /* --val-split */
+    const struct md_series_request *series; /* time series: window, columns, splits (never NULL) */
     uint64_t seed;                       /* --seed */
     int skip_bad;                        /* --on-bad-sample skip: call bad() and go on */
     /* Reports a sample dropped at open (skip_bad); msg starts with the path. */
@@ -78,6 +78,8 @@ struct md_format_desc {
     float known_mean[3], known_std[3];
     int norm_samples;
     int no_flip;                         /* horizontal flip makes other classes (digits) */
+    struct md_data_series series;        /* MD_SAMPLE_SERIES_F32: the window's shapes */
+    const double *target_mean, *target_std; /* (series.n_out) borrowed from the state: the scaler */
 };
 
 struct md_data_format {
@@ -111,6 +113,10 @@ struct md_data_format {
      * sets *px = buf, or (resident_bytes > 0) points *px into its own memory.
      * Thread-safe for distinct scratches. MD_ERR_DATA names the file. */
     md_status (*read)(const void *state, void *scratch, long long i, uint8_t *buf, const uint8_t **px);
+    /* (MD_SAMPLE_SERIES_F32 formats) Window i (0 <= i < desc.count) into
+     * x (seq_len, n_in), x_mark (seq_len, n_time; NULL or n_time 0: not
+     * wanted) and y (pred_len, n_out), row-major floats. Thread-safe. */
+    md_status (*read_series)(const void *state, long long i, float *x, float *x_mark, float *y);
     /* (optional) The file sample i came from, for bad-sample messages;
      * NULL = desc.source. */
     const char *(*sample_name)(const void *state, long long i);

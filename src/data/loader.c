@@ -21,7 +21,7 @@ enum { S_FREE = 0, S_FILLING, S_READY, S_HELD };
 
 struct slot {
     struct md_batch b;
-    void *mem;          /* one block: inputs, labels, index */
+    void *mem;          /* one block: inputs, labels, index, targets */
     int pinned;
     int state;
     long long batch_no;
@@ -72,7 +72,8 @@ static md_status fill(struct md_loader *l, md_data_scratch *scr, struct slot *s,
         struct md_aug a;
         if (l->o.augment) a = md_data_aug_draw(d, l->o.seed, l->epoch, p);
         int bad = 0;
-        MD_TRY(md_data_prepare(d, scr, gi, l->o.augment ? &a : NULL, s->b.inputs, j, &s->b.labels[j], &bad));
+        MD_TRY(md_data_prepare(d, scr, gi, l->o.augment ? &a : NULL, s->b.inputs, j, &s->b.labels[j], s->b.targets,
+                               &bad));
         if (bad) { (*skipped)++; continue; }
         s->b.index[j] = l->order[p];
         j++;
@@ -157,9 +158,10 @@ md_status md_loader_create(struct md_data *d, const struct md_loader_opts *lo, s
     l->slots = md_calloc((size_t)l->nslots, sizeof *l->slots);
     if (!l->order || !l->slots) { st = MD_ERR_OOM; goto fail; }
 
-    /* One block per slot: inputs (each 64-byte aligned), labels, index. */
+    /* One block per slot: inputs (each 64-byte aligned), labels, index,
+     * targets (regression). */
     int ni = md_data_num_inputs(d);
-    size_t bs = (size_t)lo->batch_size, off[MD_DATA_MAX_INPUTS + 2], total = 0;
+    size_t bs = (size_t)lo->batch_size, off[MD_DATA_MAX_INPUTS + 3], total = 0;
     for (int i = 0; i < ni; i++) {
         off[i] = total;
         total += (bs * md_data_input_elems(d, i) * sizeof(float) + 63) & ~(size_t)63;
@@ -167,7 +169,9 @@ md_status md_loader_create(struct md_data *d, const struct md_loader_opts *lo, s
     off[ni] = total;
     total += (bs * sizeof(int32_t) + 63) & ~(size_t)63;
     off[ni + 1] = total;
-    total += bs * sizeof(int64_t);
+    total += (bs * sizeof(int64_t) + 63) & ~(size_t)63;
+    off[ni + 2] = total;
+    total += bs * md_data_target_elems(d) * sizeof(float);
     for (int k = 0; k < l->nslots; k++) {
         struct slot *s = &l->slots[k];
         if (lo->pin_dev) {
@@ -180,6 +184,7 @@ md_status md_loader_create(struct md_data *d, const struct md_loader_opts *lo, s
         for (int i = 0; i < ni; i++) s->b.inputs[i] = (float *)((char *)s->mem + off[i]);
         s->b.labels = (int32_t *)((char *)s->mem + off[ni]);
         s->b.index = (int64_t *)((char *)s->mem + off[ni + 1]);
+        s->b.targets = md_data_target_elems(d) ? (float *)((char *)s->mem + off[ni + 2]) : NULL;
         s->b.pinned = s->pinned;
     }
     l->nworkers = lo->num_workers;

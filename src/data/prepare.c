@@ -109,10 +109,24 @@ struct md_aug md_data_aug_draw(const struct md_data *d, uint64_t seed, int epoch
     return a;
 }
 
+/* A time-series window: input 0 the series, input 1 (when delivered) its
+ * time features, and the targets; nothing to convert or augment. */
+static md_status prepare_series(struct md_data *d, long long gi, float *const *inputs, int j, int32_t *label,
+                                float *targets)
+{
+    const struct md_data_series *sr = &d->series;
+    size_t xs = (size_t)sr->seq_len * sr->n_in, ms = (size_t)sr->seq_len * sr->n_time;
+    size_t ys = (size_t)sr->pred_len * sr->n_out;
+    *label = 0;
+    return d->fmt->read_series(d->fstate, gi, inputs[0] + (size_t)j * xs,
+                               d->num_inputs > 1 ? inputs[1] + (size_t)j * ms : NULL, targets + (size_t)j * ys);
+}
+
 md_status md_data_prepare(struct md_data *d, md_data_scratch *s, long long gi, const struct md_aug *aug,
-                          float *const *inputs, int j, int32_t *label, int *bad)
+                          float *const *inputs, int j, int32_t *label, float *targets, int *bad)
 {
     *bad = 0;
+    if (d->task == MD_TASK_REGRESS) return prepare_series(d, gi, inputs, j, label, targets);
     const uint8_t *px = NULL;
     md_status st = md_prepare_fetch(d, s, gi, &px);
     if (st != MD_OK) {

@@ -99,9 +99,10 @@ md_status md_splits_make(struct md_data *d, double val_split, long long max_samp
      * not the whole test set */
     cap_split(d, MD_SPLIT_VAL, max_samples, seed);
     cap_split(d, MD_SPLIT_TEST, max_samples, seed);
-    d->class_counts = md_calloc((size_t)MD_SPLIT_COUNT * d->num_classes, sizeof(long long));
+    /* regression data has no classes: one slot per split stays 0 */
+    d->class_counts = md_calloc((size_t)MD_SPLIT_COUNT * (d->num_classes > 0 ? d->num_classes : 1), sizeof(long long));
     if (!d->class_counts) { st = MD_ERR_OOM; goto fail; }
-    for (int s = 0; s < MD_SPLIT_COUNT; s++)
+    for (int s = 0; d->num_classes > 0 && s < MD_SPLIT_COUNT; s++)
         for (long long i = 0; i < d->split_n[s]; i++)
             d->class_counts[(size_t)s * d->num_classes + d->labels[d->split[s][i]]]++;
 fail:

@@ -150,6 +150,22 @@ const void *md_model_logits(md_model *m);
  * 1/batch for a mean loss, times the loss scale). labels_dev: (batch) int32. */
 md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing, float grad_scale,
                         float *loss_sum_dev, int32_t *correct_dev);
+/* The regression counterpart of md_model_loss (kernels.h, md_regress_args,
+ * has the formulas): the last forward's output, read as (batch, horizon,
+ * channels) in the compute dtype (horizon * channels must be its elements
+ * per sample), against targets_dev (batch, horizon, channels) fp32. last_dev
+ * (optional, required by FINANCIAL and for direction hits): the last
+ * observed value of sample i, channel c at last_dev[i * last_ld + c], fp32
+ * on the device (for a time-series batch: input 0 + (seq_len - 1) * n_in +
+ * out_col, last_ld seq_len * n_in; md_data_series). Adds the summed loss to
+ * *loss_sum_dev and, when metrics_dev (3 floats) is given, {sum |e|, sum e^2,
+ * direction hits}. After a training forward it also writes
+ * d(loss)/d(output) = grad_scale * dL/dpred for md_model_backward
+ * (grad_scale: 1 / (batch * horizon * channels) for a mean loss, times the
+ * loss scale). delta: Huber's; lambda: the financial penalty's weight. */
+md_status md_model_regress_loss(md_model *m, const float *targets_dev, int horizon, int channels,
+                                md_regress_kind kind, float delta, float lambda, const float *last_dev,
+                                long long last_ld, float grad_scale, float *loss_sum_dev, float *metrics_dev);
 /* Backward after a training forward and md_model_loss: overwrites the fp32
  * gradient buffer (no accumulation across calls). */
 md_status md_model_backward(md_model *m);

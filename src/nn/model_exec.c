@@ -529,6 +529,40 @@ md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing,
     return MD_OK;
 }
 
+md_status md_model_regress_loss(md_model *m, const float *targets_dev, int horizon, int channels,
+                                md_regress_kind kind, float delta, float lambda, const float *last_dev,
+                                long long last_ld, float grad_scale, float *loss_sum_dev, float *metrics_dev)
+{
+    MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
+    if (!m->last_batch) return md_errf(MD_ERR_INTERNAL, "model %s: loss before forward", m->name);
+    size_t per = md_shape_numel(m->layers[m->nlayers - 1].out);
+    if (horizon < 1 || channels < 1 || (size_t)horizon * (size_t)channels != per)
+        return md_errf(MD_ERR_CONFIG, "model %s: %zu outputs per sample; the forecast needs %d x %d = %lld", m->name,
+                       per, horizon, channels, (long long)horizon * channels);
+    struct md_layer_run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch,
+                             m->last_training, 0, 0};
+    struct md_regress_args a;
+    memset(&a, 0, sizeof a);
+    a.n = m->last_batch;
+    a.horizon = horizon;
+    a.channels = channels;
+    a.kind = kind;
+    a.delta = delta;
+    a.lambda = lambda;
+    a.dtype = m->opts.compute_dtype;
+    a.pred = md_layer_act(&r, m->nlayers - 1);
+    a.target = targets_dev;
+    a.last = last_dev;
+    a.last_ld = last_ld;
+    a.loss_sum = loss_sum_dev;
+    a.metrics = metrics_dev;
+    a.dpred = m->last_training ? md_layer_grad(&r, m->nlayers - 1) : NULL;
+    a.grad_scale = grad_scale;
+    MD_TRY(md_k_regress(m->dev, &a));
+    m->have_loss = m->last_training;
+    return MD_OK;
+}
+
 md_status md_model_backward(md_model *m)
 {
     md_status st = MD_OK;

@@ -65,6 +65,7 @@ md_status md_cpu_softmax_fwd(md_device *dev, const struct md_softmax_args *a);
 md_status md_cpu_softmax_bwd(md_device *dev, const struct md_softmax_args *a);
 md_status md_cpu_attn_fwd(md_device *dev, const struct md_attn_args *a);
 md_status md_cpu_attn_bwd(md_device *dev, const struct md_attn_args *a);
+md_status md_cpu_regress(md_device *dev, const struct md_regress_args *a);
 
 static inline int md_cpu_float_type(md_dtype t) { return t == MD_F32 || t == MD_F16 || t == MD_BF16; }
 

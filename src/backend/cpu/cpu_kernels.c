@@ -102,4 +102,5 @@ const struct md_kernels md_cpu_kernels = {
     .softmax_bwd = md_cpu_softmax_bwd,
     .attn_fwd = md_cpu_attn_fwd,
     .attn_bwd = md_cpu_attn_bwd,
+    .regress = md_cpu_regress,
 };

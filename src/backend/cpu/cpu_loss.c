@@ -1,4 +1,4 @@
-/* cpu_loss.c - softmax cross-entropy with label smoothing, fused: per-row
+/* cpu_loss.c - softmax cross-entropy with label smoothing and the regression losses, fused: per-row
  * partials combined in row order (independent of the thread count). */
 #include <math.h>
 
@@ -73,5 +73,71 @@ md_status md_cpu_xent(md_device *dev, const struct md_xent_args *a)
     if (a->correct) *a->correct += correct;
     md_free(loss);
     md_free(hit);
+    return MD_OK;
+}
+
+/* ---- regression losses: per-sample partials {loss, |e|, e^2, hits}, combined in sample order ------------------- */
+
+struct regress_ctx { const struct md_regress_args *a; double *part; };
+
+static void regress_range(void *vc, long long b, long long e)
+{
+    struct regress_ctx *c = vc;
+    const struct md_regress_args *a = c->a;
+    const int H = a->horizon, C = a->channels;
+    const double lam = (double)a->lambda, d = (double)a->delta;
+    for (long long ni = b; ni < e; ni++) {
+        double loss = 0.0, sae = 0.0, sse = 0.0, hits = 0.0;
+        const float *last = a->last ? a->last + (size_t)ni * (size_t)a->last_ld : NULL;
+        for (int t = 0; t < H; t++)
+            for (int ch = 0; ch < C; ch++) {
+                size_t i = ((size_t)ni * H + t) * C + ch;
+                double p = (double)md_load_f(a->pred, a->dtype, i), y = (double)a->target[i];
+                double er = p - y, ae = fabs(er), l, g, dp = 0.0, dt = 0.0;
+                if (last) {
+                    dp = p - (double)last[ch];
+                    dt = y - (double)last[ch];
+                    hits += (dp > 0) - (dp < 0) == (dt > 0) - (dt < 0);
+                }
+                switch (a->kind) {
+                case MD_REGRESS_MAE: l = ae, g = (er > 0) - (er < 0); break;
+                case MD_REGRESS_HUBER:
+                    if (ae <= d) l = 0.5 * er * er, g = er;
+                    else l = d * (ae - 0.5 * d), g = er > 0 ? d : -d;
+                    break;
+                case MD_REGRESS_FINANCIAL:
+                    l = er * er, g = 2.0 * er;
+                    if ((dp > 0 && dt < 0) || (dp < 0 && dt > 0)) l -= lam * dp * dt, g -= lam * dt;
+                    break;
+                default: l = er * er, g = 2.0 * er; break;
+                }
+                loss += l, sae += ae, sse += er * er;
+                if (a->dpred) md_store_f(a->dpred, a->dtype, i, (float)((double)a->grad_scale * g));
+            }
+        double *o = c->part + 4 * ni;
+        o[0] = loss, o[1] = sae, o[2] = sse, o[3] = hits;
+    }
+}
+
+md_status md_cpu_regress(md_device *dev, const struct md_regress_args *a)
+{
+    (void)dev;
+    MD_TRY(md_cpu_dtype_check("regress", a->dtype));
+    MD_TRY(md_regress_args_check("cpu", a));
+    double *part = md_malloc(sizeof(double) * 4 * (size_t)(a->n > 0 ? a->n : 1));
+    if (!part) return MD_ERR_OOM;
+    struct regress_ctx c = {a, part};
+    long long per = (long long)a->horizon * a->channels;
+    md_parallel_for(a->n, CPU_GRAIN / (per > 0 ? per : 1) + 1, regress_range, &c);
+    double s[4] = {0, 0, 0, 0};
+    for (int i = 0; i < a->n; i++)
+        for (int k = 0; k < 4; k++) s[k] += part[4 * i + k];
+    if (a->loss_sum) *a->loss_sum = (float)((double)*a->loss_sum + s[0]);
+    if (a->metrics) {
+        a->metrics[0] = (float)((double)a->metrics[0] + s[1]);
+        a->metrics[1] = (float)((double)a->metrics[1] + s[2]);
+        if (a->last) a->metrics[2] = (float)((double)a->metrics[2] + s[3]);
+    }
+    md_free(part);
     return MD_OK;
 }

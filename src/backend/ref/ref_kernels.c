@@ -47,4 +47,5 @@ const struct md_kernels md_ref_kernels = {
     .softmax_bwd = md_ref_softmax_bwd,
     .attn_fwd = md_ref_attn_fwd,
     .attn_bwd = md_ref_attn_bwd,
+    .regress = md_ref_regress,
 };
