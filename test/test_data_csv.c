@@ -10,7 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/options.h"
 #include "data/csv_series.h"
 #include "data/data.h"
 #include "data/metrics.h"
@@ -19,16 +18,16 @@
 #define SAMPLE "data/timeseries-sample/sample_ETTh2_first1728.csv"
 #define SHARED "../shared/data/timeseries"
 
-static md_options csv_opts(const char *path)
+static struct md_data_opts csv_opts(const char *path)
 {
-    md_options o;
-    md_options_defaults(&o);
+    struct md_data_opts o;
+    md_data_opts_default(&o);
     snprintf(o.dataset, sizeof o.dataset, "csv");
     snprintf(o.data_dir, sizeof o.data_dir, "%s", path);
     return o;
 }
 
-static struct md_data *open_ok(const md_options *o, const struct md_data_request *req)
+static struct md_data *open_ok(const struct md_data_opts *o, const struct md_data_request *req)
 {
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(o, req, &d), MD_OK, "%s", md_errmsg());
@@ -37,7 +36,7 @@ static struct md_data *open_ok(const md_options *o, const struct md_data_request
 
 Test(data_csv, sample_shapes_task_and_splits)
 {
-    md_options o = csv_opts(SAMPLE);
+    struct md_data_opts o = csv_opts(SAMPLE);
     struct md_data *d = open_ok(&o, NULL);
     cr_assert_eq(md_data_task(d), MD_TASK_REGRESS);
     const struct md_data_series *s = md_data_series(d);
@@ -61,7 +60,7 @@ Test(data_csv, sample_shapes_task_and_splits)
 /* Every batch of the test split against md_csv_series_window on the same file. */
 Test(data_csv, loader_windows_targets_and_time_features)
 {
-    md_options o = csv_opts(SAMPLE);
+    struct md_data_opts o = csv_opts(SAMPLE);
     struct md_data *d = open_ok(&o, NULL);
     md_csv_opts co;
     md_csv_opts_default(&co);
@@ -94,11 +93,11 @@ Test(data_csv, loader_windows_targets_and_time_features)
 
 Test(data_csv, features_target_and_one_input)
 {
-    md_options o = csv_opts(SAMPLE);
-    snprintf(o.features, sizeof o.features, "MS");
-    snprintf(o.target, sizeof o.target, "HULL");
-    o.seq_len = 24;
-    o.pred_len = 12;
+    struct md_data_opts o = csv_opts(SAMPLE);
+    snprintf(o.series.features, sizeof o.series.features, "MS");
+    snprintf(o.series.target, sizeof o.series.target, "HULL");
+    o.series.seq_len = 24;
+    o.series.pred_len = 12;
     struct md_data_request req = {.num_inputs = 1};
     struct md_data *d = open_ok(&o, &req);
     const struct md_data_series *s = md_data_series(d);
@@ -107,7 +106,7 @@ Test(data_csv, features_target_and_one_input)
     /* the target (moved last) is what is predicted: its train scaler */
     cr_assert(md_data_target_std(d) && md_data_target_std(d)[0] > 0);
     md_data_free(d);
-    snprintf(o.features, sizeof o.features, "S");
+    snprintf(o.series.features, sizeof o.series.features, "S");
     d = open_ok(&o, NULL);
     cr_assert(md_data_series(d)->n_in == 1 && md_data_series(d)->n_out == 1 && md_data_series(d)->out_col == 0);
     md_data_free(d);
@@ -115,7 +114,7 @@ Test(data_csv, features_target_and_one_input)
 
 Test(data_csv, model_request_mismatch_is_a_config_error)
 {
-    md_options o = csv_opts(SAMPLE);
+    struct md_data_opts o = csv_opts(SAMPLE);
     struct md_data_request req = {.num_inputs = 1, .inputs = {{.name = "x", .c = 1, .h = 28, .w = 28}}};
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, &req, &d), MD_ERR_CONFIG);
@@ -132,10 +131,10 @@ Test(data_csv, auto_detects_a_file_or_a_directory_with_one)
                                           "2020-01-01 02:00:00,3,5\n2020-01-01 03:00:00,1,1\n2020-01-01 04:00:00,0,2\n"
                                           "2020-01-01 05:00:00,4,4\n2020-01-01 06:00:00,2,2\n2020-01-01 07:00:00,3,3\n"
                                           "2020-01-01 08:00:00,5,1\n2020-01-01 09:00:00,1,0\n");
-    md_options o = csv_opts(a);
+    struct md_data_opts o = csv_opts(a);
     snprintf(o.dataset, sizeof o.dataset, "auto");
-    o.seq_len = 2;
-    o.pred_len = 1;
+    o.series.seq_len = 2;
+    o.series.pred_len = 1;
     struct md_data *d = open_ok(&o, NULL);
     cr_assert_eq(md_data_task(d), MD_TASK_REGRESS);
     md_data_free(d);
@@ -159,14 +158,14 @@ Test(data_csv, bad_files_name_file_line_and_column)
 {
     char *dir = th_tmpdir();
     char *bad = th_write(dir, "bad.csv", "date,a,OT\n2020-01-01,1,2\n2020-01-02,x,3\n2020-01-03,1,2\n");
-    md_options o = csv_opts(bad);
-    o.seq_len = 1;
-    o.pred_len = 1;
+    struct md_data_opts o = csv_opts(bad);
+    o.series.seq_len = 1;
+    o.series.pred_len = 1;
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_ERR_DATA);
     cr_assert(strstr(md_errmsg(), "bad.csv: line 3, column 2 (a)"), "%s", md_errmsg());
     char *few = th_write(dir, "few.csv", "a,OT\n1,2\n2,3\n3,4\n");
-    md_options f = csv_opts(few);
+    struct md_data_opts f = csv_opts(few);
     cr_assert_eq(md_data_open(&f, NULL, &d), MD_ERR_DATA);
     cr_assert(strstr(md_errmsg(), "few.csv") && strstr(md_errmsg(), "too few rows"), "%s", md_errmsg());
     snprintf(f.data_dir, sizeof f.data_dir, "%s/nothing.csv", dir);
@@ -213,7 +212,7 @@ Test(data_csv, metrics_by_hand)
 
 Test(data_csv, naive_baseline_matches_csv_series)
 {
-    md_options o = csv_opts(SAMPLE);
+    struct md_data_opts o = csv_opts(SAMPLE);
     struct md_data *d = open_ok(&o, NULL);
     md_csv_opts co;
     md_csv_opts_default(&co);
@@ -245,7 +244,7 @@ Test(data_csv, naive_baseline_on_the_real_files, .timeout = 60)
         {SHARED "/ETTh2.csv", 0.4317, 0.4216},
     };
     for (int f = 0; f < 2; f++) {
-        md_options o = csv_opts(want[f].file);
+        struct md_data_opts o = csv_opts(want[f].file);
         struct md_data *d = open_ok(&o, NULL);
         struct md_metrics m;
         cr_assert_eq(md_metrics_naive(d, MD_SPLIT_TEST, &m), MD_OK);
