@@ -1,7 +1,8 @@
 /* cuda_attn.cu - softmax over the last dimension, and scaled-dot-product
  * attention in the flash-attention manner, SIMT (CUDA cores, fp32
- * arithmetic and accumulation for fp32/fp16/bf16 storage; no tensor cores
- * yet: correctness first).
+ * arithmetic and accumulation for fp32/fp16/bf16 storage). fp16/bf16 with
+ * 32 < head_dim <= 128 go to the tensor-core kernels of cuda_attn_tc.cu
+ * instead (unless md_attn_args.simt_only); the kernels here run the rest.
  *
  * Forward: a block of ATT_BQ threads per (batch*head, tile of ATT_BQ
  * queries), one query row per thread (q and the output accumulator in
@@ -22,8 +23,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/rng.h"
-#include "cuda_device.cuh"
+#include "cuda_attn.cuh"
 
 /* ---------------------------------------------------------------------------
  * Softmax: a block per row
@@ -108,30 +108,9 @@ md_status md_cuda_softmax_bwd(md_device *dev, const struct md_softmax_args *a) {
 
 #define ATT_BQ 64 /* query rows per block (threads per block) */
 
-/* Everything the kernels need, by value. */
-struct attn_p {
-    long long sq[3], sk[3], sv[3], so[3];
-    int heads, tq, tk, d, causal, dropout;
-    float scale, p, keep_scale, beta;
-    uint64_t seed, offset;
-    const uint64_t *offset_dev;
-};
-
 /* Rows of fp32 staged per tile so that a K and a V tile (or a Q and a dO tile)
  * take 32 KiB of shared memory. */
 template <int DP> struct att_tile { enum { N = DP <= 64 ? 64 : 32 }; };
-
-__device__ __forceinline__ long long att_at(const long long s[3], int bh, int heads, int t)
-{
-    return (long long)(bh / heads) * s[0] + (long long)(bh % heads) * s[1] + (long long)t * s[2];
-}
-
-__device__ __forceinline__ float att_keep(const attn_p &p, uint64_t off, int bh, int i, int j)
-{
-    if (!p.dropout) return 1.0f;
-    uint64_t ctr = off + ((uint64_t)bh * p.tq + i) * p.tk + j;
-    return md_rng_uniform(p.seed, ctr) < p.p ? 0.0f : p.keep_scale;
-}
 
 /* Stages rows [r0, r0 + N) of a strided tensor as fp32 (N, DP), zero beyond t and d. */
 template <class T, int DP, int N>
@@ -378,6 +357,7 @@ md_status md_cuda_attn_fwd(md_device *dev, const struct md_attn_args *a)
     int bh = a->batch * a->heads;
     if (!bh || !a->tq) return MD_OK;
     unsigned blocks = (unsigned)(bh * ((a->tq + ATT_BQ - 1) / ATT_BQ));
+    if (md_cuda_attn_tc_covers(a)) return md_cuda_attn_tc_fwd(dev, a, &p);
     cudaStream_t s = md_cuda_impl(dev)->stream;
     MD_CU_DISPATCH(a->dtype, "attn_fwd", {
         ATT_DP_DISPATCH(dp, k_attn_fwd<T, DP><<<blocks, ATT_BQ, 0, s>>>(p, (const T *)a->q, (const T *)a->k,
@@ -407,6 +387,7 @@ md_status md_cuda_attn_bwd(md_device *dev, const struct md_attn_args *a)
         k_attn_bwd_dot<T><<<md_cu_blocks(dev, (size_t)nrows), MD_THREADS, 0, cd->stream>>>(
             p, nrows, (const T *)a->o, (const T *)a->d_o, D);
         MD_TRY(md_cuda_check_launch("attn_bwd (row sums)"));
+        if (md_cuda_attn_tc_covers(a)) return md_cuda_attn_tc_bwd(dev, a, &p, D);
         if (a->dk || a->dv)
             ATT_DP_DISPATCH(dp, k_attn_bwd_kv<T, DP><<<kblocks, ATT_BQ, 0, cd->stream>>>(
                                     p, (const T *)a->q, (const T *)a->k, (const T *)a->v, (const T *)a->d_o, a->lse,

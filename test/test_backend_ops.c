@@ -1010,13 +1010,19 @@ static void op_softmax(struct harness *h, int op)
 }
 
 /* Attention layouts: 0 contiguous (B, H, T, D); 1 a fused QKV projection's
- * (B, T, 3, H, D) output (tq == tk; dq/dk/dv into one such buffer); 2 (B, T, H, D). */
-struct attn_case { int b, h, tq, tk, d, causal, dropout, layout; };
+ * (B, T, 3, H, D) output (tq == tk; dq/dk/dv into one such buffer); 2 (B, T, H, D).
+ * On CUDA, fp16/bf16 with 32 < d <= 128 run the tensor-core kernels (64-row
+ * tiles: lengths that are not multiples of 64, d padded to 64 or 128, d not a
+ * multiple of 8 for the unvectorised loads); simt 1 forces the SIMT kernels. */
+struct attn_case { int b, h, tq, tk, d, causal, dropout, layout, simt; };
 
 static const struct attn_case attn_cases[] = {
-    {1, 1, 1, 1, 8, 0, 0, 0},      {2, 3, 17, 17, 16, 1, 0, 0},   {1, 2, 70, 70, 32, 0, 0, 1},
-    {2, 2, 33, 65, 64, 0, 1, 0},   {1, 2, 100, 100, 64, 1, 1, 2}, {1, 1, 130, 130, 8, 1, 0, 0},
-    {2, 1, 40, 23, 16, 1, 0, 2},   {1, 2, 9, 31, 128, 0, 0, 0},   {1, 1, 67, 67, 32, 1, 1, 1},
+    {1, 1, 1, 1, 8, 0, 0, 0, 0},       {2, 3, 17, 17, 16, 1, 0, 0, 0},   {1, 2, 70, 70, 32, 0, 0, 1, 0},
+    {2, 2, 33, 65, 64, 0, 1, 0, 0},    {1, 2, 100, 100, 64, 1, 1, 2, 0}, {1, 1, 130, 130, 8, 1, 0, 0, 0},
+    {2, 1, 40, 23, 16, 1, 0, 2, 0},    {1, 2, 9, 31, 128, 0, 0, 0, 0},   {1, 1, 67, 67, 32, 1, 1, 1, 0},
+    {2, 2, 100, 77, 64, 0, 0, 0, 0},   {1, 2, 130, 130, 128, 1, 1, 0, 0}, {2, 1, 70, 150, 128, 0, 1, 2, 0},
+    {1, 1, 129, 129, 64, 1, 0, 1, 0},  {1, 2, 150, 90, 64, 1, 1, 0, 0},  {1, 1, 33, 47, 100, 1, 1, 0, 0},
+    {1, 1, 65, 70, 80, 0, 0, 2, 0},    {2, 2, 33, 65, 64, 0, 1, 0, 1},   {1, 2, 9, 31, 128, 1, 0, 0, 1},
 };
 
 /* Offsets (elements) of q, k, v, o in their buffers and the strides, by layout. */
@@ -1048,7 +1054,7 @@ static void op_attn(struct harness *h, int op)
             size_t es = md_dtype_size(t), off[4], n[4];
             struct md_attn_args base = {.batch = kc->b, .heads = kc->h, .tq = kc->tq, .tk = kc->tk, .d = kc->d,
                                         .causal = kc->causal, .dropout_p = kc->dropout ? 0.2f : 0.0f, .seed = 3,
-                                        .offset = 1000 + ci, .dtype = t};
+                                        .offset = 1000 + ci, .dtype = t, .simt_only = kc->simt};
             attn_layout(kc, &base, off, n);
             float beta = op == K_ATTN_BWD && (ci + (size_t)di) % 2 ? 1.0f : 0.0f;
             size_t nl = (size_t)kc->b * kc->h * kc->tq;
@@ -1110,10 +1116,10 @@ static void op_attn(struct harness *h, int op)
                 }
                 hx_end(h);
             }
-            char what[160];
-            snprintf(what, sizeof what, "%s b%d h%d tq%d tk%d d%d causal %d dropout %d layout %d %s beta %g",
+            char what[176];
+            snprintf(what, sizeof what, "%s b%d h%d tq%d tk%d d%d causal %d dropout %d layout %d %s beta %g%s",
                      md_kernel_names[op], kc->b, kc->h, kc->tq, kc->tk, kc->d, kc->causal, kc->dropout, kc->layout,
-                     md_dtype_name(t), (double)beta);
+                     md_dtype_name(t), (double)beta, kc->simt ? " simt" : "");
             if (statuses_ok(h, op, what, st[0], st[1])) {
                 struct tol tl = tol_of(op, t);
                 int ok;

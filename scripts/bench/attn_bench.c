@@ -3,8 +3,10 @@
  * torch's scaled_dot_product_attention and prints the table).
  *
  * Output: one tab-separated line per case: batch, heads, tokens, head_dim,
- * causal, dtype, pass (fwd or bwd), median ms. FLOPs and the fraction of the
- * peak are computed by attn_vs_torch.py, identically for both sides.
+ * causal, dtype, pass (fwd or bwd), median ms, kernels (tc: the tensor-core
+ * path, simt: the SIMT kernels, forced for bf16 through simt_only). FLOPs
+ * and the fraction of the peak are computed by attn_vs_torch.py, identically
+ * for both sides.
  * Built against mpsdiag's objects (attn_vs_torch.sh --build); KBENCH_DEVICE=cpu
  * runs a tiny dry run on the CPU backend. */
 #include <stdio.h>
@@ -39,10 +41,11 @@ static float median_ms(const struct md_attn_args *a, int bwd, int iters)
     return ms[iters / 2];
 }
 
-static void bench(int B, int H, int T, int D, int causal, md_dtype t)
+static void bench(int B, int H, int T, int D, int causal, md_dtype t, int simt)
 {
     size_t n = (size_t)B * H * T * D, es = md_dtype_size(t);
-    struct md_attn_args a = {.batch = B, .heads = H, .tq = T, .tk = T, .d = D, .causal = causal, .dtype = t};
+    struct md_attn_args a = {.batch = B, .heads = H, .tq = T, .tk = T, .d = D, .causal = causal, .dtype = t,
+                             .simt_only = simt};
     a.q = rnd(n, t, 1), a.k = rnd(n, t, 2), a.v = rnd(n, t, 3), a.d_o = rnd(n, t, 4);
     void *o, *dq, *dk, *dv, *lse;
     CK(md_dev_alloc(dev, n * es, &o, "bench"), "alloc");
@@ -52,8 +55,8 @@ static void bench(int B, int H, int T, int D, int causal, md_dtype t)
     CK(md_dev_alloc(dev, (size_t)B * H * T * 4, &lse, "bench"), "alloc");
     a.o = o, a.lse = lse, a.dq = dq, a.dk = dk, a.dv = dv;
     for (int bwd = 0; bwd < 2; bwd++)
-        printf("%d\t%d\t%d\t%d\t%d\t%s\t%s\t%.4f\n", B, H, T, D, causal, md_dtype_name(t), bwd ? "bwd" : "fwd",
-               (double)median_ms(&a, bwd, 10));
+        printf("%d\t%d\t%d\t%d\t%d\t%s\t%s\t%.4f\t%s\n", B, H, T, D, causal, md_dtype_name(t), bwd ? "bwd" : "fwd",
+               (double)median_ms(&a, bwd, 10), simt || t == MD_F32 ? "simt" : "tc");
     fflush(stdout);
     md_dev_free(dev, (void *)a.q), md_dev_free(dev, (void *)a.k), md_dev_free(dev, (void *)a.v);
     md_dev_free(dev, (void *)a.d_o), md_dev_free(dev, o), md_dev_free(dev, dq), md_dev_free(dev, dk);
@@ -77,11 +80,12 @@ int main(void)
     static const md_dtype types[] = {MD_BF16, MD_F32};
     for (int si = 0; si < (dry ? 1 : 4); si++)
         for (int ti = 0; ti < 2; ti++)
-            for (int causal = 0; causal < 2; causal++) {
-                const int *s = shapes[si];
-                if (dry) bench(1, 2, 100, 16, causal, types[ti]);
-                else bench(s[0], s[1], s[2], s[3], causal, types[ti]);
-            }
+            for (int causal = 0; causal < 2; causal++)
+                for (int simt = 0; simt < (types[ti] == MD_F32 ? 1 : 2); simt++) {
+                    const int *s = shapes[si];
+                    if (dry) bench(1, 2, 100, 64, causal, types[ti], simt);
+                    else bench(s[0], s[1], s[2], s[3], causal, types[ti], simt);
+                }
     md_device_close(dev);
     return 0;
 }

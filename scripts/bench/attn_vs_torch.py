@@ -4,7 +4,10 @@
   attn_vs_torch.py torch            times F.scaled_dot_product_attention (forward,
                                     and backward of the three inputs) on the
                                     shapes of attn_bench.c; prints its TSV lines
-  attn_vs_torch.py table MPS TORCH  the comparison table (markdown)
+  attn_vs_torch.py table MPS TORCH  the comparison table (markdown); mpsdiag's
+                                    lines carry a ninth field, the kernels
+                                    (tc: tensor cores, simt: CUDA cores), and
+                                    bf16 runs both
 
 FLOPs: forward 4 * B * H * T^2 * D (two matrix products), halved when causal;
 backward 2.5x the forward (FlashAttention's convention: five products, one
@@ -52,26 +55,27 @@ def torch_side():
 
 
 def load(path):
+    """{(b, h, t, d, causal, dtype, pass, kernels): ms}; kernels "-" for torch"""
     out = {}
     for line in open(path):
-        f = line.split("\t")
-        if len(f) == 8:
-            out[tuple(f[:7])] = float(f[7])
+        f = line.rstrip("\n").split("\t")
+        if len(f) in (8, 9):
+            out[tuple(f[:7]) + (f[8] if len(f) == 9 else "-",)] = float(f[7])
     return out
 
 
 def table(mps_path, torch_path):
     peak = float(os.environ.get("BF16_PEAK_TFLOPS", "989.4"))
     mps, tor = load(mps_path), load(torch_path)
-    print("| B | H | T | D | causal | dtype | pass | mpsdiag ms | TFLOP/s | of bf16 peak | torch ms | TFLOP/s | of peak | torch / mpsdiag |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for key in sorted(mps, key=lambda k: (int(k[2]), int(k[3]), k[5], k[4], k[6])):
+    print("| B | H | T | D | causal | dtype | pass | kernels | mpsdiag ms | TFLOP/s | of bf16 peak | torch ms | TFLOP/s | of peak | torch / mpsdiag |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for key in sorted(mps, key=lambda k: (int(k[2]), int(k[3]), k[5], k[4], k[6], k[7])):
         b, h, t, d, causal = (int(x) for x in key[:5])
         flops = 4.0 * b * h * t * t * d * (0.5 if causal else 1.0) * (2.5 if key[6] == "bwd" else 1.0)
         m = mps[key]
-        tm = tor.get(key)
+        tm = tor.get(key[:7] + ("-",))
         mt = flops / (m * 1e-3) / 1e12
-        row = [str(b), str(h), str(t), str(d), str(causal), key[5], key[6], "%.3f" % m, "%.1f" % mt,
+        row = [str(b), str(h), str(t), str(d), str(causal), key[5], key[6], key[7], "%.3f" % m, "%.1f" % mt,
                "%.1f%%" % (100 * mt / peak)]
         if tm:
             tt = flops / (tm * 1e-3) / 1e12

@@ -7,7 +7,7 @@ name=$1
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 make --no-print-directory all >/dev/null
-objs=$(find build/obj/src build/obj/metal -name '*.o' ! -path '*/src/main.o' ! -path '*/metal/sim/*' ! -name '*.sim.o' | sort)
+objs=$(find build/obj/src build/obj/metal -name '*.o' ! -path '*/src/main.o' ! -path '*/metal/sim/*' ! -path '*/metal/check/*' ! -name '*.sim.o' | sort)
 cc -O2 -std=c11 -Isrc -o "build/$name" "scripts/bench/$name.c" $objs \
     $(pkg-config --libs openblas libcjson libturbojpeg zlib) -lm -ldl -pthread -rdynamic
 echo "built build/$name"

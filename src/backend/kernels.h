@@ -411,6 +411,8 @@ struct md_attn_args {
     float *lse;                            /* (batch, heads, tq) */
     const void *d_o; void *dq, *dk, *dv;
     float beta;                            /* accumulate factor for dq, dk, dv */
+    int simt_only;                         /* CUDA: 1 keeps fp16/bf16 off the tensor-core
+                                              kernels (benchmarks, tests); 0 picks them */
 };
 
 /* The table. Kernels return MD_OK or an error with a message. */
