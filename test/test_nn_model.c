@@ -163,7 +163,7 @@ Test(nn_model, config_errors_name_the_json_path)
          "blocks.b.layers[0] (in b1).kernel: 11x11"},
         {"top-level key", "{\"name\":\"t\",\"inputs\":[{\"name\":\"x\",\"shape\":[1,2,2]}],\"layers\":[{\"type\":\"relu\"}],\"extra\":1}",
          "unknown key 'extra'"},
-        {"input shape", "{\"name\":\"t\",\"inputs\":[{\"name\":\"x\",\"shape\":[1,2]}],\"layers\":[{\"type\":\"relu\"}]}",
+        {"input shape", "{\"name\":\"t\",\"inputs\":[{\"name\":\"x\",\"shape\":[1,2,2,2]}],\"layers\":[{\"type\":\"relu\"}]}",
          "inputs[0].shape: must be [channels, height, width]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

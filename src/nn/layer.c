@@ -22,7 +22,14 @@
     X(dropout)            \
     X(add)                \
     X(concat)             \
-    X(weighted_add)
+    X(weighted_add)       \
+    X(reshape)            \
+    X(transpose)          \
+    X(layernorm)          \
+    X(attention)          \
+    X(pos_embedding)      \
+    X(instance_norm)      \
+    X(instance_denorm)
 
 #define MD_LAYER_DECLARE(k) extern const struct md_layer_ops md_##k##_layer;
 MD_LAYER_KINDS(MD_LAYER_DECLARE)
@@ -125,4 +132,15 @@ md_status md_layer_axpby(struct md_model *m, size_t n, float alpha, const float 
     e.b = beta == 0.0f ? a : b;
     e.y = y;
     return md_k_ew(m->dev, &e);
+}
+
+md_status md_layer_check_tokens(const struct md_model *m, const struct md_layer *L, struct md_shape x)
+{
+    if (x.h != 1)
+        return md_errf(MD_ERR_CONFIG, "%s.inputs: %s needs a token sequence (T, 1, F), got (%d, %d, %d) (a "
+                       "reshape layer makes one)", L->path, L->type, x.c, x.h, x.w);
+    if (m->opts.layout != MD_NCHW)
+        return md_errf(MD_ERR_CONFIG, "%s: token sequences need the default NCHW layout (drop --channels-last)",
+                       L->path);
+    return MD_OK;
 }

@@ -60,6 +60,9 @@ struct md_layer_ops {
     const char *const *names;
     size_t args_size;          /* bytes of the kind's argument struct (L->args, zeroed); 0: none */
     int min_inputs, max_inputs; /* max_inputs 0: no upper bound */
+    /* (default 0) A kind of token sequences (T, 1, F): a model with one runs
+     * in the NCHW layout whatever layout was asked (md_model_get_opts says). */
+    int tokens;
 
     /* L->args from the JSON entry `o` (keys "name" and "type" are the
      * graph's; every other key is the kind's, and an unknown one is an
@@ -191,6 +194,22 @@ static inline void *md_layer_wgrad(struct md_model *m, int t)
 }
 static inline float *md_layer_param32(struct md_model *m, int t) { return m->params + m->tensors[t].offset; }
 static inline float *md_layer_grad32(struct md_model *m, int t) { return m->grads + m->tensors[t].offset; }
+
+/* Saved state of layer i: what ops->mask_per_sample reserved (kept from
+ * forward to backward: dropout masks, a layer's intermediate tensors), from
+ * byte `off` of a sample's share on; the block for the whole batch is
+ * max_batch times the per-sample bytes. Offsets that are multiples of 16
+ * give 16-byte aligned blocks. */
+static inline void *md_layer_saved(const struct md_layer_run *r, int i, size_t off)
+{
+    return r->m->masks + (r->m->layers[i].mask_off + off) * (size_t)r->m->max_batch;
+}
+/* Rounds a per-sample byte count up to a multiple of 16. */
+static inline size_t md_layer_align16(size_t b) { return (b + 15) & ~(size_t)15; }
+
+/* Token sequence layers (docs/transformers.md): a per-sample tensor (T, 1, F)
+ * in the default NCHW layout; errors name L->path and what was given. */
+md_status md_layer_check_tokens(const struct md_model *m, const struct md_layer *L, struct md_shape x);
 
 /* y = alpha * s * a + beta * b in the compute dtype (a copy when only a),
  * reading b only when beta != 0; s: a device scalar or NULL. */

@@ -51,6 +51,24 @@ void md_model_opts_default(struct md_model_opts *o)
     o->dropout = -1.0;
 }
 
+md_status md_model_opts_set(struct md_model_opts *o, const char *name, double value, int if_present)
+{
+    for (int k = 0; k < o->nsets; k++)
+        if (!strcmp(o->sets[k].name, name)) {
+            o->sets[k].value = value;
+            o->sets[k].if_present = if_present;
+            return MD_OK;
+        }
+    if (o->nsets == MD_MODEL_MAX_SETS || strlen(name) >= sizeof o->sets[0].name || !name[0])
+        return md_errf(MD_ERR_USAGE, "model parameter '%s': at most %d parameters of up to %zu characters",
+                       name, MD_MODEL_MAX_SETS, sizeof o->sets[0].name - 1);
+    struct md_model_set *ms = &o->sets[o->nsets++];
+    strcpy(ms->name, name);
+    ms->value = value;
+    ms->if_present = if_present;
+    return MD_OK;
+}
+
 /* ---- expansion: config layers (with blocks and repeat) -> flat specs ------- */
 
 /* One expanded layer before type-specific parsing. */
@@ -80,6 +98,8 @@ struct build {
     int nspecs, cap;
     struct names names;  /* global names: layer name, block instance -> output */
     int num_classes;
+    cJSON *params;       /* the config's "params" after the options' values (model parameters) */
+    struct md_shape *in_shape; /* (ninputs) */
     int group;
     long long work;      /* expand_entry calls and repeats so far (MAX_WORK) */
     md_strmap layer_idx; /* layer name -> index in m->layers (names borrowed from there) */
@@ -144,8 +164,10 @@ static md_status substitute(struct build *b, cJSON *obj, const cJSON *scope, con
             const char *p = it->valuestring + 1;
             const cJSON *v = scope ? cJSON_GetObjectItemCaseSensitive(scope, p) : NULL;
             cJSON *nv = NULL;
+            const cJSON *mp = b->params ? cJSON_GetObjectItemCaseSensitive(b->params, p) : NULL;
             if (v) nv = cJSON_Duplicate(v, 1);
             else if (strcmp(p, "num_classes") == 0) nv = cJSON_CreateNumber(b->num_classes);
+            else if (mp) nv = cJSON_Duplicate(mp, 1);
             else
                 return md_errf(MD_ERR_CONFIG, "%s: %s%s%s: unknown parameter '%s'", b->src, path,
                                it->string ? "." : "", it->string ? it->string : "", p);
@@ -565,6 +587,7 @@ static md_status build_tensors(struct md_model *m)
             soff += b->numel;
         }
         if (L->ops->mask_per_sample) {
+            moff = (moff + 15) & ~(size_t)15; /* 16-byte aligned blocks (md_layer_saved) */
             L->mask_off = moff;
             moff += L->ops->mask_per_sample(L);
         }
@@ -608,10 +631,63 @@ static md_status resolve_path(const char *name, char *out, size_t n)
     return md_errf(MD_ERR_CONFIG, "model '%s': no configs/models/%s.json here or beside the executable", name, name);
 }
 
+/* An input's "shape": [C, H, W] or [T, F] (a token sequence (T, 1, F)), each
+ * an integer or a "$parameter". */
+static md_status input_shape(struct build *b, const cJSON *sh0, const char *p, struct md_shape *out)
+{
+    cJSON *sh = cJSON_IsArray(sh0) ? cJSON_Duplicate(sh0, 1) : NULL;
+    if (cJSON_IsArray(sh0) && !sh) return MD_ERR_OOM;
+    md_status st = sh ? substitute(b, sh, NULL, p) : MD_OK;
+    int nd = sh ? cJSON_GetArraySize(sh) : 0;
+    int ok = st == MD_OK && (nd == 2 || nd == 3);
+    double dims[3] = {1, 1, 1};
+    for (int j = 0; ok && j < nd; j++) {
+        const cJSON *v = cJSON_GetArrayItem(sh, j);
+        ok = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 65536 &&
+             v->valuedouble == floor(v->valuedouble);
+        if (ok) dims[nd == 2 && j == 1 ? 2 : j] = v->valuedouble;
+    }
+    cJSON_Delete(sh);
+    if (st != MD_OK) return st;
+    if (!ok)
+        return md_errf(MD_ERR_CONFIG, "%s: %s.shape: must be [channels, height, width] or [tokens, features] "
+                       "(integers 1..65536)", b->src, p);
+    *out = (struct md_shape){(int)dims[0], (int)dims[1], (int)dims[2]};
+    return MD_OK;
+}
+
+/* The config's "params" (name: number) with the options' values set over
+ * them: b->params. */
+static md_status model_params(struct md_model *m, struct build *b, const cJSON *pp)
+{
+    if (pp && !cJSON_IsObject(pp))
+        return md_errf(MD_ERR_CONFIG, "%s: params: must be an object of name: number", b->src);
+    b->params = pp ? cJSON_Duplicate(pp, 1) : cJSON_CreateObject();
+    if (!b->params) return MD_ERR_OOM;
+    for (const cJSON *it = b->params->child; it; it = it->next)
+        if (!cJSON_IsNumber(it) || !strcmp(it->string, "num_classes"))
+            return md_errf(MD_ERR_CONFIG, "%s: params.%s: %s", b->src, it->string,
+                           cJSON_IsNumber(it) ? "num_classes is set at the top level" : "must be a number");
+    for (int k = 0; k < m->opts.nsets; k++) {
+        const struct md_model_set *ms = &m->opts.sets[k];
+        cJSON *it = cJSON_GetObjectItemCaseSensitive(b->params, ms->name);
+        if (!it) {
+            if (ms->if_present) continue;
+            char have[256] = "";
+            for (const cJSON *j = b->params->child; j; j = j->next)
+                snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", have[0] ? ", " : "", j->string);
+            return md_errf(MD_ERR_USAGE, "%s: the model has no parameter '%s' to set (%s%s)", b->src, ms->name,
+                           have[0] ? "it has: " : "it has none", have);
+        }
+        cJSON_SetNumberValue(it, ms->value);
+    }
+    return MD_OK;
+}
+
 static md_status load_inner(struct md_model *m, struct build *b, const cJSON *root)
 {
     static const char *const top[] = {"name", "description", "inputs", "blocks", "layers", "num_classes",
-                                      "zero_init_residual", NULL};
+                                      "zero_init_residual", "params", "task", NULL};
     md_status st = md_json_only_keys(root, b->src, top);
     if (st != MD_OK) return st;
     const char *name = NULL;
@@ -623,6 +699,12 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
     if (m->opts.num_classes > 0) b->num_classes = m->opts.num_classes;
     if ((st = md_json_bool(root, "zero_init_residual", "zero_init_residual", 0, &m->zero_init_residual)) != MD_OK)
         goto pfx;
+    const char *task = NULL;
+    if ((st = md_json_str(root, "task", "task", 0, &task)) != MD_OK) goto pfx;
+    if (task && strcmp(task, "classification") && strcmp(task, "regression"))
+        return md_errf(MD_ERR_CONFIG, "%s: task: '%s' is not classification or regression", b->src, task);
+    m->regression = task && !strcmp(task, "regression");
+    if ((st = model_params(m, b, cJSON_GetObjectItemCaseSensitive(root, "params"))) != MD_OK) return st;
     b->blocks = cJSON_GetObjectItemCaseSensitive(root, "blocks");
     if (b->blocks) {
         if (!cJSON_IsObject(b->blocks)) return md_errf(MD_ERR_CONFIG, "%s: blocks: must be an object", b->src);
@@ -651,6 +733,10 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1)
         return md_errf(MD_ERR_CONFIG, "%s: layers: %s", b->src, layers ? "must be a non-empty array" : "missing");
     m->ninputs = cJSON_GetArraySize(ins);
+    if (m->ninputs > MAX_LAYERS) return md_errf(MD_ERR_CONFIG, "%s: inputs: more than %d", b->src, MAX_LAYERS);
+    struct md_shape *in_shape = md_calloc((size_t)m->ninputs, sizeof *in_shape);
+    if (!in_shape) return MD_ERR_OOM;
+    b->in_shape = in_shape;
     int ii = 0;
     for (const cJSON *in = ins->child; in; in = in->next, ii++) {
         char p[64];
@@ -660,16 +746,9 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
         if (!cJSON_IsObject(in)) return md_errf(MD_ERR_CONFIG, "%s: %s: must be an object", b->src, p);
         if ((st = md_json_only_keys(in, p, ik)) != MD_OK) goto pfx;
         if ((st = md_json_str(in, "name", p, 1, &iname)) != MD_OK) goto pfx;
-        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(in, "shape");
-        int ok = cJSON_IsArray(sh) && cJSON_GetArraySize(sh) == 3;
-        for (int j = 0; ok && j < 3; j++) {
-            const cJSON *v = cJSON_GetArrayItem(sh, j);
-            ok = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 65536 &&
-                 v->valuedouble == floor(v->valuedouble);
-        }
-        if (!ok) return md_errf(MD_ERR_CONFIG, "%s: %s.shape: must be [channels, height, width]", b->src, p);
-        double elems = cJSON_GetArrayItem(sh, 0)->valuedouble * cJSON_GetArrayItem(sh, 1)->valuedouble *
-                       cJSON_GetArrayItem(sh, 2)->valuedouble;
+        if ((st = input_shape(b, cJSON_GetObjectItemCaseSensitive(in, "shape"), p, &in_shape[ii])) != MD_OK)
+            return st;
+        double elems = (double)in_shape[ii].c * in_shape[ii].h * in_shape[ii].w;
         if (elems > (double)MAX_OUTPUT_ELEMS)
             return md_errf(MD_ERR_CONFIG, "%s: %s.shape: %.0f elements per sample, more than %lld", b->src, p, elems,
                            MAX_OUTPUT_ELEMS);
@@ -687,6 +766,13 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
         snprintf(p, sizeof p, "layers[%d]", li);
         if ((st = expand_entry(b, l, p, NULL, NULL, &prev, 0)) != MD_OK) return st;
     }
+    /* token sequences are (T, 1, F) in NCHW memory order: a model with a
+     * token layer runs in NCHW whatever layout was asked (docs/transformers.md) */
+    for (int i = 0; i < b->nspecs && m->opts.layout != MD_NCHW; i++) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(b->specs[i].obj, "type");
+        const struct md_layer_ops *k = cJSON_IsString(t) ? md_layer_find(t->valuestring) : NULL;
+        if (k && k->tokens) m->opts.layout = MD_NCHW;
+    }
     /* layers: inputs, then the specs */
     m->nlayers = m->ninputs + b->nspecs;
     m->layers = md_calloc((size_t)m->nlayers, sizeof *m->layers);
@@ -694,15 +780,12 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
     ii = 0;
     for (const cJSON *in = ins->child; in; in = in->next, ii++) {
         struct md_layer *L = &m->layers[ii];
-        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(in, "shape");
         L->name = md_strdup(cJSON_GetObjectItemCaseSensitive(in, "name")->valuestring);
         L->path = md_strdup("inputs");
         if (!L->name || !L->path) return MD_ERR_OOM;
         L->ops = &md_input_layer;
         L->type = "input";
-        L->out.c = (int)cJSON_GetArrayItem(sh, 0)->valuedouble;
-        L->out.h = (int)cJSON_GetArrayItem(sh, 1)->valuedouble;
-        L->out.w = (int)cJSON_GetArrayItem(sh, 2)->valuedouble;
+        L->out = in_shape[ii];
         L->alias = -1;
         for (int k = 0; k < MD_LAYER_MAX_PARAMS; k++) L->param[k] = -1;
         L->group = -1;
@@ -731,8 +814,10 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
     /* the classifier */
     const struct md_layer *last = &m->layers[m->nlayers - 1];
     long long outn = (long long)md_shape_numel(last->out);
-    if (b->num_classes == 0) b->num_classes = (int)outn;
-    if (last->out.h != 1 || last->out.w != 1 || outn != b->num_classes)
+    if (m->regression) {
+        b->num_classes = 0;
+    } else if (b->num_classes == 0) b->num_classes = (int)outn;
+    if (!m->regression && (last->out.h != 1 || last->out.w != 1 || outn != b->num_classes))
         return md_errf(MD_ERR_CONFIG, "%s: %s: the last layer '%s' gives (%d, %d, %d) but the model has %d classes: "
                        "it must give (%d, 1, 1)", b->src, last->path, last->name, last->out.c, last->out.h, last->out.w,
                        b->num_classes, b->num_classes);
@@ -801,6 +886,8 @@ fail:
     for (int i = 0; i < b.nspecs; i++) spec_free(&b.specs[i]);
     md_free(b.specs);
     names_free(&b.names);
+    cJSON_Delete(b.params);
+    md_free(b.in_shape);
     md_strmap_free(&b.layer_idx);
     cJSON_Delete(root);
     md_model_free_host(m); /* never bound: no device memory */
@@ -838,6 +925,12 @@ void md_model_input_shape(const md_model *m, int i, int *c, int *h, int *w)
     *w = m->layers[i].out.w;
 }
 int md_model_num_classes(const md_model *m) { return m->num_classes; }
+int md_model_is_regression(const md_model *m) { return m->regression; }
+void md_model_output_shape(const md_model *m, int *c, int *h, int *w)
+{
+    struct md_shape s = m->layers[m->nlayers - 1].out;
+    *c = s.c, *h = s.h, *w = s.w;
+}
 size_t md_model_nparams(const md_model *m) { return m->nparams; }
 size_t md_model_ndecay(const md_model *m) { return m->ndecay; }
 double md_model_flops_fwd(const md_model *m) { return m->flops_fwd; }

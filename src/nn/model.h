@@ -42,6 +42,8 @@ extern "C" {
 
 typedef struct md_model md_model; /* opaque; == struct md_model of app/job.h */
 
+#define MD_MODEL_MAX_SETS 16
+
 struct md_model_opts {
     md_layout layout;          /* activation layout (NHWC: --channels-last) */
     md_dtype compute_dtype;    /* MD_F32, MD_F16 or MD_BF16 */
@@ -51,10 +53,24 @@ struct md_model_opts {
     double dropout;            /* < 0: the config's probabilities */
     int reduce_architecture;   /* halve the width of every conv/linear (not the classifier) */
     int num_classes;           /* 0: the config's */
+    int nsets;                 /* model parameters set over the config's "params" (md_model_opts_set) */
+    struct md_model_set {
+        char name[32];
+        double value;
+        int if_present;        /* 1: ignored when the config has no such parameter */
+    } sets[MD_MODEL_MAX_SETS];
 };
 
 /* Defaults: NCHW, fp32, no checkpointing, compile on, seed 42, dropout -1. */
 void md_model_opts_default(struct md_model_opts *o);
+/* Sets model parameter `name` (a key of the config's "params", used as
+ * "$name" in layers and input shapes: seq_len, d_model, n_vars, ...) to
+ * `value`, over the config's value. Loading fails (MD_ERR_USAGE, naming the
+ * parameters the model has) when the config has no such parameter, unless
+ * `if_present` (for values the data supplies to whichever model, such as the
+ * number of variates). Setting a name again replaces its value. Errors:
+ * MD_ERR_USAGE past MD_MODEL_MAX_SETS names or for a name of 32+ bytes. */
+md_status md_model_opts_set(struct md_model_opts *o, const char *name, double value, int if_present);
 
 /* Loads a model config. `name_or_path`: a file path (contains '/' or ends in
  * ".json"), or a name resolved to configs/models/<name>.json, searched in
@@ -71,7 +87,12 @@ const char *md_model_name(const md_model *m);
 int md_model_num_inputs(const md_model *m);
 const char *md_model_input_name(const md_model *m, int i);
 void md_model_input_shape(const md_model *m, int i, int *c, int *h, int *w);
-int md_model_num_classes(const md_model *m);
+int md_model_num_classes(const md_model *m);  /* 0 for a regression model */
+/* A config with "task": "regression": the last layer's output is the
+ * prediction (any shape, e.g. (pred_len, 1, n_vars)), not class logits. */
+int md_model_is_regression(const md_model *m);
+/* The last layer's output per sample (classification: (num_classes, 1, 1)). */
+void md_model_output_shape(const md_model *m, int *c, int *h, int *w);
 size_t md_model_nparams(const md_model *m);  /* elements of the flat buffers */
 size_t md_model_ndecay(const md_model *m);   /* [0, ndecay) are weight-decayed */
 double md_model_flops_fwd(const md_model *m);   /* per sample, forward */
@@ -166,8 +187,21 @@ md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing,
 md_status md_model_regress_loss(md_model *m, const float *targets_dev, int horizon, int channels,
                                 md_regress_kind kind, float delta, float lambda, const float *last_dev,
                                 long long last_ld, float grad_scale, float *loss_sum_dev, float *metrics_dev);
-/* Backward after a training forward and md_model_loss: overwrites the fp32
- * gradient buffer (no accumulation across calls). */
+/* Drives backward from any loss (regression losses, tests): after a training
+ * forward, copies d(loss)/d(output) for the last forward's batch,
+ * `dy_dev` (batch, c*h*w of md_model_output_shape) fp32 on the model's
+ * device, into the last layer's gradient buffer (cast to the compute dtype).
+ * md_model_backward may follow as after md_model_loss. */
+md_status md_model_set_output_grad(md_model *m, const float *dy_dev);
+/* The last layer's gradient buffer itself, (batch, c*h*w), compute dtype,
+ * after a training forward (NULL otherwise): a loss kernel may write
+ * d(loss)/d(output) there directly and then call
+ * md_model_output_grad_written(). Borrowed. */
+void *md_model_output_grad(md_model *m);
+void md_model_output_grad_written(md_model *m);
+/* Backward after a training forward and md_model_loss (or an output
+ * gradient, above): overwrites the fp32 gradient buffer (no accumulation
+ * across calls). */
 md_status md_model_backward(md_model *m);
 /* Dropout masks depend on (seed, layer, step): set the step before forward. */
 void md_model_set_step(md_model *m, uint64_t step);

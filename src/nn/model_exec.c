@@ -510,6 +510,8 @@ md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing,
 {
     MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
     if (!m->last_batch) return md_errf(MD_ERR_INTERNAL, "model %s: loss before forward", m->name);
+    if (m->regression)
+        return md_errf(MD_ERR_INTERNAL, "model %s: a regression model has no cross-entropy loss", m->name);
     struct md_layer_run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch,
                              m->last_training, 0, 0};
     struct md_xent_args x;
@@ -560,6 +562,31 @@ md_status md_model_regress_loss(md_model *m, const float *targets_dev, int horiz
     a.grad_scale = grad_scale;
     MD_TRY(md_k_regress(m->dev, &a));
     m->have_loss = m->last_training;
+    return MD_OK;
+}
+
+void *md_model_output_grad(md_model *m)
+{
+    if (!m->dev || !m->last_batch || !m->last_training) return NULL;
+    struct md_layer_run r = {m, &m->plan_train, m->last_batch, 1, 0, 0};
+    return md_layer_grad(&r, m->nlayers - 1);
+}
+
+void md_model_output_grad_written(md_model *m) { m->have_loss = m->last_training && m->last_batch; }
+
+md_status md_model_set_output_grad(md_model *m, const float *dy_dev)
+{
+    void *g = md_model_output_grad(m);
+    if (!g) return md_errf(MD_ERR_INTERNAL, "model %s: an output gradient needs a training forward first", m->name);
+    size_t ne = (size_t)m->last_batch * md_shape_numel(m->layers[m->nlayers - 1].out);
+    if (m->opts.compute_dtype == MD_F32) {
+        struct md_ew_args e = {MD_EW_COPY, ne, MD_F32, 1.0f, 0.0f, NULL, dy_dev, NULL, g};
+        MD_TRY(md_k_ew(m->dev, &e));
+    } else {
+        struct md_cast_args c = {ne, MD_F32, m->opts.compute_dtype, dy_dev, g};
+        MD_TRY(md_k_cast(m->dev, &c));
+    }
+    m->have_loss = 1;
     return MD_OK;
 }
 

@@ -61,7 +61,8 @@ struct md_model {
     char *name;
     char *source;              /* file name used in messages */
     struct md_model_opts opts;
-    int num_classes;
+    int num_classes;           /* 0 for regression */
+    int regression;            /* "task": "regression" */
     int zero_init_residual;
     int nlayers, ninputs;      /* inputs are layers [0, ninputs) */
     struct md_layer *layers;

@@ -1,5 +1,6 @@
 /* activation.c - element-wise activations, one kind for all their names:
- *   {"type": "relu" | "leaky_relu" | "gelu" | "silu" | "sigmoid" | "tanh"}
+ *   {"type": "relu" | "leaky_relu" | "gelu" | "gelu_tanh" | "silu" | "sigmoid" | "tanh"}
+ * gelu is the exact (erf) form, gelu_tanh PyTorch's approximate='tanh'.
  * leaky_relu takes "negative_slope" (0.01). A relu whose producer can take
  * it (batchnorm, add) is fused into it by compile. */
 #include "nn/layer.h"
@@ -13,9 +14,10 @@ struct activation_cfg {
     float alpha; /* leaky_relu slope */
 };
 
-static const char *const activation_names[] = {"relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", NULL};
-static const int activation_acts[] = {MD_ACT_RELU, MD_ACT_LEAKY_RELU, MD_ACT_GELU, MD_ACT_SILU, MD_ACT_SIGMOID,
-                                      MD_ACT_TANH};
+static const char *const activation_names[] = {"relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "sigmoid",
+                                                  "tanh", NULL};
+static const int activation_acts[] = {MD_ACT_RELU, MD_ACT_LEAKY_RELU, MD_ACT_GELU, MD_ACT_GELU_TANH, MD_ACT_SILU,
+                                      MD_ACT_SIGMOID, MD_ACT_TANH};
 
 static md_status activation_parse(const struct md_layer_parse *p, const cJSON *o, struct md_layer *L)
 {

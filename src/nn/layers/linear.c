@@ -1,6 +1,13 @@
-/* linear.c - a fully connected layer on a flat (C, 1, 1) input, as
- * torch.nn.Linear:  {"type": "linear", "out": N, "bias": true}
- * weight (N, C) and bias (N) U(+-1/sqrt(C)). */
+/* linear.c - a fully connected layer, as torch.nn.Linear:
+ *   {"type": "linear", "out": N, "bias": true, "per_token": auto, "conv1x1": false}
+ * On a flat (C, 1, 1) input: (N, 1, 1), weight (N, C). On a token sequence
+ * (T, 1, F) (docs/transformers.md) it applies to every token over the last
+ * dimension: (T, 1, N), weight (N, F); "per_token" defaults to true exactly
+ * when the input is (T, 1, F) with F > 1. "conv1x1": the weight is declared
+ * (N, F, 1), as a kernel-size-1 torch.nn.Conv1d stores it (the iTransformer's
+ * feed-forward), so such state dicts load as they are. Weight and bias
+ * U(+-1/sqrt(fan_in)). --reduce-architecture halves N of flat linears only
+ * (a token linear's width is the residual stream's). */
 #include "nn/layer.h"
 
 #include <math.h>
@@ -12,37 +19,68 @@
 struct linear_cfg {
     int k; /* out features */
     int bias;
+    int per_token; /* -1 auto, 0 flat, 1 over the last dimension */
+    int conv1x1;
+    int reduce;    /* --reduce-architecture applies (not the last layer) */
 };
+
+/* Features in and rows per sample of layer L's input. */
+static void linear_dims(const struct md_model *m, const struct md_layer *L, int *fin, int *rows)
+{
+    const struct linear_cfg *a = L->args;
+    struct md_shape x = m->layers[L->in[0]].out;
+    if (a->per_token == 1) *fin = x.w, *rows = x.c * x.h;
+    else *fin = x.c, *rows = 1;
+}
 
 static md_status linear_parse(const struct md_layer_parse *p, const cJSON *o, struct md_layer *L)
 {
     struct linear_cfg *a = L->args;
-    static const char *const k[] = {"out", "bias", NULL};
+    static const char *const k[] = {"out", "bias", "per_token", "conv1x1", NULL};
     MD_TRY(md_layer_check_keys(o, L->path, k));
     MD_TRY(md_json_int(o, "out", L->path, 1, 1, 1 << 24, &a->k));
     a->bias = 1;
     MD_TRY(md_json_bool(o, "bias", L->path, 0, &a->bias));
-    if (p->opts->reduce_architecture && !p->is_last && a->k > 1) a->k = (a->k + 1) / 2;
+    a->per_token = -1;
+    if (cJSON_GetObjectItemCaseSensitive(o, "per_token")) MD_TRY(md_json_bool(o, "per_token", L->path, 1, &a->per_token));
+    MD_TRY(md_json_bool(o, "conv1x1", L->path, 0, &a->conv1x1));
+    a->reduce = p->opts->reduce_architecture && !p->is_last;
     return MD_OK;
 }
 
 static md_status linear_shape(const struct md_model *m, struct md_layer *L)
 {
-    const struct linear_cfg *a = L->args;
+    struct linear_cfg *a = L->args;
     struct md_shape x = m->layers[L->in[0]].out;
-    if (x.h != 1 || x.w != 1)
-        return md_errf(MD_ERR_CONFIG, "%s.inputs: linear needs a flat input (C, 1, 1), got (%d, %d, %d): add a "
-                       "flatten or global_avgpool layer", L->path, x.c, x.h, x.w);
-    L->out = (struct md_shape){a->k, 1, 1};
-    L->nparams = (long long)x.c * a->k + (a->bias ? a->k : 0);
-    L->flops = 2.0 * x.c * a->k + (a->bias ? a->k : 0);
+    if (a->per_token < 0) a->per_token = x.h == 1 && x.w > 1;
+    if (a->per_token) {
+        if (x.h != 1)
+            return md_errf(MD_ERR_CONFIG, "%s.inputs: a per-token linear needs a token sequence (T, 1, F), got "
+                           "(%d, %d, %d)", L->path, x.c, x.h, x.w);
+        if (m->opts.layout != MD_NCHW)
+            return md_errf(MD_ERR_CONFIG, "%s: token sequences need the default NCHW layout (drop --channels-last)",
+                           L->path);
+    } else {
+        if (x.h != 1 || x.w != 1)
+            return md_errf(MD_ERR_CONFIG, "%s.inputs: linear needs a flat input (C, 1, 1), got (%d, %d, %d): add a "
+                           "flatten or global_avgpool layer", L->path, x.c, x.h, x.w);
+        if (a->reduce && a->k > 1) a->k = (a->k + 1) / 2;
+        a->reduce = 0; /* shape may run again */
+    }
+    int fin, rows;
+    linear_dims(m, L, &fin, &rows);
+    L->out = a->per_token ? (struct md_shape){x.c, 1, a->k} : (struct md_shape){a->k, 1, 1};
+    L->nparams = (long long)fin * a->k + (a->bias ? a->k : 0);
+    L->flops = (double)rows * (2.0 * fin * a->k + (a->bias ? a->k : 0));
     return MD_OK;
 }
 
 static int linear_params(const struct md_model *m, const struct md_layer *L, struct md_param_decl *out)
 {
     const struct linear_cfg *a = L->args;
-    out[0] = (struct md_param_decl){"weight", 2, {a->k, m->layers[L->in[0]].out.c}, 1, 0, 0.0f};
+    int fin, rows;
+    linear_dims(m, L, &fin, &rows);
+    out[0] = (struct md_param_decl){"weight", a->conv1x1 ? 3 : 2, {a->k, fin, 1}, 1, 0, 0.0f};
     if (!a->bias) return 1;
     out[1] = (struct md_param_decl){"bias", 1, {a->k}, 0, 0, 0.0f};
     return 2;
@@ -60,7 +98,9 @@ static void uniform(const struct md_model *m, int t, double bound, float *p)
 
 static void linear_init(const struct md_model *m, const struct md_layer *L, float *p)
 {
-    double bound = 1.0 / sqrt((double)m->layers[L->in[0]].out.c);
+    int fin, rows;
+    linear_dims(m, L, &fin, &rows);
+    double bound = 1.0 / sqrt((double)fin);
     uniform(m, L->param[0], bound, p);
     if (L->param[1] >= 0) uniform(m, L->param[1], bound, p);
 }
@@ -70,13 +110,15 @@ static md_status linear_forward(const struct md_layer_run *r, int i)
     struct md_model *m = r->m;
     const struct md_layer *L = &m->layers[i];
     const struct linear_cfg *a = L->args;
-    int cin = m->layers[L->in[0]].out.c;
+    int cin, rows;
+    linear_dims(m, L, &cin, &rows);
+    int nr = r->n * rows;
     md_dtype dt = m->opts.compute_dtype;
     void *y = md_layer_act(r, i);
     struct md_gemm_args g;                 /* y (n, out) = x (n, in) @ W^T */
     memset(&g, 0, sizeof g);
     g.trans_b = 1;
-    g.m = r->n; g.n = a->k; g.k = cin;
+    g.m = nr; g.n = a->k; g.k = cin;
     g.alpha = 1.0f;
     g.a = md_layer_act(r, L->in[0]); g.lda = cin;
     g.b = md_layer_weight(m, L->param[0]); g.ldb = cin;
@@ -85,7 +127,7 @@ static md_status linear_forward(const struct md_layer_run *r, int i)
     g.dtype = dt;
     MD_TRY(md_k_gemm(m->dev, &g));
     if (L->param[1] < 0) return MD_OK;
-    struct md_bias_args b = {r->n, a->k, 1, MD_NCHW, dt, y, md_layer_param32(m, L->param[1]), NULL, NULL, 0};
+    struct md_bias_args b = {nr, a->k, 1, MD_NCHW, dt, y, md_layer_param32(m, L->param[1]), NULL, NULL, 0};
     return md_k_bias_add(m->dev, &b);
 }
 
@@ -94,17 +136,19 @@ static md_status linear_backward(const struct md_layer_run *r, int i)
     struct md_model *m = r->m;
     const struct md_layer *L = &m->layers[i];
     const struct linear_cfg *a = L->args;
-    int cin = m->layers[L->in[0]].out.c;
+    int cin, rows;
+    linear_dims(m, L, &cin, &rows);
+    int nr = r->n * rows;
     md_dtype dt = m->opts.compute_dtype;
     void *dy = md_layer_grad(r, i);
     if (L->param[1] >= 0) {
-        struct md_bias_args b = {r->n, a->k, 1, MD_NCHW, dt, NULL, NULL, dy, md_layer_grad32(m, L->param[1]), 0};
+        struct md_bias_args b = {nr, a->k, 1, MD_NCHW, dt, NULL, NULL, dy, md_layer_grad32(m, L->param[1]), 0};
         MD_TRY(md_k_bias_grad(m->dev, &b));
     }
     struct md_gemm_args g;
     memset(&g, 0, sizeof g);
     g.trans_a = 1;                      /* dW (out, in) = dy^T (out, n) @ x (n, in) */
-    g.m = a->k; g.n = cin; g.k = r->n;
+    g.m = a->k; g.n = cin; g.k = nr;
     g.alpha = 1.0f;
     g.a = dy; g.lda = a->k;
     g.b = md_layer_act(r, L->in[0]); g.ldb = cin;
@@ -114,7 +158,7 @@ static md_status linear_backward(const struct md_layer_run *r, int i)
     MD_TRY(md_k_gemm(m->dev, &g));
     if (L->in[0] < m->ninputs) return MD_OK; /* no gradient for the data */
     memset(&g, 0, sizeof g);            /* dx (n, in) = dy (n, out) @ W (out, in) */
-    g.m = r->n; g.n = cin; g.k = a->k;
+    g.m = nr; g.n = cin; g.k = a->k;
     g.alpha = 1.0f;
     g.a = dy; g.lda = a->k;
     g.b = md_layer_weight(m, L->param[0]); g.ldb = cin;
