@@ -63,6 +63,24 @@ static const char *CLS =
     " {\"name\":\"pool\",\"type\":\"global_avgpool\"},"
     " {\"name\":\"fc\",\"type\":\"linear\",\"out\":3}]}";
 
+/* Time-feature tokens as the iTransformer adds them: a second input's
+ * tokens concatenated after the variates', dropped again by a slice (its
+ * backward zeroes the dropped tokens' gradient); and a slice from the middle
+ * whose input also feeds another layer (accumulated gradient). */
+static const char *MARKS =
+    "{\"name\":\"marks\",\"task\":\"regression\",\"params\":{\"t\":6,\"v\":3,\"k\":2},"
+    "\"inputs\":[{\"name\":\"x\",\"shape\":[\"$t\",\"$v\"]},{\"name\":\"m\",\"shape\":[\"$t\",\"$k\"],\"if\":\"$k\"}],"
+    "\"layers\":["
+    " {\"name\":\"xt\",\"type\":\"transpose\",\"inputs\":[\"x\"]},"
+    " {\"name\":\"mt\",\"type\":\"transpose\",\"inputs\":[\"m\"],\"if\":\"$k\"},"
+    " {\"name\":\"cat\",\"type\":\"concat\",\"inputs\":[\"xt\",\"mt\"],\"if\":\"$k\"},"
+    " {\"name\":\"emb\",\"type\":\"linear\",\"out\":4,\"per_token\":true},"
+    " {\"name\":\"mid\",\"type\":\"slice\",\"start\":1,\"count\":2},"
+    " {\"name\":\"a\",\"type\":\"linear\",\"out\":4,\"per_token\":true,\"inputs\":[\"emb\"]},"
+    " {\"name\":\"keep\",\"type\":\"slice\",\"count\":\"$v\",\"if\":\"$k\"},"
+    " {\"name\":\"b\",\"type\":\"linear\",\"out\":4,\"per_token\":true,\"inputs\":[\"mid\"]},"
+    " {\"name\":\"bb\",\"type\":\"concat\",\"inputs\":[\"keep\",\"b\"]}]}";
+
 static md_device *open_dev(const char *name)
 {
     const md_backend *b = md_backend_find(name);
@@ -104,15 +122,17 @@ static size_t out_numel(const md_model *m, int batch)
 
 static void fill_inputs(md_model *m, int batch, uint64_t seed)
 {
-    int c, h, w;
-    md_model_input_shape(m, 0, &c, &h, &w);
-    size_t n = (size_t)batch * c * h * w;
-    float *x = malloc(n * sizeof *x);
-    md_rng r;
-    md_rng_init(&r, seed);
-    for (size_t k = 0; k < n; k++) x[k] = 3.0f * md_rng_next_uniform(&r) - 1.0f + 0.3f * (float)(k % 3);
-    cr_assert_eq(md_dev_upload(md_model_device(m), md_model_input_buffer(m, 0), x, n * sizeof *x), MD_OK);
-    free(x);
+    for (int i = 0; i < md_model_num_inputs(m); i++) {
+        int c, h, w;
+        md_model_input_shape(m, i, &c, &h, &w);
+        size_t n = (size_t)batch * c * h * w;
+        float *x = malloc(n * sizeof *x);
+        md_rng r;
+        md_rng_init(&r, seed + (uint64_t)i);
+        for (size_t k = 0; k < n; k++) x[k] = 3.0f * md_rng_next_uniform(&r) - 1.0f + 0.3f * (float)(k % 3);
+        cr_assert_eq(md_dev_upload(md_model_device(m), md_model_input_buffer(m, i), x, n * sizeof *x), MD_OK);
+        free(x);
+    }
 }
 
 /* L = sum(out * R) of one training forward (no dropout in these models);
@@ -196,6 +216,8 @@ Test(nn_seq, finite_differences_classifier_tokens) { check_fd(CLS, 2); }
 
 Test(nn_seq, finite_differences_instance_norm) { check_fd(NORM, 3); }
 
+Test(nn_seq, finite_differences_marks_and_slice) { check_fd(MARKS, 2); }
+
 /* The CPU device gives the reference's outputs and gradients. */
 static void cpu_vs_ref(const char *text, int batch)
 {
@@ -230,6 +252,49 @@ static void cpu_vs_ref(const char *text, int batch)
 Test(nn_seq, cpu_matches_reference) { cpu_vs_ref(SEQ, 4); }
 
 Test(nn_seq, cpu_matches_reference_classifier) { cpu_vs_ref(CLS, 3); }
+
+Test(nn_seq, cpu_matches_reference_marks) { cpu_vs_ref(MARKS, 3); }
+
+/* n_marks 0: the marks input is absent, the concat and slice skipped; the
+ * same parameters, one input. */
+Test(nn_seq, itransformer_without_marks)
+{
+    md_model *m = NULL, *m0 = NULL;
+    cr_assert_eq(md_model_load("itransformer", NULL, NULL, &m), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_model_num_inputs(m), 2);
+    cr_assert_str_eq(md_model_input_name(m, 1), "marks");
+    int c, h, w;
+    md_model_input_shape(m, 1, &c, &h, &w);
+    cr_assert(c == 96 && h == 1 && w == 4, "marks (%d, %d, %d)", c, h, w);
+    struct md_model_opts o;
+    md_model_opts_default(&o);
+    cr_assert_eq(md_model_opts_set(&o, "n_marks", 0, 1), MD_OK);
+    cr_assert_eq(md_model_load("itransformer", NULL, &o, &m0), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_model_num_inputs(m0), 1);
+    cr_assert_eq(md_model_nparams(m0), md_model_nparams(m));
+    cr_assert_eq(md_model_num_layers(m0), md_model_num_layers(m) - 3);
+    md_model_output_shape(m0, &c, &h, &w);
+    cr_assert(c == 96 && h == 1 && w == 7, "output (%d, %d, %d)", c, h, w);
+    md_model_free(m);
+    md_model_free(m0);
+    /* and it runs: CPU against the reference */
+    md_device *d = open_dev("ref");
+    md_model_opts_default(&o);
+    static const char *const k[] = {"seq_len", "pred_len", "d_model", "d_ff", "n_heads", "n_marks"};
+    static const double v[] = {8, 4, 8, 8, 2, 0};
+    for (int i = 0; i < 6; i++) cr_assert_eq(md_model_opts_set(&o, k[i], v[i], 0), MD_OK);
+    cr_assert_eq(md_model_load("itransformer", NULL, &o, &m0), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_model_bind(m0, d, 2), MD_OK, "%s", md_errmsg());
+    fill_inputs(m0, 2, 5);
+    float *R_dev;
+    float *R = make_R(m0, 2, &R_dev);
+    double l = loss_of(m0, 2, R, R_dev, 1);
+    cr_assert(isfinite(l) && l != 0.0);
+    free(R);
+    md_dev_free(d, R_dev);
+    md_model_free(m0);
+    md_device_close(d);
+}
 
 /* Output shape, parameter names (PyTorch's) and counts of the configs. */
 Test(nn_seq, itransformer_config)
@@ -304,6 +369,16 @@ Test(nn_seq, config_errors)
                  "not classification or regression");
     expect_error("{\"inputs\":[{\"name\":\"x\",\"shape\":[\"$nope\",6]}],\"layers\":[{\"type\":\"transpose\"}]}",
                  "unknown parameter 'nope'");
+    expect_error("{\"task\":\"regression\",\"inputs\":[{\"name\":\"x\",\"shape\":[4,6]},"
+                 "{\"name\":\"m\",\"shape\":[4,0],\"if\":0}],\"layers\":["
+                 "{\"type\":\"transpose\",\"inputs\":[\"m\"]}]}",
+                 "inputs[0]: 'm' is absent");
+    expect_error("{\"task\":\"regression\",\"inputs\":[{\"name\":\"x\",\"shape\":[4,6],\"if\":1}],"
+                 "\"layers\":[{\"type\":\"transpose\"}]}",
+                 "the first input cannot be conditional");
+    expect_error("{\"task\":\"regression\",\"inputs\":[{\"name\":\"x\",\"shape\":[4,6]}],\"layers\":["
+                 "{\"type\":\"slice\",\"start\":2,\"count\":3}]}",
+                 "tokens [2, 5) are not all in the input's 4");
     expect_error("{\"num_classes\":6,\"inputs\":[{\"name\":\"x\",\"shape\":[4,6]}],\"layers\":["
                  "{\"type\":\"layernorm\"}]}",
                  "must give (6, 1, 1)");

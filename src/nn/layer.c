@@ -29,7 +29,8 @@
     X(attention)          \
     X(pos_embedding)      \
     X(instance_norm)      \
-    X(instance_denorm)
+    X(instance_denorm)    \
+    X(slice)
 
 #define MD_LAYER_DECLARE(k) extern const struct md_layer_ops md_##k##_layer;
 MD_LAYER_KINDS(MD_LAYER_DECLARE)

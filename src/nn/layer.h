@@ -75,6 +75,12 @@ struct md_layer_ops {
     /* (optional, default none) Parameter tensors, at most
      * MD_LAYER_MAX_PARAMS, in slot order: slot k lands in L->param[k]. */
     int (*params)(const struct md_model *m, const struct md_layer *L, struct md_param_decl *out);
+    /* (optional, default none) For parameter slot k, the suffixes of the
+     * tensors that, stacked along the first dimension in this order, stand
+     * in for it when a weights file lacks it (NULL-terminated, static; one
+     * suffix: a plain other name). PyTorch models that keep separate
+     * projections (md_model_load_weights). */
+    const char *const *(*stacked_from)(const struct md_layer *L, int k);
     /* (optional, default none) Running statistics, kept in bn_stats
      * (a same-sized bn_save beside it) from L->stat_off on, one after the
      * other; saved and loaded with the weights. */

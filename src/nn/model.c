@@ -12,7 +12,10 @@
  *                "inputs": ["image"], "repeat": 2, "rest": {"stride": 1}}, ...]}
  * Inside a block, "in" is the block's input and "prev" (the default) the
  * previous layer; a layer whose "if" is false is skipped and references to it
- * resolve to its first input. "$num_classes" works everywhere.
+ * resolve to its first input. An input (not the first) whose "if" is false
+ * is absent: the model does not take it, and only skipped layers may name it
+ * (docs/transformers.md: the iTransformer without time features).
+ * "$num_classes" works everywhere.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "nn/layer.h"
@@ -35,6 +38,7 @@
  * Work counts layers, skipped layers and block instances. */
 #define MAX_LAYERS 100000
 #define MAX_WORK (4 * MAX_LAYERS)
+#define MAX_INPUTS 64
 /* A layer's output per sample: activation offsets and sizes are int-sized. */
 #define MAX_OUTPUT_ELEMS MD_MODEL_MAX_OUTPUT_ELEMS
 /* Hard bound on parameters (4 TiB of fp32) whatever the memory says; the
@@ -312,12 +316,25 @@ static md_status expand_entry(struct build *b, const cJSON *entry, const char *p
         if ((st = resolve_ref(b, ref ? ref->valuestring : "prev", path, sc, *prev, &in[i])) != MD_OK) goto fail;
     }
 
+    int skip = 0;
     if (jif) {
         if (!cJSON_IsBool(jif) && !cJSON_IsNumber(jif)) {
             st = md_errf(MD_ERR_CONFIG, "%s: %s.if: must be a boolean (or a block parameter)", b->src, path);
             goto fail;
         }
-        if (cJSON_IsFalse(jif) || (cJSON_IsNumber(jif) && jif->valuedouble == 0)) {
+        skip = cJSON_IsFalse(jif) || (cJSON_IsNumber(jif) && jif->valuedouble == 0);
+    }
+    /* an absent input ("" below) reaches only skipped layers */
+    ref = jin ? jin->child : NULL;
+    for (int i = 0; !skip && i < nin; i++, ref = ref ? ref->next : NULL) {
+        if (in[i][0]) continue;
+        st = md_errf(MD_ERR_CONFIG, "%s: %s.inputs[%d]: '%s' is absent (an input whose \"if\" is false, or a "
+                     "layer skipped in its place): this layer needs the same \"if\"", b->src, path, i,
+                     ref ? ref->valuestring : "prev");
+        goto fail;
+    }
+    if (jif) {
+        if (skip) {
             /* skipped: the name stands for its first input */
             char full[512];
             snprintf(full, sizeof full, "%s%s", sc ? sc->prefix : "", lname);
@@ -526,6 +543,7 @@ static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer
 
 static md_status add_info(struct md_param_info *t, const struct md_layer *L, const struct md_param_decl *d)
 {
+    t->layer = L->name;
     char buf[600];
     snprintf(buf, sizeof buf, "%s.%s", L->name, d->suffix);
     t->name = md_strdup(buf);
@@ -564,6 +582,7 @@ static md_status build_tensors(struct md_model *m)
             for (int k = 0; k < nd; k++) {
                 if (d[k].decay != decay) continue;
                 MD_TRY(add_info(&m->tensors[m->ntensors], L, &d[k]));
+                if (L->ops->stacked_from) m->tensors[m->ntensors].stacked_from = L->ops->stacked_from(L, k);
                 L->param[k] = m->ntensors++;
             }
         }
@@ -656,6 +675,28 @@ static md_status input_shape(struct build *b, const cJSON *sh0, const char *p, s
     return MD_OK;
 }
 
+/* Input `in` (inputs[k], path p) is there: no "if", or one that is true
+ * (after parameters); the first input always is. */
+static md_status input_present(struct build *b, const cJSON *in, const char *p, int k, int *present)
+{
+    const cJSON *jif0 = cJSON_GetObjectItemCaseSensitive(in, "if");
+    *present = 1;
+    if (!jif0) return MD_OK;
+    if (k == 0) return md_errf(MD_ERR_CONFIG, "%s: %s.if: the first input cannot be conditional", b->src, p);
+    cJSON *w = cJSON_CreateObject();
+    if (!w || !cJSON_AddItemToObject(w, "if", cJSON_Duplicate(jif0, 1))) {
+        cJSON_Delete(w);
+        return MD_ERR_OOM;
+    }
+    md_status st = substitute(b, w, NULL, p);
+    const cJSON *jif = cJSON_GetObjectItemCaseSensitive(w, "if");
+    if (st == MD_OK && !cJSON_IsBool(jif) && !cJSON_IsNumber(jif))
+        st = md_errf(MD_ERR_CONFIG, "%s: %s.if: must be a boolean or a number (or a model parameter)", b->src, p);
+    if (st == MD_OK) *present = !(cJSON_IsFalse(jif) || (cJSON_IsNumber(jif) && jif->valuedouble == 0));
+    cJSON_Delete(w);
+    return st;
+}
+
 /* The config's "params" (name: number) with the options' values set over
  * them: b->params. */
 static md_status model_params(struct md_model *m, struct build *b, const cJSON *pp)
@@ -737,15 +778,27 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
     struct md_shape *in_shape = md_calloc((size_t)m->ninputs, sizeof *in_shape);
     if (!in_shape) return MD_ERR_OOM;
     b->in_shape = in_shape;
+    char absent[MAX_INPUTS] = {0};
+    if (m->ninputs > MAX_INPUTS)
+        return md_errf(MD_ERR_CONFIG, "%s: inputs: more than %d", b->src, MAX_INPUTS);
     int ii = 0;
     for (const cJSON *in = ins->child; in; in = in->next, ii++) {
         char p[64];
         snprintf(p, sizeof p, "inputs[%d]", ii);
-        static const char *const ik[] = {"name", "shape", NULL};
+        static const char *const ik[] = {"name", "shape", "if", NULL};
         const char *iname = NULL;
         if (!cJSON_IsObject(in)) return md_errf(MD_ERR_CONFIG, "%s: %s: must be an object", b->src, p);
         if ((st = md_json_only_keys(in, p, ik)) != MD_OK) goto pfx;
         if ((st = md_json_str(in, "name", p, 1, &iname)) != MD_OK) goto pfx;
+        int present = 1;
+        if ((st = input_present(b, in, p, ii, &present)) != MD_OK) return st;
+        if (!present) {
+            if (names_get(&b->names, iname))
+                return md_errf(MD_ERR_CONFIG, "%s: %s.name: duplicate input name '%s'", b->src, p, iname);
+            if ((st = names_put(&b->names, iname, "")) != MD_OK) return st;
+            absent[ii] = 1;
+            continue;
+        }
         if ((st = input_shape(b, cJSON_GetObjectItemCaseSensitive(in, "shape"), p, &in_shape[ii])) != MD_OK)
             return st;
         double elems = (double)in_shape[ii].c * in_shape[ii].h * in_shape[ii].w;
@@ -758,6 +811,7 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
             return md_errf(MD_ERR_CONFIG, "%s: %s.name: duplicate input name '%s'", b->src, p, iname);
         if ((st = names_put(&b->names, iname, iname)) != MD_OK) return st;
     }
+    for (int k = 0; k < ii; k++) m->ninputs -= absent[k];
     /* expand */
     const char *prev = b->names.val[0];
     int li = 0;
@@ -778,18 +832,21 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
     m->layers = md_calloc((size_t)m->nlayers, sizeof *m->layers);
     if (!m->layers) return MD_ERR_OOM;
     ii = 0;
-    for (const cJSON *in = ins->child; in; in = in->next, ii++) {
+    int ij = 0;
+    for (const cJSON *in = ins->child; in; in = in->next, ij++) {
+        if (absent[ij]) continue;
         struct md_layer *L = &m->layers[ii];
+        L->out = in_shape[ij];
+        ii++;
         L->name = md_strdup(cJSON_GetObjectItemCaseSensitive(in, "name")->valuestring);
         L->path = md_strdup("inputs");
         if (!L->name || !L->path) return MD_ERR_OOM;
         L->ops = &md_input_layer;
         L->type = "input";
-        L->out = in_shape[ii];
         L->alias = -1;
         for (int k = 0; k < MD_LAYER_MAX_PARAMS; k++) L->param[k] = -1;
         L->group = -1;
-        if (md_strmap_put(&b->layer_idx, L->name, ii) != MD_OK) return MD_ERR_OOM;
+        if (md_strmap_put(&b->layer_idx, L->name, ii - 1) != MD_OK) return MD_ERR_OOM;
     }
     for (int i = 0; i < b->nspecs; i++) {
         struct spec *s = &b->specs[i];

@@ -123,6 +123,10 @@ struct md_param_info {
     const char *layer_type;  /* "conv2d", "batchnorm", "linear", "weighted_add" */
     int khwc;                /* conv weight of an NHWC model: stored (K, R, S, C/g) on the
                               * device; shape[] and files keep PyTorch's (K, C/g, R, S) */
+    const char *layer;       /* the layer's name ("conv1"); borrowed from the model */
+    const char *const *stacked_from; /* NULL, or the suffixes ("query_projection.weight", ...)
+                              * whose tensors stacked along dim 0 stand in for this one
+                              * in a weights file that lacks it */
 };
 /* Dropout layers: their count, and the smallest and largest probability in
  * *p_min, *p_max (0 when there is none), after --dropout. */
@@ -244,7 +248,9 @@ md_status md_model_set_params_host(md_model *m, const float *src); /* also refre
 md_status md_model_get_grads_host(md_model *m, float *dst);
 /* Reads every parameter (F32, PyTorch shapes; extra tensors such as
  * "num_batches_tracked" are ignored) and the BN running statistics when
- * present from a safetensors file. Names and shapes must match; nothing is
+ * present from a safetensors file. Names and shapes must match (a tensor
+ * with stacked_from may come as those parts instead: attention's
+ * in_proj_weight as query_, key_ and value_projection.weight); nothing is
  * changed on a mismatch. After bind. */
 md_status md_model_load_weights(md_model *m, const char *path);
 /* One training step (forward, loss with `smoothing`, backward; no optimizer)

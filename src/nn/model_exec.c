@@ -762,6 +762,28 @@ md_status md_model_set_params_host(md_model *m, const float *src)
     return st;
 }
 
+/* Tensor ti from the file into dst: by its name, or when the file lacks
+ * that, stacked from the parts ti->stacked_from names (each 1/n of the
+ * first dimension, in order). */
+static md_status load_tensor(const md_st_file *f, const struct md_param_info *ti, float *dst)
+{
+    long long shape[4];
+    for (int k = 0; k < ti->ndim; k++) shape[k] = ti->shape[k];
+    if (!ti->stacked_from || md_st_find(f, ti->name)) return md_st_copy(f, ti->name, MD_F32, ti->ndim, shape, dst);
+    int n = 0;
+    while (ti->stacked_from[n]) n++;
+    MD_ASSERT(n > 0 && shape[0] % n == 0);
+    char name[700];
+    snprintf(name, sizeof name, "%s.%s", ti->layer, ti->stacked_from[0]);
+    if (!md_st_find(f, name)) return md_st_copy(f, ti->name, MD_F32, ti->ndim, shape, dst); /* names ti's */
+    shape[0] /= n;
+    for (int k = 0; k < n; k++) {
+        snprintf(name, sizeof name, "%s.%s", ti->layer, ti->stacked_from[k]);
+        MD_TRY(md_st_copy(f, name, MD_F32, ti->ndim, shape, dst + (size_t)k * (ti->numel / (size_t)n)));
+    }
+    return MD_OK;
+}
+
 md_status md_model_load_weights(md_model *m, const char *path)
 {
     md_status st = MD_OK;
@@ -775,10 +797,7 @@ md_status md_model_load_weights(md_model *m, const char *path)
     stats = md_malloc(m->nstats * sizeof *stats + 4);
     if (!host || !stats) { st = md_errf(MD_ERR_OOM, "%s: out of host memory", path); goto fail; }
     for (int t = 0; t < m->ntensors; t++) {
-        const struct md_param_info *ti = &m->tensors[t];
-        long long shape[4];
-        for (int k = 0; k < ti->ndim; k++) shape[k] = ti->shape[k];
-        if ((st = md_st_copy(f, ti->name, MD_F32, ti->ndim, shape, host + ti->offset)) != MD_OK) goto fail;
+        if ((st = load_tensor(f, &m->tensors[t], host + m->tensors[t].offset)) != MD_OK) goto fail;
     }
     /* a checkpoint of an earlier channels-last run: its filters are (K, R, S, C/g) */
     if (krsc && (st = permute_filters(m, host, 0)) != MD_OK) goto fail;

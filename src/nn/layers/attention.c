@@ -68,6 +68,21 @@ static int attention_params(const struct md_model *m, const struct md_layer *L, 
     return n;
 }
 
+/* The iTransformer's AttentionLayer names (its inner FullAttention has no
+ * parameters). */
+static const char *const *attention_stacked_from(const struct md_layer *L, int k)
+{
+    static const char *const w_in[] = {"query_projection.weight", "key_projection.weight", "value_projection.weight",
+                                       NULL};
+    static const char *const b_in[] = {"query_projection.bias", "key_projection.bias", "value_projection.bias", NULL};
+    static const char *const w_out[] = {"out_projection.weight", NULL};
+    static const char *const b_out[] = {"out_projection.bias", NULL};
+    const struct attention_cfg *a = L->args;
+    static const char *const *const with_bias[] = {w_in, b_in, w_out, b_out};
+    static const char *const *const no_bias[] = {w_in, w_out};
+    return a->bias ? with_bias[k] : no_bias[k];
+}
+
 static void attention_init(const struct md_model *m, const struct md_layer *L, float *p)
 {
     double bound = 1.0 / sqrt((double)m->layers[L->in[0]].out.w);
@@ -245,6 +260,7 @@ const struct md_layer_ops md_attention_layer = {
     .parse = attention_parse,
     .shape = attention_shape,
     .params = attention_params,
+    .stacked_from = attention_stacked_from,
     .mask_per_sample = attention_mask_per_sample,
     .init = attention_init,
     .forward = attention_forward,
