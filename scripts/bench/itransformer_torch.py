@@ -120,9 +120,9 @@ class EncoderLayer(nn.Module):
 
 
 class ITransformer(nn.Module):
-    def __init__(self, seq_len, pred_len, d_model, d_ff, n_heads, e_layers, dropout, marks=True):
+    def __init__(self, seq_len, pred_len, d_model, d_ff, n_heads, e_layers, dropout, marks=True, center="mean"):
         super().__init__()
-        self.pred_len, self.marks = pred_len, marks
+        self.pred_len, self.marks, self.center = pred_len, marks, center
         self.embed = nn.Linear(seq_len, d_model)
         self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList([EncoderLayer(d_model, d_ff, n_heads, dropout) for _ in range(e_layers)])
@@ -132,9 +132,10 @@ class ITransformer(nn.Module):
     def forward(self, x, mark):
         n = x.shape[2]
         mean = x.mean(1, keepdim=True).detach()
-        x = x - mean
-        std = torch.sqrt(torch.var(x, dim=1, keepdim=True, unbiased=False) + 1e-5)
-        x = x / std
+        std = torch.sqrt(torch.var(x - mean, dim=1, keepdim=True, unbiased=False) + 1e-5)
+        if self.center == "last":  # centre on the last observed value: an all-zero output is the naive forecast
+            mean = x[:, -1:, :].detach()
+        x = (x - mean) / std
         tok = x.permute(0, 2, 1)
         if self.marks:
             tok = torch.cat([tok, mark.permute(0, 2, 1)], 1)
@@ -176,7 +177,8 @@ def cmd_train(a):
     torch.set_num_threads(a.threads)
     (tr, va, te), n = load(a.csv, a.seq_len, a.pred_len)
     dev = torch.device(a.device)
-    model = ITransformer(a.seq_len, a.pred_len, a.d_model, a.d_ff, a.n_heads, a.e_layers, a.dropout).to(dev)
+    model = ITransformer(a.seq_len, a.pred_len, a.d_model, a.d_ff, a.n_heads, a.e_layers, a.dropout,
+                         center=a.center).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     best, bad, best_state = float("inf"), 0, None
     t0 = time.time()
@@ -214,7 +216,8 @@ def cmd_bench(a):
     torch.set_num_threads(a.threads)
     (tr, _, _), n = load(a.csv, a.seq_len, a.pred_len)
     dev = torch.device(a.device)
-    model = ITransformer(a.seq_len, a.pred_len, a.d_model, a.d_ff, a.n_heads, a.e_layers, a.dropout).to(dev)
+    model = ITransformer(a.seq_len, a.pred_len, a.d_model, a.d_ff, a.n_heads, a.e_layers, a.dropout,
+                         center=a.center).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     x, y, m = next(iter(torch.utils.data.DataLoader(tr, batch_size=a.batch, shuffle=True)))
     x, y, m = x.to(dev), y.to(dev), m.to(dev)
@@ -261,6 +264,8 @@ def main():
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--patience", type=int, default=3)
     p.add_argument("--seed", type=int, default=2021)
+    p.add_argument("--center", choices=["mean", "last"], default="mean",
+                   help="instance normalisation: subtract the window mean (public code) or the last value")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     a = p.parse_args()
