@@ -49,6 +49,19 @@ Test(schedule, step_milestones)
     LR_EQ(s, 99, 0.01);
 }
 
+Test(schedule, type1_halves_every_epoch)
+{
+    struct md_schedule s = {MD_SCHED_TYPE1, 1.0, 100, 0, 10};
+    LR_EQ(s, 0, 1.0);
+    LR_EQ(s, 9, 1.0);
+    LR_EQ(s, 10, 0.5);
+    LR_EQ(s, 25, 0.25);
+    LR_EQ(s, 99, 1.0 / 512);
+    int k;
+    cr_assert_eq(md_schedule_parse("type1", &k), MD_OK);
+    cr_assert_eq(k, MD_SCHED_TYPE1);
+}
+
 Test(schedule, onecycle_as_pytorch)
 {
     /* OneCycleLR(max_lr=1, total_steps=100): initial 1/25, peak at step 29,

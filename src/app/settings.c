@@ -72,7 +72,8 @@ static void optimizer_settings(md_job *job)
                         : strcmp(o->lradj, "step") == 0   ? "x0.1 at 50% and again at 75% of the epochs"
                         : strcmp(o->lradj, "onecycle") == 0
                             ? "PyTorch's OneCycleLR: up from lr/25 over 30% of the steps, then down"
-                            : "cosine decay to 0 over all steps";
+                        : strcmp(o->lradj, "type1") == 0 ? "halved at every epoch's start"
+                                                         : "cosine decay to 0 over all steps";
     put(job, "lr_schedule", o->lradj, "lradj", sched);
     snprintf(why, sizeof why, "%s",
              o->warmup_epochs > 0 ? "linear warm-up of the learning rate from 0" : "no warm-up");

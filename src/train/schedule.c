@@ -6,19 +6,19 @@
 
 #define MD_PI 3.14159265358979323846
 
-static const char *const names[] = {"constant", "step", "cosine", "onecycle"};
+static const char *const names[] = {"constant", "step", "cosine", "onecycle", "type1"};
 
 md_status md_schedule_parse(const char *name, int *kind)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (strcmp(name, names[i]) == 0) {
             *kind = i;
             return MD_OK;
         }
-    return md_errf(MD_ERR_USAGE, "--lradj: '%s' is not one of constant, step, cosine, onecycle", name);
+    return md_errf(MD_ERR_USAGE, "--lradj: '%s' is not one of constant, step, cosine, onecycle, type1", name);
 }
 
-const char *md_schedule_name(int kind) { return kind >= 0 && kind < 4 ? names[kind] : "?"; }
+const char *md_schedule_name(int kind) { return kind >= 0 && kind < 5 ? names[kind] : "?"; }
 
 /* PyTorch's _annealing_cos: from `start` at pct 0 to `end` at pct 1. */
 static double anneal_cos(double start, double end, double pct)
@@ -54,6 +54,10 @@ double md_schedule_lr(const struct md_schedule *s, long long step)
         if (epochs >= 2 && epoch >= epochs / 2) lr *= 0.1;
         if (epochs >= 4 && epoch >= epochs * 3 / 4) lr *= 0.1;
         return lr;
+    }
+    case MD_SCHED_TYPE1: {
+        long long spe = s->steps_per_epoch > 0 ? s->steps_per_epoch : 1, epoch = step / spe;
+        return base * pow(0.5, (double)(epoch < 1000 ? epoch : 1000));
     }
     case MD_SCHED_COSINE: {
         long long span = total - w;

@@ -9,13 +9,15 @@
  *   onecycle  PyTorch OneCycleLR (cosine annealing): from base/25 up to base
  *             over the first 30% of steps (or the warm-up, when given), then
  *             down to base/25/1e4 at the last step.
+ *   type1     base x 0.5^epoch: halved at every epoch's start, the public
+ *             forecasting code's default (its `--lradj type1`).
  */
 #ifndef MD_SCHEDULE_H
 #define MD_SCHEDULE_H
 
 #include "core/status.h"
 
-enum md_schedule_kind { MD_SCHED_CONSTANT = 0, MD_SCHED_STEP, MD_SCHED_COSINE, MD_SCHED_ONECYCLE };
+enum md_schedule_kind { MD_SCHED_CONSTANT = 0, MD_SCHED_STEP, MD_SCHED_COSINE, MD_SCHED_ONECYCLE, MD_SCHED_TYPE1 };
 
 struct md_schedule {
     int kind;                 /* enum md_schedule_kind */
@@ -25,7 +27,7 @@ struct md_schedule {
     long long steps_per_epoch;/* >= 1 (step schedule milestones are epochs) */
 };
 
-/* "constant" | "step" | "cosine" | "onecycle" -> kind; MD_ERR_USAGE otherwise. */
+/* "constant" | "step" | "cosine" | "onecycle" | "type1" -> kind; MD_ERR_USAGE otherwise. */
 md_status md_schedule_parse(const char *name, int *kind);
 const char *md_schedule_name(int kind);
 
