@@ -15,6 +15,8 @@
 #                                      8 for 8 GB, 16 by default, 32 for 16 GB and more
 #   --compile-mode M                   the chip preset's (configs/presets), unless
 #                                      --compile-mode or --no-compile is given
+#   --d-model N --d-ff N               forecasting runs (a time-series flag or --model
+#                                      itransformer): the chip preset's, unless given
 # Testing elsewhere: MPSDIAG_CHIP="Apple M2 Pro" MPSDIAG_MEMSIZE=17179869184
 # RUN_ON_MAC_DRY_RUN=1 prints the environment and command instead of running.
 set -euo pipefail
@@ -95,6 +97,13 @@ if [ -n "$chip" ]; then
     fi
     if [ -n "$preset" ] && ! has_flag --compile-mode --compile_mode --no-compile --no_compile; then
         extra+=(--compile-mode "$(jval "$preset" compile_mode)")
+    fi
+    # a forecasting run (a time-series flag or the itransformer): the preset's model widths
+    if [ -n "$preset" ] && { has_flag --seq-len --seq_len --pred-len --pred_len --d-model --d_model --d-ff --d_ff \
+        --n-heads --n_heads --e-layers --e_layers --features --target --loss-function --loss_function ||
+        printf '%s\n' "${ARGS[@]}" | grep -qx 'itransformer'; }; then
+        has_flag --d-model --d_model || extra+=(--d-model "$(jval "$preset" d_model)")
+        has_flag --d-ff --d_ff || extra+=(--d-ff "$(jval "$preset" d_ff)")
     fi
 fi
 

@@ -154,6 +154,14 @@ static const struct optdef table[] = {
     DBL("grad-clip", grad_clip, "NORM", 0.0, 1e9, "clip gradients by global norm (0: off)"),
     DBL("label-smoothing", label_smoothing, "S", 0.0, 0.999, "label smoothing for the cross-entropy"),
     INT("val-batch-multiplier", val_batch_multiplier, "K", 1, 64, "validation batch = K x batch size"),
+    CHOICE("loss-function", loss_function, "NAME", "auto|cross_entropy|mse|mae|huber|financial",
+           "auto (by the model's task: cross_entropy or mse) | cross_entropy | mse | mae | huber | financial"),
+    INT("patience", patience, "N", 0, 100000,
+        "stop after N epochs without a better validation score (loss for regression, accuracy else; 0: off)"),
+    INT("d-model", d_model, "N", 1, 65536, "sequence models: token width (the model's d_model parameter)"),
+    INT("d-ff", d_ff, "N", 1, 262144, "sequence models: feed-forward width (d_ff)"),
+    INT("n-heads", n_heads, "N", 1, 1024, "sequence models: attention heads (n_heads)"),
+    INT("e-layers", e_layers, "N", 1, 1024, "sequence models: encoder layers (e_layers)"),
     STR("checkpoint-dir", checkpoint_dir, "DIR", "where best and last checkpoints go"),
     ON("overwrite", overwrite, "replace an earlier run's checkpoints in --checkpoint-dir (else refused)"),
     OPT("resume", NULL, T_STR, resume, NULL, "FILE", "continue from a checkpoint", NULL, 0, 0, 0, NULL),
@@ -219,6 +227,7 @@ void md_options_defaults(md_options *o)
     o->momentum = 0.9;
     o->weight_decay = 5e-4;
     snprintf(o->lradj, sizeof o->lradj, "cosine");
+    snprintf(o->loss_function, sizeof o->loss_function, "auto");
     o->val_batch_multiplier = 4;
     snprintf(o->checkpoint_dir, sizeof o->checkpoint_dir, "checkpoints");
     o->bench_iters = 50;

@@ -81,6 +81,10 @@ typedef struct md_options {
     double grad_clip;           /* 0 = off */
     double label_smoothing;
     int val_batch_multiplier;
+    char loss_function[16];     /* auto|cross_entropy|mse|mae|huber|financial (auto: by the model's task) */
+    int patience;               /* early stopping after this many epochs without improvement (0 = off) */
+    /* model parameters over the config's "params" (0 = the config's) */
+    int d_model, d_ff, n_heads, e_layers;
     char checkpoint_dir[MD_PATH_MAX];
     int overwrite;              /* replace an earlier run's checkpoints in checkpoint_dir */
     char resume[MD_PATH_MAX];

@@ -16,6 +16,11 @@ void md_resolve_model(const md_options *o, struct md_model_opts *m)
     m->seed = o->seed;
     m->dropout = md_options_given(o, "dropout") ? o->dropout : -1.0; /* -1: the config's */
     m->reduce_architecture = o->reduce_architecture;
+    /* model parameters from flags: the model must have them (md_model_load says which it has) */
+    if (o->d_model > 0) md_model_opts_set(m, "d_model", o->d_model, 0);
+    if (o->d_ff > 0) md_model_opts_set(m, "d_ff", o->d_ff, 0);
+    if (o->n_heads > 0) md_model_opts_set(m, "n_heads", o->n_heads, 0);
+    if (o->e_layers > 0) md_model_opts_set(m, "e_layers", o->e_layers, 0);
 }
 
 void md_resolve_data(const md_options *o, struct md_data_opts *d)
@@ -81,6 +86,8 @@ void md_resolve_train(const md_options *o, struct md_train_opts *t)
     t->warmup_epochs = o->warmup_epochs;
     t->grad_clip = o->grad_clip;
     t->label_smoothing = o->label_smoothing;
+    COPY_STR(t->loss_function, o->loss_function);
+    t->patience = o->patience;
     t->val_batch_multiplier = o->val_batch_multiplier;
     t->auto_batch = o->auto_batch;
     COPY_STR(t->checkpoint_dir, o->checkpoint_dir);

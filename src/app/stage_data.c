@@ -273,6 +273,7 @@ md_status md_stage_data(md_job *job)
     cJSON *r = cJSON_AddObjectToObject(job->report, "data");
     cJSON_AddStringToObject(r, "dataset", md_data_name(d));
     cJSON_AddStringToObject(r, "format", md_data_format(d));
+    cJSON_AddStringToObject(r, "task", md_data_task(d) == MD_TASK_REGRESS ? "regression" : "classification");
     cJSON_AddStringToObject(r, "source", md_data_source(d));
     cJSON *splits = cJSON_AddObjectToObject(r, "splits");
     for (int s = 0; s < MD_SPLIT_COUNT; s++) {

@@ -3,12 +3,14 @@
  * summary, put the model in job->model and its summary in report["model"].
  * The train stage binds it to the device (it knows the batch size) and runs
  * --init-from (md_model_load_weights) and --dump-grads (md_model_dump_grads). */
+#include <stdio.h>
 #include <string.h>
 
 #include "app/job.h"
 #include "app/resolve.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "data/data.h"
 #include "nn/model.h"
 
 /* The run config's "model" when it is an object (caller deletes), else NULL. */
@@ -23,6 +25,68 @@ static md_status inline_model(const md_options *o, cJSON **root, const cJSON **m
     return MD_OK;
 }
 
+/* The time-series flags that only a forecasting model uses: given without
+ * --model, they select the bundled itransformer. */
+static const char *const series_flags[] = {"seq-len", "pred-len", "d-model", "d-ff", "n-heads", "e-layers",
+                                           "features", "target", NULL};
+
+static void pick_forecasting_model(md_job *job, int have_inline)
+{
+    md_options *o = job->opts;
+    if (md_options_given(o, "model") || have_inline || o->model[0]) return;
+    for (int i = 0; series_flags[i]; i++) {
+        if (!md_options_given(o, series_flags[i])) continue;
+        snprintf(o->model, sizeof o->model, "itransformer");
+        char why[160];
+        snprintf(why, sizeof why, "--%s given without --model: a time-series flag selects the forecasting model",
+                 series_flags[i]);
+        md_job_setting(job, "model", "itransformer", why);
+        return;
+    }
+}
+
+/* A regression model on the data: the bundled time-series sample when no
+ * dataset is named, the window's shapes (seq_len, pred_len, variates, time
+ * features) as its parameters; a task mismatch is an error naming both. */
+static md_status fit_to_data(md_job *job, const md_model *m, struct md_model_opts *mo, int *reload)
+{
+    md_options *o = job->opts;
+    int regress = md_model_is_regression(m);
+    *reload = 0;
+    if (regress && strcmp(o->dataset, "auto") == 0 && !o->data_dir[0] && !md_options_given(o, "dataset")) {
+        snprintf(o->dataset, sizeof o->dataset, "csv");
+        md_job_setting(job, "dataset", "csv",
+                       "a forecasting model without --data-dir: the bundled time-series sample");
+    }
+    struct md_data_request req;
+    memset(&req, 0, sizeof req);
+    MD_TRY(md_resolve_data_config(o, &req));
+    struct md_data_opts d;
+    md_resolve_data(o, &d);
+    struct md_data_peek pk;
+    md_status st = md_data_peek(&d, &pk);
+    if (st != MD_OK) {
+        /* the data stage reports a dataset it cannot open; a regression model needs its shapes now */
+        if (regress) return st;
+        md_err_clear();
+        return MD_OK;
+    }
+    if (regress && pk.task != MD_TASK_REGRESS)
+        return md_errf(MD_ERR_CONFIG, "model %s forecasts a time series (regression) but dataset %s has classes; give "
+                       "a time-series CSV with --data-dir FILE.csv", md_model_name(m), pk.name);
+    if (!regress && pk.task == MD_TASK_REGRESS)
+        return md_errf(MD_ERR_CONFIG, "dataset %s is a time series (regression) but model %s is a classifier; use a "
+                       "forecasting model such as --model itransformer", pk.name, md_model_name(m));
+    if (!regress) return MD_OK;
+    const struct md_data_series *s = &pk.series;
+    MD_TRY(md_model_opts_set(mo, "seq_len", s->seq_len, 1));
+    MD_TRY(md_model_opts_set(mo, "pred_len", s->pred_len, 1));
+    MD_TRY(md_model_opts_set(mo, "n_vars", s->n_in, 1));
+    MD_TRY(md_model_opts_set(mo, "n_marks", s->n_time, 1));
+    *reload = 1;
+    return MD_OK;
+}
+
 md_status md_stage_model(md_job *job)
 {
     md_options *o = job->opts;
@@ -34,10 +98,18 @@ md_status md_stage_model(md_job *job)
     const cJSON *inl = NULL;
     md_status st = MD_OK;
     if (!md_options_given(o, "model") && (st = inline_model(o, &root, &inl)) != MD_OK) return st;
+    pick_forecasting_model(job, inl != NULL);
     const char *name = o->model[0] ? o->model : "small_cnn";
     char where[1200];
     if (inl) snprintf(where, sizeof where, "%s: model", o->config);
     st = md_model_load(inl ? where : name, inl, &mo, &job->model);
+    int reload = 0;
+    if (st == MD_OK) st = fit_to_data(job, job->model, &mo, &reload);
+    if (st == MD_OK && reload) {
+        md_model_free(job->model);
+        job->model = NULL;
+        st = md_model_load(inl ? where : name, inl, &mo, &job->model);
+    }
     cJSON_Delete(root);
     if (st != MD_OK) return st;
     md_model_print_summary(job->model);

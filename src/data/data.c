@@ -90,6 +90,12 @@ static md_status resolve_series_inputs(struct md_data *d, const struct md_data_r
         if (in->kind != want)
             return md_errf(MD_ERR_CONFIG, "model input '%s': input %d of a time series is its %s", in->name, i,
                            i ? "time features" : "values");
+        /* (1, seq_len, w) as images are held, or (seq_len, 1, w) as a
+         * sequence model's tokens: the same memory */
+        if (in->c == s->seq_len && in->h == 1 && s->seq_len != 1) {
+            in->c = 1;
+            in->h = s->seq_len;
+        }
         if ((in->c && in->c != 1) || (in->h && in->h != s->seq_len) || (in->w && in->w != w))
             return md_errf(MD_ERR_CONFIG, "model input '%s' wants (%d, %d, %d); the windows are (1, %d, %d) (seq_len %d)",
                            in->name, in->c, in->h, in->w, s->seq_len, w, s->seq_len);

@@ -3,6 +3,7 @@
  * restarts. The other concerns live beside it (trainer_impl.h lists them;
  * docs/training-internals.md tells how a step runs in each mode). */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,49 @@
 
 /* --metrics: one line per this many steps besides the per-epoch line */
 #define METRICS_EVERY 50
+
+/* The task of the model against the data's, and the loss function. */
+static md_status choose_loss(md_trainer *t)
+{
+    const char *name = t->o->loss_function;
+    const char *mname = md_model_name(t->model);
+    t->regress = md_model_is_regression(t->model);
+    int data_regress = md_data_task(t->data) == MD_TASK_REGRESS;
+    if (t->regress && !data_regress)
+        return md_errf(MD_ERR_CONFIG, "model %s is a regression model but dataset %s has classes; give it a time "
+                       "series (a CSV file)", mname, md_data_name(t->data));
+    if (!t->regress && data_regress)
+        return md_errf(MD_ERR_CONFIG, "dataset %s is a time series (regression) but model %s is a classifier; use a "
+                       "forecasting model (--model itransformer)", md_data_name(t->data), mname);
+    int autom = !name[0] || strcmp(name, "auto") == 0;
+    if (!t->regress) {
+        if (!autom && strcmp(name, "cross_entropy") != 0)
+            return md_errf(MD_ERR_USAGE, "--loss-function %s is a regression loss; model %s is a classifier "
+                           "(cross_entropy)", name, mname);
+        t->loss_name = "cross_entropy";
+        return MD_OK;
+    }
+    static const char *const names[] = {"mse", "mae", "huber", "financial"};
+    static const md_regress_kind kinds[] = {MD_REGRESS_MSE, MD_REGRESS_MAE, MD_REGRESS_HUBER, MD_REGRESS_FINANCIAL};
+    if (autom) name = "mse";
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, names[i]) == 0) {
+            t->rkind = kinds[i];
+            t->loss_name = names[i];
+        }
+    if (!t->loss_name)
+        return md_errf(MD_ERR_USAGE, "--loss-function %s is for classifiers; model %s is a regression model (mse, "
+                       "mae, huber or financial)", name, mname);
+    t->ser = *md_data_series(t->data);
+    t->out_elems = t->ser.pred_len * t->ser.n_out;
+    int c, h, w;
+    md_model_output_shape(t->model, &c, &h, &w);
+    if ((long long)c * h * w != t->out_elems)
+        return md_errf(MD_ERR_CONFIG, "model %s forecasts %d x %d x %d values per window but the data's targets are "
+                       "%d rows x %d variates (pred_len x outputs%s)", mname, c, h, w, t->ser.pred_len, t->ser.n_out,
+                       t->ser.n_out != t->ser.n_in ? "; --features MS/S need a model with that many outputs" : "");
+    return MD_OK;
+}
 
 md_status md_trainer_create(const struct md_train_opts *opts, const struct md_train_hooks *hooks,
                             struct md_device *dev, struct md_model *model, struct md_data *data, md_trainer **out)
@@ -30,7 +74,9 @@ md_status md_trainer_create(const struct md_train_opts *opts, const struct md_tr
     t->model = model;
     t->data = data;
     const struct md_train_opts *o = t->o;
+    st = choose_loss(t);
     md_trainer_report_init(t);
+    if (st != MD_OK) goto fail;
 
     t->batch = o->batch_size > 0 ? o->batch_size : 64;
     t->classes = md_model_num_classes(t->model);
@@ -204,11 +250,26 @@ static md_status run_once(md_trainer *t)
         double lr = md_schedule_lr(&t->sched, t->global_step > 0 ? t->global_step - 1 : 0);
         if ((st = md_trainer_diagnostics(t, t->snapshot)) != MD_OK) goto done;
         md_trainer_epoch_output(t, tl, ta, vl, va, lr, sps, ep_time);
-        if ((st = md_trainer_keep_best(t, t->val_l ? va : ta)) != MD_OK) goto done;
+        /* the score: validation accuracy, or 1 / (1 + validation loss) for
+         * regression (training figures without a validation split) */
+        double score = t->regress ? md_trainer_loss_score(t->val_l ? vl : tl) : t->val_l ? va : ta;
+        int best_before = t->best_epoch;
+        if ((st = md_trainer_keep_best(t, score)) != MD_OK) goto done;
         if (md_interrupted()) {
             t->epoch++;
             st = md_trainer_interrupted(t, 0, 0, NULL);
             goto done;
+        }
+        if (o->patience > 0) {
+            t->bad_epochs = t->best_epoch != best_before ? 0 : t->bad_epochs + 1;
+            if (t->bad_epochs >= o->patience && t->epoch + 1 < o->epochs) {
+                t->stopped_after = t->epoch + 1;
+                md_out("  Early stopping after epoch %d: no better %s in %d epoch%s (--patience %d); best epoch %d\n",
+                       t->epoch + 1, t->regress ? "validation loss" : "validation accuracy", t->bad_epochs,
+                       t->bad_epochs == 1 ? "" : "s", o->patience, t->best_epoch);
+                t->epoch++;
+                break;
+            }
         }
     }
     if (t->test_l) st = md_trainer_score_test(t);

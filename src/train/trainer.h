@@ -75,6 +75,8 @@ struct md_train_opts {
     double warmup_epochs;
     double grad_clip;           /* 0 = off */
     double label_smoothing;
+    char loss_function[16];     /* ""/"auto": by the model's task; cross_entropy|mse|mae|huber|financial */
+    int patience;               /* > 0: stop after this many epochs without a better validation score */
     int val_batch_multiplier;
     int auto_batch;             /* halve the batch on out-of-memory */
     /* files ("" = none) */

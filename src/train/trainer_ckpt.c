@@ -213,7 +213,8 @@ md_status md_trainer_resume(md_trainer *t)
     /* every metadata field checked before any is used (and the batch size,
      * which fixes what "batch N of epoch E" means); the layout may differ:
      * checkpoints hold PyTorch's and md_checkpoint_load converts */
-    struct md_ckpt_limits lim = {t->steps_per_epoch, t->batch, md_trainer_curve_keys};
+    struct md_ckpt_limits lim = {t->steps_per_epoch, t->batch,
+                                 t->regress ? md_trainer_curve_keys_regress : md_trainer_curve_keys};
     if ((st = md_ckpt_meta_read(f, &lim, &meta)) != MD_OK) goto done;
     warn_config_changes(t, meta.config, path);
     md_st_close(f);
@@ -285,6 +286,14 @@ md_status md_trainer_keep_best(md_trainer *t, double score)
     if (best) {
         t->best_acc = score;
         t->best_epoch = t->epoch + 1;
+        /* --patience scores the test split with these weights */
+        if (t->d_best) {
+            MD_TRY(md_dev_copy(t->dev, t->d_best, md_model_params(t->model),
+                               md_model_nparams(t->model) * sizeof(float)));
+            if (md_model_bn_stats_count(t->model))
+                MD_TRY(md_dev_copy(t->dev, t->d_best_bn, md_model_bn_stats(t->model),
+                                   md_model_bn_stats_count(t->model) * sizeof(float)));
+        }
     }
     if (t->best_path[0]) {
         /* state after this epoch: the next run starts at epoch + 1, batch 0 */
@@ -293,9 +302,23 @@ md_status md_trainer_keep_best(md_trainer *t, double score)
         if (best) st = md_trainer_save_checkpoint(t, t->best_path, t->epoch + 1, 0, 0);
         if (st == MD_OK) st = md_trainer_save_checkpoint(t, t->last_path, t->epoch + 1, 0, 0);
         if (st != MD_OK) return st;
-        if (best)
+        if (best && t->regress)
+            md_out("  Saved best model (epoch %d, %s loss %.4f) to %s\n", t->epoch + 1,
+                   t->val_l ? "validation" : "training", md_trainer_score_loss(score), t->best_path);
+        else if (best)
             md_out("  Saved best model (epoch %d, %s accuracy %.2f%%) to %s\n", t->epoch + 1,
                    t->val_l ? "validation" : "training", 100 * score, t->best_path);
     }
     return MD_OK;
+}
+
+/* Back to the best epoch's weights (kept by keep_best with --patience). */
+md_status md_trainer_restore_best(md_trainer *t)
+{
+    if (!t->d_best || t->best_epoch <= 0) return MD_OK;
+    MD_TRY(md_dev_copy(t->dev, md_model_params(t->model), t->d_best, md_model_nparams(t->model) * sizeof(float)));
+    if (md_model_bn_stats_count(t->model))
+        MD_TRY(md_dev_copy(t->dev, md_model_bn_stats(t->model), t->d_best_bn,
+                           md_model_bn_stats_count(t->model) * sizeof(float)));
+    return md_model_params_changed(t->model);
 }

@@ -1,6 +1,7 @@
 /* trainer_eval.c - validation and test scoring: a split through inference
  * forwards, loss and accuracy summed on the device (trainer_impl.h). */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +10,76 @@
 #include "core/signals.h"
 #include "nn/model.h"
 #include "train/trainer_impl.h"
+
+/* ---- regression: outputs to the host for the metrics in both units ---- */
+
+/* The test windows shown as forecasts: first, a third, two thirds, last. */
+static int wanted_window(long long i, long long n)
+{
+    if (n <= 0) return 0;
+    long long w[4] = {0, n / 3, 2 * n / 3, n - 1};
+    for (int k = 0; k < 4; k++)
+        if (w[k] == i && (k == 0 || w[k - 1] != i)) return 1;
+    return 0;
+}
+
+static cJSON *unscaled(const float *v, long long stride, int n, double mean, double sd)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[(size_t)i * stride] * sd + mean));
+    return a;
+}
+
+/* One forecast of sample i of the chunk (window `index` of the split):
+ * the last output variate, in the file's units. */
+static void add_forecast(md_trainer *t, const struct md_batch *b, int from, int i, const float *pred, long long index)
+{
+    const struct md_data_series *s = &t->ser;
+    int j = s->n_out - 1, col = s->out_col + j;
+    const double *mean = md_data_target_mean(t->data), *sd = md_data_target_std(t->data);
+    double mu = mean ? mean[j] : 0, sg = sd ? sd[j] : 1;
+    cJSON *desc = cJSON_CreateObject(), *name = NULL;
+    md_data_describe(t->data, desc);
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(desc, "time_series");
+    name = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ts, "variates"), col);
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "window", (double)index);
+    cJSON_AddStringToObject(f, "variate", cJSON_IsString(name) ? name->valuestring : "");
+    cJSON_Delete(desc);
+    const float *in = b->inputs[0] + (size_t)(from + i) * t->in_elems[0];
+    cJSON_AddItemToObject(f, "lookback", unscaled(in + col, s->n_in, s->seq_len, mu, sg));
+    cJSON_AddItemToObject(f, "actual",
+                          unscaled(b->targets + (size_t)(from + i) * t->out_elems + j, s->n_out, s->pred_len, mu, sg));
+    cJSON_AddItemToObject(f, "predicted", unscaled(pred + (size_t)i * t->out_elems + j, s->n_out, s->pred_len, mu, sg));
+    cJSON_AddItemToArray(t->forecasts, f);
+}
+
+/* After an evaluation forward and loss over samples [from, from + n) of b:
+ * the outputs to the host, into the metrics (and forecasts). */
+static md_status regress_chunk(md_trainer *t, const struct md_batch *b, int from, int n, long long first,
+                               struct md_metrics_acc *acc)
+{
+    md_dtype dt = md_model_get_opts(t->model)->compute_dtype;
+    size_t count = (size_t)n * t->out_elems;
+    size_t esize = dt == MD_F32 ? 4 : 2;
+    float *pred = t->h_out;
+    /* half outputs land in the second half of the buffer, then widen in place from the front */
+    void *raw = dt == MD_F32 ? (void *)pred : (void *)((char *)pred + count * 2);
+    MD_TRY(md_dev_download(t->dev, raw, md_model_logits(t->model), count * esize));
+    MD_TRY(md_dev_sync(t->dev));
+    if (dt != MD_F32)
+        for (size_t k = 0; k < count; k++) pred[k] = md_load_f(raw, dt, k);
+    const struct md_data_series *s = &t->ser;
+    const float *in = b->inputs[0] + (size_t)from * t->in_elems[0];
+    md_metrics_acc_add(acc, pred, b->targets + (size_t)from * t->out_elems, in + (size_t)(s->seq_len - 1) * s->n_in + s->out_col,
+                       (long long)t->in_elems[0], n, s->pred_len, s->n_out, md_data_target_std(t->data));
+    if (t->forecasts) {
+        long long total = md_data_count(t->data, MD_SPLIT_TEST);
+        for (int i = 0; i < n; i++)
+            if (wanted_window(first + i, total)) add_forecast(t, b, from, i, pred, first + i);
+    }
+    return MD_OK;
+}
 
 /* Loss and accuracy of the model over a whole split, without gradients. */
 /* `what` names the phase for the test hook and an interruption's message
@@ -21,6 +92,8 @@ md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, dou
     MD_TRY(md_loader_start_epoch(l, epoch));
     MD_TRY(md_dev_memset0(t->dev, t->d_sc, sizeof(struct step_scalars)));
     long long seen = 0, nb = md_loader_num_batches(l);
+    struct md_metrics_acc macc;
+    md_metrics_acc_init(&macc);
     for (long long bi = 0;; bi++) {
         md_interrupt_hook(what);
         MD_TRY(md_interrupt_check("during %s%s (batch %lld of %lld)", strcmp(what, "test") == 0 ? "scoring of the " : "",
@@ -35,8 +108,8 @@ md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, dou
             st = md_trainer_upload_batch(t, b, from, n);
             if (st == MD_OK) st = md_model_forward(t->model, n, 0);
             /* sums accumulate on the device; no gradient after an inference forward */
-            if (st == MD_OK)
-                st = md_model_loss(t->model, t->d_labels, 0.0f, 1.0f, &t->d_sc->loss_sum, &t->d_sc->correct);
+            if (st == MD_OK) st = md_trainer_loss(t, n, (float)n, 0.0f);
+            if (st == MD_OK && t->regress) st = regress_chunk(t, b, from, n, seen + from, &macc);
         }
         seen += b->n;
         /* Uploads are asynchronous on GPU backends: the (possibly pinned)
@@ -49,22 +122,76 @@ md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, dou
     MD_TRY(md_dev_download(t->dev, &sc, t->d_sc, sizeof sc));
     MD_TRY(md_dev_sync(t->dev));
     if (seen > 0) {
-        *loss = (double)sc.loss_sum / (double)seen;
+        *loss = (double)sc.loss_sum / (double)seen / md_trainer_loss_elems(t);
         *acc = (double)sc.correct / (double)seen;
     }
     *count = seen;
+    if (t->regress) {
+        md_metrics_result(&macc, &t->vmet);
+        *acc = t->vmet.mse;
+    }
     return MD_OK;
 }
 
-/* After the last epoch: the test split with the final weights, printed and
- * put into report.training.test. */
+/* report.training.test for regression, and the printed lines beside the
+ * naive baseline. */
+static void regress_test_report(md_trainer *t, double tl, long long tn, int after)
+{
+    const struct md_metrics *m = &t->vmet;
+    char a[32];
+    md_out("  %-16s loss %.4f, MSE %.4f, MAE %.4f, RMSE %.4f on %s windows (standardised; the weights after epoch %d)\n",
+           "test", tl, m->mse, m->mae, m->rmse, md_fmt_thousands(tn, a, sizeof a), after);
+    if (m->has_orig)
+        md_out("  %-16s MSE %.6g, MAE %.6g in the file's units\n", "", m->mse_orig, m->mae_orig);
+    if (m->has_dir) md_out("  %-16s directional accuracy %.2f%%\n", "", 100 * m->dir_acc);
+    cJSON *te = cJSON_AddObjectToObject(t->report, "test");
+    cJSON_AddNumberToObject(te, "loss", tl);
+    cJSON_AddNumberToObject(te, "mse", m->mse);
+    cJSON_AddNumberToObject(te, "mae", m->mae);
+    cJSON_AddNumberToObject(te, "rmse", m->rmse);
+    if (m->has_dir) cJSON_AddNumberToObject(te, "directional_accuracy", m->dir_acc);
+    else cJSON_AddNullToObject(te, "directional_accuracy");
+    if (m->has_orig) {
+        cJSON_AddNumberToObject(te, "mse_original_units", m->mse_orig);
+        cJSON_AddNumberToObject(te, "mae_original_units", m->mae_orig);
+    } else {
+        cJSON_AddNullToObject(te, "mse_original_units");
+        cJSON_AddNullToObject(te, "mae_original_units");
+    }
+    cJSON_AddNumberToObject(te, "samples", (double)tn);
+    cJSON_AddNumberToObject(te, "after_epoch", after);
+    struct md_metrics naive;
+    if (md_metrics_naive(t->data, MD_SPLIT_TEST, &naive) == MD_OK) {
+        md_out("  %-16s MSE %.4f, MAE %.4f (repeat the last value)\n", "naive baseline", naive.mse, naive.mae);
+        cJSON *bl = cJSON_AddObjectToObject(te, "baseline");
+        cJSON_AddStringToObject(bl, "name", "repeat the last value");
+        cJSON_AddNumberToObject(bl, "mse", naive.mse);
+        cJSON_AddNumberToObject(bl, "mae", naive.mae);
+    } else {
+        md_err_clear();
+    }
+}
+
+/* After the last epoch: the test split with the final weights (the best
+ * epoch's with --patience), printed and put into report.training.test. */
 md_status md_trainer_score_test(md_trainer *t)
 {
     md_status st;
     char a[32];
     double tl, ta;
     long long tn;
-    if ((st = md_trainer_evaluate(t, t->test_l, 0, &tl, &ta, &tn, "test")) != MD_OK) {
+    int after = t->epoch;
+    if (t->d_best && t->best_epoch > 0 && t->best_epoch != t->epoch) {
+        MD_TRY(md_trainer_restore_best(t));
+        after = t->best_epoch;
+    }
+    if (t->regress) {
+        cJSON_DeleteItemFromObjectCaseSensitive(t->report, "forecasts");
+        t->forecasts = cJSON_AddArrayToObject(t->report, "forecasts");
+    }
+    st = md_trainer_evaluate(t, t->test_l, 0, &tl, &ta, &tn, "test");
+    t->forecasts = NULL;
+    if (st != MD_OK) {
         if (st == MD_ERR_INTERRUPTED && t->last_path[0]) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", md_errmsg());
@@ -72,12 +199,16 @@ md_status md_trainer_score_test(md_trainer *t)
         }
         return st;
     }
+    if (t->regress) {
+        regress_test_report(t, tl, tn, after);
+        return MD_OK;
+    }
     md_out("  %-16s loss %.4f, accuracy %.2f%% on %s samples (the weights after epoch %d)\n", "test", tl, 100 * ta,
-           md_fmt_thousands(tn, a, sizeof a), t->epoch);
+           md_fmt_thousands(tn, a, sizeof a), after);
     cJSON *te = cJSON_AddObjectToObject(t->report, "test");
     cJSON_AddNumberToObject(te, "loss", tl);
     cJSON_AddNumberToObject(te, "acc", ta);
     cJSON_AddNumberToObject(te, "samples", (double)tn);
-    cJSON_AddNumberToObject(te, "after_epoch", t->epoch);
+    cJSON_AddNumberToObject(te, "after_epoch", after);
     return MD_OK;
 }

@@ -22,6 +22,7 @@
 
 #include "backend/kernels_call.h"
 #include "data/data.h"
+#include "data/metrics.h"
 #include "train/optim.h"
 #include "train/run_dir.h"
 #include "train/scaler.h"
@@ -34,6 +35,8 @@ struct step_scalars {
     float grad_sumsq; /* sum of squared (scaled) gradients */
     int32_t correct;  /* argmax == label */
     float pad;
+    float reg[3];     /* regression: sum |e|, sum e^2, direction hits */
+    float pad2;
 };
 
 /* Pipelined steps: the step's changing values in one device block, uploaded
@@ -57,6 +60,20 @@ struct md_trainer {
     struct md_loader *train_l, *val_l, *test_l;
 
     int batch, val_batch, max_batch, classes, ninputs;
+    /* regression (a forecasting model on a time series) */
+    int regress;                         /* the model's task */
+    md_regress_kind rkind;
+    const char *loss_name;               /* cross_entropy|mse|mae|huber|financial */
+    struct md_data_series ser;           /* the windows' shapes */
+    int out_elems;                       /* pred_len * n_out per sample */
+    float *d_targets;                    /* (max_batch, pred_len, n_out) */
+    void *h_out;                         /* (val_batch, out_elems) compute dtype: evaluation outputs */
+    struct md_metrics vmet;              /* the last evaluation's (regression) */
+    cJSON *forecasts;                    /* evaluation with this set: up to 4 test windows are added */
+    /* early stopping and scoring the test split with the best weights */
+    int bad_epochs, stopped_after;       /* stopped_after: epoch number, 0 = ran all */
+    float *d_best;                       /* params of the best epoch (with --patience) */
+    float *d_best_bn;
     size_t in_elems[MD_DATA_MAX_INPUTS]; /* per sample */
     int32_t *d_labels;                   /* (max_batch) */
     struct step_scalars *d_sc;           /* one block of scalars */
@@ -157,6 +174,13 @@ md_status md_trainer_interrupted(md_trainer *t, long long batch_done, double ep_
  * validation split) may make it the best; with --checkpoint-dir writes
  * best.safetensors (if so) and last.safetensors as the state after it. */
 md_status md_trainer_keep_best(md_trainer *t, double score);
+/* Regression scores the loss L as 1 / (1 + L) (higher is better, in (0, 1],
+ * as accuracies are, so checkpoints and folders compare them alike). */
+static inline double md_trainer_loss_score(double loss) { return 1.0 / (1.0 + (loss > 0 ? loss : 0)); }
+static inline double md_trainer_score_loss(double score) { return score > 0 ? 1.0 / score - 1.0 : 0; }
+/* With --patience: the parameters (and BN statistics) of the best epoch back
+ * into the model, for scoring the test split. */
+md_status md_trainer_restore_best(md_trainer *t);
 
 /* ---- trainer_step.c ----------------------------------------------------------------- */
 
@@ -170,6 +194,14 @@ md_status md_trainer_numeric_failure(md_trainer *t, long long step, const char *
  * optimizer. `snapshot`: keep the params before the update for the
  * diagnostics' update ratios. */
 md_status md_trainer_step(md_trainer *t, const struct md_batch *b, int snapshot);
+/* The loss of the last forward over n samples into d_sc (classification:
+ * cross-entropy and correct count; regression: the regression loss of
+ * t->rkind against d_targets, plus its sums in d_sc->reg), with
+ * d(loss)/d(output) = scale * dL/d(output) of the mean loss after a
+ * training forward. */
+md_status md_trainer_loss(md_trainer *t, int n, float scale, float label_smoothing);
+/* Elements of the loss per sample (1 for classification). */
+int md_trainer_loss_elems(const md_trainer *t);
 
 /* ---- trainer_pipe.c ----------------------------------------------------------------- */
 
@@ -206,6 +238,7 @@ md_status md_trainer_diagnostics(md_trainer *t, int have_update);
 /* The curve keys of report.training.curves, NULL-terminated (a resumed
  * checkpoint's curves are checked against them). */
 extern const char *const md_trainer_curve_keys[];
+extern const char *const md_trainer_curve_keys_regress[]; /* regression: val_mse, val_mae, no accuracies */
 /* A fresh t->report with empty curves and diagnostics. */
 void md_trainer_report_init(md_trainer *t);
 /* --metrics: opens the file for appending and writes the run's header line. */

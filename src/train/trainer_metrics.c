@@ -13,12 +13,15 @@
 
 const char *const md_trainer_curve_keys[] = {"epoch", "train_loss", "train_acc", "val_loss", "val_acc",
                                              "lr", "samples_per_s", "epoch_time_s", NULL};
+const char *const md_trainer_curve_keys_regress[] = {"epoch", "train_loss", "val_loss", "val_mse", "val_mae",
+                                                     "lr", "samples_per_s", "epoch_time_s", NULL};
 
 void md_trainer_report_init(md_trainer *t)
 {
     t->report = cJSON_CreateObject();
     t->curves = cJSON_AddObjectToObject(t->report, "curves");
-    for (int i = 0; md_trainer_curve_keys[i]; i++) cJSON_AddArrayToObject(t->curves, md_trainer_curve_keys[i]);
+    const char *const *keys = t->regress ? md_trainer_curve_keys_regress : md_trainer_curve_keys;
+    for (int i = 0; keys[i]; i++) cJSON_AddArrayToObject(t->curves, keys[i]);
     t->diags = cJSON_AddArrayToObject(t->report, "diagnostics");
 }
 
@@ -55,10 +58,16 @@ void md_trainer_metrics_line(md_trainer *t, const char *kind, double loss, doubl
     cJSON_AddNumberToObject(o, "epoch", t->epoch + 1);
     cJSON_AddNumberToObject(o, "step", (double)t->global_step);
     cJSON_AddNumberToObject(o, "train_loss", loss);
-    cJSON_AddNumberToObject(o, "train_acc", acc);
+    if (t->regress) cJSON_AddNullToObject(o, "train_acc"); /* no accuracy in regression */
+    else cJSON_AddNumberToObject(o, "train_acc", acc);
     if (vloss >= 0) {
         cJSON_AddNumberToObject(o, "val_loss", vloss);
-        cJSON_AddNumberToObject(o, "val_acc", vacc);
+        if (t->regress) {
+            cJSON_AddNumberToObject(o, "val_mse", t->vmet.mse);
+            cJSON_AddNumberToObject(o, "val_mae", t->vmet.mae);
+        } else {
+            cJSON_AddNumberToObject(o, "val_acc", vacc);
+        }
     }
     cJSON_AddNumberToObject(o, "lr", lr);
     cJSON_AddNumberToObject(o, "samples_per_s", sps);
@@ -93,8 +102,13 @@ static void fmt_duration(double s, char *b, size_t n)
     else snprintf(b, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
 }
 
-static void print_header(void)
+static void print_header(const md_trainer *t)
 {
+    if (t->regress) {
+        md_out("  %5s  %10s  %8s  %8s  %8s  %9s  %9s  %7s  %7s\n", "epoch", "train loss", "val loss", "val MSE",
+               "val MAE", "lr", "samples/s", "time", "ETA");
+        return;
+    }
     md_out("  %5s  %10s  %9s  %8s  %7s  %9s  %9s  %7s  %7s\n", "epoch", "train loss", "train acc", "val loss",
            "val acc", "lr", "samples/s", "time", "ETA");
 }
@@ -108,6 +122,8 @@ static void curve_add(md_trainer *t, const char *key, double v)
 void md_trainer_report_start(md_trainer *t)
 {
     const struct md_train_opts *o = t->o;
+    cJSON_AddStringToObject(t->report, "task", t->regress ? "regression" : "classification");
+    cJSON_AddStringToObject(t->report, "loss_function", t->loss_name ? t->loss_name : "cross_entropy");
     cJSON_AddStringToObject(t->report, "optimizer", o->optimizer);
     cJSON_AddNumberToObject(t->report, "lr", t->lr);
     cJSON_AddStringToObject(t->report, "schedule", md_schedule_name(t->sched.kind));
@@ -146,12 +162,18 @@ void md_trainer_print_start(md_trainer *t)
            md_schedule_name(t->sched.kind), o->warmup_epochs > 0 ? " after linear warm-up" : "", t->batch,
            t->val_batch, t->steps_per_epoch);
     if (t->scaler.enabled) md_out("  %-16s dynamic, starting at %.0f\n", "loss scaling", (double)t->scaler.scale);
+    if (t->regress)
+        md_out("  %-16s %s over %d rows x %d variates per window\n", "loss", t->loss_name, t->ser.pred_len,
+               t->ser.n_out);
+    if (o->patience > 0)
+        md_out("  %-16s after %d epoch%s without a better validation %s (--patience)\n", "early stopping",
+               o->patience, o->patience == 1 ? "" : "s", t->regress ? "loss" : "accuracy");
     md_out("  %-16s %s\n", "steps", t->pipe_why);
     if (t->epoch >= o->epochs)
         md_out("  nothing to train: the checkpoint is at epoch %d of %d (raise --epochs to continue); scoring it\n",
                t->epoch, o->epochs);
     else
-        print_header();
+        print_header(t);
 }
 
 void md_trainer_epoch_output(md_trainer *t, double tl, double ta, double vl, double va, double lr, double sps,
@@ -171,14 +193,27 @@ void md_trainer_epoch_output(md_trainer *t, double tl, double ta, double vl, dou
         snprintf(vls, sizeof vls, "-");
         snprintf(vas, sizeof vas, "-");
     }
-    md_out("  %5d  %10.4f  %8.2f%%  %8s  %7s  %9.3g  %9s  %7s  %7s\n", t->epoch + 1, tl, 100 * ta, vls, vas, lr,
-           md_fmt_thousands(llround(sps), a, sizeof a), et, es);
+    if (t->regress) {
+        char vms[16], vma[16];
+        snprintf(vms, sizeof vms, t->val_l ? "%.4f" : "-", t->vmet.mse);
+        snprintf(vma, sizeof vma, t->val_l ? "%.4f" : "-", t->vmet.mae);
+        md_out("  %5d  %10.4f  %8s  %8s  %8s  %9.3g  %9s  %7s  %7s\n", t->epoch + 1, tl, vls, vms, vma, lr,
+               md_fmt_thousands(llround(sps), a, sizeof a), et, es);
+    } else {
+        md_out("  %5d  %10.4f  %8.2f%%  %8s  %7s  %9.3g  %9s  %7s  %7s\n", t->epoch + 1, tl, 100 * ta, vls, vas, lr,
+               md_fmt_thousands(llround(sps), a, sizeof a), et, es);
+    }
     fflush(stdout); /* a log file or pipe sees each epoch as it ends */
     curve_add(t, "epoch", t->epoch + 1);
     curve_add(t, "train_loss", tl);
-    curve_add(t, "train_acc", ta);
     curve_add(t, "val_loss", t->val_l ? vl : (double)NAN);
-    curve_add(t, "val_acc", t->val_l ? va : (double)NAN);
+    if (t->regress) {
+        curve_add(t, "val_mse", t->val_l ? t->vmet.mse : (double)NAN);
+        curve_add(t, "val_mae", t->val_l ? t->vmet.mae : (double)NAN);
+    } else {
+        curve_add(t, "train_acc", ta);
+        curve_add(t, "val_acc", t->val_l ? va : (double)NAN);
+    }
     curve_add(t, "lr", lr);
     curve_add(t, "samples_per_s", sps);
     curve_add(t, "epoch_time_s", ep_time);
@@ -205,9 +240,21 @@ void md_trainer_report_finish(md_trainer *t, int start_epoch)
     if (t->best_epoch > 0) {
         cJSON *be = cJSON_AddObjectToObject(t->report, "best");
         cJSON_AddNumberToObject(be, "epoch", t->best_epoch);
-        cJSON_AddNumberToObject(be, "acc", t->best_acc);
-        cJSON_AddStringToObject(be, "metric", t->val_l ? "val_acc" : "train_acc");
+        if (t->regress) {
+            cJSON_AddStringToObject(be, "metric", t->val_l ? "val_loss" : "train_loss");
+            cJSON_AddNumberToObject(be, "value", md_trainer_score_loss(t->best_acc));
+        } else {
+            cJSON_AddNumberToObject(be, "acc", t->best_acc);
+            cJSON_AddStringToObject(be, "metric", t->val_l ? "val_acc" : "train_acc");
+            cJSON_AddNumberToObject(be, "value", t->best_acc);
+        }
         if (t->best_path[0]) cJSON_AddStringToObject(be, "path", t->best_path);
+    }
+    if (t->o->patience > 0) {
+        cJSON *es = cJSON_AddObjectToObject(t->report, "early_stopping");
+        cJSON_AddNumberToObject(es, "patience", t->o->patience);
+        if (t->stopped_after > 0) cJSON_AddNumberToObject(es, "stopped_after_epoch", t->stopped_after);
+        else cJSON_AddNullToObject(es, "stopped_after_epoch");
     }
     if (t->last_path[0]) cJSON_AddStringToObject(t->report, "last_checkpoint", t->last_path);
 }

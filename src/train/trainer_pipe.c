@@ -23,6 +23,9 @@ md_status md_trainer_pipe_setup(md_trainer *t)
     int can = md_dev_can_capture(t->dev) && md_device_kind(t->dev) == MD_BACKEND_CUDA;
     const char *why = NULL;
     if (!o->compile) why = "--no-compile: each step runs op by op and waits for its loss";
+    else if (t->regress)
+        why = "a regression loss: each step runs op by op and syncs once for its loss (pipelined steps carry "
+              "class labels only)";
     else if (t->scaler.enabled) why = "fp16 dynamic loss scaling decides each step on the host: steps run op by op";
     else if (!can && !t->force_pipe)
         why = md_device_kind(t->dev) == MD_BACKEND_METAL

@@ -32,6 +32,17 @@ static md_status alloc_buffers(md_trainer *t)
 {
     MD_TRY(md_dev_alloc(t->dev, (size_t)t->max_batch * sizeof(int32_t), (void **)&t->d_labels, "label batch"));
     MD_TRY(md_dev_alloc(t->dev, sizeof(struct step_scalars), (void **)&t->d_sc, "step scalars"));
+    if (t->regress) {
+        MD_TRY(md_dev_alloc(t->dev, (size_t)t->max_batch * t->out_elems * sizeof(float), (void **)&t->d_targets,
+                            "target batch"));
+        t->h_out = md_malloc((size_t)t->max_batch * t->out_elems * sizeof(float));
+        if (!t->h_out) return MD_ERR_OOM;
+    }
+    if (t->o->patience > 0) {
+        size_t np = md_model_nparams(t->model), nb = md_model_bn_stats_count(t->model);
+        MD_TRY(md_dev_alloc(t->dev, (np ? np : 1) * sizeof(float), (void **)&t->d_best, "best parameters"));
+        MD_TRY(md_dev_alloc(t->dev, (nb ? nb : 1) * sizeof(float), (void **)&t->d_best_bn, "best BN statistics"));
+    }
     size_t n = md_model_nparams(t->model);
     MD_TRY(md_dev_alloc(t->dev, (n ? n : 1) * sizeof(float), (void **)&t->d_scratch, "diagnostics scratch"));
     int nt = md_model_num_tensors(t->model);
@@ -150,6 +161,12 @@ void md_trainer_teardown_batch(md_trainer *t)
     md_dev_free(t->dev, t->d_ctl);
     md_dev_host_free(t->dev, t->h_ctl, t->h_ctl_pinned);
     md_dev_free(t->dev, t->d_labels);
+    md_dev_free(t->dev, t->d_targets);
+    md_dev_free(t->dev, t->d_best);
+    md_dev_free(t->dev, t->d_best_bn);
+    md_free(t->h_out);
+    t->d_targets = t->d_best = t->d_best_bn = NULL;
+    t->h_out = NULL;
     md_dev_free(t->dev, t->d_sc);
     md_dev_free(t->dev, t->d_scratch);
     md_dev_free(t->dev, t->d_diag);

@@ -17,7 +17,25 @@ md_status md_trainer_upload_batch(md_trainer *t, const struct md_batch *b, int f
     for (int i = 0; i < t->ninputs; i++)
         MD_TRY(md_dev_upload(t->dev, md_model_input_buffer(t->model, i), b->inputs[i] + (size_t)from * t->in_elems[i],
                              (size_t)n * t->in_elems[i] * sizeof(float)));
+    if (t->regress)
+        return md_dev_upload(t->dev, t->d_targets, b->targets + (size_t)from * t->out_elems,
+                             (size_t)n * t->out_elems * sizeof(float));
     return md_dev_upload(t->dev, t->d_labels, b->labels + from, (size_t)n * sizeof(int32_t));
+}
+
+int md_trainer_loss_elems(const md_trainer *t) { return t->regress ? t->out_elems : 1; }
+
+md_status md_trainer_loss(md_trainer *t, int n, float scale, float label_smoothing)
+{
+    if (!t->regress)
+        return md_model_loss(t->model, t->d_labels, label_smoothing, scale / (float)n, &t->d_sc->loss_sum,
+                             &t->d_sc->correct);
+    /* the forecast origin: the last row of the lookback window, columns out_col.. */
+    const struct md_data_series *s = &t->ser;
+    const float *last = (const float *)md_model_input_buffer(t->model, 0) + (size_t)(s->seq_len - 1) * s->n_in + s->out_col;
+    return md_model_regress_loss(t->model, t->d_targets, s->pred_len, s->n_out, t->rkind, 1.0f, 1.0f, last,
+                                 (long long)s->seq_len * s->n_in, scale / ((float)n * (float)t->out_elems),
+                                 &t->d_sc->loss_sum, t->d_sc->reg);
 }
 
 /* `step` counts from 0. */
@@ -45,8 +63,7 @@ md_status md_trainer_step(md_trainer *t, const struct md_batch *b, int snapshot)
     double c2 = md_now();
     /* mean loss, times the loss scale (fp16) */
     float used_scale = t->scaler.scale;
-    MD_TRY(md_model_loss(t->model, t->d_labels, (float)t->o->label_smoothing, used_scale / (float)b->n,
-                         &t->d_sc->loss_sum, &t->d_sc->correct));
+    MD_TRY(md_trainer_loss(t, b->n, used_scale, (float)t->o->label_smoothing));
     MD_TRY(md_model_backward(t->model));
     float *grads = md_model_grads(t->model), *params = md_model_params(t->model);
     size_t n = md_model_nparams(t->model);
@@ -81,7 +98,7 @@ md_status md_trainer_step(md_trainer *t, const struct md_batch *b, int snapshot)
     t->ph_sync += c4 - c3;
     t->ph_opt += c5 - c4;
     t->global_step++;
-    t->ep_loss += (double)sc.loss_sum;
+    t->ep_loss += (double)sc.loss_sum / md_trainer_loss_elems(t);
     t->ep_correct += sc.correct;
     t->ep_seen += b->n;
     return MD_OK;
@@ -93,6 +110,11 @@ md_status md_trainer_dump_grads(md_trainer *t, const char *path)
     MD_TRY(md_loader_start_epoch(t->train_l, 0));
     MD_TRY(md_loader_next(t->train_l, &b));
     if (!b) return md_errf(MD_ERR_DATA, "--dump-grads: the training split gave no batch");
+    if (t->regress) {
+        md_loader_release(t->train_l, b);
+        return md_errf(MD_ERR_USAGE, "--dump-grads: model %s is a regression model; only classifiers are dumped",
+                       md_model_name(t->model));
+    }
     md_status st = md_trainer_upload_batch(t, b, 0, b->n);
     if (st == MD_OK) st = md_model_dump_grads(t->model, b->labels, b->n, (float)t->o->label_smoothing, path);
     int n = b->n;
@@ -111,6 +133,11 @@ md_status md_trainer_dump_logits(md_trainer *t, const char *path)
     MD_TRY(md_loader_start_epoch(l, 0));
     MD_TRY(md_loader_next(l, &b));
     if (!b) return md_errf(MD_ERR_DATA, "--dump-logits: the %s split gave no batch", split);
+    if (t->regress) {
+        md_loader_release(l, b);
+        return md_errf(MD_ERR_USAGE, "--dump-logits: model %s is a regression model; only classifiers are dumped",
+                       md_model_name(t->model));
+    }
     /* the evaluation batch may exceed the bound batch: its first part */
     int n = b->n < t->max_batch ? b->n : t->max_batch;
     md_status st = md_trainer_upload_batch(t, b, 0, n);

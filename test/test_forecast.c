@@ -1,0 +1,190 @@
+/* test_forecast.c - forecasting end to end through the binary: regression
+ * training on the bundled time-series sample (report keys, a trained model
+ * beats an untrained one), early stopping for both tasks, the flag
+ * spellings, task mismatch errors, run_on_mac.sh's forecasting widths, and
+ * the report against the schema. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "json_schema.h"
+
+/* small and fast: a 1-layer itransformer over 16-row windows */
+#define SMALL "--seq-len 16 --pred-len 8 --d-model 16 --d-ff 16 --e-layers 1 --n-heads 2 --steps 3 --overwrite"
+
+/* Runs the binary with `args` plus a report in a fresh folder; the report (caller deletes). */
+static cJSON *run_report(const char *args, int want_rc, char **out_text)
+{
+    char *dir = th_tmpdir();
+    char cmd[2048], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "%s --checkpoint-dir %s/ck --report %s/r.json", args, dir, dir);
+    int rc = th_run(cmd, &out, &err);
+    cr_assert_eq(rc, want_rc, "rc %d for %s\nstdout:\n%s\nstderr:\n%s", rc, cmd, out, err);
+    char path[600];
+    snprintf(path, sizeof path, "%s/r.json", dir);
+    cJSON *r = want_rc == 0 ? th_load_json(path) : NULL;
+    if (out_text) *out_text = out;
+    else free(out);
+    free(err);
+    th_rmtree(dir);
+    free(dir);
+    return r;
+}
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(v), "%s is not a number", key);
+    return v->valuedouble;
+}
+
+static const cJSON *obj(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert_not_null(v, "no key %s", key);
+    return v;
+}
+
+Test(forecast, trains_on_the_sample_and_beats_an_untrained_model, .timeout = 60)
+{
+    char *text = NULL;
+    cJSON *r = run_report("--model itransformer " SMALL " --epochs 2 --optimizer adamw --lr 0.003", 0, &text);
+    const cJSON *t = obj(r, "training");
+    cr_assert_str_eq(obj(t, "task")->valuestring, "regression");
+    cr_assert_str_eq(obj(t, "loss_function")->valuestring, "mse");
+    cr_assert_str_eq(obj(obj(r, "data"), "task")->valuestring, "regression");
+    const cJSON *c = obj(t, "curves");
+    cr_assert_null(cJSON_GetObjectItem(c, "train_acc"));
+    cr_assert_null(cJSON_GetObjectItem(c, "val_acc"));
+    cr_assert_eq(cJSON_GetArraySize(obj(c, "val_mse")), 2);
+    cr_assert_eq(cJSON_GetArraySize(obj(c, "val_mae")), 2);
+    const cJSON *best = obj(t, "best");
+    cr_assert_str_eq(obj(best, "metric")->valuestring, "val_loss");
+    cr_assert_gt(num(best, "value"), 0);
+    const cJSON *te = obj(t, "test");
+    cr_assert_null(cJSON_GetObjectItem(te, "acc"));
+    double mse = num(te, "mse");
+    cr_assert_float_eq(num(te, "rmse"), sqrt(mse), 1e-9);
+    double dir = num(te, "directional_accuracy");
+    cr_assert(dir >= 0 && dir <= 1);
+    cr_assert_gt(num(te, "mse_original_units"), 0);
+    cr_assert_gt(num(te, "mae_original_units"), 0);
+    cr_assert_str_eq(obj(obj(te, "baseline"), "name")->valuestring, "repeat the last value");
+    cr_assert_gt(num(obj(te, "baseline"), "mse"), 0);
+    const cJSON *f = obj(t, "forecasts");
+    cr_assert_eq(cJSON_GetArraySize(f), 4);
+    const cJSON *f0 = cJSON_GetArrayItem(f, 0);
+    cr_assert_eq(cJSON_GetArraySize(obj(f0, "lookback")), 16);
+    cr_assert_eq(cJSON_GetArraySize(obj(f0, "actual")), 8);
+    cr_assert_eq(cJSON_GetArraySize(obj(f0, "predicted")), 8);
+    cr_assert_str_eq(obj(f0, "variate")->valuestring, "OT");
+    cr_assert(strstr(obj(obj(t, "step_execution"), "why")->valuestring, "regression"));
+    /* the text: val MSE/MAE columns, no accuracy, the baseline beside the test line */
+    cr_assert(strstr(text, "val MSE") && strstr(text, "naive baseline"), "%s", text);
+    cr_assert_null(strstr(text, "accuracy %"), "%s", text);
+    cr_assert_null(strstr(text, "val acc"), "%s", text);
+    free(text);
+
+    /* the report validates against the schema */
+    cJSON *s = th_load_json("docs/schema/report.schema.json");
+    char err[600];
+    cr_assert(th_schema_validate(s, r, err, sizeof err), "regression report: %s", err);
+    cJSON_Delete(s);
+
+    /* the same run with a learning rate too small to move a weight scores worse */
+    cJSON *u = run_report("--model itransformer " SMALL " --epochs 2 --optimizer adamw --lr 1e-12", 0, NULL);
+    double untrained = num(obj(obj(u, "training"), "test"), "mse");
+    cr_assert_lt(mse, untrained, "trained test MSE %g, untrained %g", mse, untrained);
+    cJSON_Delete(u);
+    cJSON_Delete(r);
+}
+
+/* A learning rate below every weight's rounding step: nothing improves, so
+ * --patience 1 stops after the second epoch. */
+Test(forecast, early_stopping_regression, .timeout = 60)
+{
+    cJSON *r = run_report("--model itransformer " SMALL " --epochs 5 --patience 1 --lr 1e-12", 0, NULL);
+    const cJSON *t = obj(r, "training");
+    const cJSON *es = obj(t, "early_stopping");
+    cr_assert_eq((int)num(es, "patience"), 1);
+    cr_assert_eq((int)num(es, "stopped_after_epoch"), 2);
+    cr_assert_eq((int)num(t, "epochs_run"), 2);
+    cr_assert_eq((int)num(obj(t, "best"), "epoch"), 1);
+    cr_assert_eq((int)num(obj(t, "test"), "after_epoch"), 1, "scored with the best epoch's weights");
+    cJSON_Delete(r);
+    /* without --patience every epoch runs and no early_stopping key appears */
+    r = run_report("--model itransformer " SMALL " --epochs 3 --lr 1e-12", 0, NULL);
+    cr_assert_null(cJSON_GetObjectItem(obj(r, "training"), "early_stopping"));
+    cr_assert_eq((int)num(obj(r, "training"), "epochs_run"), 3);
+    cJSON_Delete(r);
+}
+
+Test(forecast, early_stopping_classification, .timeout = 60)
+{
+    cJSON *r = run_report("--max-samples 64 --steps 1 --batch-size 32 --epochs 4 --patience 1 --lr 1e-12", 0, NULL);
+    const cJSON *t = obj(r, "training");
+    cr_assert_str_eq(obj(t, "task")->valuestring, "classification");
+    cr_assert_str_eq(obj(t, "loss_function")->valuestring, "cross_entropy");
+    cr_assert_eq((int)num(obj(t, "early_stopping"), "stopped_after_epoch"), 2);
+    cr_assert_str_eq(obj(obj(t, "best"), "metric")->valuestring, "val_acc");
+    cJSON_Delete(r);
+}
+
+Test(forecast, flag_spellings_and_model_selection, .timeout = 60)
+{
+    /* underscores, --train_epochs, --loss_function; a time-series flag picks the model */
+    cJSON *r = run_report("--seq_len 16 --pred_len 8 --d_model 16 --d_ff 16 --e_layers 1 --n_heads 2 --steps 2 "
+                          "--overwrite --train_epochs 1 --loss_function huber",
+                          0, NULL);
+    const cJSON *t = obj(r, "training");
+    cr_assert_str_eq(obj(t, "loss_function")->valuestring, "huber");
+    cr_assert_eq((int)num(t, "epochs"), 1);
+    cr_assert_str_eq(obj(obj(r, "model"), "name")->valuestring, "itransformer");
+    const cJSON *m = th_setting(r, "model");
+    cr_assert_not_null(m);
+    cr_assert(strstr(cJSON_PrintUnformatted(m), "--seq-len given without --model"), "%s", cJSON_PrintUnformatted(m));
+    cJSON_Delete(r);
+}
+
+static void expect_error(const char *args, const char *needle)
+{
+    char *out = NULL, *err = NULL;
+    int rc = th_run(args, &out, &err);
+    cr_assert_neq(rc, 0, "%s succeeded", args);
+    cr_assert(strstr(err, needle), "%s: stderr lacks '%s':\n%s", args, needle, err);
+    cr_assert_eq(th_count_lines(err), 1, "%s: one line wanted:\n%s", args, err);
+    free(out);
+    free(err);
+}
+
+Test(forecast, task_mismatches_are_one_line_errors, .timeout = 60)
+{
+    expect_error("--model itransformer --dataset fashion-mnist --epochs 1", "forecasts a time series (regression) but dataset");
+    expect_error("--model small_cnn --dataset csv --epochs 1", "is a classifier");
+    expect_error("--model itransformer " SMALL " --loss-function cross_entropy --epochs 1", "is for classifiers");
+    expect_error("--max-samples 64 --loss-function mse --epochs 1", "is a regression loss");
+    expect_error("--model small_cnn --d-model 16 --epochs 1", "d_model");
+}
+
+Test(forecast, run_on_mac_passes_the_presets_widths, .timeout = 30)
+{
+    char *out = NULL, *err = NULL;
+    int rc = th_sh("RUN_ON_MAC_DRY_RUN=1 MPSDIAG_CHIP='Apple M1' scripts/run_on_mac.sh --seq_len 96 --train_epochs 5", &out,
+                   &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "--d-model 192") && strstr(out, "--d-ff 768"), "%s", out);
+    free(out);
+    free(err);
+    /* a width given wins; a classification run gets none */
+    rc = th_sh("RUN_ON_MAC_DRY_RUN=1 MPSDIAG_CHIP='Apple M1' scripts/run_on_mac.sh --seq_len 96 --d_model 64", &out, &err);
+    cr_assert(strstr(out, "--d_model 64") && !strstr(out, "--d-model 192"), "%s", out);
+    free(out);
+    free(err);
+    rc = th_sh("RUN_ON_MAC_DRY_RUN=1 MPSDIAG_CHIP='Apple M1' scripts/run_on_mac.sh --epochs 1", &out, &err);
+    cr_assert_null(strstr(out, "--d-model"), "%s", out);
+    free(out);
+    free(err);
+}
