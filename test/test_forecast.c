@@ -115,10 +115,15 @@ Test(forecast, early_stopping_regression, .timeout = 60)
     cr_assert_eq((int)num(obj(t, "best"), "epoch"), 1);
     cr_assert_eq((int)num(obj(t, "test"), "after_epoch"), 1, "scored with the best epoch's weights");
     cJSON_Delete(r);
-    /* without --patience every epoch runs and no early_stopping key appears */
-    r = run_report("--model itransformer " SMALL " --epochs 3 --lr 1e-12", 0, NULL);
+    /* --patience 0: every epoch runs and no early_stopping key appears */
+    r = run_report("--model itransformer " SMALL " --epochs 3 --patience 0 --lr 1e-12", 0, NULL);
     cr_assert_null(cJSON_GetObjectItem(obj(r, "training"), "early_stopping"));
     cr_assert_eq((int)num(obj(r, "training"), "epochs_run"), 3);
+    cJSON_Delete(r);
+    /* a forecasting model's default is the public recipe's patience of 3 and Adam */
+    r = run_report("--model itransformer " SMALL " --epochs 2", 0, NULL);
+    cr_assert_eq((int)num(obj(obj(r, "training"), "early_stopping"), "patience"), 3);
+    cr_assert_str_eq(obj(obj(r, "training"), "optimizer")->valuestring, "adamw");
     cJSON_Delete(r);
 }
 
@@ -187,4 +192,25 @@ Test(forecast, run_on_mac_passes_the_presets_widths, .timeout = 30)
     cr_assert_null(strstr(out, "--d-model"), "%s", out);
     free(out);
     free(err);
+}
+
+Test(forecast, benchmark_and_ci_with_a_forecasting_model, .timeout = 60)
+{
+    /* --benchmark-only times the regression step on the bundled series (not synthetic images) */
+    cJSON *r = run_report("--model itransformer --seq-len 16 --pred-len 8 --d-model 16 --d-ff 16 --e-layers 1 "
+                          "--n-heads 2 --benchmark-only --epochs 0 --batch-size 8 --bench-iters 3 --warmup-iters 1",
+                          0, NULL);
+    const cJSON *b = obj(r, "benchmark");
+    cr_assert_str_eq(obj(b, "data_source")->valuestring, "csv");
+    const cJSON *tr = obj(b, "training");
+    cr_assert_gt(num(obj(tr, "step_ms"), "p50"), 0.0);
+    double l0 = num(tr, "first_loss");
+    cr_assert(l0 > 0.01 && l0 < 20.0, "a per-element MSE of standardised values, not a per-sample sum: %g", l0);
+    cJSON_Delete(r);
+    /* --ci with a forecasting model: its data is the bundled time series, and it passes */
+    r = run_report("--ci --model itransformer --seq-len 16 --pred-len 8 --d-model 16 --d-ff 16 --e-layers 1 "
+                   "--n-heads 2 --steps 3",
+                   0, NULL);
+    cr_assert_str_eq(obj(obj(r, "training"), "task")->valuestring, "regression");
+    cJSON_Delete(r);
 }

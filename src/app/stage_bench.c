@@ -685,6 +685,11 @@ md_status md_stage_bench(md_job *job)
         }
     }
     md_resolve_model(o, &c.mopts);
+    if (job->model) { /* the parameters the model stage fitted to the data (a forecast's window, variates) */
+        const struct md_model_opts *jm = md_model_get_opts(job->model);
+        c.mopts.nsets = jm->nsets;
+        memcpy(c.mopts.sets, jm->sets, sizeof c.mopts.sets);
+    }
     c.mopts.compute_dtype = compute_dtype(o, c.info);
     md_resolve_bench(o, &c.bopts);
     c.batch = o->batch_size > 0 ? o->batch_size : 64;

@@ -17,6 +17,7 @@
 #include "cJSON.h"
 #include "core/mem.h"
 #include "data/csv_series.h"
+#include "core/platform.h"
 #include "data/format.h"
 
 struct csv_state {
@@ -78,6 +79,8 @@ static md_status csv_default_dirs(const char *dataset, char (*dirs)[MD_PATH_MAX]
     (void)dataset;
     *n = 0;
     if (max > 0) snprintf(dirs[(*n)++], MD_PATH_MAX, "data/timeseries-sample");
+    /* the bundled sample beside the executable, wherever mpsdiag runs from */
+    if (max > 1 && md_exe_dir()[0]) snprintf(dirs[(*n)++], MD_PATH_MAX, "%s/../data/timeseries-sample", md_exe_dir());
     return MD_OK;
 }
 

@@ -49,6 +49,7 @@ struct ring {
     int n;                                   /* slots filled */
     void *in[RING][MD_DATA_MAX_INPUTS];      /* (batch, elems) fp32, model layout */
     int32_t *labels[RING];                   /* (batch) */
+    float *targets[RING];                    /* regression: (batch, target elems) fp32; else NULL */
 };
 
 static void ring_free(md_device *dev, struct ring *r)
@@ -56,6 +57,7 @@ static void ring_free(md_device *dev, struct ring *r)
     for (int s = 0; s < RING; s++) {
         for (int i = 0; i < MD_DATA_MAX_INPUTS; i++) md_dev_free(dev, r->in[s][i]);
         md_dev_free(dev, r->labels[s]);
+        md_dev_free(dev, r->targets[s]);
     }
     memset(r, 0, sizeof *r);
 }
@@ -70,6 +72,8 @@ static md_status ring_fill(md_device *dev, struct md_data *d, const struct md_be
     struct md_loader *l = NULL;
     float *host[MD_DATA_MAX_INPUTS] = {0};
     int32_t *hl = NULL;
+    float *ht = NULL;
+    size_t te = md_data_task(d) == MD_TASK_REGRESS ? md_data_target_elems(d) : 0;
     struct md_loader_opts lo = {
         .split = MD_SPLIT_TRAIN,
         .batch_size = batch < 256 ? batch : 256,
@@ -86,6 +90,7 @@ static md_status ring_fill(md_device *dev, struct md_data *d, const struct md_be
     }
     hl = md_malloc((size_t)batch * sizeof *hl);
     if (!hl) { st = MD_ERR_OOM; goto fail; }
+    if (te && !(ht = md_malloc((size_t)batch * te * sizeof *ht))) { st = MD_ERR_OOM; goto fail; }
     int epoch = 0;
     if ((st = md_loader_start_epoch(l, epoch)) != MD_OK) goto fail;
     for (int s = 0; s < slots; s++) {
@@ -105,6 +110,7 @@ static md_status ring_fill(md_device *dev, struct md_data *d, const struct md_be
                 memcpy(host[i] + (size_t)filled * e, b->inputs[i], (size_t)take * e * sizeof(float));
             }
             memcpy(hl + filled, b->labels, (size_t)take * sizeof *hl);
+            if (te) memcpy(ht + (size_t)filled * te, b->targets, (size_t)take * te * sizeof *ht);
             filled += take;
             md_loader_release(l, b);
         }
@@ -116,11 +122,17 @@ static md_status ring_fill(md_device *dev, struct md_data *d, const struct md_be
         if ((st = md_dev_alloc(dev, (size_t)batch * sizeof *hl, (void **)&r->labels[s], "benchmark labels")) != MD_OK)
             goto fail;
         if ((st = md_dev_upload(dev, r->labels[s], hl, (size_t)batch * sizeof *hl)) != MD_OK) goto fail;
+        if (te) {
+            size_t bytes = (size_t)batch * te * sizeof *ht;
+            if ((st = md_dev_alloc(dev, bytes, (void **)&r->targets[s], "benchmark targets")) != MD_OK) goto fail;
+            if ((st = md_dev_upload(dev, r->targets[s], ht, bytes)) != MD_OK) goto fail;
+        }
         r->n = s + 1;
     }
 fail:
     for (int i = 0; i < MD_DATA_MAX_INPUTS; i++) md_free(host[i]);
     md_free(hl);
+    md_free(ht);
     md_loader_free(l);
     if (st != MD_OK) ring_free(dev, r);
     return st;
@@ -196,6 +208,25 @@ static md_status optimizer_step(struct bench *b, int capturing)
     return MD_OK;
 }
 
+/* The training loss of the step on ring slot `slot`: softmax cross-entropy,
+ * or for a regression model the MSE against the slot's targets (the loss a
+ * forecasting run trains with by default; the other regression losses cost
+ * the same kernel). Mean over the batch (and the forecast's elements). */
+static md_status bench_loss(struct bench *b, int slot, int n)
+{
+    if (!b->ring.targets[slot]) return md_model_loss(b->m, b->ring.labels[slot], 0.0f, 1.0f / (float)n, b->loss_dev, NULL);
+    const struct md_data_series *s = md_data_series(b->d);
+    float scale = 1.0f / ((float)n * (float)md_data_target_elems(b->d));
+    return md_model_regress_loss(b->m, b->ring.targets[slot], s->pred_len, s->n_out, MD_REGRESS_MSE, 1.0f, 1.0f, NULL,
+                                 0, scale, b->loss_dev, NULL);
+}
+
+/* What bench_loss's sum is over: samples, or forecast elements. */
+static double loss_count(const struct bench *b, int slot, int n)
+{
+    return b->ring.targets[slot] ? (double)n * (double)md_data_target_elems(b->d) : (double)n;
+}
+
 /* One training step; phase times in ms when `t` is non-NULL (t[0] forward
  * with loss, t[1] backward, t[2] optimizer, t[3] whole step). */
 static md_status train_step(struct bench *b, int slot, double *t, double *loss)
@@ -207,7 +238,7 @@ static md_status train_step(struct bench *b, int slot, double *t, double *loss)
     MD_TRY(copy_inputs(b, slot));
     MD_TRY(md_dev_memset0(b->dev, b->loss_dev, sizeof(float)));
     MD_TRY(md_model_forward(b->m, n, 1));
-    MD_TRY(md_model_loss(b->m, b->ring.labels[slot], 0.0f, 1.0f / (float)n, b->loss_dev, NULL));
+    MD_TRY(bench_loss(b, slot, n));
     MD_TRY(md_event_record(b->dev, b->ev[1]));
     MD_TRY(md_model_backward(b->m));
     MD_TRY(md_event_record(b->dev, b->ev[2]));
@@ -223,7 +254,7 @@ static md_status train_step(struct bench *b, int slot, double *t, double *loss)
     if (loss) {
         float l = 0;
         MD_TRY(md_dev_download(b->dev, &l, b->loss_dev, sizeof l));
-        *loss = (double)l / n;
+        *loss = (double)l / loss_count(b, slot, n);
     }
     return MD_OK;
 }
@@ -236,7 +267,7 @@ static md_status step_body(struct bench *b, int slot)
     MD_TRY(copy_inputs(b, slot));
     MD_TRY(md_dev_memset0(b->dev, b->loss_dev, sizeof(float)));
     MD_TRY(md_model_forward(b->m, n, 1));
-    MD_TRY(md_model_loss(b->m, b->ring.labels[slot], 0.0f, 1.0f / (float)n, b->loss_dev, NULL));
+    MD_TRY(bench_loss(b, slot, n));
     MD_TRY(md_model_backward(b->m));
     return optimizer_step(b, 1);
 }
@@ -281,7 +312,7 @@ static md_status graph_step(struct bench *b, int slot, double *t, double *loss)
     if (loss) {
         float l = 0;
         MD_TRY(md_dev_download(b->dev, &l, b->loss_dev, sizeof l));
-        *loss = (double)l / b->s->batch;
+        *loss = (double)l / loss_count(b, slot, b->s->batch);
     }
     return MD_OK;
 }
