@@ -41,6 +41,15 @@ static int ends_with(const char *s, const char *suf)
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
+/* training.task; older reports have none: curves with val_mse are a regression
+ * run's. */
+static int is_regression(const cJSON *tr)
+{
+    const char *task = str(tr, "task");
+    if (task) return strcmp(task, "regression") == 0;
+    return get(get(tr, "curves"), "val_mse") != NULL;
+}
+
 /* ---- value formatting ------------------------------------------------------
  * Units come from the key's suffix, as the schema names them. */
 
@@ -701,6 +710,14 @@ static void header(md_strbuf *b, const cJSON *r)
         md_strbuf_printf(b, "<div class=\"card\"><span>%.4g ms</span>inference p50 per batch</div>", v);
     if (num(tr, "achieved_gflops", &v))
         md_strbuf_printf(b, "<div class=\"card\"><span>%.4g</span>achieved GFLOP/s</div>", v);
+    const cJSON *rt = get(r, "training");
+    double bm;
+    if (is_regression(rt) && num(get(rt, "test"), "mse", &v)) {
+        if (num(get(get(rt, "test"), "baseline"), "mse", &bm))
+            md_strbuf_printf(b, "<div class=\"card\"><span>%.4g</span>test MSE (naive %.4g)</div>", v, bm);
+        else
+            md_strbuf_printf(b, "<div class=\"card\"><span>%.4g</span>test MSE</div>", v);
+    }
     if (num(get(r, "memory"), "device_peak_bytes", &v)) {
         char t[32];
         md_strbuf_printf(b, "<div class=\"card\"><span>%s</span>peak device memory</div>", md_fmt_bytes(v, t, sizeof t));
@@ -745,14 +762,6 @@ static void settings_section(md_strbuf *b, const cJSON *settings)
  * training.task is "regression": no accuracies; the validation MSE and MAE per
  * epoch, the test figures beside the naive baseline with a verdict, and a
  * forecast-against-actual chart per entry of training.forecasts. */
-
-/* Older reports have no task; curves with val_mse are a regression run's. */
-static int is_regression(const cJSON *tr)
-{
-    const char *task = str(tr, "task");
-    if (task) return strcmp(task, "regression") == 0;
-    return get(get(tr, "curves"), "val_mse") != NULL;
-}
 
 /* The numbers of a JSON array as doubles (null and non-numbers: NaN) into a
  * new md_malloc'd array the caller frees; NULL when empty or no memory. */
@@ -966,13 +975,15 @@ static void forecast_chart(md_strbuf *b, const cJSON *f)
 #undef PY
     static const char *const names[] = {"lookback", "actual", "predicted"};
     const char *colors[] = {"#999999", palette[0], palette[1]};
+    /* the legend under the plot, right of the x label: a long title needs the top line */
     for (int i = 0; i < 3; i++) {
-        double lx = right - 95.0 * (3 - i), ly = top - 6;
+        double lx = right - 82.0 * (3 - i), ly = CH - 10;
         md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"/>\n", lx,
                          ly - 4, lx + 22, ly - 4, colors[i]);
         svg_text(b, lx + 26, ly, "start", " class=\"leg\"", names[i]);
     }
-    svg_frame_at(b, title, "time step (0 = last input)", 1);
+    svg_text(b, left, CH - 10, "start", " class=\"axl\"", "time step (0 = last input)");
+    svg_frame_at(b, title, NULL, 1);
     svg_close(b, NULL);
 done:
     md_free(lb);
