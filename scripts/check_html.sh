@@ -4,8 +4,9 @@
 #
 #   scripts/check_html.sh [OUTDIR]      (default: build/html-check)
 #
-# Renders two pages: the canned report of the test suite (every chart) and a
-# real --benchmark-only run of the built binary on the CPU. Needs Debian's
+# Renders three pages: the canned report of the test suite (every chart), the
+# canned forecasting report (baseline table, forecast charts) and a real
+# --benchmark-only run of the built binary on the CPU. Needs Debian's
 # chromium (apt-get install -y chromium). Everything runs offline: the pages
 # are self-contained and Chromium's background networking is switched off.
 set -euo pipefail
@@ -24,6 +25,7 @@ make --no-print-directory all build/mpsdiag-tests >/dev/null
 
 # 1. the canned report (test/data/report_canned.json) through the test suite
 MPSDIAG_HTML_KEEP="$out" MPSDIAG_BIN="$PWD/build/mpsdiag" build/mpsdiag-tests --filter 'html/canned_report_structure' >/dev/null 2>&1
+MPSDIAG_HTML_KEEP="$out" MPSDIAG_BIN="$PWD/build/mpsdiag" build/mpsdiag-tests --filter 'html_regress/forecasting_report' >/dev/null 2>&1
 
 # 2. a real run: benchmark a small model on the CPU with a short sweep
 if ! build/mpsdiag --device cpu --benchmark-only --bench-iters 20 --warmup-iters 2 --batch-sweep 8,16,32 \
@@ -42,7 +44,7 @@ shoot() {
 }
 
 status=0
-for page in "$out"/canned.html "$out"/run.html; do
+for page in "$out"/canned.html "$out"/regress.html "$out"/run.html; do
     [ -f "$page" ] || continue
     # self-contained: no reference to any network address
     if grep -Eq 'https?://|src=|<script|<link' "$page"; then

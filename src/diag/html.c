@@ -41,6 +41,15 @@ static int ends_with(const char *s, const char *suf)
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
+/* training.task; older reports have none: curves with val_mse are a regression
+ * run's. */
+static int is_regression(const cJSON *tr)
+{
+    const char *task = str(tr, "task");
+    if (task) return strcmp(task, "regression") == 0;
+    return get(get(tr, "curves"), "val_mse") != NULL;
+}
+
 /* ---- value formatting ------------------------------------------------------
  * Units come from the key's suffix, as the schema names them. */
 
@@ -338,9 +347,11 @@ struct series {
     int dashed;
 };
 
-/* Line chart with markers; x numeric (epochs). */
-static void line_chart(md_strbuf *b, const char *title, const char *xlabel, const char *ylabel,
-                       const struct series *s, int ns, const char *caption)
+/* Line chart with markers; x numeric (epochs). A finite mark_x draws a
+ * dashed vertical line there, labelled mark_label (the best epoch). */
+static void line_chart_marked(md_strbuf *b, const char *title, const char *xlabel, const char *ylabel,
+                              const struct series *s, int ns, const char *caption, double mark_x,
+                              const char *mark_label)
 {
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
     for (int i = 0; i < ns; i++)
@@ -384,10 +395,23 @@ static void line_chart(md_strbuf *b, const char *title, const char *xlabel, cons
                          lx, ly - 4, lx + 22, ly - 4, c, s[i].dashed ? " stroke-dasharray=\"6 4\"" : "");
         svg_text(b, lx + 26, ly, "start", " class=\"leg\"", s[i].name);
     }
+    if (isfinite(mark_x) && mark_x >= x0 && mark_x <= x1) {
+        md_strbuf_printf(b, "<line class=\"mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#2ca02c\" "
+                            "stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>\n",
+                         PX(mark_x), top, PX(mark_x), bottom);
+        int at_right = PX(mark_x) > (left + right) / 2;
+        svg_text(b, PX(mark_x) + (at_right ? -4 : 4), top + 14, at_right ? "end" : "start", " class=\"leg\"", mark_label);
+    }
 #undef PX
 #undef PY
     svg_frame_at(b, title, xlabel, 1);
     svg_close(b, caption);
+}
+
+static void line_chart(md_strbuf *b, const char *title, const char *xlabel, const char *ylabel,
+                       const struct series *s, int ns, const char *caption)
+{
+    line_chart_marked(b, title, xlabel, ylabel, s, ns, caption, (double)NAN, NULL);
 }
 
 /* Histogram of samples with p50/p95/p99 markers. */
@@ -686,6 +710,14 @@ static void header(md_strbuf *b, const cJSON *r)
         md_strbuf_printf(b, "<div class=\"card\"><span>%.4g ms</span>inference p50 per batch</div>", v);
     if (num(tr, "achieved_gflops", &v))
         md_strbuf_printf(b, "<div class=\"card\"><span>%.4g</span>achieved GFLOP/s</div>", v);
+    const cJSON *rt = get(r, "training");
+    double bm;
+    if (is_regression(rt) && num(get(rt, "test"), "mse", &v)) {
+        if (num(get(get(rt, "test"), "baseline"), "mse", &bm))
+            md_strbuf_printf(b, "<div class=\"card\"><span>%.4g</span>test MSE (naive %.4g)</div>", v, bm);
+        else
+            md_strbuf_printf(b, "<div class=\"card\"><span>%.4g</span>test MSE</div>", v);
+    }
     if (num(get(r, "memory"), "device_peak_bytes", &v)) {
         char t[32];
         md_strbuf_printf(b, "<div class=\"card\"><span>%s</span>peak device memory</div>", md_fmt_bytes(v, t, sizeof t));
@@ -726,6 +758,251 @@ static void settings_section(md_strbuf *b, const cJSON *settings)
     section_close(b);
 }
 
+/* ---- regression (forecasting) runs ------------------------------------------
+ * training.task is "regression": no accuracies; the validation MSE and MAE per
+ * epoch, the test figures beside the naive baseline with a verdict, and a
+ * forecast-against-actual chart per entry of training.forecasts. */
+
+/* The numbers of a JSON array as doubles (null and non-numbers: NaN) into a
+ * new md_malloc'd array the caller frees; NULL when empty or no memory. */
+static double *num_array(const cJSON *a, int *n)
+{
+    *n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0;
+    if (*n == 0) return NULL;
+    double *v = md_malloc(sizeof(double) * (size_t)*n);
+    if (!v) return NULL;
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) v[i++] = cJSON_IsNumber(e) && isfinite(e->valuedouble) ? e->valuedouble : (double)NAN;
+    return v;
+}
+
+/* Loss with the best epoch marked, and the validation errors, per epoch. */
+static void regression_curves(md_strbuf *b, const cJSON *tr, const cJSON *ep, int n)
+{
+    double *buf = md_malloc(sizeof(double) * 5 * (size_t)n);
+    if (!buf) return;
+    double *x = buf, *tl = buf + n, *vl = buf + 2 * n, *vmse = buf + 3 * n, *vmae = buf + 4 * n;
+    static const char *const k_tl[] = {"train_loss", "loss", NULL};
+    static const char *const k_vl[] = {"val_loss", NULL};
+    static const char *const k_mse[] = {"val_mse", NULL};
+    static const char *const k_mae[] = {"val_mae", NULL};
+    static const char *const k_ep[] = {"epoch", NULL};
+    int i = 0, have_loss = 0, have_err = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ep)
+    {
+        if (!num_any(e, k_ep, &x[i])) x[i] = i + 1;
+        if (!num_any(e, k_tl, &tl[i])) tl[i] = (double)NAN;
+        if (!num_any(e, k_vl, &vl[i])) vl[i] = (double)NAN;
+        if (!num_any(e, k_mse, &vmse[i])) vmse[i] = (double)NAN;
+        if (!num_any(e, k_mae, &vmae[i])) vmae[i] = (double)NAN;
+        have_loss |= isfinite(tl[i]) || isfinite(vl[i]);
+        have_err |= isfinite(vmse[i]) || isfinite(vmae[i]);
+        i++;
+    }
+    double best = (double)NAN;
+    char label[48] = "";
+    if (num(get(tr, "best"), "epoch", &best)) snprintf(label, sizeof label, "best epoch %.0f", best);
+    const char *lf = str(tr, "loss_function");
+    char ylabel[64];
+    snprintf(ylabel, sizeof ylabel, "loss (%s)", lf ? lf : "standardised");
+    md_strbuf_add(b, "<div class=\"charts\">\n");
+    if (have_loss) {
+        struct series s[2] = {{"train", x, tl, n, 0}, {"validation", x, vl, n, 1}};
+        line_chart_marked(b, "Loss per epoch", "epoch", ylabel, s, 2, NULL, best, label);
+    }
+    if (have_err) {
+        struct series s[2] = {{"val MSE", x, vmse, n, 0}, {"val MAE", x, vmae, n, 1}};
+        line_chart_marked(b, "Validation error per epoch", "epoch", "error (standardised)", s, 2, NULL, best, label);
+    }
+    md_strbuf_add(b, "</div>\n");
+    md_free(buf);
+}
+
+/* "Early stopping: ..." in one line, when --patience was given. */
+static void early_stopping_line(md_strbuf *b, const cJSON *tr)
+{
+    const cJSON *es = get(tr, "early_stopping");
+    double patience, stopped, best, epochs;
+    if (!cJSON_IsObject(es) || !num(es, "patience", &patience)) return;
+    md_strbuf_printf(b, "<p class=\"es\"><b>Early stopping</b> (patience %.0f epochs): ", patience);
+    if (num(es, "stopped_after_epoch", &stopped))
+        md_strbuf_printf(b, "stopped after epoch %.0f, the validation loss not having improved for %.0f epochs", stopped,
+                         patience);
+    else if (num(tr, "epochs", &epochs))
+        md_strbuf_printf(b, "not triggered; all %.0f epochs ran", epochs);
+    else
+        md_strbuf_add(b, "not triggered; all epochs ran");
+    if (num(get(tr, "best"), "epoch", &best)) {
+        double v;
+        md_strbuf_printf(b, "; best epoch %.0f", best);
+        if (num(get(tr, "best"), "value", &v)) md_strbuf_printf(b, " (validation loss %.4g)", v);
+    }
+    md_strbuf_add(b, ".</p>\n");
+}
+
+static void test_cell(md_strbuf *b, const cJSON *o, const char *key, double scale, const char *unit)
+{
+    double v;
+    if (num(o, key, &v)) md_strbuf_printf(b, "<td class=\"n\">%.4g%s</td>", v * scale, unit);
+    else md_strbuf_add(b, "<td class=\"n\"><span class=\"dim\">&#8212;</span></td>");
+}
+
+/* The test split's figures, the naive baseline's beside them, and whether the
+ * model beats it (by test MSE, as forecasting papers rank models). */
+static void regression_test(md_strbuf *b, const cJSON *tr)
+{
+    const cJSON *t = get(tr, "test");
+    if (!cJSON_IsObject(t)) return;
+    const cJSON *bl = get(t, "baseline");
+    const char *bname = str(bl, "name") ? str(bl, "name") : "naive baseline";
+    double m, bm;
+    if (num(t, "mse", &m) && num(bl, "mse", &bm)) {
+        int wins = m < bm;
+        md_strbuf_printf(b, "<p class=\"status %s verdict\"><b>The model %s the naive baseline</b> (",
+                         wins ? "good" : "badbox", wins ? "beats" : "does not beat");
+        md_strbuf_add_escaped(b, bname);
+        md_strbuf_printf(b, "): test MSE %.4g against %.4g", m, bm);
+        if (bm > 0) md_strbuf_printf(b, " (%.1f%% %s)", fabs(m - bm) / bm * 100, m <= bm ? "lower" : "higher");
+        double a, ba;
+        if (num(t, "mae", &a) && num(bl, "mae", &ba)) {
+            md_strbuf_printf(b, "; MAE %.4g against %.4g", a, ba);
+            if (ba > 0) md_strbuf_printf(b, " (%.1f%% %s)", fabs(a - ba) / ba * 100, a <= ba ? "lower" : "higher");
+        }
+        md_strbuf_add(b, ".</p>\n");
+    }
+    md_strbuf_add(b, "<h3>Test split</h3>\n<p class=\"fig\">");
+    double samples, after;
+    if (num(t, "samples", &samples)) md_strbuf_printf(b, "%.0f windows", samples);
+    if (num(t, "after_epoch", &after)) md_strbuf_printf(b, "%sweights after epoch %.0f", num(t, "samples", &samples) ? ", " : "", after);
+    md_strbuf_add(b, ". MSE, MAE and RMSE on standardised values.</p>\n");
+    md_strbuf_add(b, "<table class=\"rec test\"><thead><tr><th></th><th>model</th><th>");
+    md_strbuf_add_escaped(b, bname);
+    md_strbuf_add(b, "</th></tr></thead><tbody>\n");
+    static const struct {
+        const char *key, *name, *unit;
+        double scale;
+        int baseline;
+    } rows[] = {
+        {"mse", "MSE", "", 1, 1},
+        {"mae", "MAE", "", 1, 1},
+        {"rmse", "RMSE", "", 1, 1},
+        {"directional_accuracy", "directional accuracy", "%", 100, 1},
+        {"mse_original_units", "MSE (original units)", "", 1, 1},
+        {"mae_original_units", "MAE (original units)", "", 1, 1},
+        {"loss", "loss", "", 1, 1},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        double v;
+        if (!num(t, rows[i].key, &v) && !num(bl, rows[i].key, &v)) continue;
+        md_strbuf_printf(b, "<tr><th>%s", rows[i].name);
+        if (strcmp(rows[i].key, "loss") == 0 && str(tr, "loss_function")) {
+            md_strbuf_add(b, " (");
+            md_strbuf_add_escaped(b, str(tr, "loss_function"));
+            md_strbuf_add(b, ")");
+        }
+        md_strbuf_add(b, "</th>");
+        test_cell(b, t, rows[i].key, rows[i].scale, rows[i].unit);
+        test_cell(b, bl, rows[i].key, rows[i].scale, rows[i].unit);
+        md_strbuf_add(b, "</tr>\n");
+    }
+    md_strbuf_add(b, "</tbody></table>\n");
+}
+
+/* Forecast against actual for one test window: the lookback in grey, then the
+ * actual values (joined to the last input) and the prediction; x is the time
+ * step, 0 the last input. */
+static void forecast_chart(md_strbuf *b, const cJSON *f)
+{
+    int nl, na, np;
+    double *lb = num_array(get(f, "lookback"), &nl);
+    double *ac = num_array(get(f, "actual"), &na);
+    double *pr = num_array(get(f, "predicted"), &np);
+    double ylo = INFINITY, yhi = -INFINITY;
+    for (int i = 0; lb && i < nl; i++)
+        if (isfinite(lb[i])) { ylo = fmin(ylo, lb[i]); yhi = fmax(yhi, lb[i]); }
+    for (int i = 0; ac && i < na; i++)
+        if (isfinite(ac[i])) { ylo = fmin(ylo, ac[i]); yhi = fmax(yhi, ac[i]); }
+    for (int i = 0; pr && i < np; i++)
+        if (isfinite(pr[i])) { ylo = fmin(ylo, pr[i]); yhi = fmax(yhi, pr[i]); }
+    if (!isfinite(ylo)) goto done;
+    if (!lb) nl = 0;
+    if (!ac) na = 0;
+    if (!pr) np = 0;
+    int h = na > np ? na : np;
+    double x0 = nl > 0 ? -(nl - 1) : 0, x1 = h > 0 ? h : 1;
+    double y0, y1, ys, xa0, xa1, xs;
+    nice_axis(ylo, yhi, &y0, &y1, &ys);
+    nice_axis(x0, x1, &xa0, &xa1, &xs);
+    char title[160];
+    const char *var = str(f, "variate");
+    double w = 0;
+    num(f, "window", &w);
+    snprintf(title, sizeof title, "Forecast: %.100s, test window %.0f", var ? var : "?", w);
+    md_strbuf_printf(b, "<figure class=\"forecast\"><svg class=\"chart\" role=\"img\" width=\"%.0f\" height=\"%.0f\" "
+                        "viewBox=\"0 0 %.0f %.0f\" aria-label=\"",
+                     CW, CH, CW, CH);
+    md_strbuf_add_escaped(b, title);
+    md_strbuf_add(b, "\">\n");
+    md_strbuf_printf(b, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", CW, CH);
+    svg_yaxis(b, y0, y1, ys, 0, "value (original units)", NULL);
+    double left = ML, right = CW - MR, top = MT, bottom = CH - MB;
+#define PX(v) (left + ((v) - x0) / (x1 - x0) * (right - left))
+#define PY(v) (bottom - ((v) - y0) / (y1 - y0) * (bottom - top))
+    for (double v = ceil(x0 / xs) * xs; v <= x1 + 1e-9; v += xs) {
+        char t[32];
+        fmt_tick(v, t, sizeof t);
+        svg_text(b, PX(v), bottom + 16, "middle", " class=\"tick\"", t);
+    }
+    /* the forecast starts after step 0 */
+    md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f3f3f3\"/>\n", PX(0), top,
+                     right - PX(0), bottom - top);
+    md_strbuf_printf(b, "<polyline class=\"lookback\" fill=\"none\" stroke=\"#999999\" stroke-width=\"1.5\" points=\"");
+    for (int i = 0; i < nl; i++)
+        if (isfinite(lb[i])) md_strbuf_printf(b, "%.1f,%.1f ", PX(i - nl + 1), PY(lb[i]));
+    md_strbuf_add(b, "\"/>\n");
+    md_strbuf_printf(b, "<polyline class=\"actual\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", palette[0]);
+    if (nl > 0 && isfinite(lb[nl - 1])) md_strbuf_printf(b, "%.1f,%.1f ", PX(0), PY(lb[nl - 1]));
+    for (int i = 0; i < na; i++)
+        if (isfinite(ac[i])) md_strbuf_printf(b, "%.1f,%.1f ", PX(i + 1), PY(ac[i]));
+    md_strbuf_add(b, "\"/>\n");
+    md_strbuf_printf(b, "<polyline class=\"predicted\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", palette[1]);
+    for (int i = 0; i < np; i++)
+        if (isfinite(pr[i])) md_strbuf_printf(b, "%.1f,%.1f ", PX(i + 1), PY(pr[i]));
+    md_strbuf_add(b, "\"/>\n");
+#undef PX
+#undef PY
+    static const char *const names[] = {"lookback", "actual", "predicted"};
+    const char *colors[] = {"#999999", palette[0], palette[1]};
+    /* the legend under the plot, right of the x label: a long title needs the top line */
+    for (int i = 0; i < 3; i++) {
+        double lx = right - 82.0 * (3 - i), ly = CH - 10;
+        md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"/>\n", lx,
+                         ly - 4, lx + 22, ly - 4, colors[i]);
+        svg_text(b, lx + 26, ly, "start", " class=\"leg\"", names[i]);
+    }
+    svg_text(b, left, CH - 10, "start", " class=\"axl\"", "time step (0 = last input)");
+    svg_frame_at(b, title, NULL, 1);
+    svg_close(b, NULL);
+done:
+    md_free(lb);
+    md_free(ac);
+    md_free(pr);
+}
+
+static void regression_forecasts(md_strbuf *b, const cJSON *tr)
+{
+    const cJSON *fc = get(tr, "forecasts");
+    if (!cJSON_IsArray(fc) || cJSON_GetArraySize(fc) == 0) return;
+    md_strbuf_add(b, "<h3>Forecasts on test windows</h3>\n<p class=\"fig\">Grey: the model's input (lookback); "
+                     "blue: what happened; orange: the forecast (shaded: the horizon), in original units.</p>\n"
+                     "<div class=\"charts\">\n");
+    const cJSON *f;
+    cJSON_ArrayForEach(f, fc) if (cJSON_IsObject(f)) forecast_chart(b, f);
+    md_strbuf_add(b, "</div>\n");
+}
+
 /* Per-epoch curves. The epochs array is report.training.epochs; each entry
  * names its figures train_loss, val_loss, train_acc, val_acc (the long
  * spellings *_accuracy are accepted too). */
@@ -754,7 +1031,13 @@ static void training_section(md_strbuf *b, const cJSON *tr)
     const cJSON *ep = rows ? rows : get(tr, "epochs");
     if (!cJSON_IsArray(ep)) ep = get(tr, "history");
     int n = cJSON_IsArray(ep) ? cJSON_GetArraySize(ep) : 0;
-    if (n > 0) {
+    int regression = is_regression(tr);
+    if (regression) {
+        regression_test(b, tr);
+        early_stopping_line(b, tr);
+        if (n > 0) regression_curves(b, tr, ep, n);
+        regression_forecasts(b, tr);
+    } else if (n > 0) {
         double *buf = md_malloc(sizeof(double) * 5 * (size_t)n);
         if (buf) {
             double *x = buf, *tl = buf + n, *vl = buf + 2 * n, *ta = buf + 3 * n, *va = buf + 4 * n;
@@ -809,7 +1092,8 @@ static void training_section(md_strbuf *b, const cJSON *tr)
         md_strbuf_add(b, "</details>\n");
     }
     static const char *const skip[] = {"curves", "diagnostics", NULL};
-    add_kv(b, tr, skip);
+    static const char *const skip_regression[] = {"curves", "diagnostics", "test", "forecasts", NULL};
+    add_kv(b, tr, regression ? skip_regression : skip);
     section_close(b);
 }
 
