@@ -192,6 +192,9 @@ static md_status chan_reduce(md_device *dev, const red_in &in, int n, int c, int
                              size_t extra, float **part, float **extra_p, int *splits)
 {
     struct md_cuda_dev *cd = md_cuda_impl(dev);
+    /* one position per channel: NCHW and NHWC are the same memory (rows x c), and the NHWC kernels read it
+     * coalesced (the NCHW kernel would give each channel a block with one busy thread: linear layers' biases) */
+    if (hw == 1) layout = MD_NHWC;
     int target = cd->sm_count * 8, s;
     size_t rows = (size_t)n * hw;
     if (layout == MD_NHWC) {
