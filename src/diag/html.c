@@ -232,8 +232,21 @@ static void add_value(md_strbuf *b, const char *key, const cJSON *v)
             {
                 if (i++ >= 64) break; /* raw samples: the charts show them */
                 if (shown++) md_strbuf_add(b, ", ");
-                if (is_scalar(e)) add_scalar(b, key, e);
-                else md_strbuf_add(b, "&#8230;");
+                if (is_scalar(e)) {
+                    add_scalar(b, key, e);
+                } else if (scalar_array(e) && cJSON_GetArraySize(e) <= 4) { /* [first, last] row ranges */
+                    const cJSON *x;
+                    int k = 0;
+                    md_strbuf_add(b, "[");
+                    cJSON_ArrayForEach(x, e)
+                    {
+                        if (k++) md_strbuf_add(b, ", ");
+                        add_scalar(b, key, x);
+                    }
+                    md_strbuf_add(b, "]");
+                } else {
+                    md_strbuf_add(b, "&#8230;");
+                }
             }
             if (n > 64) md_strbuf_printf(b, ", &#8230; (%d values)", n);
         }
@@ -846,6 +859,7 @@ static void test_cell(md_strbuf *b, const cJSON *o, const char *key, double scal
 {
     double v;
     if (num(o, key, &v)) md_strbuf_printf(b, "<td class=\"n\">%.4g%s</td>", v * scale, unit);
+    else if (cJSON_IsNull(get(o, key))) md_strbuf_add(b, "<td class=\"n\"><span class=\"bad\">not finite</span></td>");
     else md_strbuf_add(b, "<td class=\"n\"><span class=\"dim\">&#8212;</span></td>");
 }
 
@@ -871,6 +885,11 @@ static void regression_test(md_strbuf *b, const cJSON *tr)
             if (ba > 0) md_strbuf_printf(b, " (%.1f%% %s)", fabs(a - ba) / ba * 100, a <= ba ? "lower" : "higher");
         }
         md_strbuf_add(b, ".</p>\n");
+    } else if (cJSON_IsNull(get(t, "mse")) && num(bl, "mse", &bm)) {
+        /* a non-finite test MSE is written as null: it never beats the baseline */
+        md_strbuf_add(b, "<p class=\"status badbox verdict\"><b>The model does not beat the naive baseline</b> (");
+        md_strbuf_add_escaped(b, bname);
+        md_strbuf_printf(b, "): its test MSE is not finite (baseline %.4g).</p>\n", bm);
     }
     md_strbuf_add(b, "<h3>Test split</h3>\n<p class=\"fig\">");
     double samples, after;
@@ -1218,6 +1237,35 @@ static void warnings_section(md_strbuf *b, const cJSON *w)
     list_section(b, "warnings", "Warnings", w, "none", "ul", "warn", warning_item);
 }
 
+/* A diagnostics run whose models all forecast: nothing in it has an accuracy. */
+static int all_models_regression(const cJSON *r)
+{
+    const cJSON *m;
+    int n = 0;
+    cJSON_ArrayForEach(m, get(r, "models"))
+    {
+        const char *t = str(get(m, "training"), "task");
+        if (!t) t = str(get(m, "data"), "task");
+        if (!t || strcmp(t, "regression") != 0) return 0;
+        n++;
+    }
+    return n > 0;
+}
+
+/* The comparison without its accuracy column and "most accurate" line when
+ * they hold nothing but nulls; the caller frees the copy (NULL: no memory). */
+static cJSON *regression_comparison(const cJSON *cmp)
+{
+    cJSON *c = cJSON_Duplicate(cmp, 1);
+    if (!c) return NULL;
+    cJSON *rows = cJSON_GetObjectItemCaseSensitive(c, "rows"), *row;
+    int all_null = 1;
+    cJSON_ArrayForEach(row, rows) all_null &= !get(row, "val_accuracy") || cJSON_IsNull(get(row, "val_accuracy"));
+    if (all_null) cJSON_ArrayForEach(row, rows) cJSON_DeleteItemFromObjectCaseSensitive(row, "val_accuracy");
+    if (cJSON_IsNull(get(c, "most_accurate"))) cJSON_DeleteItemFromObjectCaseSensitive(c, "most_accurate");
+    return c;
+}
+
 static const char css[] =
     "body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0;color:#222;background:#f6f7f9}"
     "header,section,nav{max-width:1160px;margin:0 auto;padding:12px 20px}"
@@ -1304,7 +1352,13 @@ md_status md_html_render(const cJSON *r, char **out, size_t *len)
         md_strbuf_add(&b, "<h3>");
         md_strbuf_add_escaped(&b, f->string);
         md_strbuf_add(&b, "</h3>\n");
-        add_value(&b, f->string, f);
+        if (strcmp(f->string, "comparison") == 0 && all_models_regression(r)) {
+            cJSON *cmp = regression_comparison(f);
+            add_value(&b, f->string, cmp ? cmp : f);
+            cJSON_Delete(cmp);
+        } else {
+            add_value(&b, f->string, f);
+        }
     }
     if (other) section_close(&b);
     md_strbuf_add(&b, "<footer><p class=\"meta\" style=\"max-width:1160px;margin:10px auto;padding:0 20px\">"
