@@ -217,3 +217,15 @@ int th_allclose(const char *what, const float *got, const float *ref, size_t n, 
     free(r);
     return ok;
 }
+
+md_device *th_open_device(const char *name)
+{
+    const md_backend *b = md_backend_find(name);
+    cr_assert(b, "no backend %s", name);
+    struct md_device_opts o;
+    memset(&o, 0, sizeof o);
+    o.threads = 1;
+    md_device *d = NULL;
+    cr_assert_eq(md_device_open(b, 0, &o, &d), MD_OK, "%s", md_errmsg());
+    return d;
+}

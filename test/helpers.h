@@ -8,6 +8,8 @@
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
+#include "backend/backend.h"
+
 /* ---- the built binary ---------------------------------------------------- */
 
 /* The binary under test: $MPSDIAG_BIN, else build/mpsdiag (borrowed string). */
@@ -65,5 +67,9 @@ extern const char th_unstable_model[];
  * abs/rel errors and the first mismatching pairs under `what`, and returns 0. */
 int th_allclose(const char *what, const float *got, const float *ref, size_t n, double atol, double rtol);
 int th_allclose_d(const char *what, const double *got, const double *ref, size_t n, double atol, double rtol);
+
+/* Device 0 of backend `name` with one thread (the tests' deterministic
+ * setting); fails the test when it cannot open. */
+md_device *th_open_device(const char *name);
 
 #endif

@@ -72,17 +72,6 @@ static const char *DUAL =
     " {\"name\":\"s\",\"type\":\"silu\"},"
     " {\"name\":\"fc2\",\"type\":\"linear\",\"out\":3}]}";
 
-static md_device *open_dev(const char *name)
-{
-    const md_backend *b = md_backend_find(name);
-    cr_assert(b);
-    struct md_device_opts o;
-    memset(&o, 0, sizeof o);
-    o.threads = 1;
-    md_device *d = NULL;
-    cr_assert_eq(md_device_open(b, 0, &o, &d), MD_OK, "%s", md_errmsg());
-    return d;
-}
 
 static md_model *make(const char *text, const struct md_model_opts *o, md_device *d, int batch)
 {
@@ -151,7 +140,7 @@ static double loss_of(md_model *m, struct step_io io, int batch, int backward)
  * crosses them), larger for smooth models (less rounding noise). */
 static void gradcheck(const char *text, int batch, double eps_)
 {
-    md_device *d = open_dev("ref");
+    md_device *d = th_open_device("ref");
     struct md_model_opts o;
     md_model_opts_default(&o);
     o.seed = 7;
@@ -208,7 +197,7 @@ Test(nn_grad, nested_adds_share_gradients_correctly, .timeout = 60) { gradcheck(
 /* The gradient of a mixing weight is nonzero and its initial value is 1/k. */
 Test(nn_grad, integration_weights_start_at_one_over_k)
 {
-    md_device *d = open_dev("ref");
+    md_device *d = th_open_device("ref");
     md_model *m = make(DUAL, NULL, d, 2);
     int t = md_model_find_tensor(m, "mix.weight");
     cr_assert(t >= 0);
@@ -225,7 +214,7 @@ Test(nn_grad, integration_weights_start_at_one_over_k)
 static float *grads_of(const char *name_or_text, int ckpt, int compile, md_layout layout, const char *dev, int batch,
                        size_t *n, float **logits)
 {
-    md_device *d = open_dev(dev);
+    md_device *d = th_open_device(dev);
     struct md_model_opts o;
     md_model_opts_default(&o);
     o.grad_ckpt = ckpt;
@@ -282,7 +271,7 @@ Test(nn_grad, channels_last_matches_nchw, .timeout = 60)
 
 Test(nn_grad, cpu_forward_and_gradients_match_reference, .timeout = 60)
 {
-    md_device *d = open_dev("cpu");
+    md_device *d = th_open_device("cpu");
     int have = md_dev_supports(d, 1) && md_dev_supports(d, 0) && md_dev_supports(d, 4);
     md_device_close(d);
     if (!have) cr_skip("the CPU device has no conv/gemm/batchnorm kernels yet");
@@ -297,7 +286,7 @@ Test(nn_grad, cpu_forward_and_gradients_match_reference, .timeout = 60)
 
 Test(nn_grad, init_is_seeded_and_torchvision_like)
 {
-    md_device *d = open_dev("ref");
+    md_device *d = th_open_device("ref");
     md_model *m1 = NULL, *m2 = NULL;
     cr_assert_eq(md_model_load("small_cnn", NULL, NULL, &m1), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_model_load("small_cnn", NULL, NULL, &m2), MD_OK, "%s", md_errmsg());
@@ -333,7 +322,7 @@ Test(nn_grad, init_is_seeded_and_torchvision_like)
 
 Test(nn_grad, nonfinite_check_names_the_layer)
 {
-    md_device *d = open_dev("ref");
+    md_device *d = th_open_device("ref");
     md_model *m = make(DUAL, NULL, d, 2);
     fill_inputs(m, 2, 1);
     int t = md_model_find_tensor(m, "fc1.weight");
@@ -353,7 +342,7 @@ Test(nn_grad, nonfinite_check_names_the_layer)
 
 Test(nn_grad, dump_grads_and_init_from_round_trip, .timeout = 60)
 {
-    md_device *d = open_dev("ref");
+    md_device *d = th_open_device("ref");
     struct md_model_opts o;
     md_model_opts_default(&o);
     o.layout = MD_NHWC; /* exercises the (K, R, S, C) <-> PyTorch order */
@@ -413,7 +402,7 @@ Test(nn_grad, dump_grads_and_init_from_round_trip, .timeout = 60)
 Test(nn_grad, half_compute_tracks_fp32, .timeout = 60)
 {
     static const md_dtype types[] = {MD_F16, MD_BF16};
-    md_device *d = open_dev("ref");
+    md_device *d = th_open_device("ref");
     struct md_model_opts o;
     md_model_opts_default(&o);
     md_model *ref = make(DUAL, &o, d, 3);

@@ -13,6 +13,7 @@
 #include "core/json.h"
 #include "core/rng.h"
 #include "nn/model.h"
+#include "helpers.h"
 
 /* All the new kinds in one regression model: per-token linear, instance
  * norm, transpose, positional embedding, causal attention with a residual,
@@ -81,17 +82,6 @@ static const char *MARKS =
     " {\"name\":\"b\",\"type\":\"linear\",\"out\":4,\"per_token\":true,\"inputs\":[\"mid\"]},"
     " {\"name\":\"bb\",\"type\":\"concat\",\"inputs\":[\"keep\",\"b\"]}]}";
 
-static md_device *open_dev(const char *name)
-{
-    const md_backend *b = md_backend_find(name);
-    cr_assert(b);
-    struct md_device_opts o;
-    memset(&o, 0, sizeof o);
-    o.threads = 1;
-    md_device *d = NULL;
-    cr_assert_eq(md_device_open(b, 0, &o, &d), MD_OK, "%s", md_errmsg());
-    return d;
-}
 
 static md_status try_load(const char *text, const struct md_model_opts *o, md_model **m)
 {
@@ -168,7 +158,7 @@ static float *make_R(md_model *m, int batch, float **R_dev)
 /* Every parameter element's gradient against (L(p+h) - L(p-h)) / 2h. */
 static void check_fd(const char *text, int batch)
 {
-    md_device *d = open_dev("ref");
+    md_device *d = th_open_device("ref");
     md_model *m = make(text, d, batch);
     fill_inputs(m, batch, 3);
     float *R_dev;
@@ -221,7 +211,7 @@ Test(nn_seq, finite_differences_marks_and_slice) { check_fd(MARKS, 2); }
 /* The CPU device gives the reference's outputs and gradients. */
 static void cpu_vs_ref(const char *text, int batch)
 {
-    md_device *dr = open_dev("ref"), *dc = open_dev("cpu");
+    md_device *dr = th_open_device("ref"), *dc = th_open_device("cpu");
     md_model *mr = make(text, dr, batch), *mc = make(text, dc, batch);
     fill_inputs(mr, batch, 11);
     fill_inputs(mc, batch, 11);
@@ -278,7 +268,7 @@ Test(nn_seq, itransformer_without_marks)
     md_model_free(m);
     md_model_free(m0);
     /* and it runs: CPU against the reference */
-    md_device *d = open_dev("ref");
+    md_device *d = th_open_device("ref");
     md_model_opts_default(&o);
     static const char *const k[] = {"seq_len", "pred_len", "d_model", "d_ff", "n_heads", "n_marks"};
     static const double v[] = {8, 4, 8, 8, 2, 0};

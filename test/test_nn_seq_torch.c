@@ -21,6 +21,7 @@
 #include "core/json.h"
 #include "core/safetensors.h"
 #include "nn/model.h"
+#include "helpers.h"
 
 #define FIXTURE_DIR "test/fixtures/seq"
 #define BATCH 2
@@ -30,17 +31,6 @@ static const char *ATTN =
     "\"layers\":[{\"name\":\"emb\",\"type\":\"linear\",\"out\":8},"
     " {\"name\":\"attn\",\"type\":\"attention\",\"heads\":2,\"causal\":%s}]}";
 
-static md_device *open_dev(const char *name)
-{
-    const md_backend *b = md_backend_find(name);
-    cr_assert(b);
-    struct md_device_opts o;
-    memset(&o, 0, sizeof o);
-    o.threads = 1;
-    md_device *d = NULL;
-    cr_assert_eq(md_device_open(b, 0, &o, &d), MD_OK, "%s", md_errmsg());
-    return d;
-}
 
 /* The case's model, bound on d with the fixture's weights and inputs. */
 static md_model *make_case(const char *name, md_device *d, const md_st_file *ref)
@@ -180,7 +170,7 @@ static md_st_file *open_ref(const char *name)
 static void check_case(const char *name, const char *dev)
 {
     md_st_file *ref = open_ref(name);
-    md_device *d = open_dev(dev);
+    md_device *d = th_open_device(dev);
     md_model *m = make_case(name, d, ref);
     char what[64];
     snprintf(what, sizeof what, "%s on %s", name, dev);
@@ -204,7 +194,7 @@ Test(nn_seq_torch, itransformer_cpu) { check_case("itransformer", "cpu"); }
 Test(nn_seq_torch, swapped_query_key_fails)
 {
     md_st_file *ref = open_ref("itransformer");
-    md_device *d = open_dev("ref");
+    md_device *d = th_open_device("ref");
     md_model *m = make_case("itransformer", d, ref);
     size_t np = md_model_nparams(m);
     float *p = malloc(np * 4);
@@ -236,7 +226,7 @@ Test(nn_seq_torch, swapped_query_key_fails)
 /* A state dict that lacks a projection: the error names what is missing. */
 Test(nn_seq_torch, missing_projection_is_an_error)
 {
-    md_device *d = open_dev("ref");
+    md_device *d = th_open_device("ref");
     struct md_model_opts o;
     md_model_opts_default(&o);
     cr_assert_eq(md_model_opts_set(&o, "d_model", 8, 0), MD_OK);
