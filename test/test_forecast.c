@@ -172,6 +172,8 @@ Test(forecast, task_mismatches_are_one_line_errors, .timeout = 60)
     expect_error("--model itransformer " SMALL " --loss-function cross_entropy --epochs 1", "is for classifiers");
     expect_error("--max-samples 64 --loss-function mse --epochs 1", "is a regression loss");
     expect_error("--model small_cnn --d-model 16 --epochs 1", "d_model");
+    expect_error("--model itransformer " SMALL " --features S --epochs 1", "--features S: model itransformer");
+    expect_error("--model itransformer " SMALL " --features MS --epochs 1", "--features MS: model itransformer");
 }
 
 Test(forecast, run_on_mac_passes_the_presets_widths, .timeout = 30)
