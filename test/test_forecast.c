@@ -172,7 +172,6 @@ Test(forecast, task_mismatches_are_one_line_errors, .timeout = 60)
     expect_error("--model itransformer " SMALL " --loss-function cross_entropy --epochs 1", "is for classifiers");
     expect_error("--max-samples 64 --loss-function mse --epochs 1", "is a regression loss");
     expect_error("--model small_cnn --d-model 16 --epochs 1", "d_model");
-    expect_error("--model itransformer " SMALL " --features S --epochs 1", "--features S: model itransformer");
     expect_error("--model itransformer " SMALL " --features MS --epochs 1", "--features MS: model itransformer");
 }
 
@@ -194,6 +193,17 @@ Test(forecast, run_on_mac_passes_the_presets_widths, .timeout = 30)
     cr_assert_null(strstr(out, "--d-model"), "%s", out);
     free(out);
     free(err);
+}
+
+Test(forecast, one_variate_with_features_s, .timeout = 60)
+{
+    /* --features S: the target column alone, in and out (a one-variate series through the token layers) */
+    cJSON *r = run_report("--model itransformer " SMALL " --features S --epochs 1", 0, NULL);
+    const cJSON *ts = obj(obj(r, "data"), "time_series");
+    cr_assert_str_eq(obj(ts, "features")->valuestring, "S");
+    cr_assert_eq(cJSON_GetArraySize(obj(ts, "variates")), 1, "the target column alone");
+    cr_assert(num(obj(obj(r, "training"), "test"), "mse") > 0.0);
+    cJSON_Delete(r);
 }
 
 Test(forecast, benchmark_and_ci_with_a_forecasting_model, .timeout = 60)

@@ -113,9 +113,9 @@ static md_status fit_to_data(md_job *job, const md_model *m, struct md_model_opt
         return md_errf(MD_ERR_CONFIG, "dataset %s is a time series (regression) but model %s is a classifier; use a "
                        "forecasting model such as --model itransformer", pk.name, md_model_name(m));
     if (!regress) return MD_OK;
-    if (strcmp(o->features, "M") != 0 && strcmp(md_model_name(m), "itransformer") == 0)
-        return md_errf(MD_ERR_USAGE, "--features %s: model itransformer forecasts every variate it reads; use "
-                       "--features M (a target-only forecaster is not bundled yet)", o->features);
+    if (strcmp(o->features, "MS") == 0 && strcmp(md_model_name(m), "itransformer") == 0)
+        return md_errf(MD_ERR_USAGE, "--features MS: model itransformer forecasts every variate it reads; use "
+                       "--features M or S (a target-only head over all variates is not bundled yet)");
     forecast_recipe(job);
     const struct md_data_series *s = &pk.series;
     MD_TRY(md_model_opts_set(mo, "seq_len", s->seq_len, 1));
