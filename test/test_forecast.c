@@ -206,6 +206,30 @@ Test(forecast, one_variate_with_features_s, .timeout = 60)
     cJSON_Delete(r);
 }
 
+Test(forecast, settings_say_what_ran, .timeout = 60)
+{
+    /* one row per setting (the forecasting model's dataset revises --ci's), and the layout the token layers
+     * really run in, whatever the device's default */
+    cJSON *r = run_report("--ci --model itransformer " SMALL " --channels-last", 0, NULL);
+    int datasets = 0, cl = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, obj(r, "settings"))
+    {
+        const char *n = obj(e, "name")->valuestring;
+        if (strcmp(n, "dataset") == 0) {
+            datasets++;
+            cr_assert_str_eq(obj(e, "value")->valuestring, "csv");
+        }
+        if (strcmp(n, "channels_last") == 0) {
+            cl++;
+            cr_assert_str_eq(obj(e, "value")->valuestring, "off");
+        }
+    }
+    cr_assert_eq(datasets, 1);
+    cr_assert_eq(cl, 1);
+    cJSON_Delete(r);
+}
+
 Test(forecast, benchmark_and_ci_with_a_forecasting_model, .timeout = 60)
 {
     /* --benchmark-only times the regression step on the bundled series (not synthetic images) */

@@ -22,6 +22,17 @@
 
 void md_job_setting(md_job *job, const char *name, const char *value, const char *why)
 {
+    /* a later stage revising a setting replaces the entry in place: one row per setting */
+    cJSON *e;
+    cJSON_ArrayForEach(e, job->settings)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, "name");
+        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0) {
+            cJSON_ReplaceItemInObjectCaseSensitive(e, "value", cJSON_CreateString(value));
+            cJSON_ReplaceItemInObjectCaseSensitive(e, "why", cJSON_CreateString(why));
+            return;
+        }
+    }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", name);
     cJSON_AddStringToObject(o, "value", value);

@@ -39,7 +39,8 @@ typedef struct md_job {
 md_status md_job_run(md_options *opts);
 
 /* Records a setting the run applied and why ("num_workers": 0, "MPS works
- * better with single-threaded loading"); printed in the Settings section. */
+ * better with single-threaded loading"); printed in the Settings section.
+ * Recording a name again (a later stage revising it) replaces its entry. */
 void md_job_setting(md_job *job, const char *name, const char *value, const char *why);
 
 /* Stages, each in its own file. Cleanup functions free what the stage owns;
