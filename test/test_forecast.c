@@ -172,7 +172,6 @@ Test(forecast, task_mismatches_are_one_line_errors, .timeout = 60)
     expect_error("--model itransformer " SMALL " --loss-function cross_entropy --epochs 1", "is for classifiers");
     expect_error("--max-samples 64 --loss-function mse --epochs 1", "is a regression loss");
     expect_error("--model small_cnn --d-model 16 --epochs 1", "d_model");
-    expect_error("--model itransformer " SMALL " --features MS --epochs 1", "--features MS: model itransformer");
 }
 
 Test(forecast, run_on_mac_passes_the_presets_widths, .timeout = 30)
@@ -195,7 +194,7 @@ Test(forecast, run_on_mac_passes_the_presets_widths, .timeout = 30)
     free(err);
 }
 
-Test(forecast, one_variate_with_features_s, .timeout = 60)
+Test(forecast, features_s_and_ms, .timeout = 60)
 {
     /* --features S: the target column alone, in and out (a one-variate series through the token layers) */
     cJSON *r = run_report("--model itransformer " SMALL " --features S --epochs 1", 0, NULL);
@@ -203,6 +202,13 @@ Test(forecast, one_variate_with_features_s, .timeout = 60)
     cr_assert_str_eq(obj(ts, "features")->valuestring, "S");
     cr_assert_eq(cJSON_GetArraySize(obj(ts, "variates")), 1, "the target column alone");
     cr_assert(num(obj(obj(r, "training"), "test"), "mse") > 0.0);
+    cJSON_Delete(r);
+    /* --features MS: every variate in, the target's forecast out */
+    r = run_report("--model itransformer " SMALL " --features MS --target HULL --epochs 1", 0, NULL);
+    ts = obj(obj(r, "data"), "time_series");
+    cr_assert_str_eq(obj(ts, "target")->valuestring, "HULL");
+    cr_assert_eq(cJSON_GetArraySize(obj(ts, "variates")), 7);
+    cr_assert_str_eq(obj(cJSON_GetArrayItem(obj(obj(r, "training"), "forecasts"), 0), "variate")->valuestring, "HULL");
     cJSON_Delete(r);
 }
 

@@ -373,3 +373,36 @@ Test(nn_seq, config_errors)
                  "{\"type\":\"layernorm\"}]}",
                  "must give (6, 1, 1)");
 }
+
+/* --features MS: target_only keeps variate target_col of the all-variate
+ * forecast, after de-normalisation: the same weights give the same column. */
+Test(nn_seq, itransformer_target_only_is_that_variates_forecast)
+{
+    md_device *d = th_open_device("ref");
+    static const char *const k[] = {"seq_len", "pred_len", "d_model", "d_ff", "n_heads", "n_marks", "n_vars"};
+    static const double v[] = {8, 4, 8, 8, 2, 0, 3};
+    md_model *m[2];
+    for (int t = 0; t < 2; t++) {
+        struct md_model_opts o;
+        md_model_opts_default(&o);
+        for (int i = 0; i < 7; i++) cr_assert_eq(md_model_opts_set(&o, k[i], v[i], 0), MD_OK);
+        cr_assert_eq(md_model_opts_set(&o, "target_only", t, 0), MD_OK);
+        cr_assert_eq(md_model_opts_set(&o, "target_col", 2, 0), MD_OK);
+        cr_assert_eq(md_model_load("itransformer", NULL, &o, &m[t]), MD_OK, "%s", md_errmsg());
+        cr_assert_eq(md_model_bind(m[t], d, 2), MD_OK, "%s", md_errmsg());
+        fill_inputs(m[t], 2, 9);
+        cr_assert_eq(md_model_forward(m[t], 2, 0), MD_OK, "%s", md_errmsg());
+    }
+    int c, h, w;
+    md_model_output_shape(m[1], &c, &h, &w);
+    cr_assert(c == 4 && h == 1 && w == 1, "target-only output (%d, %d, %d)", c, h, w);
+    float all[2 * 4 * 3], one[2 * 4];
+    cr_assert_eq(md_dev_download(d, all, md_model_logits(m[0]), sizeof all), MD_OK);
+    cr_assert_eq(md_dev_download(d, one, md_model_logits(m[1]), sizeof one), MD_OK);
+    for (int i = 0; i < 8; i++)
+        cr_assert_float_eq(one[i], all[i * 3 + 2], 1e-6f, "sample %d step %d: %g vs %g", i / 4, i % 4, one[i],
+                           all[i * 3 + 2]);
+    md_model_free(m[0]);
+    md_model_free(m[1]);
+    md_device_close(d);
+}

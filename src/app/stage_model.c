@@ -113,15 +113,17 @@ static md_status fit_to_data(md_job *job, const md_model *m, struct md_model_opt
         return md_errf(MD_ERR_CONFIG, "dataset %s is a time series (regression) but model %s is a classifier; use a "
                        "forecasting model such as --model itransformer", pk.name, md_model_name(m));
     if (!regress) return MD_OK;
-    if (strcmp(o->features, "MS") == 0 && strcmp(md_model_name(m), "itransformer") == 0)
-        return md_errf(MD_ERR_USAGE, "--features MS: model itransformer forecasts every variate it reads; use "
-                       "--features M or S (a target-only head over all variates is not bundled yet)");
     forecast_recipe(job);
     const struct md_data_series *s = &pk.series;
     MD_TRY(md_model_opts_set(mo, "seq_len", s->seq_len, 1));
     MD_TRY(md_model_opts_set(mo, "pred_len", s->pred_len, 1));
     MD_TRY(md_model_opts_set(mo, "n_vars", s->n_in, 1));
     MD_TRY(md_model_opts_set(mo, "n_marks", s->n_time, 1));
+    /* every variate in, the target out (--features MS): a model that forecasts every variate keeps the target's */
+    if (s->n_out < s->n_in) {
+        MD_TRY(md_model_opts_set(mo, "target_only", 1, 1));
+        MD_TRY(md_model_opts_set(mo, "target_col", s->out_col, 1));
+    }
     *reload = 1;
     return MD_OK;
 }
