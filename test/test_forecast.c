@@ -150,7 +150,10 @@ Test(forecast, flag_spellings_and_model_selection, .timeout = 60)
     cr_assert_str_eq(obj(obj(r, "model"), "name")->valuestring, "itransformer");
     const cJSON *m = th_setting(r, "model");
     cr_assert_not_null(m);
-    cr_assert(strstr(cJSON_PrintUnformatted(m), "--seq-len given without --model"), "%s", cJSON_PrintUnformatted(m));
+    char *text = cJSON_PrintUnformatted(m);
+    int found = text && strstr(text, "--seq-len given without --model");
+    free(text);
+    cr_assert(found, "the model setting's reason names --seq-len");
     cJSON_Delete(r);
 }
 
