@@ -12,6 +12,7 @@
 #include "core/mem.h"
 #include "diag/html.h"
 #include "helpers.h"
+#include "helpers_html.h"
 
 /* "<tag" followed by a space, '>' or '/' (so <table does not count <tbody). */
 static int count_open(const char *s, const char *tag)
@@ -40,27 +41,13 @@ static cJSON *canned(void)
     return r;
 }
 
-/* MPSDIAG_HTML_KEEP=DIR keeps the rendered page for scripts/check_html.sh. */
-static void keep(const char *name, const char *html)
-{
-    const char *dir = getenv("MPSDIAG_HTML_KEEP");
-    if (!dir || !*dir) return;
-    char p[1024];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    if (f) {
-        fputs(html, f);
-        fclose(f);
-    }
-}
-
 Test(html, canned_report_structure)
 {
     cJSON *r = canned();
     char *html = NULL;
     size_t len = 0;
     cr_assert_eq(md_html_render(r, &html, &len), MD_OK, "%s", md_errmsg());
-    keep("canned.html", html);
+    th_html_keep("canned.html", html);
     cr_assert_eq(strlen(html), len);
     cr_assert(strncmp(html, "<!DOCTYPE html>", 15) == 0);
     /* self-contained: nothing fetched from anywhere */

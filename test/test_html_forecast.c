@@ -13,17 +13,11 @@
 #include "core/mem.h"
 #include "diag/html.h"
 #include "helpers.h"
+#include "helpers_html.h"
 #include "json_schema.h"
 
 enum { SEQ = 96, PRED = 48, NFC = 4, EPOCHS = 7 };
 static const double pi = 3.14159265358979323846;
-
-static cJSON *numbers(const double *v, int n)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, isfinite(v[i]) ? cJSON_CreateNumber(v[i]) : cJSON_CreateNull());
-    return a;
-}
 
 /* A smooth daily cycle with a drift: what the lookback, actual and predicted
  * values of a forecast look like (original units). */
@@ -51,14 +45,14 @@ static cJSON *regression_training(double test_mse)
         sps[e] = 900 + e;
         et[e] = 3.5;
     }
-    cJSON_AddItemToObject(c, "epoch", numbers(ep, EPOCHS));
-    cJSON_AddItemToObject(c, "train_loss", numbers(tl, EPOCHS));
-    cJSON_AddItemToObject(c, "val_loss", numbers(vl, EPOCHS));
-    cJSON_AddItemToObject(c, "val_mse", numbers(vl, EPOCHS)); /* the loss is the MSE here */
-    cJSON_AddItemToObject(c, "val_mae", numbers(vmae, EPOCHS));
-    cJSON_AddItemToObject(c, "lr", numbers(lr, EPOCHS));
-    cJSON_AddItemToObject(c, "samples_per_s", numbers(sps, EPOCHS));
-    cJSON_AddItemToObject(c, "epoch_time_s", numbers(et, EPOCHS));
+    cJSON_AddItemToObject(c, "epoch", th_json_numbers(ep, EPOCHS));
+    cJSON_AddItemToObject(c, "train_loss", th_json_numbers(tl, EPOCHS));
+    cJSON_AddItemToObject(c, "val_loss", th_json_numbers(vl, EPOCHS));
+    cJSON_AddItemToObject(c, "val_mse", th_json_numbers(vl, EPOCHS)); /* the loss is the MSE here */
+    cJSON_AddItemToObject(c, "val_mae", th_json_numbers(vmae, EPOCHS));
+    cJSON_AddItemToObject(c, "lr", th_json_numbers(lr, EPOCHS));
+    cJSON_AddItemToObject(c, "samples_per_s", th_json_numbers(sps, EPOCHS));
+    cJSON_AddItemToObject(c, "epoch_time_s", th_json_numbers(et, EPOCHS));
     cJSON_AddArrayToObject(tr, "diagnostics");
     cJSON *best = cJSON_AddObjectToObject(tr, "best");
     cJSON_AddNumberToObject(best, "epoch", 4);
@@ -94,9 +88,9 @@ static cJSON *regression_training(double test_mse)
         cJSON *f = cJSON_CreateObject();
         cJSON_AddNumberToObject(f, "window", 700 * k);
         cJSON_AddStringToObject(f, "variate", var[k]);
-        cJSON_AddItemToObject(f, "lookback", numbers(lb, SEQ));
-        cJSON_AddItemToObject(f, "actual", numbers(ac, PRED));
-        cJSON_AddItemToObject(f, "predicted", numbers(pr, PRED));
+        cJSON_AddItemToObject(f, "lookback", th_json_numbers(lb, SEQ));
+        cJSON_AddItemToObject(f, "actual", th_json_numbers(ac, PRED));
+        cJSON_AddItemToObject(f, "predicted", th_json_numbers(pr, PRED));
         cJSON_AddItemToArray(fcs, f);
     }
     return tr;
@@ -125,29 +119,6 @@ static cJSON *regression_report(double test_mse)
     cJSON_AddItemToObject(r, "data", regression_data());
     cJSON_AddItemToObject(r, "training", regression_training(test_mse));
     return r;
-}
-
-static char *render(const cJSON *r)
-{
-    char *html = NULL;
-    size_t len = 0;
-    cr_assert_eq(md_html_render(r, &html, &len), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(strlen(html), len);
-    return html;
-}
-
-/* MPSDIAG_HTML_KEEP=DIR keeps the page for scripts/check_html.sh. */
-static void keep(const char *name, const char *html)
-{
-    const char *dir = getenv("MPSDIAG_HTML_KEEP");
-    if (!dir || !*dir) return;
-    char p[1024];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    if (f) {
-        fputs(html, f);
-        fclose(f);
-    }
 }
 
 /* "<tag" followed by a space, '>' or a newline; "</tag>". */
@@ -180,13 +151,13 @@ Test(html_forecast, the_report_against_the_schema)
 Test(html_forecast, a_non_finite_test_mse_never_beats_the_baseline)
 {
     cJSON *r = regression_report(0.31);
-    char *html = render(r);
+    char *html = th_html_render(r);
     cr_assert_not_null(strstr(html, "The model beats the naive baseline"), "the canned model beats it");
     md_free(html);
     /* NaN and infinity are written as null */
     cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "training"), "test");
     cJSON_ReplaceItemInObject(t, "mse", cJSON_CreateNull());
-    html = render(r);
+    html = th_html_render(r);
     cr_assert_not_null(strstr(html, "<p class=\"status badbox verdict\"><b>The model does not beat the naive baseline</b>"
                                     " (repeat the last value): its test MSE is not finite (baseline 0.45).</p>"));
     cr_assert_null(strstr(html, "The model beats"));
@@ -195,7 +166,7 @@ Test(html_forecast, a_non_finite_test_mse_never_beats_the_baseline)
     md_free(html);
     /* without a baseline there is nothing to beat: no verdict */
     cJSON_DeleteItemFromObject(t, "baseline");
-    html = render(r);
+    html = th_html_render(r);
     cr_assert_null(strstr(html, "verdict"));
     md_free(html);
     cJSON_Delete(r);
@@ -204,8 +175,8 @@ Test(html_forecast, a_non_finite_test_mse_never_beats_the_baseline)
 Test(html_forecast, split_rows_read_as_ranges)
 {
     cJSON *r = regression_report(0.31);
-    char *html = render(r);
-    keep("forecast.html", html);
+    char *html = th_html_render(r);
+    th_html_keep("forecast.html", html);
     cr_assert_not_null(strstr(html, "[0, 8,640], [8,544, 11,520], [11,424, 14,400]"));
     cr_assert_null(strstr(html, "&#8230;, &#8230;"));
     static const char *const tags[] = {"section", "table", "tr", "svg", "text", "p", "div"};
@@ -254,8 +225,8 @@ Test(html_forecast, diagnostics_run_with_a_regression_model)
 {
     /* regression models only: the comparison shows no accuracy column */
     cJSON *r = diagnostics_report(0);
-    char *html = render(r);
-    keep("forecast_diagnostics.html", html);
+    char *html = th_html_render(r);
+    th_html_keep("forecast_diagnostics.html", html);
     static const char *const tags[] = {"section", "table", "tr", "h3"};
     for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++) assert_balanced(html, tags[i]);
     cr_assert_not_null(strstr(html, "<h3>comparison</h3>"));
@@ -267,7 +238,7 @@ Test(html_forecast, diagnostics_run_with_a_regression_model)
     cJSON_Delete(r);
     /* with a classifier beside it the column stays, a dash for the forecaster */
     r = diagnostics_report(1);
-    html = render(r);
+    html = th_html_render(r);
     cr_assert_not_null(strstr(html, "<th>val_accuracy</th>"));
     cr_assert_not_null(strstr(html, "<td><span class=\"dim\">&#8212;</span></td>"));
     cr_assert_not_null(strstr(html, "most_accurate"));

@@ -14,15 +14,9 @@
 #include "core/mem.h"
 #include "diag/html.h"
 #include "helpers.h"
+#include "helpers_html.h"
 
 enum { SEQ = 24, PRED = 12, EPOCHS = 6 };
-
-static cJSON *numbers(const double *v, int n)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
-    return a;
-}
 
 static void add_forecast(cJSON *arr, int window, const char *variate, double level)
 {
@@ -35,9 +29,9 @@ static void add_forecast(cJSON *arr, int window, const char *variate, double lev
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "window", window);
     cJSON_AddStringToObject(f, "variate", variate);
-    cJSON_AddItemToObject(f, "lookback", numbers(lb, SEQ));
-    cJSON_AddItemToObject(f, "actual", numbers(act, PRED));
-    cJSON_AddItemToObject(f, "predicted", numbers(pred, PRED));
+    cJSON_AddItemToObject(f, "lookback", th_json_numbers(lb, SEQ));
+    cJSON_AddItemToObject(f, "actual", th_json_numbers(act, PRED));
+    cJSON_AddItemToObject(f, "predicted", th_json_numbers(pred, PRED));
     cJSON_AddItemToArray(arr, f);
 }
 
@@ -72,14 +66,14 @@ static cJSON *regression_report(double mse)
         sps[i] = 900 + i;
         et[i] = 2.5;
     }
-    cJSON_AddItemToObject(c, "epoch", numbers(ep, EPOCHS));
-    cJSON_AddItemToObject(c, "train_loss", numbers(tl, EPOCHS));
-    cJSON_AddItemToObject(c, "val_loss", numbers(vl, EPOCHS));
-    cJSON_AddItemToObject(c, "val_mse", numbers(vmse, EPOCHS));
-    cJSON_AddItemToObject(c, "val_mae", numbers(vmae, EPOCHS));
-    cJSON_AddItemToObject(c, "lr", numbers(lr, EPOCHS));
-    cJSON_AddItemToObject(c, "samples_per_s", numbers(sps, EPOCHS));
-    cJSON_AddItemToObject(c, "epoch_time_s", numbers(et, EPOCHS));
+    cJSON_AddItemToObject(c, "epoch", th_json_numbers(ep, EPOCHS));
+    cJSON_AddItemToObject(c, "train_loss", th_json_numbers(tl, EPOCHS));
+    cJSON_AddItemToObject(c, "val_loss", th_json_numbers(vl, EPOCHS));
+    cJSON_AddItemToObject(c, "val_mse", th_json_numbers(vmse, EPOCHS));
+    cJSON_AddItemToObject(c, "val_mae", th_json_numbers(vmae, EPOCHS));
+    cJSON_AddItemToObject(c, "lr", th_json_numbers(lr, EPOCHS));
+    cJSON_AddItemToObject(c, "samples_per_s", th_json_numbers(sps, EPOCHS));
+    cJSON_AddItemToObject(c, "epoch_time_s", th_json_numbers(et, EPOCHS));
     cJSON *best = cJSON_AddObjectToObject(tr, "best");
     cJSON_AddNumberToObject(best, "epoch", 4);
     cJSON_AddStringToObject(best, "metric", "val_loss");
@@ -108,29 +102,6 @@ static cJSON *regression_report(double mse)
     return r;
 }
 
-/* MPSDIAG_HTML_KEEP=DIR keeps the rendered page for scripts/check_html.sh. */
-static void keep(const char *name, const char *html)
-{
-    const char *dir = getenv("MPSDIAG_HTML_KEEP");
-    if (!dir || !*dir) return;
-    char p[1024];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    if (f) {
-        fputs(html, f);
-        fclose(f);
-    }
-}
-
-static char *render(const cJSON *r)
-{
-    char *html = NULL;
-    size_t len = 0;
-    cr_assert_eq(md_html_render(r, &html, &len), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(strlen(html), len);
-    return html;
-}
-
 /* The coordinate pairs ("x,y ") of the first <polyline class="cls"> at or after p. */
 static int polyline_points(const char *p, const char *cls)
 {
@@ -149,8 +120,8 @@ static int polyline_points(const char *p, const char *cls)
 Test(html_regress, forecasting_report)
 {
     cJSON *r = regression_report(0.0790);
-    char *html = render(r);
-    keep("regress.html", html);
+    char *html = th_html_render(r);
+    th_html_keep("regress.html", html);
     cr_assert_eq(th_count(html, "<svg"), th_count(html, "</svg>"));
     cr_assert_eq(th_count(html, "<table"), th_count(html, "</table>"));
     cr_assert_eq(th_count(html, "<figure"), th_count(html, "</figure>"));
@@ -200,14 +171,14 @@ Test(html_regress, forecasting_report)
 Test(html_regress, verdict_when_the_baseline_wins)
 {
     cJSON *r = regression_report(0.0900);
-    char *html = render(r);
+    char *html = th_html_render(r);
     cr_assert_not_null(strstr(html, "<p class=\"status badbox verdict\">"));
     cr_assert_not_null(strstr(html, "does not beat the naive baseline"));
     cr_assert_null(strstr(html, "status good verdict"));
     md_free(html);
     /* without a baseline there is no verdict, the figures stay */
     cJSON_DeleteItemFromObject(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "training"), "test"), "baseline");
-    html = render(r);
+    html = th_html_render(r);
     cr_assert_null(strstr(html, "verdict"));
     cr_assert_not_null(strstr(html, "<table class=\"rec test\">"));
     md_free(html);
@@ -220,7 +191,7 @@ Test(html_regress, forecast_with_missing_values)
     cJSON *fc = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "training"), "forecasts");
     cJSON *pred = cJSON_GetObjectItem(cJSON_GetArrayItem(fc, 0), "predicted");
     cJSON_ReplaceItemInArray(pred, 3, cJSON_CreateNull());
-    char *html = render(r);
+    char *html = th_html_render(r);
     cr_assert_eq(polyline_points(strstr(html, "<figure class=\"forecast\">"), "predicted"), PRED - 1);
     cr_assert_null(strstr(html, "nan"));
     md_free(html);
@@ -240,8 +211,8 @@ Test(html_regress, classification_keeps_its_charts)
                                " \"after_epoch\": 3}}}",
                                "classif", &r),
                  MD_OK, "%s", md_errmsg());
-    char *html = render(r);
-    keep("classif.html", html);
+    char *html = th_html_render(r);
+    th_html_keep("classif.html", html);
     cr_assert_not_null(strstr(html, "Accuracy per epoch"));
     cr_assert_null(strstr(html, "Validation error per epoch"));
     cr_assert_null(strstr(html, "forecast"));
