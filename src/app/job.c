@@ -20,18 +20,25 @@
 
 #define MD_REPORT_SCHEMA_VERSION 1
 
-void md_job_setting(md_job *job, const char *name, const char *value, const char *why)
+cJSON *md_job_find_setting(const md_job *job, const char *name)
 {
-    /* a later stage revising a setting replaces the entry in place: one row per setting */
     cJSON *e;
     cJSON_ArrayForEach(e, job->settings)
     {
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, "name");
-        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0) {
-            cJSON_ReplaceItemInObjectCaseSensitive(e, "value", cJSON_CreateString(value));
-            cJSON_ReplaceItemInObjectCaseSensitive(e, "why", cJSON_CreateString(why));
-            return;
-        }
+        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0) return e;
+    }
+    return NULL;
+}
+
+void md_job_setting(md_job *job, const char *name, const char *value, const char *why)
+{
+    /* a later stage revising a setting replaces the entry in place: one row per setting */
+    cJSON *e = md_job_find_setting(job, name);
+    if (e) {
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "value", cJSON_CreateString(value));
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "why", cJSON_CreateString(why));
+        return;
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", name);

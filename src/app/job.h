@@ -42,6 +42,8 @@ md_status md_job_run(md_options *opts);
  * better with single-threaded loading"); printed in the Settings section.
  * Recording a name again (a later stage revising it) replaces its entry. */
 void md_job_setting(md_job *job, const char *name, const char *value, const char *why);
+/* The recorded setting `name` ({"name", "value", "why"}), or NULL. Borrowed. */
+cJSON *md_job_find_setting(const md_job *job, const char *name);
 
 /* Stages, each in its own file. Cleanup functions free what the stage owns;
  * they accept a job whose stage never ran. */

@@ -14,17 +14,6 @@
 #define VALUE_W 14
 #define LINE_W 100
 
-static cJSON *find(const md_job *job, const char *name)
-{
-    cJSON *s;
-    cJSON_ArrayForEach(s, job->settings)
-    {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "name");
-        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0) return s;
-    }
-    return NULL;
-}
-
 /* Records name = value. `flag` names the option: when it was given the reason
  * starts with it, else with "default". A setting a stage already recorded
  * (the diagnostics run's recipe) keeps its reason, gets `effect` added and
@@ -32,7 +21,7 @@ static cJSON *find(const md_job *job, const char *name)
 static void put(md_job *job, const char *name, const char *value, const char *flag, const char *effect)
 {
     char why[600];
-    cJSON *old = find(job, name);
+    cJSON *old = md_job_find_setting(job, name);
     if (old) {
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(old, "why");
         snprintf(why, sizeof why, "%s%s%s", cJSON_IsString(w) ? w->valuestring : "",
@@ -181,7 +170,7 @@ static void data_settings(md_job *job)
         o->max_samples > 0 ? "training samples used" : "every training sample");
     put(job, "val_split", fmt_num(o->val_split, v, sizeof v), "val-split",
         "share of the training set held out for validation (where the dataset has no validation split)");
-    if (!find(job, "num_workers")) {
+    if (!md_job_find_setting(job, "num_workers")) {
         snprintf(v, sizeof v, "%d", o->num_workers);
         put(job, "num_workers", o->num_workers >= 0 ? v : "auto", "num-workers", "loader threads");
     }
@@ -191,7 +180,7 @@ static void device_settings(md_job *job)
 {
     const md_options *o = job->opts;
     char v[32];
-    if (!find(job, "threads")) {
+    if (!md_job_find_setting(job, "threads")) {
         int cpu = md_device_kind(job->dev) == MD_BACKEND_CPU;
         snprintf(v, sizeof v, "%d", cpu ? md_device_get_info(job->dev)->compute_units : o->threads);
         put(job, "threads", cpu || o->threads > 0 ? v : "default", "threads",

@@ -65,7 +65,7 @@ static void forecast_recipe(md_job *job)
     }
     if (!md_options_given(o, "lradj")) {
         snprintf(o->lradj, sizeof o->lradj, "type1");
-        md_job_setting(job, "lradj", "type1", "forecasting model: the public recipe halves the rate every epoch");
+        md_job_setting(job, "lr_schedule", "type1", "forecasting model: the public recipe halves the rate every epoch");
     }
     if (!md_options_given(o, "epochs") && !o->ci) {
         o->epochs = 10;
