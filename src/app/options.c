@@ -93,7 +93,14 @@ static const struct optdef table[] = {
     ON("channels-last", channels_last, "NHWC activations (channels-last memory format; the default on CUDA)"),
     OFF_KEY("no-channels-last", channels_last, NULL,
             "NCHW activations also where channels-last is the default"),
-    STR("init-from", init_from, "FILE", "initial weights from a safetensors file"),
+    STR("init-from", init_from, "FILE", "initial weights from a safetensors file (partial: by name)"),
+    CHOICE("init-names", init_names, "NAMING", "auto|ours|timm|hf",
+           "tensor names of --init-from: auto (by its keys) | ours | timm | hf (Hugging Face Dinov2)"),
+    STR("freeze", freeze, "PATTERN",
+        "parameters not trained: globs on tensor names (comma-separated), backbone, all-but-last:N"),
+    DBL("backbone-lr", backbone_lr, "LR", 1e-12, 100.0,
+        "peak learning rate of every parameter but the head (absolute; the schedule scales it as --lr)"),
+    INT("unfreeze-after", unfreeze_after, "N", 1, 100000, "train the --freeze parameters too from epoch N+1 on"),
     OPT("dump-grads", NULL, T_STR, dump_grads, NULL, "FILE",
         "one training step on the first batch; write inputs, logits, loss, gradients", NULL, 0, 0, 0, NULL),
     OPT("dump-logits", NULL, T_STR, dump_logits, NULL, "FILE",
@@ -223,6 +230,8 @@ void md_options_defaults(md_options *o)
     snprintf(o->features, sizeof o->features, "M");
     o->epochs = 1;
     o->lr = -1;
+    o->backbone_lr = -1;
+    snprintf(o->init_names, sizeof o->init_names, "auto");
     snprintf(o->optimizer, sizeof o->optimizer, "sgd");
     o->momentum = 0.9;
     o->weight_decay = 5e-4;
@@ -585,6 +594,10 @@ md_status md_options_validate(const md_options *o)
         return md_errf(MD_ERR_USAGE, "--amp contradicts --precision fp32 (use one of them)");
     if (o->resume[0] && o->init_from[0])
         return md_errf(MD_ERR_USAGE, "--resume and --init-from contradict each other (a checkpoint has its own weights)");
+    if (o->unfreeze_after > 0 && !o->freeze[0])
+        return md_errf(MD_ERR_USAGE, "--unfreeze-after needs --freeze (there is nothing frozen to unfreeze)");
+    if (md_options_given(o, "init-names") && !o->init_from[0])
+        return md_errf(MD_ERR_USAGE, "--init-names needs --init-from");
     if (o->overwrite && o->resume[0])
         return md_errf(MD_ERR_USAGE, "--overwrite starts afresh and removes the folder's checkpoints; it contradicts "
                        "--resume (which continues a run)");

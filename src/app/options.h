@@ -35,6 +35,10 @@ typedef struct md_options {
     int grad_ckpt;
     int channels_last;
     char init_from[MD_PATH_MAX];
+    char init_names[8];         /* auto|ours|timm|hf */
+    char freeze[512];           /* comma-separated globs, backbone, all-but-last:N */
+    double backbone_lr;         /* < 0: the --lr of the rest */
+    int unfreeze_after;         /* epochs; 0: never */
     char dump_grads[MD_PATH_MAX];
     char dump_logits[MD_PATH_MAX];
 

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "nn/name_map.h"
+
 #define COPY_STR(dst, src) snprintf((dst), sizeof(dst), "%s", (src))
 
 void md_resolve_model(const md_options *o, struct md_model_opts *m)
@@ -95,6 +97,11 @@ void md_resolve_train(const md_options *o, struct md_train_opts *t)
     COPY_STR(t->resume, o->resume);
     COPY_STR(t->metrics, o->metrics);
     COPY_STR(t->init_from, o->init_from);
+    t->init_names = md_naming_parse(o->init_names[0] ? o->init_names : "auto");
+    if (t->init_names < MD_NAMES_AUTO) t->init_names = MD_NAMES_AUTO;
+    COPY_STR(t->freeze, o->freeze);
+    t->backbone_lr = o->backbone_lr;
+    t->unfreeze_after = o->unfreeze_after;
     COPY_STR(t->dump_grads, o->dump_grads);
 }
 

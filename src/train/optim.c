@@ -12,6 +12,7 @@ struct md_optim {
     struct md_optim_cfg cfg;
     size_t n;
     struct md_optim_range *ranges; /* merged, sorted by offset */
+    long long *t0;                 /* (nranges) steps before the range's first: unfrozen late */
     int nranges;
     float *m, *v;                  /* (n) device state */
     long long step;
@@ -41,6 +42,8 @@ md_status md_optim_create(md_device *dev, const struct md_optim_cfg *cfg, size_t
     o->ranges = md_malloc((size_t)(nranges > 0 ? nranges : 1) * sizeof *o->ranges);
     if (!o->ranges) { st = MD_ERR_OOM; goto fail; }
     memcpy(o->ranges, ranges, (size_t)nranges * sizeof *ranges);
+    for (int i = 0; i < nranges; i++)
+        if (!(o->ranges[i].lr_mult > 0.0f)) o->ranges[i].lr_mult = 1.0f;
     qsort(o->ranges, (size_t)nranges, sizeof *o->ranges, range_cmp);
     int k = 0;
     for (int i = 0; i < nranges; i++) {
@@ -51,13 +54,15 @@ md_status md_optim_create(md_device *dev, const struct md_optim_cfg *cfg, size_t
             goto fail;
         }
         if (r->count == 0) continue;
-        if (k > 0 && o->ranges[k - 1].decay == r->decay &&
-            o->ranges[k - 1].offset + o->ranges[k - 1].count == r->offset)
+        if (k > 0 && o->ranges[k - 1].decay == r->decay && o->ranges[k - 1].lr_mult == r->lr_mult &&
+            o->ranges[k - 1].frozen == r->frozen && o->ranges[k - 1].offset + o->ranges[k - 1].count == r->offset)
             o->ranges[k - 1].count += r->count;
         else
             o->ranges[k++] = *r;
     }
     o->nranges = k;
+    o->t0 = md_calloc((size_t)(k > 0 ? k : 1), sizeof *o->t0);
+    if (!o->t0) { st = MD_ERR_OOM; goto fail; }
     if (n > 0) {
         if ((st = md_dev_alloc(dev, n * sizeof(float), (void **)&o->m, "optimizer state (momentum / m)")) != MD_OK)
             goto fail;
@@ -80,6 +85,7 @@ void md_optim_free(md_optim *o)
     md_dev_free(o->dev, o->m);
     md_dev_free(o->dev, o->v);
     md_free(o->ranges);
+    md_free(o->t0);
     md_free(o);
 }
 
@@ -91,18 +97,21 @@ static md_status step_ranges(md_optim *o, float *params, const float *grads, flo
     size_t hsz = params_half ? md_dtype_size(half_dtype) : 0;
     for (int i = 0; i < o->nranges; i++) {
         const struct md_optim_range *r = &o->ranges[i];
+        if (r->frozen) continue;
+        if (ctl && (r->lr_mult != 1.0f || o->t0[i] != 0))
+            return md_errf(MD_ERR_INTERNAL, "optimizer: a range with its own lr or step count in a device-controlled step");
         struct md_optim_args a;
         memset(&a, 0, sizeof a);
         a.kind = o->cfg.kind;
         a.n = r->count;
-        a.lr = lr;
+        a.lr = lr * r->lr_mult;
         a.momentum = o->cfg.momentum;
         a.weight_decay = r->decay ? o->cfg.weight_decay : 0.0f;
         a.beta1 = o->cfg.beta1;
         a.beta2 = o->cfg.beta2;
         a.eps = o->cfg.eps;
         a.nesterov = o->cfg.nesterov;
-        a.step = t;
+        a.step = t - o->t0[i];
         a.grad_scale = grad_scale;
         a.grad_scale_dev = grad_scale_dev;
         a.ctl = ctl;
@@ -128,6 +137,36 @@ md_status md_optim_step_ctl(md_optim *o, float *params, const float *grads, cons
                             void *params_half, md_dtype half_dtype)
 {
     return step_ranges(o, params, grads, 0.0f, 1.0f, NULL, ctl, params_half, half_dtype);
+}
+
+void md_optim_unfreeze(md_optim *o, long long t0)
+{
+    for (int i = 0; i < o->nranges; i++)
+        if (o->ranges[i].frozen) {
+            o->ranges[i].frozen = 0;
+            o->t0[i] = t0;
+        }
+}
+
+size_t md_optim_frozen_count(const md_optim *o)
+{
+    size_t n = 0;
+    for (int i = 0; i < o->nranges; i++) n += o->ranges[i].frozen ? o->ranges[i].count : 0;
+    return n;
+}
+
+int md_optim_needs_host(const md_optim *o)
+{
+    for (int i = 0; i < o->nranges; i++)
+        if (o->ranges[i].lr_mult != 1.0f || o->t0[i] != 0) return 1;
+    return 0;
+}
+
+md_status md_optim_zero_frozen(md_optim *o, float *grads)
+{
+    for (int i = 0; i < o->nranges; i++)
+        if (o->ranges[i].frozen) MD_TRY(md_dev_memset0(o->dev, grads + o->ranges[i].offset, o->ranges[i].count * 4));
+    return MD_OK;
 }
 
 long long md_optim_steps(const md_optim *o) { return o->step; }

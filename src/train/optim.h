@@ -25,6 +25,8 @@ struct md_optim_cfg {
 struct md_optim_range {
     size_t offset, count;     /* elements of the flat buffer */
     int decay;                /* apply weight decay */
+    float lr_mult;            /* the step's lr times this (--backbone-lr); 0 is taken as 1 */
+    int frozen;               /* no step at all (--freeze) until md_optim_unfreeze */
 };
 
 typedef struct md_optim md_optim;
@@ -50,6 +52,19 @@ md_status md_optim_step(md_optim *o, float *params, const float *grads, float lr
  * run; the host count advances here. */
 md_status md_optim_step_ctl(md_optim *o, float *params, const float *grads, const struct md_optim_ctl *ctl,
                             void *params_half, md_dtype half_dtype);
+
+/* Frozen ranges take no step: their parameters and state stay as they are.
+ * md_optim_unfreeze makes them trainable from step `t0` on: their step count
+ * (AdamW's bias correction, SGD's first-step momentum) starts there, as a
+ * PyTorch parameter's state starts at its first update. Ranges with
+ * lr_mult != 1 or unfrozen ones need the host-synced step (md_optim_step);
+ * md_optim_step_ctl refuses them (md_optim_needs_host says so). */
+void md_optim_unfreeze(md_optim *o, long long t0);
+size_t md_optim_frozen_count(const md_optim *o);
+int md_optim_needs_host(const md_optim *o);
+/* Zeroes the gradients of frozen ranges (grads: (n) device), so that a
+ * global gradient norm and clipping see only the trainable parameters. */
+md_status md_optim_zero_frozen(md_optim *o, float *grads);
 
 /* Steps taken (t of the last step). */
 long long md_optim_steps(const md_optim *o);

@@ -73,6 +73,7 @@ md_status md_trainer_create(const struct md_train_opts *opts, const struct md_tr
     t->dev = dev;
     t->model = model;
     t->data = data;
+    t->unfrozen_epoch = -1;
     const struct md_train_opts *o = t->o;
     st = choose_loss(t);
     md_trainer_report_init(t);
@@ -124,6 +125,7 @@ void md_trainer_free(md_trainer *t)
     md_run_dir_close(t->run_dir);
     cJSON_Delete(t->report);
     cJSON_Delete(t->ab_tried);
+    md_load_report_free(&t->load);
     md_free(t);
 }
 
@@ -224,6 +226,7 @@ static md_status run_once(md_trainer *t)
     int start_epoch = t->epoch;
     for (; t->epoch < o->epochs; t->epoch++) {
         double sps = 0, ep_time = 0;
+        md_trainer_unfreeze_check(t);
         if ((st = run_epoch(t, &sps, &ep_time)) != MD_OK) goto done;
         double tl = t->ep_seen ? t->ep_loss / (double)t->ep_seen : 0;
         double ta = t->ep_seen ? (double)t->ep_correct / (double)t->ep_seen : 0;

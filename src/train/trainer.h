@@ -85,6 +85,10 @@ struct md_train_opts {
     char resume[MD_PATH_MAX];
     char metrics[MD_PATH_MAX];  /* JSON lines appended */
     char init_from[MD_PATH_MAX];
+    int init_names;             /* enum md_naming (nn/name_map.h); MD_NAMES_AUTO: by the file's keys */
+    char freeze[512];           /* "" = none (nn/transfer.h md_model_freeze_mask) */
+    double backbone_lr;         /* < 0: --lr for all */
+    int unfreeze_after;         /* > 0: the frozen parameters train from this epoch (0-based) on */
     char dump_grads[MD_PATH_MAX]; /* set: no checkpoint folder is opened */
 };
 

@@ -23,6 +23,7 @@
 #include "backend/kernels_call.h"
 #include "data/data.h"
 #include "data/metrics.h"
+#include "nn/transfer.h"
 #include "train/optim.h"
 #include "train/run_dir.h"
 #include "train/scaler.h"
@@ -82,6 +83,12 @@ struct md_trainer {
 
     md_optim *opt;
     struct md_optim_cfg ocfg;
+    /* transfer learning (nn/transfer.h) */
+    struct md_load_report load;          /* of --init-from (have_load) */
+    int have_load;
+    float backbone_mult;                 /* --backbone-lr / lr, 1 without it */
+    int unfrozen_epoch;                  /* 0-based epoch whose start unfroze --freeze, or -1 */
+    cJSON *transfer;                     /* report["training"]["transfer"], borrowed from report */
     struct md_schedule sched;
     struct md_scaler scaler;
     double lr;
@@ -259,5 +266,9 @@ void md_trainer_epoch_output(md_trainer *t, double tl, double ta, double vl, dou
 /* The end of a run attempt, whatever ended it: epochs run, step execution,
  * loss scaling, best, last checkpoint. */
 void md_trainer_report_finish(md_trainer *t, int start_epoch);
+
+/* trainer_metrics.c: at an epoch's start, --unfreeze-after's moment (also
+ * when resumed past it): the frozen ranges train from then on; says so. */
+void md_trainer_unfreeze_check(md_trainer *t);
 
 #endif

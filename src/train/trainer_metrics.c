@@ -9,6 +9,7 @@
 
 #include "core/json.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "train/trainer_impl.h"
 
 const char *const md_trainer_curve_keys[] = {"epoch", "train_loss", "train_acc", "val_loss", "val_acc",
@@ -119,6 +120,36 @@ static void curve_add(md_trainer *t, const char *key, double v)
     cJSON_AddItemToArray(cJSON_GetObjectItem(t->curves, key), isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
 }
 
+/* report["training"]["transfer"]: the --init-from report and the parameter groups. */
+static void transfer_report(md_trainer *t)
+{
+    const struct md_train_opts *o = t->o;
+    cJSON *x = t->transfer = cJSON_AddObjectToObject(t->report, "transfer");
+    if (t->have_load) cJSON_AddItemToObject(x, "init_from", md_load_report_json(&t->load));
+    else cJSON_AddNullToObject(x, "init_from");
+    int nt = md_model_num_tensors(t->model);
+    uint8_t *head = md_calloc((size_t)nt + 1, 1);
+    cJSON *h = cJSON_AddArrayToObject(x, "head");
+    if (head) {
+        md_model_head_mask(t->model, head);
+        for (int i = 0; i < nt; i++)
+            if (head[i]) cJSON_AddItemToArray(h, cJSON_CreateString(md_model_tensor(t->model, i)->name));
+        md_free(head);
+    }
+    size_t frozen = md_optim_frozen_count(t->opt), all = md_model_nparams(t->model);
+    if (o->freeze[0]) cJSON_AddStringToObject(x, "freeze", o->freeze);
+    else cJSON_AddNullToObject(x, "freeze");
+    cJSON_AddNumberToObject(x, "frozen_params", (double)frozen);
+    cJSON_AddNumberToObject(x, "trainable_params", (double)(all - frozen));
+    if (o->backbone_lr > 0) cJSON_AddNumberToObject(x, "backbone_lr", o->backbone_lr);
+    else cJSON_AddNullToObject(x, "backbone_lr");
+    cJSON_AddNumberToObject(x, "backbone_lr_multiplier", t->backbone_mult);
+    if (o->unfreeze_after > 0) cJSON_AddNumberToObject(x, "unfreeze_after", o->unfreeze_after);
+    else cJSON_AddNullToObject(x, "unfreeze_after");
+    if (t->unfrozen_epoch >= 0) cJSON_AddNumberToObject(x, "unfrozen_at_epoch", t->unfrozen_epoch + 1);
+    else cJSON_AddNullToObject(x, "unfrozen_at_epoch");
+}
+
 void md_trainer_report_start(md_trainer *t)
 {
     const struct md_train_opts *o = t->o;
@@ -138,6 +169,23 @@ void md_trainer_report_start(md_trainer *t)
     cJSON_AddNumberToObject(t->report, "non_decayed_params", (double)plain);
     if (o->resume[0]) cJSON_AddStringToObject(t->report, "resumed_from", o->resume);
     else cJSON_AddNullToObject(t->report, "resumed_from");
+    transfer_report(t);
+}
+
+void md_trainer_unfreeze_check(md_trainer *t)
+{
+    const struct md_train_opts *o = t->o;
+    if (o->unfreeze_after <= 0 || t->epoch < o->unfreeze_after || md_optim_frozen_count(t->opt) == 0) return;
+    size_t n = md_optim_frozen_count(t->opt);
+    md_optim_unfreeze(t->opt, (long long)o->unfreeze_after * t->steps_per_epoch);
+    t->unfrozen_epoch = o->unfreeze_after;
+    char a[32];
+    md_out("  Unfrozen after epoch %d (--unfreeze-after): %s more parameters train from epoch %d on\n",
+           o->unfreeze_after, md_fmt_thousands((long long)n, a, sizeof a), o->unfreeze_after + 1);
+    if (t->transfer) {
+        cJSON_DeleteItemFromObject(t->transfer, "unfrozen_at_epoch");
+        cJSON_AddNumberToObject(t->transfer, "unfrozen_at_epoch", o->unfreeze_after + 1);
+    }
 }
 
 void md_trainer_print_start(md_trainer *t)
@@ -169,6 +217,18 @@ void md_trainer_print_start(md_trainer *t)
         md_out("  %-16s after %d epoch%s without a better validation %s (--patience)\n", "early stopping",
                o->patience, o->patience == 1 ? "" : "s", t->regress ? "loss" : "accuracy");
     md_out("  %-16s %s\n", "steps", t->pipe_why);
+    if (t->have_load) md_load_report_print(&t->load);
+    size_t frozen = md_optim_frozen_count(t->opt);
+    if (o->freeze[0] || o->backbone_lr > 0) {
+        char d[32], e[32], un[64] = "";
+        size_t all = md_model_nparams(t->model);
+        if (o->unfreeze_after > 0) snprintf(un, sizeof un, "; all from epoch %d on", o->unfreeze_after + 1);
+        md_out("  %-16s %s of %s parameters trainable%s%s%s%s", "transfer",
+               md_fmt_thousands((long long)(all - frozen), d, sizeof d), md_fmt_thousands((long long)all, e, sizeof e),
+               o->freeze[0] ? " (--freeze " : "", o->freeze[0] ? o->freeze : "", o->freeze[0] ? ")" : "", un);
+        if (o->backbone_lr > 0) md_out("; backbone peak lr %g (x%g of the head's)", o->backbone_lr, (double)t->backbone_mult);
+        md_out("\n");
+    }
     if (t->epoch >= o->epochs)
         md_out("  nothing to train: the checkpoint is at epoch %d of %d (raise --epochs to continue); scoring it\n",
                t->epoch, o->epochs);

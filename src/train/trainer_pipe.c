@@ -26,6 +26,9 @@ md_status md_trainer_pipe_setup(md_trainer *t)
     else if (t->regress)
         why = "a regression loss: each step runs op by op and syncs once for its loss (pipelined steps carry "
               "class labels only)";
+    else if (o->unfreeze_after > 0 || md_optim_needs_host(t->opt))
+        why = "--backbone-lr / --unfreeze-after: parameter groups with their own learning rate or step count "
+              "take host-synced steps";
     else if (t->scaler.enabled) why = "fp16 dynamic loss scaling decides each step on the host: steps run op by op";
     else if (!can && !t->force_pipe)
         why = md_device_kind(t->dev) == MD_BACKEND_METAL
@@ -64,6 +67,7 @@ static md_status pipe_body(md_trainer *t, const int32_t *labels, int n)
                          &t->d_ctl->opt.loss_sum, &t->d_ctl->correct));
     MD_TRY(md_model_backward(t->model));
     float *grads = md_model_grads(t->model), *params = md_model_params(t->model);
+    MD_TRY(md_optim_zero_frozen(t->opt, grads));
     struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = md_model_nparams(t->model), .dtype = MD_F32, .a = grads,
                                .out = &t->d_ctl->opt.grad_sumsq};
     MD_TRY(md_k_reduce(t->dev, &r));

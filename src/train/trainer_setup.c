@@ -62,13 +62,24 @@ static md_status setup_optimizer(md_trainer *t)
     };
     int nt = md_model_num_tensors(t->model);
     struct md_optim_range *r = md_malloc((size_t)(nt > 0 ? nt : 1) * sizeof *r);
-    if (!r) return MD_ERR_OOM;
+    uint8_t *frozen = md_calloc((size_t)nt + 1, 1), *head = md_calloc((size_t)nt + 1, 1);
+    md_status st = MD_OK;
+    if (!r || !frozen || !head) { st = MD_ERR_OOM; goto out; }
+    /* --backbone-lr is absolute, like a PyTorch param group's lr: the schedule
+     * scales the backbone's by the same factor as the head's */
+    t->backbone_mult = o->backbone_lr > 0 ? (float)(o->backbone_lr / t->lr) : 1.0f;
+    md_model_head_mask(t->model, head);
+    if (o->freeze[0] && (st = md_model_freeze_mask(t->model, o->freeze, frozen)) != MD_OK) goto out;
     for (int i = 0; i < nt; i++) {
         const struct md_param_info *p = md_model_tensor(t->model, i);
-        r[i] = (struct md_optim_range){p->offset, p->numel, o->decay_all || p->decay};
+        r[i] = (struct md_optim_range){p->offset, p->numel, o->decay_all || p->decay, head[i] ? 1.0f : t->backbone_mult,
+                                       frozen[i]};
     }
-    md_status st = md_optim_create(t->dev, &t->ocfg, md_model_nparams(t->model), r, nt, &t->opt);
+    st = md_optim_create(t->dev, &t->ocfg, md_model_nparams(t->model), r, nt, &t->opt);
+out:
     md_free(r);
+    md_free(frozen);
+    md_free(head);
     return st;
 }
 
@@ -85,7 +96,12 @@ static md_status setup_batch_once(md_trainer *t)
      * in chunks rather than planning 4x the training activations */
     if (t->rebind || md_model_device(t->model) != t->dev || md_model_max_batch(t->model) < t->batch) {
         MD_TRY(md_model_bind(t->model, t->dev, t->batch));
-        if (o->init_from[0]) MD_TRY(md_model_load_weights(t->model, o->init_from));
+        if (o->init_from[0]) {
+            md_load_report_free(&t->load);
+            t->have_load = 0;
+            MD_TRY(md_model_load_transfer(t->model, o->init_from, o->init_names, &t->load));
+            t->have_load = 1;
+        }
     }
     t->val_batch = t->batch * (o->val_batch_multiplier > 0 ? o->val_batch_multiplier : 1);
     t->max_batch = md_model_max_batch(t->model);
@@ -114,12 +130,12 @@ static md_status setup_batch_once(md_trainer *t)
     if (md_data_count(t->data, MD_SPLIT_VAL) > 0) MD_TRY(make_loader(t, MD_SPLIT_VAL, t->val_batch, 0, &t->val_l));
     if (md_data_count(t->data, MD_SPLIT_TEST) > 0) MD_TRY(make_loader(t, MD_SPLIT_TEST, t->val_batch, 0, &t->test_l));
     MD_TRY(alloc_buffers(t));
+    t->lr = o->lr > 0 ? o->lr : strcmp(o->optimizer, "adamw") == 0 ? 1e-3 : 0.1;
     MD_TRY(setup_optimizer(t));
 
     t->steps_per_epoch = md_loader_num_batches(t->train_l);
     if (o->steps > 0 && o->steps < t->steps_per_epoch) t->steps_per_epoch = o->steps;
     if (t->steps_per_epoch < 1) t->steps_per_epoch = 1;
-    t->lr = o->lr > 0 ? o->lr : t->ocfg.kind == MD_OPT_ADAMW ? 1e-3 : 0.1;
     int kind;
     if ((st = md_schedule_parse(o->lradj, &kind)) != MD_OK) return st;
     t->sched = (struct md_schedule){

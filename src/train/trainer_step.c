@@ -66,6 +66,7 @@ md_status md_trainer_step(md_trainer *t, const struct md_batch *b, int snapshot)
     MD_TRY(md_trainer_loss(t, b->n, used_scale, (float)t->o->label_smoothing));
     MD_TRY(md_model_backward(t->model));
     float *grads = md_model_grads(t->model), *params = md_model_params(t->model);
+    MD_TRY(md_optim_zero_frozen(t->opt, grads));
     size_t n = md_model_nparams(t->model);
     struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = n, .dtype = MD_F32, .a = grads, .out = &t->d_sc->grad_sumsq};
     MD_TRY(md_k_reduce(t->dev, &r));
