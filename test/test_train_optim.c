@@ -35,7 +35,7 @@ static void check3(const float *got, const double *want, const char *what)
 
 /* params (3): the first two decayed, the third (a "bias") not; ranges given
  * out of order to exercise the merge. */
-static const struct md_optim_range ranges[] = {{2, 1, 0}, {0, 1, 1}, {1, 1, 1}};
+static const struct md_optim_range ranges[] = {{2, 1, 0, 1, 0}, {0, 1, 1, 1, 0}, {1, 1, 1, 1, 0}};
 
 Test(optim, sgd_momentum_weight_decay_by_hand)
 {
@@ -148,7 +148,7 @@ Test(optim, bad_ranges_are_refused)
     md_device *dev;
     EACH_DEVICE(dev) {
     struct md_optim_cfg cfg = {.kind = MD_OPT_SGD};
-    const struct md_optim_range over[] = {{0, 2, 1}, {1, 2, 0}};
+    const struct md_optim_range over[] = {{0, 2, 1, 1, 0}, {1, 2, 0, 1, 0}};
     md_optim *o = NULL;
     cr_assert_eq(md_optim_create(dev, &cfg, 3, over, 2, &o), MD_ERR_INTERNAL);
     cr_assert_null(o);

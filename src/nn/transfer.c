@@ -27,12 +27,8 @@ static double cubic2(double x) { return ((CUBIC_A * x - 5 * CUBIC_A) * x + 8 * C
 static void cubic_taps(int o, int in, int out, int idx[4], double w[4])
 {
     double real = ((double)in / out) * (o + 0.5) - 0.5;
-    int i = (int)floor(real);
-    if (i < 0) i = 0;
-    if (i > in - 1) i = in - 1;
+    int i = (int)floor(real); /* -1 at the first output: not clamped (PyTorch's CPU kernel) */
     double t = real - i;
-    if (t < 0) t = 0;
-    if (t > 1) t = 1;
     w[0] = cubic2(t + 1);
     w[1] = cubic1(t);
     w[2] = cubic1(1 - t);
@@ -176,14 +172,22 @@ static int is_head_name(const char *layer)
     return !strcmp(layer, "head") || !strncmp(layer, "head.", 5);
 }
 
+/* The graph position of tensor t's layer (tensors are ordered decayed first, not by layer). */
+static int layer_pos(const md_model *m, int t)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].name && !strcmp(m->layers[i].name, m->tensors[t].layer)) return i;
+    return -1;
+}
+
 void md_model_head_mask(const md_model *m, uint8_t *out)
 {
-    int named = 0;
+    int named = 0, last = -1;
     for (int t = 0; t < m->ntensors; t++) named |= (out[t] = (uint8_t)is_head_name(m->tensors[t].layer));
-    if (named || m->ntensors == 0) return;
-    /* the last layer with parameters: its tensors are the last ones declared */
-    const char *last = m->tensors[m->ntensors - 1].layer;
-    for (int t = 0; t < m->ntensors; t++) out[t] = (uint8_t)!strcmp(m->tensors[t].layer, last);
+    if (named) return;
+    for (int t = 0; t < m->ntensors; t++)
+        if (layer_pos(m, t) > last) last = layer_pos(m, t);
+    for (int t = 0; t < m->ntensors; t++) out[t] = (uint8_t)(layer_pos(m, t) == last);
 }
 
 /* The first numbered component of a name ("blocks.3.attn" -> 3), or -1. */
@@ -236,15 +240,18 @@ static md_status freeze_item(const md_model *m, const char *item, uint8_t *froze
         if (nblocks == 0)
             return md_errf(MD_ERR_USAGE, "--freeze: '%s': model %s has no numbered blocks (names like blocks.0.*)",
                            item, m->name);
-        long keep_from = nblocks - n; /* the first block left trainable */
+        /* frozen: every layer before the first one left trainable (the first of
+         * block nblocks - N, or, for N = 0, the first after the last block) */
+        long keep_from = nblocks - n;
+        int boundary = n == 0 ? -1 : m->nlayers;
         for (int t = 0; t < m->ntensors; t++) {
-            int b = block_index(m->tensors[t].name);
-            if (b >= 0 && b >= keep_from) break;
-            if (b < 0 && t > 0 && block_index(m->tensors[t - 1].name) == nblocks - 1) break; /* after the blocks */
-            frozen[t] = 1;
-            hit = 1;
+            int b = block_index(m->tensors[t].name), pos = layer_pos(m, t);
+            if (n == 0 && b >= 0 && pos + 1 > boundary) boundary = pos + 1;
+            if (n > 0 && b >= keep_from && pos < boundary) boundary = pos;
         }
-        if (n >= nblocks) hit = 1; /* nothing to freeze is what was asked */
+        for (int t = 0; t < m->ntensors; t++)
+            if (layer_pos(m, t) < boundary) frozen[t] = 1;
+        hit = 1; /* N >= the blocks: nothing to freeze is what was asked */
     } else {
         for (int t = 0; t < m->ntensors; t++)
             if (glob_selects(item, m->tensors[t].name)) frozen[t] = 1, hit = 1;
