@@ -10,13 +10,16 @@
 #include "core/signals.h"
 
 /* Whatever was printed must have reached stdout: a full disk or a closed
- * pipe behind it is an error (exit 3 unless the run already failed). */
-static int finish_stdout(int rc)
+ * pipe behind it is an error (exit 3 unless the run already failed).
+ * `werr`: errno after the printing, the reason of a write that failed then
+ * (output longer than stdout's buffer fails before the final flush). */
+static int finish_stdout(int rc, int werr)
 {
     int bad = ferror(stdout);
+    int e0 = bad ? werr : 0;
     errno = 0;
     if (fflush(stdout) != 0) bad = 1;
-    int e = errno;
+    int e = errno ? errno : e0;
     if (fclose(stdout) != 0) {
         bad = 1;
         if (!e) e = errno;
@@ -39,12 +42,14 @@ int main(int argc, char **argv)
         return md_status_exit_code(st);
     }
     if (opts.help) {
+        errno = 0;
         md_options_usage(stdout);
-        return finish_stdout(0);
+        return finish_stdout(0, errno);
     }
     if (opts.version) {
+        errno = 0;
         md_options_version(stdout);
-        return finish_stdout(0);
+        return finish_stdout(0, errno);
     }
     /* every output path before any work: a bad one named now, not after a
      * whole training run (each on its own line) */
@@ -56,7 +61,7 @@ int main(int argc, char **argv)
     md_log_init((md_verbosity)opts.verbosity);
     md_signals_install();
     st = md_job_run(&opts);
-    int rc = finish_stdout(md_status_exit_code(st));
+    int rc = finish_stdout(md_status_exit_code(st), 0);
     if (st != MD_OK) fprintf(stderr, "mpsdiag: %s\n", md_errmsg());
     return rc;
 }

@@ -596,8 +596,6 @@ md_status md_options_validate(const md_options *o)
         return md_errf(MD_ERR_USAGE, "--resume and --init-from contradict each other (a checkpoint has its own weights)");
     if (o->unfreeze_after > 0 && !o->freeze[0])
         return md_errf(MD_ERR_USAGE, "--unfreeze-after needs --freeze (there is nothing frozen to unfreeze)");
-    if (md_options_given(o, "init-names") && !o->init_from[0])
-        return md_errf(MD_ERR_USAGE, "--init-names needs --init-from");
     if (o->overwrite && o->resume[0])
         return md_errf(MD_ERR_USAGE, "--overwrite starts afresh and removes the folder's checkpoints; it contradicts "
                        "--resume (which continues a run)");
