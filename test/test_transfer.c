@@ -11,6 +11,7 @@
 #include "core/safetensors.h"
 #include "helpers.h"
 #include "helpers_job.h"
+#include "json_schema.h"
 #include "nn/model.h"
 #include "nn/name_map.h"
 #include "nn/transfer.h"
@@ -370,6 +371,43 @@ Test(transfer, errors_are_one_line_with_exit_code, .timeout = 120)
         free(err);
     }
     free(bad);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* The binary's report: the transfer section validates against the schema,
+ * lists every name, and the text gives counts and a few names. */
+Test(transfer, report_json_validates_and_text_counts, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char args[2048], *out, *err;
+    snprintf(args, sizeof args,
+             "--device cpu --threads 1 --dataset synthetic --model " FIX "/tiny_c4.json --max-samples 16 --epochs 1 "
+             "--steps 1 --init-from " FIX "/tiny.hf.safetensors --freeze backbone --backbone-lr 1e-3 "
+             "--checkpoint-dir %s/ck --report %s/r.json",
+             dir, dir);
+    int rc = th_run(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_assert(strstr(out, "29 loaded, 0 resized, 6 skipped") && strstr(out, "2 newly initialised") &&
+              strstr(out, "head head.weight re-initialised: file (10, 16), model (4, 16)") &&
+              strstr(out, "skipped: embeddings.cls_token") && strstr(out, "parameters trainable (--freeze backbone)"),
+              "%s", out);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/r.json", dir);
+    cJSON *r = th_load_json(path), *s = th_load_json("docs/schema/report.schema.json");
+    char e[600];
+    cr_assert(th_schema_validate(s, r, e, sizeof e), "%s", e);
+    const cJSON *x = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "training"), "transfer");
+    const cJSON *l = cJSON_GetObjectItem(x, "init_from");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(l, "skipped")), 6);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(l, "loaded")), 29);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(l, "head_reinitialised")), 2);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(x, "head")), 2);
+    cr_assert_eq(cJSON_GetObjectItem(x, "trainable_params")->valueint, 4 * 16 + 4);
+    cJSON_Delete(r);
+    cJSON_Delete(s);
+    free(out);
+    free(err);
     th_rmtree(dir);
     free(dir);
 }

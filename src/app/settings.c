@@ -132,8 +132,22 @@ static void model_settings(md_job *job)
             : "no effect beyond compile itself on this device");
     if (o->reduce_architecture)
         put(job, "reduce_arch", "on", NULL, "--reduce-architecture: half-width layers");
-    if (o->init_from[0])
-        put(job, "init_from", o->init_from, NULL, "--init-from: initial weights from this file");
+    if (o->init_from[0]) {
+        put(job, "init_from", o->init_from, NULL, "--init-from: initial weights from this file, by name");
+        put(job, "init_names", o->init_names, "init-names",
+            strcmp(o->init_names, "auto") == 0 ? "tensor names detected from the file's keys" : "tensor names as given");
+    }
+    if (o->freeze[0]) put(job, "freeze", o->freeze, NULL, "--freeze: these parameters take no optimizer step");
+    if (o->backbone_lr > 0) {
+        char lr[32];
+        snprintf(lr, sizeof lr, "%g", o->backbone_lr);
+        put(job, "backbone_lr", lr, NULL, "--backbone-lr: peak lr of every parameter but the head (absolute)");
+    }
+    if (o->unfreeze_after > 0) {
+        char ep[32];
+        snprintf(ep, sizeof ep, "%d", o->unfreeze_after);
+        put(job, "unfreeze_after", ep, NULL, "--unfreeze-after: the frozen parameters train after this many epochs");
+    }
     if (o->resume[0]) put(job, "resume", o->resume, NULL, "--resume: continued from this checkpoint");
 }
 
