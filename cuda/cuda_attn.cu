@@ -1,8 +1,9 @@
 /* cuda_attn.cu - softmax over the last dimension, and scaled-dot-product
  * attention in the flash-attention manner, SIMT (CUDA cores, fp32
- * arithmetic and accumulation for fp32/fp16/bf16 storage). fp16/bf16 with
- * 32 < head_dim <= 128 go to the tensor-core kernels of cuda_attn_tc.cu
- * instead (unless md_attn_args.simt_only); the kernels here run the rest.
+ * arithmetic and accumulation for fp32/fp16/bf16 storage), and the choice of
+ * attention path (attn_path): short sequences go to cuBLAS products
+ * (cuda_attn_gemm.cu), fp16/bf16 with 32 < head_dim <= 128 to the
+ * tensor-core kernels of cuda_attn_tc.cu; the kernels here run the rest.
  *
  * Forward: a block of ATT_BQ threads per (batch*head, tile of ATT_BQ
  * queries), one query row per thread (q and the output accumulator in
@@ -341,6 +342,19 @@ static md_status attn_prep(const char *op, const struct md_attn_args *a, attn_p 
     return MD_OK;
 }
 
+/* The path that runs a call: the call's own (md_attn_args.path), else
+ * MPSDIAG_ATTN, else GEMM up to MD_ATTN_GEMM_MAX_T tokens; GEMM only where
+ * its alignment holds, FLASH meaning the tensor cores where they apply. */
+static int attn_path(md_device *dev, const struct md_attn_args *a)
+{
+    int want = a->path ? a->path : md_cuda_impl(dev)->attn_path;
+    if (want == MD_ATTN_SIMT) return MD_ATTN_SIMT;
+    if ((want == MD_ATTN_GEMM || (want == MD_ATTN_AUTO && a->tq <= MD_ATTN_GEMM_MAX_T && a->tk <= MD_ATTN_GEMM_MAX_T)) &&
+        md_cuda_attn_gemm_covers(a))
+        return MD_ATTN_GEMM;
+    return md_cuda_attn_tc_covers(a) ? MD_ATTN_FLASH : MD_ATTN_SIMT;
+}
+
 #define ATT_DP_DISPATCH(dp, ...)                                                                   \
     switch (dp) {                                                                                  \
     case 16: { const int DP = 16; __VA_ARGS__; } break;                                            \
@@ -357,7 +371,9 @@ md_status md_cuda_attn_fwd(md_device *dev, const struct md_attn_args *a)
     int bh = a->batch * a->heads;
     if (!bh || !a->tq) return MD_OK;
     unsigned blocks = (unsigned)(bh * ((a->tq + ATT_BQ - 1) / ATT_BQ));
-    if (md_cuda_attn_tc_covers(a)) return md_cuda_attn_tc_fwd(dev, a, &p);
+    int path = attn_path(dev, a);
+    if (path == MD_ATTN_GEMM) return md_cuda_attn_gemm_fwd(dev, a, &p);
+    if (path == MD_ATTN_FLASH) return md_cuda_attn_tc_fwd(dev, a, &p);
     cudaStream_t s = md_cuda_impl(dev)->stream;
     MD_CU_DISPATCH(a->dtype, "attn_fwd", {
         ATT_DP_DISPATCH(dp, k_attn_fwd<T, DP><<<blocks, ATT_BQ, 0, s>>>(p, (const T *)a->q, (const T *)a->k,
@@ -387,7 +403,9 @@ md_status md_cuda_attn_bwd(md_device *dev, const struct md_attn_args *a)
         k_attn_bwd_dot<T><<<md_cu_blocks(dev, (size_t)nrows), MD_THREADS, 0, cd->stream>>>(
             p, nrows, (const T *)a->o, (const T *)a->d_o, D);
         MD_TRY(md_cuda_check_launch("attn_bwd (row sums)"));
-        if (md_cuda_attn_tc_covers(a)) return md_cuda_attn_tc_bwd(dev, a, &p, D);
+        int path = attn_path(dev, a);
+        if (path == MD_ATTN_GEMM) return md_cuda_attn_gemm_bwd(dev, a, &p, D);
+        if (path == MD_ATTN_FLASH) return md_cuda_attn_tc_bwd(dev, a, &p, D);
         if (a->dk || a->dv)
             ATT_DP_DISPATCH(dp, k_attn_bwd_kv<T, DP><<<kblocks, ATT_BQ, 0, cd->stream>>>(
                                     p, (const T *)a->q, (const T *)a->k, (const T *)a->v, (const T *)a->d_o, a->lse,

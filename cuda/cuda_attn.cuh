@@ -32,6 +32,14 @@ __device__ __forceinline__ float att_keep(const attn_p &p, uint64_t off, int bh,
     return md_rng_uniform(p.seed, ctr) < p.p ? 0.0f : p.keep_scale;
 }
 
+/* GEMM path (cuda_attn_gemm.cu): fp32/fp16/bf16 with every operand, batch
+ * and head stride 16-byte aligned. Returns 1 when it can run the call. */
+int md_cuda_attn_gemm_covers(const struct md_attn_args *a);
+/* o and lse; scratch from md_cuda_dev.attn_ws. */
+md_status md_cuda_attn_gemm_fwd(md_device *dev, const struct md_attn_args *a, const attn_p *p);
+/* dq, dk, dv (those not NULL); D as for md_cuda_attn_tc_bwd. */
+md_status md_cuda_attn_gemm_bwd(md_device *dev, const struct md_attn_args *a, const attn_p *p, const float *D);
+
 /* Tensor-core path (cuda_attn_tc.cu): fp16/bf16, 32 < head_dim <= 128.
  * Returns 1 when it runs the call, 0 when the SIMT kernels must. */
 int md_cuda_attn_tc_covers(const struct md_attn_args *a);

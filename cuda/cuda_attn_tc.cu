@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(TC_THREADS)
 
 int md_cuda_attn_tc_covers(const struct md_attn_args *a)
 {
-    return !a->simt_only && (a->dtype == MD_F16 || a->dtype == MD_BF16) && a->d > 32 && a->d <= 128;
+    return (a->dtype == MD_F16 || a->dtype == MD_BF16) && a->d > 32 && a->d <= 128;
 }
 
 static int tc_aligned(const void *x) { return x == NULL || ((uintptr_t)x & 15u) == 0; }

@@ -276,6 +276,7 @@ static void cu_close(md_device *dev)
     md_dev_free(dev, c->conv_ws.ptr);
     md_dev_free(dev, c->red_ws.ptr);
     md_dev_free(dev, c->aux_ws.ptr);
+    md_dev_free(dev, c->attn_ws.ptr);
     for (int i = 0; i < c->n_retired; i++) md_dev_free(dev, c->retired[i]);
     if (c->dnn) cudnnDestroy(c->dnn);
     if (c->blas_lt) cublasLtDestroy(c->blas_lt);
@@ -299,6 +300,8 @@ static md_status cu_open(md_device *dev)
     cudnnStatus_t ds;
     size_t f = 0, t = 0;
     const char *at = getenv("MPSDIAG_CUDNN_AUTOTUNE");
+    int attn_path;
+    MD_TRY(md_cuda_attn_path_env(&attn_path));
     struct md_cuda_dev *c = (struct md_cuda_dev *)md_calloc(1, sizeof *c);
     if (!c) return MD_ERR_OOM;
     pthread_mutex_init(&c->alloc_lock, NULL);
@@ -307,6 +310,7 @@ static md_status cu_open(md_device *dev)
     c->sm_count = dev->info.compute_units > 0 ? dev->info.compute_units : 1;
     c->tf32 = dev->opts.allow_tf32 && dev->info.supports_tf32;
     c->autotune = dev->opts.autotune || (at && strcmp(at, "1") == 0);
+    c->attn_path = attn_path;
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess) { st = md_cuda_err(e, "cudaSetDevice"); goto fail; }
     e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);

@@ -46,11 +46,13 @@ struct md_cuda_dev {
     struct md_cuda_scratch conv_ws;   /* cuDNN workspace, grows */
     struct md_cuda_scratch red_ws;    /* partial sums of reductions, grows */
     struct md_cuda_scratch aux_ws;    /* fp32 copies for half convolutions cuDNN runs slowly, BN statistics */
+    struct md_cuda_scratch attn_ws;   /* attention's scores on the GEMM path (cuda_attn_gemm.cu), grows */
     void *retired[64];                /* grown-out scratch, freed at close */
     int n_retired;
 
     struct md_cuda_conv_entry *convs; /* per-shape descriptors and algorithms */
     int autotune;                     /* cudnnFind* instead of heuristics */
+    int attn_path;                    /* enum md_attn_path from MPSDIAG_ATTN (0: auto) */
 };
 
 static inline struct md_cuda_dev *md_cuda_impl(md_device *dev) { return (struct md_cuda_dev *)dev->impl; }
@@ -98,6 +100,9 @@ md_status md_cuda_softmax_fwd(md_device *dev, const struct md_softmax_args *a);
 md_status md_cuda_softmax_bwd(md_device *dev, const struct md_softmax_args *a);
 md_status md_cuda_attn_fwd(md_device *dev, const struct md_attn_args *a);
 md_status md_cuda_attn_bwd(md_device *dev, const struct md_attn_args *a);
+/* MPSDIAG_ATTN (unset or auto, gemm, flash, simt) as an enum md_attn_path;
+ * MD_ERR_USAGE naming the variable for any other value. */
+md_status md_cuda_attn_path_env(int *path);
 
 #define MD_CU_TRY(call, what)                                                  \
     do {                                                                       \

@@ -64,6 +64,7 @@ struct harness {
     int run[MD_KERNEL_COUNT], failed[MD_KERNEL_COUNT], skipped[MD_KERNEL_COUNT];
     int op_skipped[MD_KERNEL_COUNT];
     int corrupt;            /* test of the comparator: perturb the backend's output */
+    int cuda;               /* the backend under test is CUDA (cases for its attention paths) */
 };
 
 static md_device *cur(struct harness *h) { return h->dev[h->side]; }
@@ -1011,19 +1012,38 @@ static void op_softmax(struct harness *h, int op)
 
 /* Attention layouts: 0 contiguous (B, H, T, D); 1 a fused QKV projection's
  * (B, T, 3, H, D) output (tq == tk; dq/dk/dv into one such buffer); 2 (B, T, H, D).
- * On CUDA, fp16/bf16 with 32 < d <= 128 run the tensor-core kernels (64-row
- * tiles: lengths that are not multiples of 64, d padded to 64 or 128, d not a
- * multiple of 8 for the unvectorised loads); simt 1 forces the SIMT kernels. */
-struct attn_case { int b, h, tq, tk, d, causal, dropout, layout, simt; };
+ * On CUDA the case's path (enum md_attn_path) picks the kernels: F (FLASH)
+ * runs fp16/bf16 with 32 < d <= 128 on the tensor-core kernels (64-row tiles:
+ * lengths that are not multiples of 64, d padded to 64 or 128, d not a
+ * multiple of 8 for the unvectorised loads) and the rest on the SIMT kernels;
+ * S forces the SIMT kernels; G the cuBLAS path for short sequences (ViT
+ * shapes: 6 heads of 64, 261 = 256 patches + cls + 4 registers; d 100 is
+ * misaligned for it and falls back); A leaves the choice to the backend
+ * (GEMM at these lengths). Other backends ignore the path; the G and A cases
+ * run on CUDA only. */
+struct attn_case { int b, h, tq, tk, d, causal, dropout, layout, path; };
 
+#define F MD_ATTN_FLASH
+#define S MD_ATTN_SIMT
+#define G MD_ATTN_GEMM
+#define A MD_ATTN_AUTO
 static const struct attn_case attn_cases[] = {
-    {1, 1, 1, 1, 8, 0, 0, 0, 0},       {2, 3, 17, 17, 16, 1, 0, 0, 0},   {1, 2, 70, 70, 32, 0, 0, 1, 0},
-    {2, 2, 33, 65, 64, 0, 1, 0, 0},    {1, 2, 100, 100, 64, 1, 1, 2, 0}, {1, 1, 130, 130, 8, 1, 0, 0, 0},
-    {2, 1, 40, 23, 16, 1, 0, 2, 0},    {1, 2, 9, 31, 128, 0, 0, 0, 0},   {1, 1, 67, 67, 32, 1, 1, 1, 0},
-    {2, 2, 100, 77, 64, 0, 0, 0, 0},   {1, 2, 130, 130, 128, 1, 1, 0, 0}, {2, 1, 70, 150, 128, 0, 1, 2, 0},
-    {1, 1, 129, 129, 64, 1, 0, 1, 0},  {1, 2, 150, 90, 64, 1, 1, 0, 0},  {1, 1, 33, 47, 100, 1, 1, 0, 0},
-    {1, 1, 65, 70, 80, 0, 0, 2, 0},    {2, 2, 33, 65, 64, 0, 1, 0, 1},   {1, 2, 9, 31, 128, 1, 0, 0, 1},
+    {1, 1, 1, 1, 8, 0, 0, 0, F},       {2, 3, 17, 17, 16, 1, 0, 0, F},   {1, 2, 70, 70, 32, 0, 0, 1, F},
+    {2, 2, 33, 65, 64, 0, 1, 0, F},    {1, 2, 100, 100, 64, 1, 1, 2, F}, {1, 1, 130, 130, 8, 1, 0, 0, F},
+    {2, 1, 40, 23, 16, 1, 0, 2, F},    {1, 2, 9, 31, 128, 0, 0, 0, F},   {1, 1, 67, 67, 32, 1, 1, 1, F},
+    {2, 2, 100, 77, 64, 0, 0, 0, F},   {1, 2, 130, 130, 128, 1, 1, 0, F}, {2, 1, 70, 150, 128, 0, 1, 2, F},
+    {1, 1, 129, 129, 64, 1, 0, 1, F},  {1, 2, 150, 90, 64, 1, 1, 0, F},  {1, 1, 33, 47, 100, 1, 1, 0, F},
+    {1, 1, 65, 70, 80, 0, 0, 2, F},    {2, 2, 33, 65, 64, 0, 1, 0, S},   {1, 2, 9, 31, 128, 1, 0, 0, S},
+    {2, 6, 5, 5, 64, 0, 0, 1, G},      {2, 6, 5, 5, 64, 1, 0, 1, G},     {2, 6, 64, 64, 64, 0, 0, 1, G},
+    {1, 6, 64, 64, 64, 1, 0, 0, G},    {2, 6, 261, 261, 64, 0, 0, 1, G}, {1, 6, 261, 261, 64, 1, 0, 1, G},
+    {1, 6, 261, 261, 64, 0, 0, 1, A},  {2, 2, 33, 65, 64, 0, 1, 0, G},   {1, 2, 150, 90, 64, 1, 1, 2, G},
+    {1, 1, 1, 1, 8, 0, 0, 0, G},       {2, 3, 17, 17, 16, 1, 1, 2, G},   {1, 2, 9, 31, 128, 1, 0, 0, G},
+    {1, 1, 33, 47, 100, 1, 0, 0, G},
 };
+#undef F
+#undef S
+#undef G
+#undef A
 
 /* Offsets (elements) of q, k, v, o in their buffers and the strides, by layout. */
 static void attn_layout(const struct attn_case *k, struct md_attn_args *a, size_t off[4], size_t n[4])
@@ -1045,16 +1065,19 @@ static void attn_layout(const struct attn_case *k, struct md_attn_args *a, size_
     }
 }
 
+static const char *const attn_path_names[] = {" auto", " gemm", "", " simt"};
+
 static void op_attn(struct harness *h, int op)
 {
     for (size_t ci = 0; ci < sizeof attn_cases / sizeof attn_cases[0]; ci++)
         for (int di = 0; di < 3; di++) {
             const struct attn_case *kc = &attn_cases[ci];
+            if ((kc->path == MD_ATTN_GEMM || kc->path == MD_ATTN_AUTO) && !h->cuda) continue;
             md_dtype t = dtypes[di];
             size_t es = md_dtype_size(t), off[4], n[4];
             struct md_attn_args base = {.batch = kc->b, .heads = kc->h, .tq = kc->tq, .tk = kc->tk, .d = kc->d,
                                         .causal = kc->causal, .dropout_p = kc->dropout ? 0.2f : 0.0f, .seed = 3,
-                                        .offset = 1000 + ci, .dtype = t, .simt_only = kc->simt};
+                                        .offset = 1000 + ci, .dtype = t, .path = kc->path};
             attn_layout(kc, &base, off, n);
             float beta = op == K_ATTN_BWD && (ci + (size_t)di) % 2 ? 1.0f : 0.0f;
             size_t nl = (size_t)kc->b * kc->h * kc->tq;
@@ -1119,7 +1142,7 @@ static void op_attn(struct harness *h, int op)
             char what[176];
             snprintf(what, sizeof what, "%s b%d h%d tq%d tk%d d%d causal %d dropout %d layout %d %s beta %g%s",
                      md_kernel_names[op], kc->b, kc->h, kc->tq, kc->tk, kc->d, kc->causal, kc->dropout, kc->layout,
-                     md_dtype_name(t), (double)beta, kc->simt ? " simt" : "");
+                     md_dtype_name(t), (double)beta, attn_path_names[kc->path]);
             if (statuses_ok(h, op, what, st[0], st[1])) {
                 struct tol tl = tol_of(op, t);
                 int ok;
@@ -1247,6 +1270,7 @@ static int open_pair(struct harness *h, const char *name)
     struct md_device_opts o = {.threads = 3};
     cr_assert_eq(md_device_open(b, 0, &o, &h->dev[0]), MD_OK, "%s: %s", name, md_errmsg());
     h->dev[1] = kc_open_ref();
+    h->cuda = strcmp(name, "cuda") == 0;
     return 1;
 }
 

@@ -6,8 +6,8 @@
                                     shapes of attn_bench.c; prints its TSV lines
   attn_vs_torch.py table MPS TORCH  the comparison table (markdown); mpsdiag's
                                     lines carry a ninth field, the kernels
-                                    (tc: tensor cores, simt: CUDA cores), and
-                                    bf16 runs both
+                                    (gemm: cuBLAS products, up to 1024 tokens;
+                                    tc: tensor cores; simt: CUDA cores)
 
 FLOPs: forward 4 * B * H * T^2 * D (two matrix products), halved when causal;
 backward 2.5x the forward (FlashAttention's convention: five products, one
@@ -18,7 +18,8 @@ import os
 import sys
 
 
-SHAPES = [(8, 16, 1024, 64), (4, 16, 2048, 64), (2, 16, 4096, 64), (4, 16, 2048, 128)]
+SHAPES = [(64, 6, 261, 64), (64, 12, 261, 64), (8, 16, 1024, 64), (4, 16, 2048, 64), (2, 16, 4096, 64),
+          (4, 16, 2048, 128)]
 
 
 def torch_side():

@@ -411,9 +411,20 @@ struct md_attn_args {
     float *lse;                            /* (batch, heads, tq) */
     const void *d_o; void *dq, *dk, *dv;
     float beta;                            /* accumulate factor for dq, dk, dv */
-    int simt_only;                         /* CUDA: 1 keeps fp16/bf16 off the tensor-core
-                                              kernels (benchmarks, tests); 0 picks them */
+    int path;                              /* CUDA: which kernels run (enum md_attn_path);
+                                              MD_ATTN_AUTO (0) lets the backend choose */
 };
+
+/* CUDA attention implementations (docs/cuda.md). AUTO: the MPSDIAG_ATTN
+ * environment variable when set, else GEMM for tq, tk <= MD_ATTN_GEMM_MAX_T
+ * (and 16-byte aligned operands), else FLASH. GEMM: cuBLAS batched products
+ * around a fused softmax kernel, the T x T scores in device scratch. FLASH:
+ * the tensor-core kernels for fp16/bf16 with 32 < head_dim <= 128, the SIMT
+ * kernels otherwise. SIMT: the SIMT kernels. A path that cannot take a call
+ * (GEMM: misaligned operands) hands it on as AUTO would. Other backends
+ * ignore the field. */
+enum md_attn_path { MD_ATTN_AUTO = 0, MD_ATTN_GEMM, MD_ATTN_FLASH, MD_ATTN_SIMT };
+#define MD_ATTN_GEMM_MAX_T 1024
 
 /* The table. Kernels return MD_OK or an error with a message. */
 struct md_kernels {
