@@ -30,7 +30,11 @@
     X(pos_embedding)      \
     X(instance_norm)      \
     X(instance_denorm)    \
-    X(slice)
+    X(slice)              \
+    X(patch_embed)        \
+    X(prefix_tokens)      \
+    X(layer_scale)        \
+    X(token_pool)
 
 #define MD_LAYER_DECLARE(k) extern const struct md_layer_ops md_##k##_layer;
 MD_LAYER_KINDS(MD_LAYER_DECLARE)

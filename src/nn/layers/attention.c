@@ -1,13 +1,16 @@
 /* attention.c - multi-head self-attention on a token sequence (T, 1, D), as
  * torch.nn.MultiheadAttention(D, heads, dropout, batch_first=True)(x, x, x):
  *   {"type": "attention", "heads": 8, "causal": false, "attn_dropout": 0.0,
- *    "bias": true}
+ *    "bias": true, "names": "torch"}
  * qkv = x W_in^T + b_in (one GEMM, (T, 3D) per sample: q | k | v, each
  * (T, heads, D/heads)); o = softmax(q k^T / sqrt(D/heads)) v per head by the
  * fused attention kernel (causal: token t sees tokens <= t; attn_dropout on
  * the weights, --dropout overrides it); y = o W_out^T + b_out.
  * Parameters as PyTorch names them: in_proj_weight (3D, D), in_proj_bias
- * (3D), out_proj.weight (D, D), out_proj.bias (D); the weights U(+-1/sqrt(D))
+ * (3D), out_proj.weight (D, D), out_proj.bias (D), or with "names": "timm"
+ * timm's Attention names for the same tensors: qkv.weight, qkv.bias,
+ * proj.weight, proj.bias (its qkv Linear stacks q | k | v alike); the
+ * weights U(+-1/sqrt(D))
  * (decayed), the biases 0. Separate q/k/v projections (the iTransformer's
  * query_projection, key_projection, value_projection) load by stacking
  * their weights and biases in that order (docs/transformers.md).
@@ -23,18 +26,24 @@
 
 struct attention_cfg {
     int heads, causal, bias;
+    int timm_names; /* qkv / proj instead of in_proj_* / out_proj */
     float p; /* attention dropout */
 };
 
 static md_status attention_parse(const struct md_layer_parse *p, const cJSON *o, struct md_layer *L)
 {
     struct attention_cfg *a = L->args;
-    static const char *const k[] = {"heads", "causal", "attn_dropout", "bias", NULL};
+    static const char *const k[] = {"heads", "causal", "attn_dropout", "bias", "names", NULL};
     MD_TRY(md_layer_check_keys(o, L->path, k));
     MD_TRY(md_json_int(o, "heads", L->path, 1, 1, 4096, &a->heads));
     MD_TRY(md_json_bool(o, "causal", L->path, 0, &a->causal));
     a->bias = 1;
     MD_TRY(md_json_bool(o, "bias", L->path, 0, &a->bias));
+    const char *names = NULL;
+    MD_TRY(md_json_str(o, "names", L->path, 0, &names));
+    if (names && strcmp(names, "timm") && strcmp(names, "torch"))
+        return md_errf(MD_ERR_CONFIG, "%s.names: '%s' is not a naming (torch or timm)", L->path, names);
+    a->timm_names = names && !strcmp(names, "timm");
     double pr = 0.0;
     MD_TRY(md_json_num(o, "attn_dropout", L->path, 0, 0.0, 0.999, &pr));
     if (p->opts->dropout >= 0) pr = p->opts->dropout;
@@ -60,11 +69,11 @@ static md_status attention_shape(const struct md_model *m, struct md_layer *L)
 static int attention_params(const struct md_model *m, const struct md_layer *L, struct md_param_decl *out)
 {
     const struct attention_cfg *a = L->args;
-    int d = m->layers[L->in[0]].out.w, n = 0;
-    out[n++] = (struct md_param_decl){"in_proj_weight", 2, {3 * d, d}, 1, 0, 0.0f};
-    if (a->bias) out[n++] = (struct md_param_decl){"in_proj_bias", 1, {3 * d}, 0, 0, 0.0f};
-    out[n++] = (struct md_param_decl){"out_proj.weight", 2, {d, d}, 1, 0, 0.0f};
-    if (a->bias) out[n++] = (struct md_param_decl){"out_proj.bias", 1, {d}, 0, 0, 0.0f};
+    int d = m->layers[L->in[0]].out.w, n = 0, t = a->timm_names;
+    out[n++] = (struct md_param_decl){t ? "qkv.weight" : "in_proj_weight", 2, {3 * d, d}, 1, 0, 0.0f};
+    if (a->bias) out[n++] = (struct md_param_decl){t ? "qkv.bias" : "in_proj_bias", 1, {3 * d}, 0, 0, 0.0f};
+    out[n++] = (struct md_param_decl){t ? "proj.weight" : "out_proj.weight", 2, {d, d}, 1, 0, 0.0f};
+    if (a->bias) out[n++] = (struct md_param_decl){t ? "proj.bias" : "out_proj.bias", 1, {d}, 0, 0, 0.0f};
     return n;
 }
 
