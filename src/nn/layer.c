@@ -30,7 +30,10 @@
     X(pos_embedding)      \
     X(instance_norm)      \
     X(instance_denorm)    \
-    X(slice)
+    X(slice)              \
+    X(tiles)              \
+    X(regroup)            \
+    X(film)
 
 #define MD_LAYER_DECLARE(k) extern const struct md_layer_ops md_##k##_layer;
 MD_LAYER_KINDS(MD_LAYER_DECLARE)
