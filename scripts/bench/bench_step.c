@@ -5,6 +5,8 @@
  *   bench_step MODEL BATCH [ITERS [WARMUP [THREADS [DEVICE [FLAGS]]]]]
  *   FLAGS: comma-separated channels_last, grad_ckpt, no_compile, fp16, bf16
  *
+ * A regression model (no classes) runs backward from a fixed output gradient
+ * instead of the cross-entropy loss.
  * Prints one JSON line: model, batch, threads, device, median and p95 step
  * time in ms, samples/s, peak device bytes. */
 #include <stdio.h>
@@ -73,7 +75,16 @@ int main(int argc, char **argv)
         md_free(x);
     }
     int32_t *labels = md_malloc((size_t)batch * sizeof *labels), *labels_dev = NULL;
-    for (int i = 0; i < batch; i++) labels[i] = i % md_model_num_classes(m);
+    int classes = md_model_num_classes(m), regression = md_model_is_regression(m);
+    for (int i = 0; i < batch; i++) labels[i] = classes > 0 ? i % classes : 0;
+    /* a regression model (the tiled two-stream ones): backward from a fixed output gradient */
+    int oc, oh, ow;
+    md_model_output_shape(m, &oc, &oh, &ow);
+    size_t nout = (size_t)batch * oc * oh * ow;
+    float *dy = md_malloc(nout * sizeof *dy), *dy_dev = NULL;
+    for (size_t k = 0; k < nout; k++) dy[k] = 1.0f / (float)nout;
+    if (md_dev_alloc(dev, nout * 4, (void **)&dy_dev, "output gradient") != MD_OK) return fail("alloc");
+    md_dev_upload(dev, dy_dev, dy, nout * 4);
     float *loss_dev = NULL, *mom = NULL;
     size_t np = md_model_nparams(m);
     if (md_dev_alloc(dev, (size_t)batch * 4, (void **)&labels_dev, "labels") != MD_OK ||
@@ -89,7 +100,9 @@ int main(int argc, char **argv)
         md_model_set_step(m, (uint64_t)(it + warmup));
         if (md_dev_memset0(dev, loss_dev, 4) != MD_OK) return fail("memset");
         if (md_model_forward(m, batch, 1) != MD_OK) return fail("forward");
-        if (md_model_loss(m, labels_dev, 0.0f, 1.0f / (float)batch, loss_dev, NULL) != MD_OK) return fail("loss");
+        if (regression ? md_model_set_output_grad(m, dy_dev) != MD_OK
+                       : md_model_loss(m, labels_dev, 0.0f, 1.0f / (float)batch, loss_dev, NULL) != MD_OK)
+            return fail("loss");
         if (md_model_backward(m) != MD_OK) return fail("backward");
         /* the same SGD step as the PyTorch side: lr 0.01, momentum 0.9, weight decay 5e-4 on all */
         struct md_optim_args o;
@@ -120,6 +133,8 @@ int main(int argc, char **argv)
            batch * 1e3 / s.p50, ms.peak);
     md_free(t);
     md_free(labels);
+    md_free(dy);
+    md_dev_free(dev, dy_dev);
     md_dev_free(dev, labels_dev);
     md_dev_free(dev, loss_dev);
     md_dev_free(dev, mom);

@@ -426,6 +426,41 @@ struct md_attn_args {
 enum md_attn_path { MD_ATTN_AUTO = 0, MD_ATTN_GEMM, MD_ATTN_FLASH, MD_ATTN_SIMT };
 #define MD_ATTN_GEMM_MAX_T 1024
 
+/* ---- tiles: crop a grid of tiles and resize each (docs/tiles.md) ------------------
+ * x (n, c, h, w) NCHW. Tile (i, j) of a rows x cols grid spans rows
+ * [floor(i*h/rows), floor((i+1)*h/rows)) and columns [floor(j*w/cols),
+ * floor((j+1)*w/cols)) (every tile non-empty: h >= rows, w >= cols), resized
+ * bilinearly to size x size as torch.nn.functional.interpolate(mode=
+ * "bilinear", align_corners=False, antialias=False): source coordinate
+ * (o + 0.5) * len / size - 0.5, clamped below at 0.
+ * y (n * ld, c, size, size): tile t = i*cols + j of sample b is item b*ld + t
+ * (ld >= rows*cols: several images interleave their tiles per sample).
+ * fwd: y = tiles + beta * y.
+ * bwd: dx = (sum of what each tile's dy sends back) + beta * dx (the tiles
+ * partition the image, so each element of dx belongs to one tile). */
+struct md_tiles_args {
+    int n, c, h, w;
+    int rows, cols, size;
+    int ld;                /* items of y per sample */
+    md_dtype dtype;
+    const void *x; void *y;
+    const void *dy; void *dx;
+    float beta;
+};
+
+/* ---- FiLM: feature-wise scale and shift -----------------------------------------
+ * x (n, t, d), cond (n, 2d) = [gamma | beta_]: y = x * (1 + gamma) + beta_
+ * (broadcast over the t tokens).
+ * bwd: dx = dy * (1 + gamma) + beta * dx; dcond[:, :d] = sum_t dy * x,
+ * dcond[:, d:] = sum_t dy, + beta_cond * dcond. dx or dcond NULL: not computed. */
+struct md_film_args {
+    int n, t, d;
+    md_dtype dtype;
+    const void *x, *cond; void *y;
+    const void *dy; void *dx, *dcond;
+    float beta, beta_cond;
+};
+
 /* The table. Kernels return MD_OK or an error with a message. */
 struct md_kernels {
     md_status (*gemm)(md_device *, const struct md_gemm_args *);
@@ -458,10 +493,14 @@ struct md_kernels {
     md_status (*attn_fwd)(md_device *, const struct md_attn_args *);
     md_status (*attn_bwd)(md_device *, const struct md_attn_args *);
     md_status (*regress)(md_device *, const struct md_regress_args *);
+    md_status (*tiles_fwd)(md_device *, const struct md_tiles_args *);
+    md_status (*tiles_bwd)(md_device *, const struct md_tiles_args *);
+    md_status (*film_fwd)(md_device *, const struct md_film_args *);
+    md_status (*film_bwd)(md_device *, const struct md_film_args *);
 };
 
 /* Names of the table's entries, in order (for reports and fallback counts). */
-#define MD_KERNEL_COUNT 30
+#define MD_KERNEL_COUNT 34
 extern const char *const md_kernel_names[MD_KERNEL_COUNT];
 
 /* For backends whose kernels run when called (CPU, reference): *out = a with
@@ -507,6 +546,9 @@ static inline float md_attn_scale(const struct md_attn_args *a)
 }
 
 /* Output size of a convolution or pooling window along one axis (<= 0: impossible). */
+/* Edge k of `n` equal parts of `len` (docs/tiles.md): floor(k * len / n). */
+static inline int md_tile_edge(int len, int n, int k) { return (int)((long long)k * len / n); }
+
 static inline int md_conv_out(int in, int k, int stride, int pad, int dil)
 {
     int span = in + 2 * pad - dil * (k - 1) - 1;

@@ -11,7 +11,7 @@ const char *const md_kernel_names[MD_KERNEL_COUNT] = {
     "batchnorm_bwd", "act_fwd", "act_bwd", "pool2d_fwd", "pool2d_bwd", "gap_fwd", "gap_bwd",
     "bias_add", "bias_grad", "dropout_fwd", "dropout_bwd", "ew", "reduce", "chslice", "xent",
     "cast", "permute", "optim", "layernorm_fwd", "layernorm_bwd", "softmax_fwd", "softmax_bwd", "attn_fwd",
-    "attn_bwd", "regress",
+    "attn_bwd", "regress", "tiles_fwd", "tiles_bwd", "film_fwd", "film_bwd",
 };
 
 _Static_assert(sizeof(struct md_kernels) == MD_KERNEL_COUNT * sizeof(void (*)(void)),
@@ -73,6 +73,10 @@ MD_KERNEL_WRAPPER(softmax_bwd, md_softmax_args, 26)
 MD_KERNEL_WRAPPER(attn_fwd, md_attn_args, 27)
 MD_KERNEL_WRAPPER(attn_bwd, md_attn_args, 28)
 MD_KERNEL_WRAPPER(regress, md_regress_args, 29)
+MD_KERNEL_WRAPPER(tiles_fwd, md_tiles_args, 30)
+MD_KERNEL_WRAPPER(tiles_bwd, md_tiles_args, 31)
+MD_KERNEL_WRAPPER(film_fwd, md_film_args, 32)
+MD_KERNEL_WRAPPER(film_bwd, md_film_args, 33)
 
 int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *out)
 {

@@ -46,6 +46,10 @@ md_status md_k_softmax_bwd(md_device *dev, const struct md_softmax_args *a);
 md_status md_k_attn_fwd(md_device *dev, const struct md_attn_args *a);
 md_status md_k_attn_bwd(md_device *dev, const struct md_attn_args *a);
 md_status md_k_regress(md_device *dev, const struct md_regress_args *a);
+md_status md_k_tiles_fwd(md_device *dev, const struct md_tiles_args *a);
+md_status md_k_tiles_bwd(md_device *dev, const struct md_tiles_args *a);
+md_status md_k_film_fwd(md_device *dev, const struct md_film_args *a);
+md_status md_k_film_bwd(md_device *dev, const struct md_film_args *a);
 
 #ifdef __cplusplus
 }

@@ -34,7 +34,10 @@
     X(patch_embed)        \
     X(prefix_tokens)      \
     X(layer_scale)        \
-    X(token_pool)
+    X(token_pool)         \
+    X(tiles)              \
+    X(regroup)            \
+    X(film)
 
 #define MD_LAYER_DECLARE(k) extern const struct md_layer_ops md_##k##_layer;
 MD_LAYER_KINDS(MD_LAYER_DECLARE)

@@ -47,7 +47,7 @@ struct md_param_decl {
 struct md_layer_run {
     struct md_model *m;
     const struct md_model_plan *plan;
-    int n;         /* batch */
+    int n;         /* items: the batch times the layer's fold (md_layer.fold) */
     int training;
     int bwd_phase; /* use the backward-phase (recomputed) buffers */
     int recompute; /* forward again for checkpointing: leave running statistics alone */
@@ -70,7 +70,9 @@ struct md_layer_ops {
      * are not known to parse; shape checks them. */
     md_status (*parse)(const struct md_layer_parse *p, const cJSON *o, struct md_layer *L);
     /* From the input layers (m->layers[L->in[k]].out): L->out, L->nparams,
-     * L->flops (forward, per sample). The graph then checks the bounds. */
+     * L->flops (forward, per item: the graph multiplies by the fold). L->fold
+     * comes in as the inputs' (all equal); a kind that changes it (tiles,
+     * regroup) sets it here. The graph then checks the bounds. */
     md_status (*shape)(const struct md_model *m, struct md_layer *L);
     /* (optional, default none) Parameter tensors, at most
      * MD_LAYER_MAX_PARAMS, in slot order: slot k lands in L->param[k]. */
@@ -85,8 +87,9 @@ struct md_layer_ops {
      * (a same-sized bn_save beside it) from L->stat_off on, one after the
      * other; saved and loaded with the weights. */
     int (*buffers)(const struct md_model *m, const struct md_layer *L, struct md_param_decl *out);
-    /* (optional, default 0) Bytes per sample kept from forward to backward
-     * (dropout masks), at L->mask_off * max_batch in m->masks. */
+    /* (optional, default 0) Bytes per item kept from forward to backward
+     * (dropout masks), at L->mask_off * max_batch in m->masks (the graph
+     * reserves fold times as much per sample). */
     size_t (*mask_per_sample)(const struct md_layer *L);
     /* (optional, default none) Host initial values of its parameters, in
      * PyTorch's order (NHWC filters are permuted afterwards), into the flat
@@ -203,12 +206,13 @@ static inline float *md_layer_grad32(struct md_model *m, int t) { return m->grad
 
 /* Saved state of layer i: what ops->mask_per_sample reserved (kept from
  * forward to backward: dropout masks, a layer's intermediate tensors), from
- * byte `off` of a sample's share on; the block for the whole batch is
- * max_batch times the per-sample bytes. Offsets that are multiples of 16
- * give 16-byte aligned blocks. */
+ * byte `off` of an item's share on; the block for the whole batch is
+ * max_batch * fold times the per-item bytes. Offsets that are multiples of
+ * 16 give 16-byte aligned blocks. */
 static inline void *md_layer_saved(const struct md_layer_run *r, int i, size_t off)
 {
-    return r->m->masks + (r->m->layers[i].mask_off + off) * (size_t)r->m->max_batch;
+    size_t items = (size_t)r->m->max_batch * (size_t)r->m->layers[i].fold;
+    return r->m->masks + r->m->layers[i].mask_off * (size_t)r->m->max_batch + off * items;
 }
 /* Rounds a per-sample byte count up to a multiple of 16. */
 static inline size_t md_layer_align16(size_t b) { return (b + 15) & ~(size_t)15; }

@@ -517,6 +517,9 @@ static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer
     for (int k = 0; k < MD_LAYER_MAX_PARAMS; k++) L->param[k] = -1;
     if (ops->max_inputs == 1 && L->nin != 1)
         return md_errf(MD_ERR_CONFIG, "%s.inputs: %s takes one input, got %d", path, type, L->nin);
+    if (ops->max_inputs > 1 && L->nin > ops->max_inputs)
+        return md_errf(MD_ERR_CONFIG, "%s.inputs: %s takes at most %d inputs, got %d", path, type, ops->max_inputs,
+                       L->nin);
     if (L->nin < ops->min_inputs) {
         char n[16];
         snprintf(n, sizeof n, "%d", ops->min_inputs);
@@ -526,13 +529,24 @@ static md_status parse_layer(struct md_model *m, struct spec *s, struct md_layer
     if (ops->args_size && !(L->args = md_calloc(1, ops->args_size))) return MD_ERR_OOM;
     struct md_layer_parse p = {&m->opts, L->type, is_last};
     MD_TRY(ops->parse(&p, o, L));
+    /* items per sample: the inputs' (docs/tiles.md); tiles and regroup change it in shape */
+    L->fold = m->layers[L->in[0]].fold;
+    for (int k = 1; k < L->nin; k++) {
+        const struct md_layer *X = &m->layers[L->in[k]];
+        if (X->fold != L->fold)
+            return md_errf(MD_ERR_CONFIG, "%s.inputs[%d]: '%s' has %d items per sample (fold) but '%s' has %d: "
+                           "inputs of '%s' must come from the same tiles (a regroup brings tiles back to one "
+                           "item per sample)", path, k, X->name, X->fold, m->layers[L->in[0]].name, L->fold, L->name);
+    }
     MD_TRY(ops->shape(m, L));
+    MD_ASSERT(L->fold >= 1);
+    L->flops *= (double)L->fold;
     const struct md_shape in = m->layers[L->in[0]].out;
     if (L->out.h < 1 || L->out.w < 1)
         return md_errf(MD_ERR_CONFIG, "%s: output would be empty (%dx%d input)", path, in.h, in.w);
-    if ((long long)L->out.c * L->out.h * L->out.w > MAX_OUTPUT_ELEMS)
-        return md_errf(MD_ERR_CONFIG, "%s: output of %d x %d x %d elements per sample, more than %lld", path,
-                       L->out.c, L->out.h, L->out.w, MAX_OUTPUT_ELEMS);
+    if ((double)L->out.c * L->out.h * L->out.w * L->fold > (double)MAX_OUTPUT_ELEMS)
+        return md_errf(MD_ERR_CONFIG, "%s: output of %d x %d x %d elements (x %d items) per sample, more than %lld",
+                       path, L->out.c, L->out.h, L->out.w, L->fold, MAX_OUTPUT_ELEMS);
     if (L->nparams > MAX_PARAMS)
         return md_errf(MD_ERR_CONFIG, "%s: %lld parameters, more than any machine holds (at most %lld)", path,
                        L->nparams, MAX_PARAMS);
@@ -608,7 +622,7 @@ static md_status build_tensors(struct md_model *m)
         if (L->ops->mask_per_sample) {
             moff = (moff + 15) & ~(size_t)15; /* 16-byte aligned blocks (md_layer_saved) */
             L->mask_off = moff;
-            moff += L->ops->mask_per_sample(L);
+            moff += L->ops->mask_per_sample(L) * (size_t)L->fold;
         }
     }
     m->nstats = soff;
@@ -844,6 +858,7 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
         L->ops = &md_input_layer;
         L->type = "input";
         L->alias = -1;
+        L->fold = 1;
         for (int k = 0; k < MD_LAYER_MAX_PARAMS; k++) L->param[k] = -1;
         L->group = -1;
         if (md_strmap_put(&b->layer_idx, L->name, ii - 1) != MD_OK) return MD_ERR_OOM;
@@ -870,6 +885,10 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
     }
     /* the classifier */
     const struct md_layer *last = &m->layers[m->nlayers - 1];
+    if (last->fold != 1)
+        return md_errf(MD_ERR_CONFIG, "%s: %s: the last layer '%s' has %d items per sample (fold, from tiles): the "
+                       "model's output needs one (add a regroup and a layer that pools the tiles)", b->src,
+                       last->path, last->name, last->fold);
     long long outn = (long long)md_shape_numel(last->out);
     if (m->regression) {
         b->num_classes = 0;

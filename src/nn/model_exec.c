@@ -29,7 +29,8 @@
 #define NONE SIZE_MAX
 #define ALIGN 256
 
-static size_t numel(const struct md_layer *L) { return md_shape_numel(L->out); }
+/* Elements per sample: the fold's items of `out` (docs/tiles.md). */
+static size_t numel(const struct md_layer *L) { return md_shape_numel(L->out) * (size_t)L->fold; }
 
 /* Layers whose backward reads their input activations / their own output. */
 static int needs_x(const struct md_layer *L) { return L->ops->needs_x && L->ops->needs_x(L); }
@@ -455,7 +456,9 @@ void md_model_set_input_buffer(md_model *m, int i, void *buf)
  * kernel calls. */
 static md_status fwd_layer(const struct md_layer_run *r, int i)
 {
-    return r->m->layers[i].ops->forward(r, i);
+    struct md_layer_run ri = *r;
+    ri.n = r->n * r->m->layers[i].fold; /* kinds see items, not samples */
+    return r->m->layers[i].ops->forward(&ri, i);
 }
 
 static md_status bwd_layer(const struct md_layer_run *r, int i)
@@ -468,7 +471,9 @@ static md_status bwd_layer(const struct md_layer_run *r, int i)
         MD_TRY(md_dev_memset0(m->dev, md_layer_grad(r, i), bytes));
         m->written[i] = 1;
     }
-    return L->ops->backward(r, i);
+    struct md_layer_run ri = *r;
+    ri.n = r->n * L->fold;
+    return L->ops->backward(&ri, i);
 }
 
 static md_status check_bound(const struct md_model *m, int batch)
@@ -676,7 +681,7 @@ md_status md_model_relu_stats(md_model *m, struct md_relu_stat *out, int max, in
         /* the name the user wrote: a fused ReLU reports itself, not its producer */
         const char *name = L->name;
         for (int j = i + 1; j < m->nlayers; j++)
-            if (m->layers[j].alias == i) { name = m->layers[j].name; break; }
+            if (m->layers[j].alias == i && !m->layers[j].view) { name = m->layers[j].name; break; }
         size_t per = numel(L), n = (size_t)r.n * per;
         if (n > cap) {
             md_free(host);

@@ -46,7 +46,10 @@ struct md_layer {
 
     long long nparams;
     double flops;          /* forward, per sample */
-    int alias;             /* -1, or the layer whose tensor this one is (fused ReLU) */
+    int alias;             /* -1, or the layer whose tensor this one is (fused ReLU, a view) */
+    int view;              /* alias set by the kind itself (regroup): the same bytes read another way */
+    int fold;              /* items per sample (docs/tiles.md): the layer runs with batch n * fold and
+                            * its buffers hold n * fold items of `out`; 1 but after tiles */
     int nconsumers;
 };
 

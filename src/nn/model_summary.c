@@ -31,10 +31,11 @@ void md_model_print_summary(const md_model *m)
     for (int i = 0; i < m->nlayers; i++) {
         const struct md_layer *L = &m->layers[i];
         char type[40], shape[40];
-        if (L->alias >= 0) snprintf(type, sizeof type, "%s (fused)", L->type);
+        if (L->alias >= 0 && !L->view) snprintf(type, sizeof type, "%s (fused)", L->type);
         else if (L->ops->describe) L->ops->describe(L, type, sizeof type);
         else snprintf(type, sizeof type, "%s", L->type);
-        snprintf(shape, sizeof shape, "%dx%dx%d", L->out.c, L->out.h, L->out.w);
+        if (L->fold != 1) snprintf(shape, sizeof shape, "%dx(%dx%dx%d)", L->fold, L->out.c, L->out.h, L->out.w);
+        else snprintf(shape, sizeof shape, "%dx%dx%d", L->out.c, L->out.h, L->out.w);
         md_out("  %-*s  %-14s  %-16s  %12s  %12s\n", wname, L->name, type, shape,
                md_fmt_thousands(L->nparams, a, sizeof a), L->flops > 0 ? fmt_flops(L->flops, b, sizeof b) : "-");
     }
@@ -82,7 +83,9 @@ cJSON *md_model_summary_json(const md_model *m)
         cJSON_AddItemToObject(x, "shape", cJSON_CreateIntArray(sh, 3));
         cJSON_AddNumberToObject(x, "params", (double)L->nparams);
         cJSON_AddNumberToObject(x, "flops", L->flops);
-        if (L->alias >= 0) cJSON_AddBoolToObject(x, "fused", 1);
+        if (L->fold != 1) cJSON_AddNumberToObject(x, "fold", L->fold);
+        if (L->alias >= 0 && !L->view) cJSON_AddBoolToObject(x, "fused", 1);
+        if (L->view) cJSON_AddBoolToObject(x, "view", 1);
         if (L->ops->describe_json) L->ops->describe_json(L, x);
         cJSON_AddItemToArray(ls, x);
     }

@@ -103,4 +103,8 @@ const struct md_kernels md_cpu_kernels = {
     .attn_fwd = md_cpu_attn_fwd,
     .attn_bwd = md_cpu_attn_bwd,
     .regress = md_cpu_regress,
+    .tiles_fwd = md_cpu_tiles_fwd,
+    .tiles_bwd = md_cpu_tiles_bwd,
+    .film_fwd = md_cpu_film_fwd,
+    .film_bwd = md_cpu_film_bwd,
 };

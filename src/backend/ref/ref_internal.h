@@ -61,5 +61,9 @@ md_status md_ref_softmax_bwd(md_device *dev, const struct md_softmax_args *a);
 md_status md_ref_attn_fwd(md_device *dev, const struct md_attn_args *a);
 md_status md_ref_attn_bwd(md_device *dev, const struct md_attn_args *a);
 md_status md_ref_regress(md_device *dev, const struct md_regress_args *a);
+md_status md_ref_tiles_fwd(md_device *dev, const struct md_tiles_args *a);
+md_status md_ref_tiles_bwd(md_device *dev, const struct md_tiles_args *a);
+md_status md_ref_film_fwd(md_device *dev, const struct md_film_args *a);
+md_status md_ref_film_bwd(md_device *dev, const struct md_film_args *a);
 
 #endif

@@ -48,4 +48,8 @@ const struct md_kernels md_ref_kernels = {
     .attn_fwd = md_ref_attn_fwd,
     .attn_bwd = md_ref_attn_bwd,
     .regress = md_ref_regress,
+    .tiles_fwd = md_ref_tiles_fwd,
+    .tiles_bwd = md_ref_tiles_bwd,
+    .film_fwd = md_ref_film_fwd,
+    .film_bwd = md_ref_film_bwd,
 };
