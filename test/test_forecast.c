@@ -170,7 +170,7 @@ static void expect_error(const char *args, const char *needle)
 
 Test(forecast, task_mismatches_are_one_line_errors, .timeout = 60)
 {
-    expect_error("--model itransformer --dataset fashion-mnist --epochs 1", "forecasts a time series (regression) but dataset");
+    expect_error("--model itransformer --dataset fashion-mnist --epochs 1", "is a regression model but dataset");
     expect_error("--model small_cnn --dataset csv --epochs 1", "is a classifier");
     expect_error("--model itransformer " SMALL " --loss-function cross_entropy --epochs 1", "is for classifiers");
     expect_error("--max-samples 64 --loss-function mse --epochs 1", "is a regression loss");

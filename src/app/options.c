@@ -141,6 +141,17 @@ static const struct optdef table[] = {
     DBL("train-frac", train_frac, "F", 0.01, 0.98,
         "time series: training fraction, in time order (with --test-frac; default: the file's convention)"),
     DBL("test-frac", test_frac, "F", 0.01, 0.98, "time series: test fraction at the end (validation gets the rest)"),
+    STR("image-col", image_col, "COL", "images-csv: the image path column (default: image, path or filename)"),
+    STR("target-cols", target_cols, "A,B",
+        "images-csv: numeric regression targets (default: every numeric column but --side-cols)"),
+    STR("class-col", class_col, "COL", "images-csv: a class column (classification instead of regression)"),
+    STR("side-cols", side_cols, "A,B", "images-csv: numeric columns given to the model input \"side\""),
+    ON("halves", halves,
+       "images-csv: left and right halves as two inputs (automatic for model inputs named left and right)"),
+    OFF("no-standardize-targets", standardize_targets,
+        "images-csv: train on the targets as they are (default: standardised with the training split's mean/std)"),
+    INT("folds", folds, "K", 1, 1000, "k-fold: cut the training samples into K folds (seeded; 1: --val-split)"),
+    INT("fold", fold, "I", 0, 999, "k-fold: validate on fold I (0-based), train on the others"),
 #undef GROUP
 #define GROUP "Training"
     INT("batch-size", batch_size, "N", 1, 1 << 20, "samples per step (default: per device and model)"),
@@ -228,6 +239,8 @@ void md_options_defaults(md_options *o)
     snprintf(o->on_bad_sample, sizeof o->on_bad_sample, "fail");
     o->seq_len = o->pred_len = 96;
     snprintf(o->features, sizeof o->features, "M");
+    o->standardize_targets = 1;
+    o->folds = 1;
     o->epochs = 1;
     o->lr = -1;
     o->backbone_lr = -1;

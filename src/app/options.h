@@ -69,6 +69,15 @@ typedef struct md_options {
     char features[4];           /* M|S|MS */
     char target[64];            /* target column; "" = the last numeric one */
     double train_frac, test_frac; /* both 0: the file's convention (ETT months, else 70/10/20) */
+    /* image folder + CSV (src/data/format_images_csv.c) */
+    char image_col[64];         /* "" = image, path or filename */
+    char target_cols[256];      /* comma-separated; "" = every numeric column */
+    char class_col[64];
+    char side_cols[256];
+    int halves;
+    int standardize_targets;    /* 1 (default) */
+    int folds;                  /* 1 = no k-fold */
+    int fold;
 
     /* training */
     int batch_size;             /* 0 = automatic */

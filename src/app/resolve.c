@@ -43,6 +43,14 @@ void md_resolve_data(const md_options *o, struct md_data_opts *d)
     COPY_STR(d->series.target, o->target);
     d->series.train_frac = o->train_frac;
     d->series.test_frac = o->test_frac;
+    COPY_STR(d->images.image_col, o->image_col);
+    COPY_STR(d->images.target_cols, o->target_cols);
+    COPY_STR(d->images.class_col, o->class_col);
+    COPY_STR(d->images.side_cols, o->side_cols);
+    d->images.halves = o->halves;
+    d->images.no_standardize = !o->standardize_targets;
+    d->folds = o->folds > 0 ? o->folds : 1;
+    d->fold = o->fold;
 }
 
 md_status md_resolve_data_config(md_options *o, struct md_data_request *req)

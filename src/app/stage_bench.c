@@ -760,7 +760,8 @@ static void rec_inputs(md_job *job, struct md_rec_in *in, struct md_rec_sweep_po
     in->num_workers = o->num_workers;
     in->pin_memory = o->pin_memory > 0;
     in->benefits_from_pinned = info->benefits_from_pinned;
-    in->cache_images = o->cache_images;
+    /* images-csv keeps decoded images without the flag when they fit */
+    in->cache_images = o->cache_images || (job->data && md_data_cache_estimate(job->data) > 0);
     in->logical_cores = md_cpu_logical_cores();
     *nsweep = 0;
     const cJSON *p;

@@ -69,6 +69,17 @@ static void loader_defaults(md_job *job)
 #endif
 #endif
 
+static const char *kind_name(md_input_kind k)
+{
+    switch (k) {
+    case MD_INPUT_LUMA: return "brightness";
+    case MD_INPUT_LEFT: return "left half";
+    case MD_INPUT_RIGHT: return "right half";
+    case MD_INPUT_SIDE: return "side values";
+    default: return "image";
+    }
+}
+
 static int is_luma_name(const char *n)
 {
     return strstr(n, "bright") || strstr(n, "luma") || strstr(n, "Bright") || strstr(n, "Luma");
@@ -88,6 +99,10 @@ static void make_request(const md_job *job, struct md_data_request *req)
         snprintf(in->name, sizeof in->name, "%s", md_model_input_name(m, i));
         md_model_input_shape(m, i, &in->c, &in->h, &in->w);
         in->kind = is_luma_name(in->name) && in->c == 1 ? MD_INPUT_LUMA : MD_INPUT_IMAGE;
+        /* images-csv: the halves of a wide image, and the side values */
+        if (!strcmp(in->name, "left")) in->kind = MD_INPUT_LEFT;
+        else if (!strcmp(in->name, "right")) in->kind = MD_INPUT_RIGHT;
+        else if (!strcmp(in->name, "side")) in->kind = MD_INPUT_SIDE;
     }
     req->layout = md_model_get_opts(m)->layout;
     req->num_classes = md_model_num_classes(m);
@@ -238,11 +253,21 @@ md_status md_stage_data(md_job *job)
     md_out("  %-14s %d:", "classes", nc);
     for (int k = 0; k < nc && k < 10; k++) md_out(" %s%s", md_data_class_name(d, k), k + 1 < nc ? "," : "");
     md_out("%s\n", nc > 10 ? " ..." : "");
+    if (md_data_task(d) == MD_TASK_REGRESS && md_data_target_name(d, 0)[0]) {
+        /* image regression: the targets and their scaler (original = value * std + mean) */
+        const double *tm = md_data_target_mean(d), *ts = md_data_target_std(d);
+        for (int j = 0; j < md_data_series(d)->n_out; j++)
+            md_out("  %-14s %s: mean %.6g, std %.6g (training split; trained standardised)\n", j ? "" : "targets",
+                   md_data_target_name(d, j), tm[j], ts[j]);
+        for (int j = 0; j < md_data_num_side(d); j++)
+            md_out("  %-14s %s: mean %.6g, std %.6g (standardised)\n", j ? "" : "side values", md_data_side_name(d, j),
+                   md_data_side_mean(d)[j], md_data_side_std(d)[j]);
+    }
     md_out("  %-14s %d x %d x %d (stored)\n", "image", c, h, w);
     for (int i = 0; i < md_data_num_inputs(d); i++) {
         const struct md_data_input *in = md_data_input(d, i);
         md_out("  %-14s %s: %d x %d x %d %s, %s\n", i ? "" : "inputs", in->name, in->c, in->h, in->w,
-               md_layout_name(md_data_layout(d)), in->kind == MD_INPUT_LUMA ? "brightness" : "image");
+               md_layout_name(md_data_layout(d)), kind_name(in->kind));
     }
     const float *mean = md_data_mean(d, 0), *sd = md_data_std(d, 0);
     md_out("  %-14s mean %.4f std %.4f%s (%s)\n", "normalise", (double)mean[0], (double)sd[0],
@@ -258,8 +283,9 @@ md_status md_stage_data(md_job *job)
     else md_out("  %-14s off (--no-augment)\n", "augmentation");
     md_out("  %-14s %d worker%s, prefetch %d, %s memory\n", "loader", o->num_workers, o->num_workers == 1 ? "" : "s", o->prefetch,
            o->pin_memory ? "pinned" : "ordinary");
-    if (o->cache_images && md_data_cache_estimate(d) > 0)
-        md_out("  %-14s up to %s for decoded images\n", "cache", md_fmt_bytes((double)md_data_cache_estimate(d), a, sizeof a));
+    if (md_data_cache_estimate(d) > 0)
+        md_out("  %-14s up to %s for decoded images%s\n", "cache", md_fmt_bytes((double)md_data_cache_estimate(d), a, sizeof a),
+               o->cache_images ? "" : " (kept without --cache-images: they fit in half the free RAM)");
     else if (o->cache_images)
         md_out("  %-14s not needed: %s images are held in memory (%s)\n", "cache", md_data_format(d),
                md_fmt_bytes((double)md_data_resident_bytes(d), b, sizeof b));
@@ -295,7 +321,7 @@ md_status md_stage_data(md_job *job)
         const struct md_data_input *in = md_data_input(d, i);
         cJSON *io = cJSON_CreateObject();
         cJSON_AddStringToObject(io, "name", in->name);
-        cJSON_AddStringToObject(io, "kind", in->kind == MD_INPUT_LUMA ? "brightness" : "image");
+        cJSON_AddStringToObject(io, "kind", kind_name(in->kind));
         int sh[3] = {in->c, in->h, in->w};
         cJSON_AddItemToObject(io, "shape", cJSON_CreateIntArray(sh, 3));
         cJSON_AddItemToObject(io, "mean", floats(md_data_mean(d, i), in->c));
@@ -313,7 +339,7 @@ md_status md_stage_data(md_job *job)
     cJSON_AddNumberToObject(r, "prefetch", o->prefetch);
     cJSON_AddBoolToObject(r, "pin_memory", o->pin_memory);
     cJSON *cache = cJSON_AddObjectToObject(r, "cache");
-    cJSON_AddBoolToObject(cache, "enabled", o->cache_images);
+    cJSON_AddBoolToObject(cache, "enabled", o->cache_images || md_data_cache_estimate(d) > 0);
     cJSON_AddNumberToObject(cache, "estimate_bytes", (double)md_data_cache_estimate(d));
     cJSON_AddNumberToObject(cache, "bytes", (double)md_data_cache_bytes(d));
     cJSON_AddNumberToObject(r, "resident_bytes", (double)md_data_resident_bytes(d));

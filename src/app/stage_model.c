@@ -107,14 +107,22 @@ static md_status fit_to_data(md_job *job, const md_model *m, struct md_model_opt
         return MD_OK;
     }
     if (regress && pk.task != MD_TASK_REGRESS)
-        return md_errf(MD_ERR_CONFIG, "model %s forecasts a time series (regression) but dataset %s has classes; give "
-                       "a time-series CSV with --data-dir FILE.csv", md_model_name(m), pk.name);
+        return md_errf(MD_ERR_CONFIG, "model %s is a regression model but dataset %s has classes; give a time-series "
+                       "CSV with --data-dir FILE.csv, or images with numeric targets (--dataset images-csv)",
+                       md_model_name(m), pk.name);
     if (!regress && pk.task == MD_TASK_REGRESS)
-        return md_errf(MD_ERR_CONFIG, "dataset %s is a time series (regression) but model %s is a classifier; use a "
-                       "forecasting model such as --model itransformer", pk.name, md_model_name(m));
+        return md_errf(MD_ERR_CONFIG, "dataset %s has numeric targets (regression) but model %s is a classifier; use a "
+                       "regression model (%s)", pk.name, md_model_name(m),
+                       pk.series.seq_len ? "--model itransformer" : "--model small_cnn_regress");
     if (!regress) return MD_OK;
-    forecast_recipe(job);
     const struct md_data_series *s = &pk.series;
+    if (s->seq_len == 0) { /* images with numeric targets: the outputs and side values */
+        MD_TRY(md_model_opts_set(mo, "num_outputs", s->n_out, 1));
+        MD_TRY(md_model_opts_set(mo, "n_side", pk.n_side, 1));
+        *reload = 1;
+        return MD_OK;
+    }
+    forecast_recipe(job);
     MD_TRY(md_model_opts_set(mo, "seq_len", s->seq_len, 1));
     MD_TRY(md_model_opts_set(mo, "pred_len", s->pred_len, 1));
     MD_TRY(md_model_opts_set(mo, "n_vars", s->n_in, 1));

@@ -4,10 +4,12 @@
  * Splits are in splits.c, normalisation in normalise.c, per-sample
  * preparation in prepare.c, the config's "data" section in data_config.c. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cJSON.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/platform.h"
@@ -44,11 +46,38 @@ static md_status resolve_inputs(struct md_data *d, const struct md_data_opts *o,
     if (d->num_inputs > MD_DATA_MAX_INPUTS)
         return md_errf(MD_ERR_CONFIG, "the model has %d inputs; the loader delivers at most %d", d->num_inputs,
                        MD_DATA_MAX_INPUTS);
+    int nimg = 0; /* image inputs so far: with halves, the first two are left and right */
     for (int i = 0; i < d->num_inputs; i++) {
         struct md_data_input *in = &d->inputs[i];
         if (req->num_inputs > 0) *in = req->inputs[i];
         else memset(in, 0, sizeof *in);
         if (!in->name[0]) snprintf(in->name, sizeof in->name, i ? "input%d" : "image", i);
+        d->view_x0[i] = 0;
+        d->view_w[i] = d->src_w;
+        if (in->kind == MD_INPUT_SIDE) {
+            long long k = (long long)(in->c ? in->c : 1) * (in->h ? in->h : 1) * (in->w ? in->w : 1);
+            if (d->n_side == 0)
+                return md_errf(MD_ERR_CONFIG, "model input '%s' takes side values; name their columns with --side-cols",
+                               in->name);
+            if (in->c == 0 && in->h == 0 && in->w == 0) k = d->n_side;
+            if (k != d->n_side)
+                return md_errf(MD_ERR_CONFIG, "model input '%s' takes %lld side values; --side-cols names %d", in->name,
+                               k, d->n_side);
+            if (!in->c) in->c = 1;
+            if (!in->h) in->h = 1;
+            if (!in->w) in->w = d->n_side / (in->c * in->h);
+            continue;
+        }
+        if (d->halves && in->kind == MD_INPUT_IMAGE && nimg < 2) in->kind = nimg == 0 ? MD_INPUT_LEFT : MD_INPUT_RIGHT;
+        if (in->kind == MD_INPUT_LEFT || in->kind == MD_INPUT_RIGHT) {
+            if (!d->halves)
+                return md_errf(MD_ERR_CONFIG, "model input '%s' takes the %s half of a wide image: use --dataset "
+                               "images-csv (halves are made from its images)", in->name,
+                               in->kind == MD_INPUT_LEFT ? "left" : "right");
+            d->view_w[i] = d->src_w / 2;
+            d->view_x0[i] = in->kind == MD_INPUT_LEFT ? 0 : d->src_w / 2;
+        }
+        nimg++;
         if (in->kind == MD_INPUT_LUMA) {
             if (in->c == 0) in->c = 1;
             if (in->c != 1)
@@ -60,10 +89,42 @@ static md_status resolve_inputs(struct md_data *d, const struct md_data_opts *o,
             return md_errf(MD_ERR_CONFIG, "model input '%s' wants %d channels; %s images have %d", in->name, in->c,
                            d->name, d->src_c);
         if (in->h == 0) in->h = o->image_size > 0 ? o->image_size : d->src_h;
-        if (in->w == 0) in->w = o->image_size > 0 ? o->image_size : d->src_w;
+        if (in->w == 0) in->w = o->image_size > 0 ? o->image_size : d->view_w[i];
         if (in->h < 1 || in->w < 1 || in->h > 4096 || in->w > 4096 || in->c < 1 || in->c > 3)
             return md_errf(MD_ERR_CONFIG, "model input '%s': unusable shape (%d, %d, %d)", in->name, in->c, in->h,
                            in->w);
+    }
+    if (d->halves && nimg < 2)
+        return md_errf(MD_ERR_CONFIG, "--halves: the model has %d image input%s; the halves need two (left, right)",
+                       nimg, nimg == 1 ? "" : "s");
+    if (d->n_side > 0) {
+        int have = 0;
+        for (int i = 0; i < d->num_inputs; i++) have |= d->inputs[i].kind == MD_INPUT_SIDE;
+        if (!have)
+            return md_errf(MD_ERR_CONFIG, "--side-cols: the model has no input named \"side\" to take them");
+    }
+    return MD_OK;
+}
+
+/* Mean and std of `k` columns of `v` (n_all, k) over the training split;
+ * std 0 (a constant column) becomes 1. identity: mean 0, std 1. */
+static md_status train_stats(const struct md_data *d, const float *v, int k, int identity, double **mean, double **sd)
+{
+    *mean = md_calloc((size_t)(k > 0 ? k : 1), sizeof(double));
+    *sd = md_calloc((size_t)(k > 0 ? k : 1), sizeof(double));
+    if (!*mean || !*sd) return MD_ERR_OOM;
+    long long n = d->split_n[MD_SPLIT_TRAIN];
+    for (int j = 0; j < k; j++) {
+        double s = 0, q = 0;
+        for (long long i = 0; !identity && i < n; i++) s += (double)v[(size_t)d->split[MD_SPLIT_TRAIN][i] * k + j];
+        double m = identity || n == 0 ? 0.0 : s / (double)n;
+        for (long long i = 0; !identity && i < n; i++) {
+            double e = (double)v[(size_t)d->split[MD_SPLIT_TRAIN][i] * k + j] - m;
+            q += e * e;
+        }
+        double sdv = identity || n == 0 ? 1.0 : sqrt(q / (double)n);
+        (*mean)[j] = m;
+        (*sd)[j] = sdv > 1e-12 ? sdv : 1.0;
     }
     return MD_OK;
 }
@@ -137,6 +198,14 @@ static void take_desc(struct md_data *d, struct md_format_desc *desc)
     d->series = desc->series;
     d->target_mean = desc->target_mean;
     d->target_std = desc->target_std;
+    d->image_values = desc->sample == MD_SAMPLE_IMAGE_U8 && desc->target == MD_TARGET_VALUES;
+    d->values = desc->values;
+    d->target_names = desc->target_names;
+    d->n_side = desc->n_side;
+    d->side = desc->side;
+    d->side_names = desc->side_names;
+    d->halves = desc->halves;
+    d->no_augment = desc->no_augment;
 }
 
 md_status md_data_open(const struct md_data_opts *o, const struct md_data_request *req, struct md_data **out)
@@ -156,8 +225,9 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
     struct md_format_args args = {
         .dataset = d->name, .dir = dir, .req = req, .image_size = o->image_size, .coarse_labels = o->coarse_labels,
         .max_samples = o->max_samples, .val_split = o->val_split, .seed = o->seed, .series = &o->series,
-        .skip_bad = d->skip_bad, .bad = note_bad_cb, .bad_ctx = d,
+        .images = &o->images, .skip_bad = d->skip_bad, .bad = note_bad_cb, .bad_ctx = d,
     };
+    int no_std = o->images.no_standardize;
     struct md_format_desc *desc = md_calloc(1, sizeof *desc);
     if (!desc) { st = MD_ERR_OOM; goto fail; }
     st = d->fmt->open(&args, desc, &d->fstate);
@@ -168,7 +238,21 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
         st = md_errf(MD_ERR_DATA, "%s: no training samples", d->source[0] ? d->source : d->name);
         goto fail;
     }
-    if (d->task == MD_TASK_REGRESS) { /* chronological splits, no classes, augmentation or pixel statistics */
+    d->folds = o->folds > 1 ? o->folds : 1;
+    d->fold = d->folds > 1 ? o->fold : 0;
+    if (d->folds == 1 && o->fold != 0) {
+        st = md_errf(MD_ERR_USAGE, "--fold %d: give --folds K too", o->fold);
+        goto fail;
+    }
+    if (d->folds > 1 && o->fold < 0) {
+        st = md_errf(MD_ERR_USAGE, "--fold all: the caller runs each fold (internal)");
+        goto fail;
+    }
+    if (d->task == MD_TASK_REGRESS && !d->image_values) { /* chronological splits, no classes, augmentation or pixel statistics */
+        if (d->folds > 1) {
+            st = md_errf(MD_ERR_USAGE, "--folds %d: a time series keeps its chronological splits", d->folds);
+            goto fail;
+        }
         if ((st = md_splits_make(d, 0.0, o->max_samples, o->seed, &d->ranges)) != MD_OK) goto fail;
         if ((st = resolve_series_inputs(d, req)) != MD_OK) goto fail;
         *out = d;
@@ -179,8 +263,18 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
                      d->num_classes);
         goto fail;
     }
-    if ((st = md_splits_make(d, o->val_split, o->max_samples, o->seed, &d->ranges)) != MD_OK) goto fail;
+    if (d->folds > 1) st = md_splits_make_folds(d, d->folds, d->fold, o->max_samples, o->seed, &d->ranges);
+    else st = md_splits_make(d, o->val_split, o->max_samples, o->seed, &d->ranges);
+    if (st != MD_OK) goto fail;
     if ((st = resolve_inputs(d, o, req)) != MD_OK) goto fail;
+    /* images with float targets: the scaler of the targets and side values
+     * from the training split (after the folds are cut) */
+    if (d->image_values) {
+        if ((st = train_stats(d, d->values, d->series.n_out, no_std, &d->tmean, &d->tstd)) != MD_OK) goto fail;
+        d->target_mean = d->tmean;
+        d->target_std = d->tstd;
+    }
+    if (d->n_side > 0 && (st = train_stats(d, d->side, d->n_side, 0, &d->smean, &d->sstd)) != MD_OK) goto fail;
 
     /* Augmentation: pad by an eighth of the side (4 px at 28-32 px, at most
      * 4); flip unless the format says mirror images are other classes. */
@@ -188,6 +282,7 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
         int side = d->inputs[0].h < d->inputs[0].w ? d->inputs[0].h : d->inputs[0].w;
         d->aug_pad = (side + 4) / 8 > 4 ? 4 : (side + 4) / 8;
         d->aug_flip = !d->no_flip;
+        if (d->no_augment) d->aug_pad = d->aug_flip = 0;
         if (req->crop_padding) d->aug_pad = req->crop_padding > 0 ? req->crop_padding : 0;
         if (req->flip) d->aug_flip = req->flip > 0;
         if (d->aug_pad > side) {
@@ -203,7 +298,12 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
         d->cache_estimate = (long long)((size_t)d->n_all * d->src_bytes);
         long long avail = req->mem_available > 0 ? req->mem_available : md_mem_available_bytes();
         char a[32], b[32];
-        if (avail > 0 && d->cache_estimate > avail) {
+        /* kept without --cache-images: only when it fits in half the RAM */
+        if (!o->cache_images && avail > 0 && d->cache_estimate > avail / 2) {
+            md_verbose("  decoded images not kept: %s would be more than half the %s of RAM available\n",
+                       md_fmt_bytes((double)d->cache_estimate, a, sizeof a), md_fmt_bytes((double)avail, b, sizeof b));
+            d->cache_estimate = 0;
+        } else if (avail > 0 && d->cache_estimate > avail) {
             st = md_errf(MD_ERR_OOM,
                          "--cache-images: %lld decoded images of %dx%dx%d need %s, more than the %s of RAM available; "
                          "run without it, or with a smaller --image-size or --max-samples",
@@ -211,9 +311,11 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
                          md_fmt_bytes((double)avail, b, sizeof b));
             goto fail;
         }
-        d->cache = md_malloc((size_t)d->cache_estimate);
-        d->cache_state = md_calloc((size_t)d->n_all, sizeof(int));
-        if (!d->cache || !d->cache_state) { st = MD_ERR_OOM; goto fail; }
+        if (d->cache_estimate > 0) {
+            d->cache = md_malloc((size_t)d->cache_estimate);
+            d->cache_state = md_calloc((size_t)d->n_all, sizeof(int));
+            if (!d->cache || !d->cache_state) { st = MD_ERR_OOM; goto fail; }
+        }
     }
 
     md_normalise_known(d);
@@ -248,7 +350,7 @@ md_status md_data_peek(const struct md_data_opts *o, struct md_data_peek *out)
     struct md_format_args args = {
         .dataset = out->name, .dir = dir, .req = &none, .image_size = o->image_size,
         .coarse_labels = o->coarse_labels, .max_samples = o->max_samples, .val_split = o->val_split, .seed = o->seed,
-        .series = &o->series,
+        .series = &o->series, .images = &o->images,
     };
     return fmt->peek(&args, out);
 }
@@ -263,6 +365,14 @@ void md_data_free(struct md_data *d)
     md_free(d->class_counts);
     md_free(d->cache);
     md_free(d->cache_state);
+    md_free(d->values);
+    md_files_free_names(d->target_names, d->image_values ? d->series.n_out : 0);
+    md_free(d->tmean);
+    md_free(d->tstd);
+    md_free(d->side);
+    md_files_free_names(d->side_names, d->n_side);
+    md_free(d->smean);
+    md_free(d->sstd);
     pthread_mutex_destroy(&d->mu);
     md_free(d);
 }
@@ -336,7 +446,46 @@ int md_data_bad_listed(struct md_data *d, int i, char *path, size_t pn, char *wh
     return n;
 }
 
+const char *md_data_target_name(const struct md_data *d, int j)
+{
+    return d->target_names && j >= 0 && j < d->series.n_out && d->target_names[j] ? d->target_names[j] : "";
+}
+int md_data_num_side(const struct md_data *d) { return d->n_side; }
+const char *md_data_side_name(const struct md_data *d, int j)
+{
+    return d->side_names && j >= 0 && j < d->n_side ? d->side_names[j] : "";
+}
+const double *md_data_side_mean(const struct md_data *d) { return d->smean; }
+const double *md_data_side_std(const struct md_data *d) { return d->sstd; }
+int md_data_folds(const struct md_data *d, int *fold)
+{
+    if (fold) *fold = d->fold;
+    return d->folds;
+}
+
+static cJSON *scaler_json(char **names, int k, const double *mean, const double *sd)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int j = 0; a && j < k; j++) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "name", names && names[j] ? names[j] : "");
+        cJSON_AddNumberToObject(t, "mean", mean ? mean[j] : 0.0);
+        cJSON_AddNumberToObject(t, "std", sd ? sd[j] : 1.0);
+        cJSON_AddItemToArray(a, t);
+    }
+    return a;
+}
+
 void md_data_describe(const struct md_data *d, struct cJSON *data)
 {
     if (d->fmt->describe) d->fmt->describe(d->fstate, data);
+    /* the scalers: original = standardised * std + mean */
+    if (d->image_values) cJSON_AddItemToObject(data, "target_scaler", scaler_json(d->target_names, d->series.n_out,
+                                                                                  d->tmean, d->tstd));
+    if (d->n_side > 0) cJSON_AddItemToObject(data, "side_scaler", scaler_json(d->side_names, d->n_side, d->smean, d->sstd));
+    if (d->folds > 1) {
+        cJSON *f = cJSON_AddObjectToObject(data, "folds");
+        cJSON_AddNumberToObject(f, "k", d->folds);
+        cJSON_AddNumberToObject(f, "fold", d->fold);
+    }
 }

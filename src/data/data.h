@@ -50,6 +50,9 @@ typedef enum md_input_kind {
     MD_INPUT_LUMA,      /* brightness 0.299R + 0.587G + 0.114B (gray stays gray); c must be 1 */
     MD_INPUT_SERIES,    /* time series: the lookback window, (c 1, h seq_len, w n_in) */
     MD_INPUT_TIME,      /* time series: its time features, (c 1, h seq_len, w n_time) */
+    MD_INPUT_LEFT,      /* images-csv --halves: the left half of the wide image */
+    MD_INPUT_RIGHT,     /* images-csv --halves: the right half */
+    MD_INPUT_SIDE,      /* images-csv --side-cols: k standardised numbers (c*h*w = k) */
 } md_input_kind;
 
 /* What a model learns from a dataset. */
@@ -78,6 +81,19 @@ struct md_series_request {
     char features[4];          /* "M", "S" or "MS" */
     char target[64];           /* "" = the last numeric column */
     double train_frac, test_frac; /* both 0: the file's convention */
+};
+
+/* The image-folder + CSV options (md_data_opts.images; format_images_csv.c,
+ * docs/image-regression-data.md). Lists are comma-separated column names. */
+struct md_images_request {
+    char image_col[64];          /* "" = "image", "path" or "filename" */
+    char target_cols[256];       /* numeric regression targets; "" = every numeric column
+                                    but the side columns (when no class column) */
+    char class_col[64];          /* classification: this column's values are the classes */
+    char side_cols[256];         /* numeric side inputs (model input "side") */
+    int halves;                  /* left/right halves as two inputs (also when the model's
+                                    inputs are named "left" and "right") */
+    int no_standardize;          /* 1: targets as they are (else train-split mean/std) */
 };
 
 /* One input of the model, in the order the model takes them. */
@@ -119,6 +135,9 @@ struct md_data_opts {
     int skip_bad;                   /* skip undecodable samples instead of failing */
     uint64_t seed;                  /* splits and subsets */
     struct md_series_request series; /* CSV time series: window, columns, splits */
+    struct md_images_request images; /* image folder + CSV: columns, halves */
+    int folds;                      /* k-fold: 1 = the usual val split; K > 1: val is fold `fold` */
+    int fold;                       /* 0..folds-1 (-1: all, resolved by the caller) */
 };
 
 /* The defaults of the command line (dataset "auto", val_split 0.1, seed 42). */
@@ -153,11 +172,23 @@ struct md_data_peek {
     int num_classes;             /* 0 for regression */
     int c, h, w;                 /* time series: 1, seq_len, n_in */
     md_task task;
-    struct md_data_series series; /* time series: the window's shapes */
+    struct md_data_series series; /* time series: the window's shapes; image regression:
+                                     pred_len 1, n_out targets, seq_len 0 */
+    int n_side;                   /* images-csv: side values per sample (--side-cols) */
 };
 md_status md_data_peek(const struct md_data_opts *o, struct md_data_peek *out);
 
 /* ---- what was opened (borrowed strings, valid while d lives) ---- */
+/* Regression targets' names (n_out of md_data_series; "" when unnamed) and
+ * the side inputs' count and names (images-csv). */
+const char *md_data_target_name(const struct md_data *d, int j);
+int md_data_num_side(const struct md_data *d);
+const char *md_data_side_name(const struct md_data *d, int j);
+/* The side inputs' training-split mean and std (num_side values each). */
+const double *md_data_side_mean(const struct md_data *d);
+const double *md_data_side_std(const struct md_data *d);
+/* k-fold: (folds, fold) in effect; folds 1 = none. */
+int md_data_folds(const struct md_data *d, int *fold);
 const char *md_data_name(const struct md_data *d);      /* "fashion-mnist", "cifar100", "jpeg", ... */
 const char *md_data_format(const struct md_data *d);    /* "idx", "idx.gz", "cifar-binary", "jpeg", "synthetic" */
 const char *md_data_source(const struct md_data *d);    /* directory read ("" for synthetic) */
@@ -184,8 +215,10 @@ size_t md_data_input_elems(const struct md_data *d, int i);
 md_task md_data_task(const struct md_data *d);
 const struct md_data_series *md_data_series(const struct md_data *d);
 size_t md_data_target_elems(const struct md_data *d);
-/* The training part's per-variate mean and std of the time series' outputs
- * (n_out values each, for md_metrics' original units); NULL for images. */
+/* The training part's per-variate mean and std of the targets (n_out values
+ * each: a time series' output variates, or an image-regression dataset's
+ * target columns), for md_metrics' original units: original = value * std +
+ * mean. NULL for classification. */
 const double *md_data_target_mean(const struct md_data *d);
 const double *md_data_target_std(const struct md_data *d);
 

@@ -31,6 +31,7 @@ void md_data_opts_default(struct md_data_opts *o)
     o->seed = 42;
     o->series.seq_len = o->series.pred_len = 96;
     snprintf(o->series.features, sizeof o->series.features, "M");
+    o->folds = 1;
 }
 
 md_status md_data_config(const char *config_path, struct md_data_opts *o, struct md_data_request *req)

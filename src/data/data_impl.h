@@ -150,7 +150,20 @@ struct md_data {
     /* time series (task MD_TASK_REGRESS) */
     md_task task;
     struct md_data_series series;
-    const double *target_mean, *target_std; /* (series.n_out), borrowed from fstate */
+    const double *target_mean, *target_std; /* (series.n_out), borrowed from fstate or tmean/tstd */
+    /* images with float targets (images-csv regression) */
+    int image_values;        /* samples are images, targets floats */
+    float *values;           /* (n_all, series.n_out) raw targets */
+    char **target_names;     /* (series.n_out) or NULL */
+    double *tmean, *tstd;    /* (series.n_out) the training split's */
+    int n_side;
+    float *side;             /* (n_all, n_side) raw */
+    char **side_names;       /* (n_side) */
+    double *smean, *sstd;    /* (n_side) the training split's */
+    int halves;              /* stored = left half | right half */
+    int view_x0[MD_DATA_MAX_INPUTS], view_w[MD_DATA_MAX_INPUTS]; /* columns of the stored image input i takes */
+    int no_augment;
+    int folds, fold;
     /* decoded-image cache (formats that read on demand) */
     uint8_t *cache;          /* (n_all, src_c, src_h, src_w) */
     int *cache_state;        /* (n_all): 0 empty, 1 being filled, 2 ready */
@@ -176,6 +189,7 @@ struct md_data_scratch {
     uint8_t *u8;    /* (src_c, src_h, src_w) */
     float *conv;    /* (max c_i, src_h, src_w) */
     float *base;    /* (max c_i, max h_i, max w_i) */
+    uint8_t *view;  /* (src_c, src_h, src_w): a half of the stored image */
 };
 
 /* ---- dataset internals used by the loader (data.c) ---- */
@@ -213,6 +227,13 @@ void md_data_note_bad(struct md_data *d, const char *path, const char *msg);
  * (d->labels and d->num_classes set). */
 md_status md_splits_make(struct md_data *d, double val_split, long long max_samples, uint64_t seed,
                          const struct md_split_ranges *r);
+
+/* k-fold (--folds K --fold I): the format's train range, shuffled with the
+ * seed, cut into K near-equal folds; val = fold I, train = the others (with
+ * --max-samples caps); test as the format has it. Fills what md_splits_make
+ * fills. */
+md_status md_splits_make_folds(struct md_data *d, int folds, int fold, long long max_samples, uint64_t seed,
+                               const struct md_split_ranges *r);
 
 /* ---- normalisation (normalise.c) ---- */
 

@@ -9,12 +9,13 @@
 #include "data/format.h"
 
 extern const struct md_data_format md_format_idx, md_format_cifar, md_format_csv_series, md_format_jpeg,
-    md_format_synth;
+    md_format_images_csv, md_format_synth;
 
 /* Auto-detection order: the most specific file names first. */
 const struct md_data_format *const md_data_formats[] = {
     &md_format_idx,
     &md_format_cifar,
+    &md_format_images_csv, /* before jpeg (its images/ folder) and csv (its .csv file) */
     &md_format_jpeg,
     &md_format_csv_series,
     &md_format_synth,

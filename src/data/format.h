@@ -48,6 +48,7 @@ struct md_format_args {
     long long max_samples;               /* --max-samples (0 = all) */
     double val_split;                    /* --val-split */
     const struct md_series_request *series; /* time series: window, columns, splits (never NULL) */
+    const struct md_images_request *images; /* image folder + CSV: columns, halves (never NULL) */
     uint64_t seed;                       /* --seed */
     int skip_bad;                        /* --on-bad-sample skip: call bad() and go on */
     /* Reports a sample dropped at open (skip_bad); msg starts with the path. */
@@ -80,6 +81,19 @@ struct md_format_desc {
     int no_flip;                         /* horizontal flip makes other classes (digits) */
     struct md_data_series series;        /* MD_SAMPLE_SERIES_F32: the window's shapes */
     const double *target_mean, *target_std; /* (series.n_out) borrowed from the state: the scaler */
+    /* Images with float targets (MD_SAMPLE_IMAGE_U8 + MD_TARGET_VALUES;
+     * series.pred_len 1, series.n_out targets, seq_len 0): the raw values,
+     * which the core standardises with the training split's mean/std once
+     * the splits are made (target_mean/std are then left NULL). */
+    float *values;                       /* (count, series.n_out) */
+    char **target_names;                 /* (series.n_out) */
+    int n_side;                          /* side inputs per sample (model input "side") */
+    float *side;                         /* (count, n_side) raw */
+    char **side_names;                   /* (n_side) */
+    int halves;                          /* stored image = left half | right half, each (c, h, w/2) */
+    int no_standardize;                  /* values as they are (mean 0, std 1) */
+    int no_augment;                      /* no crop or flip unless the config asks (targets measured
+                                            from the whole image) */
 };
 
 struct md_data_format {

@@ -71,7 +71,7 @@ void md_metrics_result(const struct md_metrics_acc *a, struct md_metrics *out)
 md_status md_metrics_naive(struct md_data *d, md_split s, struct md_metrics *out)
 {
     memset(out, 0, sizeof *out);
-    if (md_data_task(d) != MD_TASK_REGRESS)
+    if (md_data_task(d) != MD_TASK_REGRESS || md_data_series(d)->seq_len == 0)
         return md_errf(MD_ERR_USAGE, "%s: the naive forecast needs a time series", md_data_name(d));
     const struct md_data_series *sr = md_data_series(d);
     size_t xs = (size_t)sr->seq_len * sr->n_in, ys = (size_t)sr->pred_len * sr->n_out;

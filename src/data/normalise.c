@@ -16,6 +16,7 @@ void md_normalise_known(struct md_data *d)
     d->norm_known = nc > 0;
     for (int i = 0; i < d->num_inputs && nc; i++) {
         const struct md_data_input *in = &d->inputs[i];
+        if (in->kind == MD_INPUT_SIDE) continue;
         /* Known values hold for the stored channels and for replicated gray;
          * a derived luma channel is computed. */
         if (in->c == nc) { memcpy(d->mean[i], m, sizeof d->mean[i]); memcpy(d->stdv[i], s, sizeof d->stdv[i]); }
@@ -49,6 +50,7 @@ md_status md_normalise_compute(struct md_data *d)
         }
         for (int i = 0; i < d->num_inputs; i++) {
             const struct md_data_input *in = &d->inputs[i];
+            if (in->kind == MD_INPUT_SIDE) continue;
             md_prepare_base_image(d, s, px, i, s->base);
             size_t hw = (size_t)in->h * in->w;
             for (int c = 0; c < in->c; c++)
@@ -61,7 +63,7 @@ md_status md_normalise_compute(struct md_data *d)
         }
     }
     for (int i = 0; i < d->num_inputs; i++)
-        for (int c = 0; c < d->inputs[i].c; c++) {
+        for (int c = 0; d->inputs[i].kind != MD_INPUT_SIDE && c < d->inputs[i].c; c++) {
             double m = cnt[i] > 0 ? sum[i][c] / cnt[i] : 0.5;
             double var = cnt[i] > 0 ? sq[i][c] / cnt[i] - m * m : 0.0625;
             double sd = var > 1e-8 ? sqrt(var) : 1.0;
@@ -80,7 +82,8 @@ void md_normalise_luts(struct md_data *d)
     const float k = 1.0f / 255.0f;
     for (int i = 0; i < d->num_inputs; i++) {
         const struct md_data_input *in = &d->inputs[i];
-        d->direct[i] = in->c == d->src_c && in->h == d->src_h && in->w == d->src_w;
+        if (in->kind == MD_INPUT_SIDE) { d->direct[i] = 0; continue; }
+        d->direct[i] = in->c == d->src_c && in->h == d->src_h && in->w == d->src_w && d->view_w[i] == d->src_w;
         for (int c = 0; c < in->c; c++) {
             float m = d->mean[i][c], inv = 1.0f / d->stdv[i][c];
             for (int v = 0; v < 256; v++) d->lut[i][c][v] = ((float)v * k - m) * inv;

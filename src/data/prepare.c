@@ -26,7 +26,8 @@ md_status md_data_scratch_new(const struct md_data *d, md_data_scratch **out)
     s->u8 = md_malloc(d->src_bytes);
     s->conv = md_malloc(maxc * srchw * sizeof(float));
     s->base = md_malloc(maxc * maxhw * sizeof(float));
-    md_status st = (s->u8 && s->conv && s->base) ? MD_OK : MD_ERR_OOM;
+    s->view = d->halves ? md_malloc(d->src_bytes) : NULL;
+    md_status st = (s->u8 && s->conv && s->base && (s->view || !d->halves)) ? MD_OK : MD_ERR_OOM;
     if (st == MD_OK && d->fmt->scratch_new) {
         s->fmt_free = d->fmt->scratch_free;
         st = d->fmt->scratch_new(d->fstate, &s->fmt);
@@ -46,6 +47,7 @@ void md_data_scratch_free(md_data_scratch *s)
     md_free(s->u8);
     md_free(s->conv);
     md_free(s->base);
+    md_free(s->view);
     md_free(s);
 }
 
@@ -80,8 +82,16 @@ md_status md_prepare_fetch(struct md_data *d, md_data_scratch *s, long long gi, 
 void md_prepare_base_image(const struct md_data *d, md_data_scratch *s, const uint8_t *px, int i, float *out)
 {
     const struct md_data_input *in = &d->inputs[i];
-    size_t hw = (size_t)d->src_h * d->src_w;
-    int same = in->h == d->src_h && in->w == d->src_w;
+    int vw = d->view_w[i];
+    if (vw != d->src_w) { /* a half: its columns, contiguous */
+        for (int c = 0; c < d->src_c; c++)
+            for (int y = 0; y < d->src_h; y++)
+                memcpy(s->view + ((size_t)c * d->src_h + y) * vw,
+                       px + ((size_t)c * d->src_h + y) * d->src_w + d->view_x0[i], (size_t)vw);
+        px = s->view;
+    }
+    size_t hw = (size_t)d->src_h * vw;
+    int same = in->h == d->src_h && in->w == vw;
     float *conv = same ? out : s->conv;
     const float k = 1.0f / 255.0f;
     if (in->c == d->src_c) {
@@ -93,7 +103,7 @@ void md_prepare_base_image(const struct md_data *d, md_data_scratch *s, const ui
         for (size_t p = 0; p < hw; p++)
             conv[p] = (0.299f * (float)px[p] + 0.587f * (float)px[hw + p] + 0.114f * (float)px[2 * hw + p]) * k;
     }
-    if (!same) md_image_resize_f32(conv, in->c, d->src_h, d->src_w, out, in->h, in->w);
+    if (!same) md_image_resize_f32(conv, in->c, d->src_h, vw, out, in->h, in->w);
 }
 
 long long md_data_split_index(const struct md_data *d, md_split s, long long i) { return d->split[s][i]; }
@@ -126,7 +136,7 @@ md_status md_data_prepare(struct md_data *d, md_data_scratch *s, long long gi, c
                           float *const *inputs, int j, int32_t *label, float *targets, int *bad)
 {
     *bad = 0;
-    if (d->task == MD_TASK_REGRESS) return prepare_series(d, gi, inputs, j, label, targets);
+    if (d->task == MD_TASK_REGRESS && !d->image_values) return prepare_series(d, gi, inputs, j, label, targets);
     const uint8_t *px = NULL;
     md_status st = md_prepare_fetch(d, s, gi, &px);
     if (st != MD_OK) {
@@ -139,11 +149,22 @@ md_status md_data_prepare(struct md_data *d, md_data_scratch *s, long long gi, c
         return st;
     }
     *label = d->labels[gi];
+    if (d->image_values) { /* standardised targets */
+        int k = d->series.n_out;
+        for (int t = 0; t < k; t++)
+            targets[(size_t)j * k + t] = (float)(((double)d->values[(size_t)gi * k + t] - d->tmean[t]) / d->tstd[t]);
+    }
     int pad = aug ? d->aug_pad : 0;
     int dy = aug ? aug->dy : 0, dx = aug ? aug->dx : 0, flip = aug ? aug->flip : 0;
     for (int i = 0; i < d->num_inputs; i++) {
         const struct md_data_input *in = &d->inputs[i];
         int C = in->c, H = in->h, W = in->w;
+        if (in->kind == MD_INPUT_SIDE) { /* standardised side values, in any layout the same memory */
+            float *o = inputs[i] + (size_t)j * d->n_side;
+            for (int t = 0; t < d->n_side; t++)
+                o[t] = (float)(((double)d->side[(size_t)gi * d->n_side + t] - d->smean[t]) / d->sstd[t]);
+            continue;
+        }
         /* Inputs that are the stored pixels as they are read them through a
          * table of normalised values; others go through a float image. */
         int direct = d->direct[i];

@@ -109,3 +109,65 @@ fail:
     md_free(perm);
     return st;
 }
+
+/* k-fold: fold f of the shuffled training range is positions
+ * [floor(f n / K), floor((f + 1) n / K)) of the seeded permutation, so the
+ * folds are disjoint, cover every training sample and differ in size by at
+ * most one. */
+md_status md_splits_make_folds(struct md_data *d, int folds, int fold, long long max_samples, uint64_t seed,
+                               const struct md_split_ranges *r)
+{
+    long long nt = r->end[MD_SPLIT_TRAIN] - r->start[MD_SPLIT_TRAIN];
+    if (folds < 2 || fold < 0 || fold >= folds)
+        return md_errf(MD_ERR_USAGE, "--fold %d: not in 0..%d (--folds %d)", fold, folds - 1, folds);
+    if (nt < folds)
+        return md_errf(MD_ERR_DATA, "--folds %d: only %lld training samples", folds, nt);
+    long long ts = r->end[MD_SPLIT_TEST] - r->start[MD_SPLIT_TEST];
+    if (ts > 0) {
+        d->split[MD_SPLIT_TEST] = md_malloc((size_t)ts * sizeof(int64_t));
+        if (!d->split[MD_SPLIT_TEST]) return MD_ERR_OOM;
+        for (long long i = 0; i < ts; i++) d->split[MD_SPLIT_TEST][i] = r->start[MD_SPLIT_TEST] + i;
+        d->split_n[MD_SPLIT_TEST] = ts;
+    }
+    int64_t *perm = md_malloc((size_t)nt * sizeof *perm);
+    if (!perm) return MD_ERR_OOM;
+    for (long long i = 0; i < nt; i++) perm[i] = r->start[MD_SPLIT_TRAIN] + i;
+    md_rng rng;
+    md_rng_init(&rng, md_rng_hash(seed, 0x4b464f4c44ull)); /* "KFOLD" */
+    for (long long i = nt - 1; i > 0; i--) {
+        long long j = (long long)(md_rng_next(&rng) % (uint64_t)(i + 1));
+        int64_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    }
+    long long v0 = (long long)((double)fold * (double)nt / folds), v1 = (long long)((double)(fold + 1) * (double)nt / folds);
+    long long nval = v1 - v0, ntrain = nt - nval;
+    d->split[MD_SPLIT_VAL] = md_malloc((size_t)nval * sizeof(int64_t));
+    d->split[MD_SPLIT_TRAIN] = md_malloc((size_t)ntrain * sizeof(int64_t));
+    if (!d->split[MD_SPLIT_VAL] || !d->split[MD_SPLIT_TRAIN]) {
+        md_free(perm);
+        return MD_ERR_OOM;
+    }
+    memcpy(d->split[MD_SPLIT_VAL], perm + v0, (size_t)nval * sizeof(int64_t));
+    memcpy(d->split[MD_SPLIT_TRAIN], perm, (size_t)v0 * sizeof(int64_t));
+    memcpy(d->split[MD_SPLIT_TRAIN] + v0, perm + v1, (size_t)(nt - v1) * sizeof(int64_t));
+    md_free(perm);
+    qsort(d->split[MD_SPLIT_VAL], (size_t)nval, sizeof(int64_t), cmp_i64);
+    qsort(d->split[MD_SPLIT_TRAIN], (size_t)ntrain, sizeof(int64_t), cmp_i64);
+    d->split_n[MD_SPLIT_VAL] = nval;
+    d->split_n[MD_SPLIT_TRAIN] = ntrain;
+    snprintf(d->split_origin[MD_SPLIT_TRAIN], sizeof d->split_origin[0], "folds other than %d of %d (seed %llu)", fold,
+             folds, (unsigned long long)seed);
+    snprintf(d->split_origin[MD_SPLIT_VAL], sizeof d->split_origin[0], "fold %d of %d (seed %llu)", fold, folds,
+             (unsigned long long)seed);
+    if (!d->split_origin[MD_SPLIT_TEST][0])
+        snprintf(d->split_origin[MD_SPLIT_TEST], sizeof d->split_origin[0], "%s",
+                 ts ? "test files" : "none (the dataset has no test files)");
+    cap_split(d, MD_SPLIT_TRAIN, max_samples, seed);
+    cap_split(d, MD_SPLIT_VAL, max_samples, seed);
+    cap_split(d, MD_SPLIT_TEST, max_samples, seed);
+    d->class_counts = md_calloc((size_t)MD_SPLIT_COUNT * (d->num_classes > 0 ? d->num_classes : 1), sizeof(long long));
+    if (!d->class_counts) return MD_ERR_OOM;
+    for (int s = 0; d->num_classes > 0 && s < MD_SPLIT_COUNT; s++)
+        for (long long i = 0; i < d->split_n[s]; i++)
+            d->class_counts[(size_t)s * d->num_classes + d->labels[d->split[s][i]]]++;
+    return MD_OK;
+}

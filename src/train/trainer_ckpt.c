@@ -158,6 +158,23 @@ md_status md_trainer_save_checkpoint(md_trainer *t, const char *path, int epoch,
     char *curves = cJSON_PrintUnformatted(t->curves);
     cJSON_AddStringToObject(m, "curves", curves ? curves : "{}");
     cJSON_free(curves);
+    /* regression targets' scaler: the outputs are standardised, original =
+     * output * std + mean (JSON text: [{name, mean, std}, ...]) */
+    const double *tm = md_data_target_mean(t->data), *ts = md_data_target_std(t->data);
+    if (t->regress && tm && ts) {
+        cJSON *a = cJSON_CreateArray();
+        for (int j = 0; a && j < t->ser.n_out; j++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "name", md_data_target_name(t->data, j));
+            cJSON_AddNumberToObject(e, "mean", tm[j]);
+            cJSON_AddNumberToObject(e, "std", ts[j]);
+            cJSON_AddItemToArray(a, e);
+        }
+        char *txt = a ? cJSON_PrintUnformatted(a) : NULL;
+        if (txt) cJSON_AddStringToObject(m, "target_scaler", txt);
+        cJSON_free(txt);
+        cJSON_Delete(a);
+    }
     md_status st = md_checkpoint_save(t->dev, path, v, n, m);
     cJSON_Delete(m);
     md_free(v);

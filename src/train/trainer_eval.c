@@ -71,9 +71,10 @@ static md_status regress_chunk(md_trainer *t, const struct md_batch *b, int from
         for (size_t k = 0; k < count; k++) pred[k] = md_load_f(raw, dt, k);
     const struct md_data_series *s = &t->ser;
     const float *in = b->inputs[0] + (size_t)from * t->in_elems[0];
-    md_metrics_acc_add(acc, pred, b->targets + (size_t)from * t->out_elems, in + (size_t)(s->seq_len - 1) * s->n_in + s->out_col,
-                       (long long)t->in_elems[0], n, s->pred_len, s->n_out, md_data_target_std(t->data));
-    if (t->forecasts) {
+    const float *last = s->seq_len > 0 ? in + (size_t)(s->seq_len - 1) * s->n_in + s->out_col : NULL;
+    md_metrics_acc_add(acc, pred, b->targets + (size_t)from * t->out_elems, last, (long long)t->in_elems[0], n,
+                       s->pred_len, s->n_out, md_data_target_std(t->data));
+    if (t->forecasts && s->seq_len > 0) {
         long long total = md_data_count(t->data, MD_SPLIT_TEST);
         for (int i = 0; i < n; i++)
             if (wanted_window(first + i, total)) add_forecast(t, b, from, i, pred, first + i);

@@ -32,7 +32,10 @@ md_status md_trainer_loss(md_trainer *t, int n, float scale, float label_smoothi
                              &t->d_sc->correct);
     /* the forecast origin: the last row of the lookback window, columns out_col.. */
     const struct md_data_series *s = &t->ser;
-    const float *last = (const float *)md_model_input_buffer(t->model, 0) + (size_t)(s->seq_len - 1) * s->n_in + s->out_col;
+    /* images with numeric targets have no forecast origin (seq_len 0) */
+    const float *last = s->seq_len > 0 ? (const float *)md_model_input_buffer(t->model, 0) +
+                                             (size_t)(s->seq_len - 1) * s->n_in + s->out_col
+                                       : NULL;
     return md_model_regress_loss(t->model, t->d_targets, s->pred_len, s->n_out, t->rkind, 1.0f, 1.0f, last,
                                  (long long)s->seq_len * s->n_in, scale / ((float)n * (float)t->out_elems),
                                  &t->d_sc->loss_sum, t->d_sc->reg);
