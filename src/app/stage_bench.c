@@ -774,8 +774,8 @@ static md_status ablate(struct ctx *c, const struct md_bench_result *main_r)
         cJSON_AddStringToObject(o, "note", note);
         cJSON_AddItemToArray(arr, o);
     }
-    md_out("  medians of %d interleaved on/off pairs; PAIRS: range of the per-pair ratios; a verdict needs the\n"
-           "  median ratio to differ from 1 by more than that range (and at least %.0f%%)\n",
+    md_out("  samples/s: medians of %d interleaved on/off pairs; ON/OFF: median of the per-pair ratios; PAIRS:\n"
+           "  their range. A verdict needs ON/OFF to differ from 1 by more than the range (and %.0f%%)\n",
            MD_REC_MIN_REPS, MD_REC_NOISE_FLOOR * 100);
     return MD_OK;
 }
@@ -1109,6 +1109,7 @@ md_status md_stage_recommend(md_job *job)
     for (int i = 0; i < n; i++) {
         md_out("  %-22s %s\n", recs[i].topic, recs[i].advice);
         if (recs[i].figure[0]) md_out("  %-22s   %s: %s\n", "", recs[i].source, recs[i].figure);
+        if (recs[i].cost[0]) md_out("  %-22s   cost: %s\n", "", recs[i].cost);
     }
     if (job->opts->ci) return ci_thresholds(job);
     return MD_OK;

@@ -126,14 +126,14 @@ static double point_max(const struct md_rec_sweep_point *p)
     return p->max_samples_per_s > p->samples_per_s ? p->max_samples_per_s : p->samples_per_s;
 }
 
-/* A sweep point may count: it fits, ran, and is not above what the finder
- * found to fit (the finder is the one source of "fits"). */
+/* A sweep point may count: it ran, and fits: within what the finder found
+ * to fit when it ran (the finder is the one source of "fits"), else within
+ * the memory budget. */
 static int usable(const struct md_rec_in *in, const struct md_rec_sweep_point *p, long long budget_bytes)
 {
     if (!p->ok || !(p->samples_per_s > 0)) return 0;
-    if (budget_bytes > 0 && p->peak_bytes > budget_bytes) return 0;
-    if (in && in->finder_ran && p->batch_size > in->finder_max_batch) return 0;
-    return 1;
+    if (in && in->finder_ran) return p->batch_size <= in->finder_max_batch;
+    return !(budget_bytes > 0 && p->peak_bytes > budget_bytes);
 }
 
 static int knee_of(const struct md_rec_in *in, const struct md_rec_sweep_point *s, int n, long long budget_bytes,
