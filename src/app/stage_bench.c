@@ -124,8 +124,6 @@ struct ctx {
     int batch;
     long long budget;            /* bytes a measurement may plan (0: none) */
     cJSON *bench;                /* report.benchmark */
-    double best_sps;             /* best throughput seen by sweep and finder */
-    int best_batch;
 };
 
 static md_dtype best_half(const struct md_device_info *info)
@@ -164,14 +162,7 @@ static struct md_bench_setup setup_for(struct ctx *c, int batch, int iters, int 
 static md_status run(struct ctx *c, md_device *dev, const struct md_bench_setup *s, struct md_bench_result *r)
 {
     int li = s->mopts.layout == MD_NHWC;
-    md_status st = md_bench_run(dev, s, &c->data[li], r);
-    if (st == MD_OK && r->train_samples_per_s > c->best_sps && dev == c->dev &&
-        s->mopts.layout == c->mopts.layout && s->mopts.compute_dtype == c->mopts.compute_dtype &&
-        s->mopts.compile == c->mopts.compile) {
-        c->best_sps = r->train_samples_per_s;
-        c->best_batch = r->batch;
-    }
-    return st;
+    return md_bench_run(dev, s, &c->data[li], r);
 }
 
 static void print_stats_row(const char *what, const md_stats *s, const char *unit)
@@ -378,24 +369,92 @@ static int parse_list(const char *s, int *out, int max)
     return n;
 }
 
-static cJSON *point_json(const struct md_bench_result *r)
+/* Repetitions of one measurement: MD_REC_MIN_REPS short runs instead of one
+ * long one, so the advice can tell a difference from noise. Each repetition
+ * gets a third of the steps (at least 3) and a 1 s timing budget, which
+ * keeps the total close to what one measurement took. */
+static int rep_iters(const md_options *o)
+{
+    int iters = o->bench_iters < 10 ? o->bench_iters : 10;
+    iters /= MD_REC_MIN_REPS;
+    return iters < 3 ? 3 : iters;
+}
+#define REP_BUDGET_S 1.0
+
+static int rep_warmup(const md_options *o) { return o->warmup_iters < 2 ? o->warmup_iters : 2; }
+
+static void add_runs(cJSON *o, const char *k, const double *v, int n)
+{
+    cJSON *a = cJSON_AddArrayToObject(o, k);
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+}
+
+/* One batch of the sweep over its repetitions. */
+struct sweep_pt {
+    int batch, ok, n;
+    int stop;               /* a repetition failed: no more repetitions */
+    md_status st;
+    char error[200];
+    double sps[MD_REC_MAX_REPS], step_ms[MD_REC_MAX_REPS], lat_ms[MD_REC_MAX_REPS];
+    long long peak, planned;
+};
+
+static cJSON *sweep_point_json(const struct sweep_pt *p)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "batch_size", r->batch);
-    cJSON_AddStringToObject(o, "status", r->status == MD_OK ? "ok" : r->status == MD_ERR_OOM ? "oom" : "error");
-    if (r->status == MD_OK) {
-        cJSON_AddNumberToObject(o, "samples_per_s", r->train_samples_per_s);
-        cJSON_AddNumberToObject(o, "step_ms", r->step_ms.mean);
-        cJSON_AddNumberToObject(o, "latency_ms", r->inf_ms.p50);
-        cJSON_AddNumberToObject(o, "peak_bytes", (double)r->peak_bytes);
+    cJSON_AddNumberToObject(o, "batch_size", p->batch);
+    cJSON_AddStringToObject(o, "status", p->ok ? "ok" : p->st == MD_ERR_OOM ? "oom" : "error");
+    if (p->ok) {
+        double lo = p->sps[0], hi = p->sps[0];
+        for (int i = 1; i < p->n; i++) {
+            if (p->sps[i] < lo) lo = p->sps[i];
+            if (p->sps[i] > hi) hi = p->sps[i];
+        }
+        cJSON_AddNumberToObject(o, "samples_per_s", md_rec_median(p->sps, p->n));
+        cJSON_AddNumberToObject(o, "samples_per_s_min", lo);
+        cJSON_AddNumberToObject(o, "samples_per_s_max", hi);
+        add_runs(o, "samples_per_s_runs", p->sps, p->n);
+        cJSON_AddNumberToObject(o, "repetitions", p->n);
+        cJSON_AddNumberToObject(o, "step_ms", md_rec_median(p->step_ms, p->n));
+        cJSON_AddNumberToObject(o, "latency_ms", md_rec_median(p->lat_ms, p->n));
+        cJSON_AddNumberToObject(o, "peak_bytes", (double)p->peak);
     } else {
         cJSON_AddNullToObject(o, "samples_per_s");
-        cJSON_AddStringToObject(o, "error", r->error);
+        cJSON_AddStringToObject(o, "error", p->error);
     }
-    cJSON_AddNumberToObject(o, "planned_bytes", (double)r->planned_bytes);
+    cJSON_AddNumberToObject(o, "planned_bytes", (double)p->planned);
     return o;
 }
 
+/* Measures batch p->batch once more; returns the run's status (p->st keeps
+ * the first failure). */
+static md_status sweep_once(struct ctx *c, struct sweep_pt *p)
+{
+    struct md_bench_setup s = setup_for(c, p->batch, rep_iters(c->o), rep_iters(c->o), REP_BUDGET_S);
+    s.warmup_iters = rep_warmup(c->o);
+    struct md_bench_result r;
+    md_status st = run(c, c->dev, &s, &r);
+    p->planned = r.planned_bytes;
+    if (st == MD_OK && p->n < MD_REC_MAX_REPS) {
+        p->sps[p->n] = r.train_samples_per_s;
+        p->step_ms[p->n] = r.step_ms.mean;
+        p->lat_ms[p->n] = r.inf_ms.p50;
+        p->n++;
+        if (r.peak_bytes > p->peak) p->peak = r.peak_bytes;
+    } else if (st != MD_OK && p->n > 0) {
+        p->stop = 1; /* measured before: keep those, stop repeating */
+    } else if (st != MD_OK) {
+        p->ok = 0;
+        p->st = st;
+        snprintf(p->error, sizeof p->error, "%s", r.error);
+    }
+    md_bench_result_clear(&r);
+    return st;
+}
+
+/* Pass 1 walks the batches (auto: doubling until one does not fit); passes
+ * 2..MD_REC_MIN_REPS measure the batches that fitted again, in the same
+ * order, so the repetitions of all batches interleave (8 16 32 8 16 32 ...). */
 static md_status batch_sweep(struct ctx *c)
 {
     int list[64], n;
@@ -409,36 +468,58 @@ static md_status batch_sweep(struct ctx *c)
             return md_errf(MD_ERR_USAGE, "--batch-sweep: '%s' is not a list of batch sizes (8,16,32) or 'auto'",
                            c->o->batch_sweep);
     }
-    int iters = c->o->bench_iters < 10 ? c->o->bench_iters : 10;
-    cJSON *arr = cJSON_AddArrayToObject(c->bench, "sweep");
-    char a[32];
-    md_section("Batch-size sweep");
-    md_out("  %8s %14s %12s %14s %12s  %s\n", "BATCH", "SAMPLES/S", "STEP MS", "INFER P50 MS", "PEAK", "STATUS");
+    struct sweep_pt *pts = md_calloc((size_t)n, sizeof *pts);
+    if (!pts) return md_errf(MD_ERR_OOM, "--batch-sweep: out of memory");
+    md_status st = MD_OK;
+    int np = 0;
     double t_all = md_now();
     for (int i = 0; i < n; i++) {
         if (automatic && md_now() - t_all > 60) {
             warn(c->job, "--batch-sweep auto: stopped after 60 s at batch %d", list[i - 1]);
             break;
         }
-        struct md_bench_setup s = setup_for(c, list[i], iters, iters, 3.0);
-        struct md_bench_result r;
-        md_status st = run(c, c->dev, &s, &r);
-        if (st == MD_ERR_INTERRUPTED) { md_bench_result_clear(&r); return st; }
-        cJSON_AddItemToArray(arr, point_json(&r));
-        if (st == MD_OK)
-            md_out("  %8d %14.1f %12.2f %14.2f %12s  ok\n", r.batch, r.train_samples_per_s, r.step_ms.mean, r.inf_ms.p50,
-                   md_fmt_bytes((double)r.peak_bytes, a, sizeof a));
-        else
-            md_out("  %8d %14s %12s %14s %12s  %s\n", r.batch, "-", "-", "-", "-", r.error);
-        md_bench_result_clear(&r);
-        if (st != MD_OK && st != MD_ERR_OOM) warn(c->job, "--batch-sweep: batch %d failed: %s", list[i], md_errmsg());
-        if (automatic && st != MD_OK) break; /* the first batch that does not fit ends an automatic sweep */
-        if (automatic && r.step_ms.mean > 5000) {
+        struct sweep_pt *p = &pts[np++];
+        p->batch = list[i];
+        p->ok = 1;
+        md_status s1 = sweep_once(c, p);
+        if (s1 == MD_ERR_INTERRUPTED) { st = s1; goto done; }
+        if (s1 != MD_OK && s1 != MD_ERR_OOM) warn(c->job, "--batch-sweep: batch %d failed: %s", list[i], md_errmsg());
+        if (automatic && s1 != MD_OK) break; /* the first batch that does not fit ends an automatic sweep */
+        if (automatic && p->step_ms[0] > 5000) {
             warn(c->job, "--batch-sweep auto: stopped at batch %d (steps take over 5 s)", list[i]);
             break;
         }
     }
-    return MD_OK;
+    for (int rep = 1; rep < MD_REC_MIN_REPS; rep++)
+        for (int i = 0; i < np; i++) {
+            if (!pts[i].ok || pts[i].stop) continue;
+            md_status s1 = sweep_once(c, &pts[i]);
+            if (s1 == MD_ERR_INTERRUPTED) { st = s1; goto done; }
+            if (s1 != MD_OK) warn(c->job, "--batch-sweep: batch %d failed on repetition %d: %s", pts[i].batch, rep + 1,
+                                  md_errmsg());
+        }
+    cJSON *arr = cJSON_AddArrayToObject(c->bench, "sweep");
+    char a[32], range[48];
+    md_section("Batch-size sweep");
+    md_out("  %8s %14s %20s %10s %12s %10s  %s\n", "BATCH", "SAMPLES/S", "RANGE", "STEP MS", "INFER P50", "PEAK",
+           "STATUS");
+    for (int i = 0; i < np; i++) {
+        const struct sweep_pt *p = &pts[i];
+        cJSON *o = sweep_point_json(p);
+        cJSON_AddItemToArray(arr, o);
+        if (p->ok) {
+            snprintf(range, sizeof range, "%.1f-%.1f (%d)", jnum(o, "samples_per_s_min", 0),
+                     jnum(o, "samples_per_s_max", 0), p->n);
+            md_out("  %8d %14.1f %20s %10.2f %12.2f %10s  ok\n", p->batch, jnum(o, "samples_per_s", 0), range,
+                   jnum(o, "step_ms", 0), jnum(o, "latency_ms", 0), md_fmt_bytes((double)p->peak, a, sizeof a));
+        } else {
+            md_out("  %8d %14s %20s %10s %12s %10s  %s\n", p->batch, "-", "-", "-", "-", "-", p->error);
+        }
+    }
+    md_out("  median of %d interleaved repetitions per batch (range: slowest-fastest, repetitions)\n", MD_REC_MIN_REPS);
+done:
+    md_free(pts);
+    return st;
 }
 
 /* Fits = one short training measurement succeeds within the budget. */
@@ -500,11 +581,8 @@ static md_status find_batch(struct ctx *c)
     } else {
         md_out("  largest batch that fits: %d (%d does not)\n", lo, hi);
     }
-    if (c->best_batch > 0) {
-        cJSON_AddNumberToObject(fb, "fastest_batch", c->best_batch);
-        cJSON_AddNumberToObject(fb, "fastest_samples_per_s", c->best_sps);
-        md_out("  fastest batch measured: %d at %.1f samples/s\n", c->best_batch, c->best_sps);
-    }
+    /* no "fastest" here: one short try per batch is too noisy to rank them;
+     * with --batch-sweep, fastest_batch comes from the sweep (fastest_of) */
     return MD_OK;
 }
 
@@ -576,6 +654,56 @@ static md_status compare_devices(struct ctx *c, const struct md_bench_result *ma
     return MD_OK;
 }
 
+/* One repetition of an ablation: the setting on, then off. */
+static md_status ablate_pair(struct ctx *c, const char *tok, const struct md_bench_result *main_r, int workers,
+                             double *on, double *off, char *note, size_t nn)
+{
+    md_status st = MD_OK;
+    *on = *off = 0;
+    if (strcmp(tok, "workers") == 0) {
+        double lon = 0, loff = 0;
+        struct md_data *data = c->data[c->mopts.layout == MD_NHWC];
+        st = md_bench_loader(data, &c->bopts, c->batch, workers, 7, REP_BUDGET_S, &lon);
+        if (st == MD_OK) st = md_bench_loader(data, &c->bopts, c->batch, 0, 7, REP_BUDGET_S, &loff);
+        /* the pipeline runs at the slower of loader and step */
+        double step = main_r->train_samples_per_s;
+        *on = lon < step ? lon : step;
+        *off = loff < step ? loff : step;
+        return st;
+    }
+    struct md_bench_setup s_on = setup_for(c, c->batch, rep_iters(c->o), 0, REP_BUDGET_S), s_off;
+    s_on.warmup_iters = rep_warmup(c->o);
+    s_off = s_on;
+    if (strcmp(tok, "compile") == 0) {
+        s_on.mopts.compile = 1;
+        s_off.mopts.compile = 0;
+    } else if (strcmp(tok, "channels-last") == 0) {
+        s_on.mopts.layout = MD_NHWC;
+        s_off.mopts.layout = MD_NCHW;
+    } else {
+        md_dtype h = best_half(c->info);
+        if (h == MD_F32) {
+            snprintf(note, nn, "not measured: the device has no half precision");
+            return MD_ERR_UNSUPPORTED;
+        }
+        s_on.mopts.compute_dtype = h;
+        s_off.mopts.compute_dtype = MD_F32;
+        snprintf(note, nn, "%s vs fp32", md_dtype_name(h));
+    }
+    struct md_bench_result r;
+    st = run(c, c->dev, &s_on, &r);
+    *on = r.train_samples_per_s;
+    md_bench_result_clear(&r);
+    if (st != MD_OK) return st;
+    st = run(c, c->dev, &s_off, &r);
+    *off = r.train_samples_per_s;
+    md_bench_result_clear(&r);
+    return st;
+}
+
+/* Each setting on and off MD_REC_MIN_REPS times, interleaved (on off on off
+ * on off), so a machine that drifts during the run moves both sides alike;
+ * md_rec_compare turns the pairs into a verdict. */
 static md_status ablate(struct ctx *c, const struct md_bench_result *main_r)
 {
     static const char *const known[] = {"compile", "channels-last", "precision", "workers"};
@@ -587,76 +715,115 @@ static md_status ablate(struct ctx *c, const struct md_bench_result *main_r)
         if (!ok) return md_errf(MD_ERR_USAGE, "--ablate: unknown setting '%s' (compile, channels-last, precision, workers)", tok);
     }
     cJSON *arr = cJSON_AddArrayToObject(c->bench, "ablations");
-    int iters = c->o->bench_iters < 10 ? c->o->bench_iters : 10;
     md_section("Ablations");
-    md_out("  %-14s %16s %16s %10s  %s\n", "SETTING", "ON SAMPLES/S", "OFF SAMPLES/S", "SPEED-UP", "NOTE");
+    md_out("  %-14s %14s %14s %9s %15s  %s\n", "SETTING", "ON SAMPLES/S", "OFF SAMPLES/S", "ON/OFF", "PAIRS", "VERDICT");
     snprintf(list, sizeof list, "%s", c->o->ablate);
     char *save = NULL;
     for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        double on = 0, off = 0;
+        struct md_rec_ablation a;
+        memset(&a, 0, sizeof a);
         char note[200] = "";
         md_status st = MD_OK;
-        if (strcmp(tok, "workers") == 0) {
-            int w = md_cpu_logical_cores() < 4 ? md_cpu_logical_cores() : 4;
-            if (w < 2) w = 2;
-            double lon = 0, loff = 0;
-            struct md_data *data = c->data[c->mopts.layout == MD_NHWC];
-            st = md_bench_loader(data, &c->bopts, c->batch, w, 20, 3.0, &lon);
-            if (st == MD_OK) st = md_bench_loader(data, &c->bopts, c->batch, 0, 20, 3.0, &loff);
-            /* the pipeline runs at the slower of loader and step */
-            double step = main_r->train_samples_per_s;
-            on = lon < step ? lon : step;
-            off = loff < step ? loff : step;
-            snprintf(note, sizeof note, "loader %.0f samples/s with %d workers, %.0f with 0; step %.0f samples/s", lon, w,
-                     loff, step);
-        } else {
-            struct md_bench_setup s_on = setup_for(c, c->batch, iters, 0, 3.0), s_off = s_on;
-            if (strcmp(tok, "compile") == 0) {
-                s_on.mopts.compile = 1;
-                s_off.mopts.compile = 0;
-            } else if (strcmp(tok, "channels-last") == 0) {
-                s_on.mopts.layout = MD_NHWC;
-                s_off.mopts.layout = MD_NCHW;
-            } else {
-                md_dtype h = best_half(c->info);
-                if (h == MD_F32) {
-                    snprintf(note, sizeof note, "not measured: the device has no half precision");
-                    st = MD_ERR_UNSUPPORTED;
-                }
-                s_on.mopts.compute_dtype = h;
-                s_off.mopts.compute_dtype = MD_F32;
-                if (!note[0]) snprintf(note, sizeof note, "%s vs fp32", md_dtype_name(h));
+        int workers = md_cpu_logical_cores() < 4 ? md_cpu_logical_cores() : 4;
+        if (workers < 2) workers = 2;
+        for (int rep = 0; rep < MD_REC_MIN_REPS && st == MD_OK; rep++) {
+            double on, off;
+            st = ablate_pair(c, tok, main_r, workers, &on, &off, note, sizeof note);
+            if (st == MD_OK && on > 0 && off > 0) {
+                a.on[a.n] = on;
+                a.off[a.n] = off;
+                a.n++;
             }
-            struct md_bench_result r;
-            if (st == MD_OK) {
-                st = run(c, c->dev, &s_on, &r);
-                on = r.train_samples_per_s;
-                md_bench_result_clear(&r);
-            }
-            if (st == MD_OK) {
-                st = run(c, c->dev, &s_off, &r);
-                off = r.train_samples_per_s;
-                md_bench_result_clear(&r);
-            }
-            if (st != MD_OK && !note[0]) snprintf(note, sizeof note, "not measured: %s", md_errmsg());
         }
         if (st == MD_ERR_INTERRUPTED) return st;
+        if (st != MD_OK && st != MD_ERR_UNSUPPORTED) {
+            size_t l = strlen(note);
+            snprintf(note + l, sizeof note - l, "%snot measured%s: %s", l ? "; " : "",
+                     a.n ? " on every repetition" : "", md_errmsg());
+        }
+        if (strcmp(tok, "workers") == 0 && a.n > 0)
+            snprintf(note, sizeof note, "loader with %d workers against 0, capped at the step's %.0f samples/s",
+                     workers, main_r->train_samples_per_s);
+        struct md_rec_compare cmp;
+        md_rec_compare(&a, &cmp);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "feature", tok);
-        if (st == MD_OK && on > 0 && off > 0) {
-            cJSON_AddNumberToObject(o, "on_samples_per_s", on);
-            cJSON_AddNumberToObject(o, "off_samples_per_s", off);
-            cJSON_AddNumberToObject(o, "speedup", on / off);
-            md_out("  %-14s %16.1f %16.1f %9.3fx  %s\n", tok, on, off, on / off, note);
+        cJSON_AddNumberToObject(o, "repetitions", a.n);
+        if (strcmp(tok, "workers") == 0) cJSON_AddNumberToObject(o, "workers", workers);
+        static const char *const verdicts[] = {"not measured", "too few runs", "no difference", "on faster",
+                                               "off faster"};
+        if (a.n > 0) {
+            cJSON_AddNumberToObject(o, "on_samples_per_s", cmp.on_median);
+            cJSON_AddNumberToObject(o, "off_samples_per_s", cmp.off_median);
+            add_runs(o, "on_runs", a.on, a.n);
+            add_runs(o, "off_runs", a.off, a.n);
+            cJSON_AddNumberToObject(o, "speedup", cmp.speedup);
+            cJSON_AddNumberToObject(o, "speedup_min", cmp.ratio_min);
+            cJSON_AddNumberToObject(o, "speedup_max", cmp.ratio_max);
+            cJSON_AddNumberToObject(o, "noise", cmp.noise);
+            char pairs[32];
+            snprintf(pairs, sizeof pairs, "%.2f-%.2fx (%d)", cmp.ratio_min, cmp.ratio_max, a.n);
+            md_out("  %-14s %14.1f %14.1f %8.2fx %15s  %s%s%s\n", tok, cmp.on_median, cmp.off_median, cmp.speedup,
+                   pairs, verdicts[cmp.verdict], note[0] ? "; " : "", note);
         } else {
             cJSON_AddNullToObject(o, "speedup");
-            md_out("  %-14s %16s %16s %10s  %s\n", tok, "-", "-", "-", note);
+            md_out("  %-14s %14s %14s %9s %15s  %s\n", tok, "-", "-", "-", "-", note);
             if (!strstr(note, "no half")) warn(c->job, "--ablate %s: %s", tok, note);
         }
+        cJSON_AddStringToObject(o, "verdict", verdicts[cmp.verdict]);
         cJSON_AddStringToObject(o, "note", note);
         cJSON_AddItemToArray(arr, o);
     }
+    md_out("  samples/s: medians of %d interleaved on/off pairs; ON/OFF: median of the per-pair ratios; PAIRS:\n"
+           "  their range. A verdict needs ON/OFF to differ from 1 by more than the range (and %.0f%%)\n",
+           MD_REC_MIN_REPS, MD_REC_NOISE_FLOOR * 100);
     return MD_OK;
+}
+
+/* The sweep's points as the recommendations see them (report.benchmark.sweep). */
+static int sweep_points(const cJSON *B, struct md_rec_sweep_point *sweep, int max)
+{
+    int n = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, jget(B, "sweep"))
+    {
+        if (n >= max) break;
+        struct md_rec_sweep_point *s = &sweep[n++];
+        memset(s, 0, sizeof *s);
+        s->batch_size = (int)jnum(p, "batch_size", 0);
+        const cJSON *stt = jget(p, "status");
+        s->ok = cJSON_IsString(stt) && strcmp(stt->valuestring, "ok") == 0;
+        s->samples_per_s = jnum(p, "samples_per_s", 0);
+        s->min_samples_per_s = jnum(p, "samples_per_s_min", s->samples_per_s);
+        s->max_samples_per_s = jnum(p, "samples_per_s_max", s->samples_per_s);
+        s->reps = (int)jnum(p, "repetitions", 1);
+        s->peak_bytes = (long long)jnum(p, "peak_bytes", jnum(p, "planned_bytes", 0));
+    }
+    return n;
+}
+
+/* With both the finder and the sweep: the finder's fastest batch is the
+ * sweep's best median among the batches the finder found to fit, the same
+ * figure the batch-size recommendation quotes. */
+static void finder_fastest(struct ctx *c)
+{
+    cJSON *fb = cJSON_GetObjectItemCaseSensitive(c->bench, "find_batch_size");
+    if (!fb) return;
+    struct md_rec_sweep_point pts[64];
+    int n = sweep_points(c->bench, pts, 64), k = 0;
+    int max = (int)jnum(fb, "max_batch", 0);
+    for (int i = 0; i < n; i++)
+        if (pts[i].batch_size <= max) pts[k++] = pts[i];
+    int best = -1;
+    if (k > 0) md_rec_knee(pts, k, 0, 0.9, &best);
+    if (best < 0) {
+        cJSON_AddNullToObject(fb, "fastest_batch");
+        cJSON_AddNullToObject(fb, "fastest_samples_per_s");
+        return;
+    }
+    cJSON_AddNumberToObject(fb, "fastest_batch", pts[best].batch_size);
+    cJSON_AddNumberToObject(fb, "fastest_samples_per_s", pts[best].samples_per_s);
+    cJSON_AddStringToObject(fb, "fastest_from", "the batch-size sweep (median of its repetitions)");
 }
 
 static int wants_bench(const md_options *o)
@@ -724,6 +891,7 @@ md_status md_stage_bench(md_job *job)
     if (st == MD_OK) st = main_benchmark(&c, &main_r);
     if (st == MD_OK) st = md_interrupt_check("during the benchmark");
     if (st == MD_OK && o->batch_sweep[0]) st = batch_sweep(&c);
+    if (st == MD_OK && o->find_batch_size) finder_fastest(&c);
     if (st == MD_OK && o->compare_devices) st = compare_devices(&c, &main_r);
     if (st == MD_OK && o->ablate[0]) st = ablate(&c, &main_r);
     md_bench_result_clear(&main_r);
@@ -763,29 +931,44 @@ static void rec_inputs(md_job *job, struct md_rec_in *in, struct md_rec_sweep_po
     /* images-csv keeps decoded images without the flag when they fit */
     in->cache_images = o->cache_images || (job->data && md_data_cache_estimate(job->data) > 0);
     in->logical_cores = md_cpu_logical_cores();
-    *nsweep = 0;
-    const cJSON *p;
-    cJSON_ArrayForEach(p, jget(B, "sweep"))
-    {
-        if (*nsweep >= 64) break;
-        struct md_rec_sweep_point *s = &sweep[(*nsweep)++];
-        s->batch_size = (int)jnum(p, "batch_size", 0);
-        const cJSON *stt = jget(p, "status");
-        s->ok = cJSON_IsString(stt) && strcmp(stt->valuestring, "ok") == 0;
-        s->samples_per_s = jnum(p, "samples_per_s", 0);
-        s->peak_bytes = (long long)jnum(p, "peak_bytes", jnum(p, "planned_bytes", 0));
-    }
+    *nsweep = sweep_points(B, sweep, 64);
     in->sweep = sweep;
     in->n_sweep = *nsweep;
+    const cJSON *fb = jget(B, "find_batch_size");
+    if (fb) {
+        in->finder_ran = 1;
+        in->finder_max_batch = (int)jnum(fb, "max_batch", 0);
+        in->finder_capped = cJSON_IsTrue(jget(fb, "limited_by_search_cap"));
+    }
+    const cJSON *p;
     cJSON_ArrayForEach(p, jget(B, "ablations"))
     {
         const cJSON *f = jget(p, "feature");
         if (!cJSON_IsString(f)) continue;
-        struct md_rec_ablation a = {jnum(p, "on_samples_per_s", 0), jnum(p, "off_samples_per_s", 0)};
+        struct md_rec_ablation a;
+        memset(&a, 0, sizeof a);
+        const cJSON *on = jget(p, "on_runs"), *off = jget(p, "off_runs");
+        if (cJSON_IsArray(on) && cJSON_IsArray(off)) {
+            for (int i = 0; i < cJSON_GetArraySize(on) && i < cJSON_GetArraySize(off) && a.n < MD_REC_MAX_REPS; i++) {
+                const cJSON *x = cJSON_GetArrayItem(on, i), *y = cJSON_GetArrayItem(off, i);
+                if (!cJSON_IsNumber(x) || !cJSON_IsNumber(y)) continue;
+                a.on[a.n] = x->valuedouble;
+                a.off[a.n] = y->valuedouble;
+                a.n++;
+            }
+        } else if (jnum(p, "on_samples_per_s", 0) > 0 && jnum(p, "off_samples_per_s", 0) > 0) {
+            /* a report without repetitions: one pair, too few for a verdict */
+            a.n = 1;
+            a.on[0] = jnum(p, "on_samples_per_s", 0);
+            a.off[0] = jnum(p, "off_samples_per_s", 0);
+        }
         if (strcmp(f->valuestring, "compile") == 0) in->abl_compile = a;
         else if (strcmp(f->valuestring, "channels-last") == 0) in->abl_channels_last = a;
         else if (strcmp(f->valuestring, "precision") == 0) in->abl_precision = a;
-        else if (strcmp(f->valuestring, "workers") == 0) in->abl_workers = a;
+        else if (strcmp(f->valuestring, "workers") == 0) {
+            in->abl_workers = a;
+            in->abl_workers_count = (int)jnum(p, "workers", 0);
+        }
     }
     const cJSON *dj = jget(B, "data");
     in->loader_samples_per_s = jnum(dj, "loader_samples_per_s", 0);
@@ -927,6 +1110,7 @@ md_status md_stage_recommend(md_job *job)
     for (int i = 0; i < n; i++) {
         md_out("  %-22s %s\n", recs[i].topic, recs[i].advice);
         if (recs[i].figure[0]) md_out("  %-22s   %s: %s\n", "", recs[i].source, recs[i].figure);
+        if (recs[i].cost[0]) md_out("  %-22s   cost: %s\n", "", recs[i].cost);
     }
     if (job->opts->ci) return ci_thresholds(job);
     return MD_OK;
