@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "data/metrics.h"
+#include "helpers.h"
+#include "json_schema.h"
 
 #define EPS 1e-12
 
@@ -225,4 +227,93 @@ Test(regress_metrics, text_table, .init = cr_redirect_stdout)
     cr_assert(val && nl && val < nl, "%s", buf);
     for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
         cr_assert_leq(strlen(line), 100, "wider than 100 columns: %s", line);
+}
+
+/* ---- end to end: a forecasting run's report ------------------------------------ */
+
+#define SMALL_TS                                                                                                       \
+    "--model itransformer --seq-len 16 --pred-len 8 --d-model 16 --d-ff 16 --e-layers 1 --n-heads 2 --steps 3 "        \
+    "--epochs 2 --optimizer adamw --lr 0.003 --overwrite"
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(v), "%s is not a number", key);
+    return v->valuedouble;
+}
+
+static const cJSON *obj(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert_not_null(v, "no key %s", key);
+    return v;
+}
+
+/* The forecasting run reports R2/MAE/RMSE per variate for validation and
+ * test beside the standardised figures; the overall MAE in original units is
+ * the figure the run already gave (the uniform average of equal-sized
+ * targets is the pooled mean); the report and metrics lines validate. */
+Test(regress_metrics, forecasting_report, .timeout = 60)
+{
+    char *dir = th_tmpdir(), cmd[2048], *out = NULL, *err = NULL, path[600];
+    snprintf(cmd, sizeof cmd, SMALL_TS " --checkpoint-dir %s/ck --report %s/r.json --metrics %s/m.jsonl", dir, dir,
+             dir);
+    int rc = th_run(cmd, &out, &err);
+    cr_assert_eq(rc, 0, "%s\n%s", out, err);
+    snprintf(path, sizeof path, "%s/r.json", dir);
+    cJSON *r = th_load_json(path);
+    const cJSON *tr = obj(r, "training"), *te = obj(tr, "test");
+    const cJSON *vm = obj(tr, "regression_metrics"), *tm = obj(te, "regression_metrics");
+    cr_assert_str_eq(obj(vm, "split")->valuestring, "val");
+    cr_assert_str_eq(obj(tm, "split")->valuestring, "test");
+    cr_assert_str_eq(obj(tm, "units")->valuestring, "original");
+    const cJSON *per = obj(tm, "per_target");
+    cr_assert_eq(cJSON_GetArraySize(per), 7); /* the sample's 7 variates (M) */
+    cr_assert_str_eq(obj(cJSON_GetArrayItem(per, 6), "name")->valuestring, "OT");
+    cr_assert_str_eq(obj(cJSON_GetArrayItem(per, 0), "name")->valuestring, "HUFL");
+    /* windows x pred_len values per target */
+    cr_assert_eq((long long)num(tm, "count"), (long long)num(te, "samples") * 8);
+    cr_assert_float_eq(num(tm, "mae"), num(te, "mae_original_units"), 1e-9 * num(tm, "mae"));
+    double r2 = 0, mae = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, per)
+    {
+        r2 += num(t, "r2") / 7;
+        mae += num(t, "mae") / 7;
+        cr_assert_leq(num(t, "r2"), 1.0);
+    }
+    cr_assert_float_eq(num(tm, "r2"), r2, 1e-9);
+    cr_assert_float_eq(num(tm, "mae"), mae, 1e-9);
+    cr_assert(strstr(out, "overall (target mean)"), "%s", out);
+    cJSON *s = th_load_json("docs/schema/report.schema.json");
+    char e[1024];
+    cr_assert(th_schema_validate(s, r, e, sizeof e), "report: %s", e);
+    /* a report with a wrong key inside regression_metrics does not validate */
+    cJSON_AddNumberToObject((cJSON *)tm, "r2_typo", 1);
+    cr_assert_not(th_schema_validate(s, r, e, sizeof e));
+    cJSON_Delete(s);
+    cJSON_Delete(r);
+    /* every --metrics line validates; epoch lines carry val_r2 */
+    s = th_load_json("docs/schema/metrics.schema.json");
+    snprintf(path, sizeof path, "%s/m.jsonl", dir);
+    char *lines = th_slurp(path, NULL);
+    cr_assert_not_null(lines);
+    int epochs = 0;
+    for (char *l = strtok(lines, "\n"); l; l = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(l);
+        cr_assert_not_null(j, "%s", l);
+        cr_assert(th_schema_validate(s, j, e, sizeof e), "%s: %s", l, e);
+        if (strcmp(obj(j, "kind")->valuestring, "epoch") == 0) {
+            epochs++;
+            cr_assert(cJSON_IsNumber(obj(j, "val_r2")), "%s", l);
+        }
+        cJSON_Delete(j);
+    }
+    cr_assert_eq(epochs, 2);
+    free(lines);
+    cJSON_Delete(s);
+    free(out);
+    free(err);
+    th_rmtree(dir);
+    free(dir);
 }
