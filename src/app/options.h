@@ -65,6 +65,8 @@ typedef struct md_options {
     char features[4];           /* M|S|MS */
     char target[64];            /* target column; "" = the last numeric one */
     double train_frac, test_frac; /* both 0: the file's convention (ETT months, else 70/10/20) */
+    int folds;                  /* k-fold cross-validation: K folds (1: the usual split) */
+    int fold;                   /* the validation fold, 0..folds-1; -1: all, one after another */
 
     /* training */
     int batch_size;             /* 0 = automatic */

@@ -41,6 +41,8 @@ void md_resolve_data(const md_options *o, struct md_data_opts *d)
     COPY_STR(d->series.target, o->target);
     d->series.train_frac = o->train_frac;
     d->series.test_frac = o->test_frac;
+    d->folds = o->folds;
+    d->fold = o->fold;
 }
 
 md_status md_resolve_data_config(md_options *o, struct md_data_request *req)

@@ -169,7 +169,7 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
         goto fail;
     }
     if (d->task == MD_TASK_REGRESS) { /* chronological splits, no classes, augmentation or pixel statistics */
-        if ((st = md_splits_make(d, 0.0, o->max_samples, o->seed, &d->ranges)) != MD_OK) goto fail;
+        if ((st = md_splits_make(d, 0.0, o->max_samples, o->seed, &d->ranges, o->folds, o->fold)) != MD_OK) goto fail;
         if ((st = resolve_series_inputs(d, req)) != MD_OK) goto fail;
         *out = d;
         return MD_OK;
@@ -179,7 +179,7 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
                      d->num_classes);
         goto fail;
     }
-    if ((st = md_splits_make(d, o->val_split, o->max_samples, o->seed, &d->ranges)) != MD_OK) goto fail;
+    if ((st = md_splits_make(d, o->val_split, o->max_samples, o->seed, &d->ranges, o->folds, o->fold)) != MD_OK) goto fail;
     if ((st = resolve_inputs(d, o, req)) != MD_OK) goto fail;
 
     /* Augmentation: pad by an eighth of the side (4 px at 28-32 px, at most

@@ -119,6 +119,8 @@ struct md_data_opts {
     int skip_bad;                   /* skip undecodable samples instead of failing */
     uint64_t seed;                  /* splits and subsets */
     struct md_series_request series; /* CSV time series: window, columns, splits */
+    int folds;                      /* k-fold: > 1 splits the training samples into K folds */
+    int fold;                       /* the validation fold 0..folds-1 (-1: all, for the caller's loop) */
 };
 
 /* The defaults of the command line (dataset "auto", val_split 0.1, seed 42). */

@@ -37,8 +37,68 @@ static void cap_split(struct md_data *d, md_split s, long long max, uint64_t see
     snprintf(d->split_origin[s] + l, sizeof d->split_origin[0] - l, ", %lld of %lld (--max-samples)", max, n);
 }
 
+/* k-fold: the pool of training samples (the train range and the format's
+ * val range) in an order -- as they come for time-series windows, whose
+ * neighbours overlap, else a seeded shuffle -- cut into `folds` parts of
+ * floor(i n / K) .. floor((i + 1) n / K); part `fold` is val, the rest train
+ * (its first max_samples in that order when capped). */
+static md_status make_folds(struct md_data *d, int folds, int fold, long long max_samples, uint64_t seed,
+                            const struct md_split_ranges *r)
+{
+    long long nt = r->end[MD_SPLIT_TRAIN] - r->start[MD_SPLIT_TRAIN];
+    long long nv = r->end[MD_SPLIT_VAL] > r->start[MD_SPLIT_VAL] ? r->end[MD_SPLIT_VAL] - r->start[MD_SPLIT_VAL] : 0;
+    long long n = nt + nv;
+    if (fold < 0) fold = 0;
+    if (n < folds)
+        return md_errf(MD_ERR_DATA, "--folds %d: %s has only %lld training samples, fewer than the folds", folds,
+                       d->source[0] ? d->source : d->name, n);
+    int ordered = d->task == MD_TASK_REGRESS && d->series.seq_len > 0;
+    int64_t *order = md_malloc((size_t)n * sizeof *order);
+    int64_t *val = NULL;
+    if (!order) return MD_ERR_OOM;
+    for (long long i = 0; i < nt; i++) order[i] = r->start[MD_SPLIT_TRAIN] + i;
+    for (long long i = 0; i < nv; i++) order[nt + i] = r->start[MD_SPLIT_VAL] + i;
+    if (!ordered) {
+        md_rng rng;
+        md_rng_init(&rng, md_rng_hash(seed, 0x4b464f4c44534554ull)); /* "KFOLDSET" */
+        for (long long i = n - 1; i > 0; i--) {
+            long long j = (long long)(md_rng_next(&rng) % (uint64_t)(i + 1));
+            int64_t t = order[i]; order[i] = order[j]; order[j] = t;
+        }
+    }
+    long long lo = (long long)fold * n / folds, hi = (long long)(fold + 1) * n / folds;
+    val = md_malloc((size_t)(hi - lo) * sizeof *val);
+    if (!val) {
+        md_free(order);
+        return MD_ERR_OOM;
+    }
+    memcpy(val, order + lo, (size_t)(hi - lo) * sizeof *val);
+    qsort(val, (size_t)(hi - lo), sizeof *val, cmp_i64);
+    memmove(order + lo, order + hi, (size_t)(n - hi) * sizeof *order); /* the training parts, in order */
+    long long ntrain = n - (hi - lo);
+    if (max_samples > 0 && ntrain > max_samples) ntrain = max_samples;
+    qsort(order, (size_t)ntrain, sizeof *order, cmp_i64);
+    md_free(d->split[MD_SPLIT_VAL]);
+    d->split[MD_SPLIT_VAL] = val;
+    d->split_n[MD_SPLIT_VAL] = hi - lo;
+    d->split[MD_SPLIT_TRAIN] = order;
+    d->split_n[MD_SPLIT_TRAIN] = ntrain;
+    const char *how = ordered ? "in order" : "shuffled";
+    char seedtxt[48] = "";
+    if (!ordered) snprintf(seedtxt, sizeof seedtxt, ", seed %llu", (unsigned long long)seed);
+    snprintf(d->split_origin[MD_SPLIT_VAL], sizeof d->split_origin[0], "fold %d of %d of the training samples (%s%s)",
+             fold, folds, how, seedtxt);
+    snprintf(d->split_origin[MD_SPLIT_TRAIN], sizeof d->split_origin[0], "the other %d folds", folds - 1);
+    if (ntrain < n - (hi - lo)) {
+        size_t l = strlen(d->split_origin[MD_SPLIT_TRAIN]);
+        snprintf(d->split_origin[MD_SPLIT_TRAIN] + l, sizeof d->split_origin[0] - l, ", %lld of %lld (--max-samples)",
+                 ntrain, n - (hi - lo));
+    }
+    return MD_OK;
+}
+
 md_status md_splits_make(struct md_data *d, double val_split, long long max_samples, uint64_t seed,
-                        const struct md_split_ranges *r)
+                        const struct md_split_ranges *r, int folds, int fold)
 {
     md_status st = MD_OK;
     int64_t *perm = NULL;
@@ -49,6 +109,10 @@ md_status md_splits_make(struct md_data *d, double val_split, long long max_samp
         if (!d->split[s]) return MD_ERR_OOM;
         for (long long i = 0; i < n; i++) d->split[s][i] = r->start[s] + i;
         d->split_n[s] = n;
+    }
+    if (folds > 1) {
+        if ((st = make_folds(d, folds, fold, max_samples, seed, r)) != MD_OK) return st;
+        goto tail;
     }
     /* Train, less a seeded held-out share when there is no val folder. */
     long long nt = r->end[MD_SPLIT_TRAIN] - r->start[MD_SPLIT_TRAIN];
@@ -89,6 +153,7 @@ md_status md_splits_make(struct md_data *d, double val_split, long long max_samp
         snprintf(d->split_origin[MD_SPLIT_TRAIN] + l, sizeof d->split_origin[0] - l, ", %lld of %lld (--max-samples)",
                  ntrain, nt - nval);
     }
+tail:
     if (!d->split_origin[MD_SPLIT_VAL][0])
         snprintf(d->split_origin[MD_SPLIT_VAL], sizeof d->split_origin[0], "%s",
                  val_split > 0 ? "none" : "none (--val-split 0)");
