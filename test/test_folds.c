@@ -15,7 +15,9 @@
 #include "app/folds.h"
 #include "data/data.h"
 #include "data/data_impl.h"
+#include "core/mem.h"
 #include "helpers.h"
+#include "helpers_html.h"
 #include "json_schema.h"
 
 /* ---- splits ------------------------------------------------------------------- */
@@ -216,6 +218,17 @@ Test(folds, fold_all_regression_end_to_end, .timeout = 120)
     cr_assert_eq(th_count(out, "== Fold "), K, "%s", out);
     cr_assert(strstr(out, "val R2"), "%s", out);
     cr_assert(strstr(out, "+-"), "%s", out);
+    /* the HTML page: the folds' table with mean +- std */
+    char *html = th_html_render(r);
+    th_html_keep("folds.html", html);
+    cr_assert(strstr(html, "id=\"folds\""), "no folds section");
+    cr_assert(strstr(html, "<th>val R&#178;</th>"), "no R2 column");
+    cr_assert_eq(th_count(html, "<td>ok</td></tr>"), K);
+    char want[96];
+    const cJSON *sr2 = obj(obj(folds, "summary"), "r2");
+    snprintf(want, sizeof want, "<td class=\"n\">%.4g &#177; %.2g</td>", num(sr2, "mean"), num(sr2, "std"));
+    cr_assert(strstr(html, want), "no %s", want);
+    md_free(html);
     /* the report and every metrics line validate; one header per fold, with its fold */
     cJSON *s = th_load_json("docs/schema/report.schema.json");
     char e[1024];

@@ -12,7 +12,9 @@
 #include <string.h>
 
 #include "data/metrics.h"
+#include "core/mem.h"
 #include "helpers.h"
+#include "helpers_html.h"
 #include "json_schema.h"
 
 #define EPS 1e-12
@@ -285,6 +287,17 @@ Test(regress_metrics, forecasting_report, .timeout = 60)
     cr_assert_float_eq(num(tm, "r2"), r2, 1e-9);
     cr_assert_float_eq(num(tm, "mae"), mae, 1e-9);
     cr_assert(strstr(out, "overall (target mean)"), "%s", out);
+    /* the HTML page: a table per split, a row per target and the overall row */
+    char *html = th_html_render(r);
+    th_html_keep("regress_metrics.html", html);
+    cr_assert(strstr(html, "Test split: R&#178;, MAE, RMSE per target"), "no test table");
+    cr_assert(strstr(html, "Validation after the last epoch: R&#178;"), "no validation table");
+    cr_assert_eq(th_count(html, "<tr><th>OT</th>"), 2);
+    cr_assert_eq(th_count(html, "<tr><th>overall</th>"), 2);
+    char want[64];
+    snprintf(want, sizeof want, "<td class=\"n\">%.4g</td>", num(tm, "r2"));
+    cr_assert(strstr(html, want), "no %s", want);
+    md_free(html);
     cJSON *s = th_load_json("docs/schema/report.schema.json");
     char e[1024];
     cr_assert(th_schema_validate(s, r, e, sizeof e), "report: %s", e);
