@@ -560,6 +560,7 @@ cJSON *md_options_to_json(const md_options *o)
         }
         case T_INT: {
             int v = *(const int *)(const void *)base;
+            if (d->ival == 1 && o->folds < 2) break; /* --fold means nothing without --folds (and is refused) */
             if (v >= d->min && v <= d->max) cJSON_AddNumberToObject(c, d->json, v);
             else if (d->ival == 1 && v == -1) cJSON_AddStringToObject(c, d->json, "all");
             break;
