@@ -100,7 +100,7 @@ static md_status run_fold(md_job *job, const md_options *base, int i, cJSON *run
     double t0 = md_now();
 
     char title[64];
-    snprintf(title, sizeof title, "Fold %d of %d (0-based: validation is fold %d)", i + 1, base->folds, i);
+    snprintf(title, sizeof title, "Fold %d of %d (folds count from 0)", i, base->folds);
     md_section(title);
     md_status st = md_stage_model(job);
     if (st == MD_OK) st = md_stage_data(job);
@@ -149,7 +149,7 @@ static const char *cell(double v, const char *fmt, char *buf, size_t n)
     return buf;
 }
 
-static void summary(md_job *job, cJSON *folds, const cJSON *runs, int k)
+static void summary(cJSON *folds, const cJSON *runs, int k)
 {
     double *v = md_calloc((size_t)k * FV_COUNT, sizeof *v);
     if (!v) return;
@@ -216,7 +216,6 @@ static void summary(md_job *job, cJSON *folds, const cJSON *runs, int k)
     }
     md_out("  (std: population standard deviation over the folds that finished, ddof 0)\n");
     md_free(v);
-    (void)job;
 }
 
 /* ---- the run ------------------------------------------------------------------------ */
@@ -252,7 +251,7 @@ md_status md_folds_run(md_job *job)
         if (st != MD_OK && !fold_local(st)) break;
     }
     md_free(base);
-    summary(job, folds, runs, k);
+    summary(folds, runs, k);
     if (first != MD_OK) md_errf(first, "%s", first_msg);
     return first;
 }
