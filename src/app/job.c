@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "app/diagnostics.h"
+#include "app/folds.h"
 #include "backend/kernels_call.h"
 #include "app/run_info.h"
 #include "app/settings.h"
@@ -242,6 +243,9 @@ md_status md_job_run(md_options *opts)
     if (md_diagnostics_wanted(opts)) {
         /* Several models in turn, then a comparison (src/app/diagnostics.c). */
         if ((st = md_diagnostics_run(&job)) != MD_OK) goto finish;
+    } else if (md_folds_wanted(opts)) {
+        /* Every fold in turn, then mean +- std (src/app/folds.c). */
+        if ((st = md_folds_run(&job)) != MD_OK) goto finish;
     } else {
         /* a signal that came between the loops that check it stops the run here */
         if ((st = md_stage_model(&job)) != MD_OK) goto finish;

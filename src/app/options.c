@@ -150,8 +150,12 @@ static const struct optdef table[] = {
        "images-csv: left and right halves as two inputs (automatic for model inputs named left and right)"),
     OFF("no-standardize-targets", standardize_targets,
         "images-csv: train on the targets as they are (default: standardised with the training split's mean/std)"),
-    INT("folds", folds, "K", 1, 1000, "k-fold: cut the training samples into K folds (seeded; 1: --val-split)"),
-    INT("fold", fold, "I", 0, 999, "k-fold: validate on fold I (0-based), train on the others"),
+    INT("folds", folds, "K", 1, 1000,
+        "k-fold cross-validation: the training samples in K folds, one of them validation (1: the usual split)"),
+    /* ival 1: the text "all" is -1 */
+    OPT("fold", NULL, T_INT, fold, "fold", "I|all",
+        "with --folds: the validation fold (0..K-1), or all: each fold in turn, then mean +- std", NULL, 0, 999, 1,
+        NULL),
 #undef GROUP
 #define GROUP "Training"
     INT("batch-size", batch_size, "N", 1, 1 << 20, "samples per step (default: per device and model)"),
@@ -238,9 +242,9 @@ void md_options_defaults(md_options *o)
     o->augment = 1;
     snprintf(o->on_bad_sample, sizeof o->on_bad_sample, "fail");
     o->seq_len = o->pred_len = 96;
+    o->folds = 1;
     snprintf(o->features, sizeof o->features, "M");
     o->standardize_targets = 1;
-    o->folds = 1;
     o->epochs = 1;
     o->lr = -1;
     o->backbone_lr = -1;
@@ -308,6 +312,10 @@ static md_status set_text(md_options *o, const struct optdef *d, const char *val
     case T_OFF: *(int *)(void *)base = 0; return MD_OK;
     case T_VERB: *(int *)(void *)base = d->ival; return MD_OK;
     case T_INT: {
+        if (d->ival == 1 && strcmp(val, "all") == 0) {
+            *(int *)(void *)base = -1;
+            return MD_OK;
+        }
         errno = 0;
         long v = strtol(val, &end, 10);
         if (!*val || *end || errno) return bad(st, who, "'%s' is not an integer", val);
@@ -571,7 +579,9 @@ cJSON *md_options_to_json(const md_options *o)
         }
         case T_INT: {
             int v = *(const int *)(const void *)base;
+            if (d->ival == 1 && o->folds < 2) break; /* --fold means nothing without --folds (and is refused) */
             if (v >= d->min && v <= d->max) cJSON_AddNumberToObject(c, d->json, v);
+            else if (d->ival == 1 && v == -1) cJSON_AddStringToObject(c, d->json, "all");
             break;
         }
         case T_DOUBLE: {
@@ -620,6 +630,21 @@ md_status md_options_validate(const md_options *o)
         return md_errf(MD_ERR_USAGE, "--find-batch-size searches the batch size; do not also give --batch-size");
     if (o->list_devices && (o->benchmark || o->benchmark_only))
         return md_errf(MD_ERR_USAGE, "--list-devices only lists; it contradicts --benchmark/--benchmark-only");
+    if (md_options_given(o, "fold") && o->folds < 2)
+    {
+        char f[16];
+        snprintf(f, sizeof f, o->fold < 0 ? "all" : "%d", o->fold);
+        return md_errf(MD_ERR_USAGE, "--fold %s needs --folds K with K >= 2", f);
+    }
+    if (o->folds > 1 && o->fold >= o->folds)
+        return md_errf(MD_ERR_USAGE, "--fold %d: --folds %d has the folds 0 to %d (or all)", o->fold, o->folds,
+                       o->folds - 1);
+    if (o->folds > 1 && o->fold < 0 && (o->benchmark_only || o->epochs == 0))
+        return md_errf(MD_ERR_USAGE, "--fold all trains each fold; it needs training (--epochs >= 1, no --benchmark-only)");
+    if (o->folds > 1 && o->fold < 0 && o->resume[0])
+        return md_errf(MD_ERR_USAGE, "--fold all trains every fold afresh; --resume continues one run (give --fold I)");
+    if (o->folds > 1 && o->fold < 0 && o->models[0])
+        return md_errf(MD_ERR_USAGE, "--fold all and --models both run several trainings; give one --model with --fold all");
     if ((o->expect_min_throughput > 0 || o->expect_max_loss > 0 || o->junit[0]) && !o->ci)
         return md_errf(MD_ERR_USAGE, "--expect-min-throughput, --expect-max-loss and --junit need --ci");
     return MD_OK;

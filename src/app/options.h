@@ -76,8 +76,8 @@ typedef struct md_options {
     char side_cols[256];
     int halves;
     int standardize_targets;    /* 1 (default) */
-    int folds;                  /* 1 = no k-fold */
-    int fold;
+    int folds;                  /* k-fold cross-validation: K folds (1: the usual split) */
+    int fold;                   /* the validation fold, 0..folds-1; -1: all, one after another */
 
     /* training */
     int batch_size;             /* 0 = automatic */

@@ -21,6 +21,8 @@ static cJSON *hook_metrics_header(void *ctx)
     cJSON *own = run ? NULL : md_run_info_json(job);
     cJSON *h = md_run_info_metrics_header(run ? run : own);
     cJSON_Delete(own);
+    /* k-fold: the lines that follow belong to this fold (--fold all appends every fold's to one file) */
+    if (h && job->opts->folds > 1 && job->opts->fold >= 0) cJSON_AddNumberToObject(h, "fold", job->opts->fold);
     return h;
 }
 

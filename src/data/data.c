@@ -249,11 +249,7 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
         goto fail;
     }
     if (d->task == MD_TASK_REGRESS && !d->image_values) { /* chronological splits, no classes, augmentation or pixel statistics */
-        if (d->folds > 1) {
-            st = md_errf(MD_ERR_USAGE, "--folds %d: a time series keeps its chronological splits", d->folds);
-            goto fail;
-        }
-        if ((st = md_splits_make(d, 0.0, o->max_samples, o->seed, &d->ranges)) != MD_OK) goto fail;
+        if ((st = md_splits_make(d, 0.0, o->max_samples, o->seed, &d->ranges, d->folds, d->fold)) != MD_OK) goto fail;
         if ((st = resolve_series_inputs(d, req)) != MD_OK) goto fail;
         *out = d;
         return MD_OK;
@@ -263,9 +259,7 @@ md_status md_data_open(const struct md_data_opts *o, const struct md_data_reques
                      d->num_classes);
         goto fail;
     }
-    if (d->folds > 1) st = md_splits_make_folds(d, d->folds, d->fold, o->max_samples, o->seed, &d->ranges);
-    else st = md_splits_make(d, o->val_split, o->max_samples, o->seed, &d->ranges);
-    if (st != MD_OK) goto fail;
+    if ((st = md_splits_make(d, o->val_split, o->max_samples, o->seed, &d->ranges, d->folds, d->fold)) != MD_OK) goto fail;
     if ((st = resolve_inputs(d, o, req)) != MD_OK) goto fail;
     /* images with float targets: the scaler of the targets and side values
      * from the training split (after the folds are cut) */

@@ -136,8 +136,8 @@ struct md_data_opts {
     uint64_t seed;                  /* splits and subsets */
     struct md_series_request series; /* CSV time series: window, columns, splits */
     struct md_images_request images; /* image folder + CSV: columns, halves */
-    int folds;                      /* k-fold: 1 = the usual val split; K > 1: val is fold `fold` */
-    int fold;                       /* 0..folds-1 (-1: all, resolved by the caller) */
+    int folds;                      /* k-fold: > 1 splits the training samples into K folds */
+    int fold;                       /* the validation fold 0..folds-1 (-1: all, for the caller's loop) */
 };
 
 /* The defaults of the command line (dataset "auto", val_split 0.1, seed 42). */

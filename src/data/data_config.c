@@ -29,6 +29,7 @@ void md_data_opts_default(struct md_data_opts *o)
     snprintf(o->dataset, sizeof o->dataset, "auto");
     o->val_split = 0.1;
     o->seed = 42;
+    o->folds = 1;
     o->series.seq_len = o->series.pred_len = 96;
     snprintf(o->series.features, sizeof o->series.features, "M");
     o->folds = 1;

@@ -224,16 +224,13 @@ void md_data_note_bad(struct md_data *d, const char *path, const char *msg);
 /* ---- splits (splits.c) ---- */
 
 /* Fills d->split, split_n, split_origin and class_counts from the ranges
- * (d->labels and d->num_classes set). */
+ * (d->labels and d->num_classes set). folds > 1: k-fold instead of
+ * val_split: the training samples (and the format's own validation range)
+ * in `folds` parts, part `fold` (-1: 0) validation, the others training;
+ * parts are contiguous runs of time-series windows, else a seeded shuffle
+ * (docs/folds.md). */
 md_status md_splits_make(struct md_data *d, double val_split, long long max_samples, uint64_t seed,
-                         const struct md_split_ranges *r);
-
-/* k-fold (--folds K --fold I): the format's train range, shuffled with the
- * seed, cut into K near-equal folds; val = fold I, train = the others (with
- * --max-samples caps); test as the format has it. Fills what md_splits_make
- * fills. */
-md_status md_splits_make_folds(struct md_data *d, int folds, int fold, long long max_samples, uint64_t seed,
-                               const struct md_split_ranges *r);
+                         const struct md_split_ranges *r, int folds, int fold);
 
 /* ---- normalisation (normalise.c) ---- */
 

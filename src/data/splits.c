@@ -37,8 +37,68 @@ static void cap_split(struct md_data *d, md_split s, long long max, uint64_t see
     snprintf(d->split_origin[s] + l, sizeof d->split_origin[0] - l, ", %lld of %lld (--max-samples)", max, n);
 }
 
+/* k-fold: the pool of training samples (the train range and the format's
+ * val range) in an order -- as they come for time-series windows, whose
+ * neighbours overlap, else a seeded shuffle -- cut into `folds` parts of
+ * floor(i n / K) .. floor((i + 1) n / K); part `fold` is val, the rest train
+ * (its first max_samples in that order when capped). */
+static md_status make_folds(struct md_data *d, int folds, int fold, long long max_samples, uint64_t seed,
+                            const struct md_split_ranges *r)
+{
+    long long nt = r->end[MD_SPLIT_TRAIN] - r->start[MD_SPLIT_TRAIN];
+    long long nv = r->end[MD_SPLIT_VAL] > r->start[MD_SPLIT_VAL] ? r->end[MD_SPLIT_VAL] - r->start[MD_SPLIT_VAL] : 0;
+    long long n = nt + nv;
+    if (fold < 0) fold = 0;
+    if (n < folds)
+        return md_errf(MD_ERR_DATA, "--folds %d: %s has only %lld training samples, fewer than the folds", folds,
+                       d->source[0] ? d->source : d->name, n);
+    int ordered = d->task == MD_TASK_REGRESS && d->series.seq_len > 0;
+    int64_t *order = md_malloc((size_t)n * sizeof *order);
+    int64_t *val = NULL;
+    if (!order) return MD_ERR_OOM;
+    for (long long i = 0; i < nt; i++) order[i] = r->start[MD_SPLIT_TRAIN] + i;
+    for (long long i = 0; i < nv; i++) order[nt + i] = r->start[MD_SPLIT_VAL] + i;
+    if (!ordered) {
+        md_rng rng;
+        md_rng_init(&rng, md_rng_hash(seed, 0x4b464f4c44534554ull)); /* "KFOLDSET" */
+        for (long long i = n - 1; i > 0; i--) {
+            long long j = (long long)(md_rng_next(&rng) % (uint64_t)(i + 1));
+            int64_t t = order[i]; order[i] = order[j]; order[j] = t;
+        }
+    }
+    long long lo = (long long)fold * n / folds, hi = (long long)(fold + 1) * n / folds;
+    val = md_malloc((size_t)(hi - lo) * sizeof *val);
+    if (!val) {
+        md_free(order);
+        return MD_ERR_OOM;
+    }
+    memcpy(val, order + lo, (size_t)(hi - lo) * sizeof *val);
+    qsort(val, (size_t)(hi - lo), sizeof *val, cmp_i64);
+    memmove(order + lo, order + hi, (size_t)(n - hi) * sizeof *order); /* the training parts, in order */
+    long long ntrain = n - (hi - lo);
+    if (max_samples > 0 && ntrain > max_samples) ntrain = max_samples;
+    qsort(order, (size_t)ntrain, sizeof *order, cmp_i64);
+    md_free(d->split[MD_SPLIT_VAL]);
+    d->split[MD_SPLIT_VAL] = val;
+    d->split_n[MD_SPLIT_VAL] = hi - lo;
+    d->split[MD_SPLIT_TRAIN] = order;
+    d->split_n[MD_SPLIT_TRAIN] = ntrain;
+    const char *how = ordered ? "in order" : "shuffled";
+    char seedtxt[48] = "";
+    if (!ordered) snprintf(seedtxt, sizeof seedtxt, ", seed %llu", (unsigned long long)seed);
+    snprintf(d->split_origin[MD_SPLIT_VAL], sizeof d->split_origin[0], "fold %d of %d of the training samples (%s%s)",
+             fold, folds, how, seedtxt);
+    snprintf(d->split_origin[MD_SPLIT_TRAIN], sizeof d->split_origin[0], "the other %d folds", folds - 1);
+    if (ntrain < n - (hi - lo)) {
+        size_t l = strlen(d->split_origin[MD_SPLIT_TRAIN]);
+        snprintf(d->split_origin[MD_SPLIT_TRAIN] + l, sizeof d->split_origin[0] - l, ", %lld of %lld (--max-samples)",
+                 ntrain, n - (hi - lo));
+    }
+    return MD_OK;
+}
+
 md_status md_splits_make(struct md_data *d, double val_split, long long max_samples, uint64_t seed,
-                        const struct md_split_ranges *r)
+                        const struct md_split_ranges *r, int folds, int fold)
 {
     md_status st = MD_OK;
     int64_t *perm = NULL;
@@ -49,6 +109,10 @@ md_status md_splits_make(struct md_data *d, double val_split, long long max_samp
         if (!d->split[s]) return MD_ERR_OOM;
         for (long long i = 0; i < n; i++) d->split[s][i] = r->start[s] + i;
         d->split_n[s] = n;
+    }
+    if (folds > 1) {
+        if ((st = make_folds(d, folds, fold, max_samples, seed, r)) != MD_OK) return st;
+        goto tail;
     }
     /* Train, less a seeded held-out share when there is no val folder. */
     long long nt = r->end[MD_SPLIT_TRAIN] - r->start[MD_SPLIT_TRAIN];
@@ -89,6 +153,7 @@ md_status md_splits_make(struct md_data *d, double val_split, long long max_samp
         snprintf(d->split_origin[MD_SPLIT_TRAIN] + l, sizeof d->split_origin[0] - l, ", %lld of %lld (--max-samples)",
                  ntrain, nt - nval);
     }
+tail:
     if (!d->split_origin[MD_SPLIT_VAL][0])
         snprintf(d->split_origin[MD_SPLIT_VAL], sizeof d->split_origin[0], "%s",
                  val_split > 0 ? "none" : "none (--val-split 0)");
@@ -108,66 +173,4 @@ md_status md_splits_make(struct md_data *d, double val_split, long long max_samp
 fail:
     md_free(perm);
     return st;
-}
-
-/* k-fold: fold f of the shuffled training range is positions
- * [floor(f n / K), floor((f + 1) n / K)) of the seeded permutation, so the
- * folds are disjoint, cover every training sample and differ in size by at
- * most one. */
-md_status md_splits_make_folds(struct md_data *d, int folds, int fold, long long max_samples, uint64_t seed,
-                               const struct md_split_ranges *r)
-{
-    long long nt = r->end[MD_SPLIT_TRAIN] - r->start[MD_SPLIT_TRAIN];
-    if (folds < 2 || fold < 0 || fold >= folds)
-        return md_errf(MD_ERR_USAGE, "--fold %d: not in 0..%d (--folds %d)", fold, folds - 1, folds);
-    if (nt < folds)
-        return md_errf(MD_ERR_DATA, "--folds %d: only %lld training samples", folds, nt);
-    long long ts = r->end[MD_SPLIT_TEST] - r->start[MD_SPLIT_TEST];
-    if (ts > 0) {
-        d->split[MD_SPLIT_TEST] = md_malloc((size_t)ts * sizeof(int64_t));
-        if (!d->split[MD_SPLIT_TEST]) return MD_ERR_OOM;
-        for (long long i = 0; i < ts; i++) d->split[MD_SPLIT_TEST][i] = r->start[MD_SPLIT_TEST] + i;
-        d->split_n[MD_SPLIT_TEST] = ts;
-    }
-    int64_t *perm = md_malloc((size_t)nt * sizeof *perm);
-    if (!perm) return MD_ERR_OOM;
-    for (long long i = 0; i < nt; i++) perm[i] = r->start[MD_SPLIT_TRAIN] + i;
-    md_rng rng;
-    md_rng_init(&rng, md_rng_hash(seed, 0x4b464f4c44ull)); /* "KFOLD" */
-    for (long long i = nt - 1; i > 0; i--) {
-        long long j = (long long)(md_rng_next(&rng) % (uint64_t)(i + 1));
-        int64_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
-    }
-    long long v0 = (long long)((double)fold * (double)nt / folds), v1 = (long long)((double)(fold + 1) * (double)nt / folds);
-    long long nval = v1 - v0, ntrain = nt - nval;
-    d->split[MD_SPLIT_VAL] = md_malloc((size_t)nval * sizeof(int64_t));
-    d->split[MD_SPLIT_TRAIN] = md_malloc((size_t)ntrain * sizeof(int64_t));
-    if (!d->split[MD_SPLIT_VAL] || !d->split[MD_SPLIT_TRAIN]) {
-        md_free(perm);
-        return MD_ERR_OOM;
-    }
-    memcpy(d->split[MD_SPLIT_VAL], perm + v0, (size_t)nval * sizeof(int64_t));
-    memcpy(d->split[MD_SPLIT_TRAIN], perm, (size_t)v0 * sizeof(int64_t));
-    memcpy(d->split[MD_SPLIT_TRAIN] + v0, perm + v1, (size_t)(nt - v1) * sizeof(int64_t));
-    md_free(perm);
-    qsort(d->split[MD_SPLIT_VAL], (size_t)nval, sizeof(int64_t), cmp_i64);
-    qsort(d->split[MD_SPLIT_TRAIN], (size_t)ntrain, sizeof(int64_t), cmp_i64);
-    d->split_n[MD_SPLIT_VAL] = nval;
-    d->split_n[MD_SPLIT_TRAIN] = ntrain;
-    snprintf(d->split_origin[MD_SPLIT_TRAIN], sizeof d->split_origin[0], "folds other than %d of %d (seed %llu)", fold,
-             folds, (unsigned long long)seed);
-    snprintf(d->split_origin[MD_SPLIT_VAL], sizeof d->split_origin[0], "fold %d of %d (seed %llu)", fold, folds,
-             (unsigned long long)seed);
-    if (!d->split_origin[MD_SPLIT_TEST][0])
-        snprintf(d->split_origin[MD_SPLIT_TEST], sizeof d->split_origin[0], "%s",
-                 ts ? "test files" : "none (the dataset has no test files)");
-    cap_split(d, MD_SPLIT_TRAIN, max_samples, seed);
-    cap_split(d, MD_SPLIT_VAL, max_samples, seed);
-    cap_split(d, MD_SPLIT_TEST, max_samples, seed);
-    d->class_counts = md_calloc((size_t)MD_SPLIT_COUNT * (d->num_classes > 0 ? d->num_classes : 1), sizeof(long long));
-    if (!d->class_counts) return MD_ERR_OOM;
-    for (int s = 0; d->num_classes > 0 && s < MD_SPLIT_COUNT; s++)
-        for (long long i = 0; i < d->split_n[s]; i++)
-            d->class_counts[(size_t)s * d->num_classes + d->labels[d->split[s][i]]]++;
-    return MD_OK;
 }

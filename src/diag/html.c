@@ -742,7 +742,7 @@ static void nav(md_strbuf *b, const cJSON *r)
 {
     static const char *const ids[][2] = {
         {"system", "System"},   {"devices", "Devices"},     {"settings", "Settings"},
-        {"model", "Model"},     {"data", "Data"},           {"training", "Training"},
+        {"model", "Model"},     {"data", "Data"},           {"training", "Training"}, {"folds", "Cross-validation"},
         {"benchmark", "Benchmark"}, {"memory", "Memory"}, {"recommendations", "Recommendations"},
         {"warnings", "Warnings"},
     };
@@ -929,6 +929,79 @@ static void regression_test(md_strbuf *b, const cJSON *tr)
     md_strbuf_add(b, "</tbody></table>\n");
 }
 
+/* A regression_metrics object (R2, MAE, RMSE per target and overall): a
+ * small table under a heading. */
+static void regression_metrics_table(md_strbuf *b, const cJSON *rm, const char *title)
+{
+    if (!cJSON_IsObject(rm)) return;
+    double cnt;
+    md_strbuf_printf(b, "<h3>%s</h3>\n<p class=\"fig\">", title);
+    if (num(rm, "count", &cnt)) md_strbuf_printf(b, "%.0f values per target, ", cnt);
+    md_strbuf_add(b, "units: ");
+    md_strbuf_add_escaped(b, str(rm, "units") ? str(rm, "units") : "?");
+    md_strbuf_add(b, ". Overall: the mean over the targets.</p>\n");
+    md_strbuf_add(b, "<table class=\"rec regm\"><thead><tr><th>target</th><th>R&#178;</th><th>MAE</th><th>RMSE</th>"
+                     "</tr></thead><tbody>\n");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, get(rm, "per_target"))
+    {
+        md_strbuf_add(b, "<tr><th>");
+        md_strbuf_add_escaped(b, str(t, "name") ? str(t, "name") : "?");
+        md_strbuf_add(b, "</th>");
+        test_cell(b, t, "r2", 1, "");
+        test_cell(b, t, "mae", 1, "");
+        test_cell(b, t, "rmse", 1, "");
+        md_strbuf_add(b, "</tr>\n");
+    }
+    md_strbuf_add(b, "<tr><th>overall</th>");
+    test_cell(b, rm, "r2", 1, "");
+    test_cell(b, rm, "mae", 1, "");
+    test_cell(b, rm, "rmse", 1, "");
+    md_strbuf_add(b, "</tr>\n</tbody></table>\n");
+}
+
+/* report.folds: one row per fold, then mean +- std (population). */
+static void folds_section(md_strbuf *b, const cJSON *folds)
+{
+    static const struct {
+        const char *key, *name;
+    } cols[] = {{"val_loss", "val loss"}, {"val_acc", "val accuracy"}, {"r2", "val R&#178;"}, {"mae", "val MAE"},
+                {"rmse", "val RMSE"}};
+    const cJSON *sum = get(folds, "summary");
+    int show[5], nshow = 0;
+    for (int c = 0; c < 5; c++)
+        if (cJSON_IsObject(get(sum, cols[c].key))) show[nshow++] = c;
+    double k = 0;
+    num(folds, "k", &k);
+    section_open(b, "folds", "Cross-validation");
+    md_strbuf_printf(b, "<p class=\"fig\">%.0f folds, each trained afresh with the same settings; the validation "
+                        "figures of each fold's last epoch, then their mean &#177; standard deviation (population, "
+                        "over the folds that finished).</p>\n", k);
+    md_strbuf_add(b, "<table class=\"rec folds\"><thead><tr><th>fold</th>");
+    for (int c = 0; c < nshow; c++) md_strbuf_printf(b, "<th>%s</th>", cols[show[c]].name);
+    md_strbuf_add(b, "<th>status</th></tr></thead><tbody>\n");
+    const cJSON *run;
+    cJSON_ArrayForEach(run, get(folds, "runs"))
+    {
+        double f = 0;
+        num(run, "fold", &f);
+        md_strbuf_printf(b, "<tr><th>%.0f</th>", f);
+        for (int c = 0; c < nshow; c++) test_cell(b, get(run, "metrics"), cols[show[c]].key, 1, "");
+        md_strbuf_add(b, "<td>");
+        md_strbuf_add_escaped(b, str(get(run, "status"), "result") ? str(get(run, "status"), "result") : "?");
+        md_strbuf_add(b, "</td></tr>\n");
+    }
+    md_strbuf_add(b, "<tr><th>mean &#177; std</th>");
+    for (int c = 0; c < nshow; c++) {
+        double m, sd;
+        const cJSON *e = get(sum, cols[show[c]].key);
+        if (num(e, "mean", &m) && num(e, "std", &sd)) md_strbuf_printf(b, "<td class=\"n\">%.4g &#177; %.2g</td>", m, sd);
+        else md_strbuf_add(b, "<td class=\"n\">&#8212;</td>");
+    }
+    md_strbuf_add(b, "<td></td></tr>\n</tbody></table>\n");
+    section_close(b);
+}
+
 /* Forecast against actual for one test window: the lookback in grey, then the
  * actual values (joined to the last input) and the prediction; x is the time
  * step, 0 the last input. */
@@ -1053,6 +1126,8 @@ static void training_section(md_strbuf *b, const cJSON *tr)
     int regression = is_regression(tr);
     if (regression) {
         regression_test(b, tr);
+        regression_metrics_table(b, get(get(tr, "test"), "regression_metrics"), "Test split: R&#178;, MAE, RMSE per target");
+        regression_metrics_table(b, get(tr, "regression_metrics"), "Validation after the last epoch: R&#178;, MAE, RMSE per target");
         early_stopping_line(b, tr);
         if (n > 0) regression_curves(b, tr, ep, n);
         regression_forecasts(b, tr);
@@ -1333,6 +1408,7 @@ md_status md_html_render(const cJSON *r, char **out, size_t *len)
         section_close(&b);
     }
     if (get(r, "training")) training_section(&b, get(r, "training"));
+    if (cJSON_IsObject(get(r, "folds"))) folds_section(&b, get(r, "folds"));
     if (get(r, "benchmark")) benchmark_section(&b, get(r, "benchmark"));
     if (get(r, "memory") || get(get(r, "benchmark"), "memory")) memory_section(&b, r);
     if (cJSON_IsArray(get(r, "recommendations"))) recommendations_section(&b, get(r, "recommendations"));
@@ -1340,7 +1416,7 @@ md_status md_html_render(const cJSON *r, char **out, size_t *len)
     /* anything else a stage added */
     static const char *const known[] = {"schema_version", "tool", "started_at", "system", "devices", "selected_device",
                                         "settings", "model", "data", "training", "benchmark", "memory",
-                                        "recommendations", "warnings", "status", "duration_s", NULL};
+                                        "recommendations", "warnings", "status", "duration_s", "folds", NULL};
     const cJSON *f;
     int other = 0;
     cJSON_ArrayForEach(f, r)

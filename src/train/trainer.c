@@ -126,6 +126,9 @@ void md_trainer_free(md_trainer *t)
     cJSON_Delete(t->report);
     cJSON_Delete(t->ab_tried);
     md_load_report_free(&t->load);
+    md_regress_acc_free(&t->racc);
+    md_regress_metrics_free(&t->vreg);
+    cJSON_Delete(t->target_names);
     md_free(t);
 }
 
@@ -275,6 +278,7 @@ static md_status run_once(md_trainer *t)
             }
         }
     }
+    if (t->regress && t->val_l) md_trainer_regress_val_report(t);
     if (t->test_l) st = md_trainer_score_test(t);
 done:
     md_trainer_report_finish(t, start_epoch);

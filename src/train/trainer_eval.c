@@ -74,6 +74,9 @@ static md_status regress_chunk(md_trainer *t, const struct md_batch *b, int from
     const float *last = s->seq_len > 0 ? in + (size_t)(s->seq_len - 1) * s->n_in + s->out_col : NULL;
     md_metrics_acc_add(acc, pred, b->targets + (size_t)from * t->out_elems, last, (long long)t->in_elems[0], n,
                        s->pred_len, s->n_out, md_data_target_std(t->data));
+    /* per target (variate) over every window and horizon row, in the file's units */
+    md_regress_acc_add(&t->racc, pred, b->targets + (size_t)from * t->out_elems, (long long)n * s->pred_len,
+                       md_data_target_mean(t->data), md_data_target_std(t->data));
     if (t->forecasts && s->seq_len > 0) {
         long long total = md_data_count(t->data, MD_SPLIT_TEST);
         for (int i = 0; i < n; i++)
@@ -95,6 +98,10 @@ md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, dou
     long long seen = 0, nb = md_loader_num_batches(l);
     struct md_metrics_acc macc;
     md_metrics_acc_init(&macc);
+    if (t->regress) {
+        if (!t->racc.s) MD_TRY(md_regress_acc_init(&t->racc, t->ser.n_out));
+        md_regress_acc_reset(&t->racc);
+    }
     for (long long bi = 0;; bi++) {
         md_interrupt_hook(what);
         MD_TRY(md_interrupt_check("during %s%s (batch %lld of %lld)", strcmp(what, "test") == 0 ? "scoring of the " : "",
@@ -130,8 +137,62 @@ md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, dou
     if (t->regress) {
         md_metrics_result(&macc, &t->vmet);
         *acc = t->vmet.mse;
+        md_regress_metrics_free(&t->vreg);
+        MD_TRY(md_regress_acc_result(&t->racc, &t->vreg));
     }
     return MD_OK;
+}
+
+/* ---- R2, MAE and RMSE per target -------------------------------------------------- */
+
+/* The targets' names: the dataset's columns where its description has them
+ * (time series: "time_series.variates" from the output column on; other
+ * formats: a "target_columns" array), else NULL (target_<j>). */
+static const char *target_name(const void *ctx, int j)
+{
+    const md_trainer *t = ctx;
+    const cJSON *n = cJSON_GetArrayItem(t->target_names, j);
+    return cJSON_IsString(n) ? n->valuestring : NULL;
+}
+
+static void load_target_names(md_trainer *t)
+{
+    if (t->target_names) return;
+    cJSON *desc = cJSON_CreateObject();
+    if (!desc) return;
+    md_data_describe(t->data, desc);
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(desc, "time_series");
+    const cJSON *vars = cJSON_GetObjectItemCaseSensitive(ts, "variates");
+    const cJSON *cols = cJSON_GetObjectItemCaseSensitive(desc, "target_columns");
+    t->target_names = cJSON_CreateArray();
+    for (int j = 0; t->target_names && j < t->ser.n_out; j++) {
+        const cJSON *v = cJSON_IsArray(vars) ? cJSON_GetArrayItem(vars, t->ser.out_col + j) : cJSON_GetArrayItem(cols, j);
+        cJSON_AddItemToArray(t->target_names, cJSON_IsString(v) ? cJSON_CreateString(v->valuestring) : cJSON_CreateNull());
+    }
+    cJSON_Delete(desc);
+}
+
+static const char *units_of(const md_trainer *t)
+{
+    return md_data_target_std(t->data) ? "original" : "as delivered";
+}
+
+/* report[key] = the last evaluation's metrics, and the printed table. */
+static void regress_table(md_trainer *t, cJSON *where, const char *split, const char *title)
+{
+    if (!t->vreg.per) return;
+    load_target_names(t);
+    cJSON *o = md_regress_metrics_json(&t->vreg, split, units_of(t), target_name, t);
+    if (o) cJSON_AddItemToObject(where, "regression_metrics", o);
+    md_regress_metrics_print(&t->vreg, title, target_name, t);
+}
+
+void md_trainer_regress_val_report(md_trainer *t)
+{
+    char title[160], a[32];
+    snprintf(title, sizeof title, "validation after epoch %d: %s values per target, %s units", t->epoch,
+             md_fmt_thousands(t->vreg.n, a, sizeof a), units_of(t));
+    regress_table(t, t->report, "val", title);
 }
 
 /* report.training.test for regression, and the printed lines beside the
@@ -161,6 +222,10 @@ static void regress_test_report(md_trainer *t, double tl, long long tn, int afte
     }
     cJSON_AddNumberToObject(te, "samples", (double)tn);
     cJSON_AddNumberToObject(te, "after_epoch", after);
+    char title[160];
+    snprintf(title, sizeof title, "test: %s values per target, %s units", md_fmt_thousands(t->vreg.n, a, sizeof a),
+             units_of(t));
+    regress_table(t, te, "test", title);
     struct md_metrics naive;
     if (md_metrics_naive(t->data, MD_SPLIT_TEST, &naive) == MD_OK) {
         md_out("  %-16s MSE %.4f, MAE %.4f (repeat the last value)\n", "naive baseline", naive.mse, naive.mae);

@@ -70,6 +70,9 @@ struct md_trainer {
     float *d_targets;                    /* (max_batch, pred_len, n_out) */
     void *h_out;                         /* (val_batch, out_elems) compute dtype: evaluation outputs */
     struct md_metrics vmet;              /* the last evaluation's (regression) */
+    struct md_regress_acc racc;          /* per-target sums of an evaluation (n_out targets) */
+    struct md_regress_metrics vreg;      /* the last evaluation's R2/MAE/RMSE per target (owned) */
+    cJSON *target_names;                 /* names of the n_out targets (owned; NULL: target_<j>) */
     cJSON *forecasts;                    /* evaluation with this set: up to 4 test windows are added */
     /* early stopping and scoring the test split with the best weights */
     int bad_epochs, stopped_after;       /* stopped_after: epoch number, 0 = ran all */
@@ -232,6 +235,9 @@ md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, dou
 /* After the last epoch: the test split with the final weights, printed and
  * put into report.training.test. */
 md_status md_trainer_score_test(md_trainer *t);
+/* Regression, after the last epoch's validation: its per-target R2, MAE and
+ * RMSE printed and put into report.training.regression_metrics. */
+void md_trainer_regress_val_report(md_trainer *t);
 
 /* ---- trainer_diag.c ----------------------------------------------------------------- */
 

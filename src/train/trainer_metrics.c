@@ -66,6 +66,9 @@ void md_trainer_metrics_line(md_trainer *t, const char *kind, double loss, doubl
         if (t->regress) {
             cJSON_AddNumberToObject(o, "val_mse", t->vmet.mse);
             cJSON_AddNumberToObject(o, "val_mae", t->vmet.mae);
+            /* overall R2 (mean over targets; the same in any units) */
+            if (t->vreg.per && isfinite(t->vreg.r2)) cJSON_AddNumberToObject(o, "val_r2", t->vreg.r2);
+            else cJSON_AddNullToObject(o, "val_r2");
         } else {
             cJSON_AddNumberToObject(o, "val_acc", vacc);
         }
