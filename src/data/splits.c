@@ -49,6 +49,7 @@ static md_status make_folds(struct md_data *d, int folds, int fold, long long ma
     long long nv = r->end[MD_SPLIT_VAL] > r->start[MD_SPLIT_VAL] ? r->end[MD_SPLIT_VAL] - r->start[MD_SPLIT_VAL] : 0;
     long long n = nt + nv;
     if (fold < 0) fold = 0;
+    if (fold >= folds) return md_errf(MD_ERR_USAGE, "--fold %d: the folds are numbered 0 to %d (--folds %d)", fold, folds - 1, folds);
     if (n < folds)
         return md_errf(MD_ERR_DATA, "--folds %d: %s has only %lld training samples, fewer than the folds", folds,
                        d->source[0] ? d->source : d->name, n);
