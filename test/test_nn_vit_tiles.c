@@ -5,7 +5,8 @@
  * the comparison fails with a changed weight, swapped streams or a tile
  * routed to the wrong sample. The shipped full-size configs' parameter
  * counts and names; the task as a model parameter; the command line on the
- * bundled green-cover sample (train, R2 per target, --fold all). */
+ * bundled green-cover sample (train, R2 per target, --fold all); a plain
+ * timm ViT file loading into the prefixed backbone (--init-from). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +18,8 @@
 #include "core/safetensors.h"
 #include "helpers.h"
 #include "nn/model.h"
+#include "nn/name_map.h"
+#include "nn/transfer.h"
 
 #define FIXTURE "test/fixtures/vit_tiles/vit_tiled_tiny"
 #define HALF 31 /* the fixture's halves: 3 x 31 x 31 (tiles of 15 and 16 pixels) */
@@ -214,6 +217,67 @@ Test(nn_vit_tiles, task_parameter)
     cr_assert_eq(md_model_load("inline", j, &o, &m), MD_ERR_CONFIG);
     cr_expect(strstr(md_errmsg(), "task: unknown parameter 'regress'"), "%s", md_errmsg());
     cJSON_Delete(j);
+}
+
+/* A timm-named file of the fixture's backbone alone (pos_embed (1, N, D),
+ * bare cls_token / reg_token, no "backbone." prefix) loads into backbone.*
+ * of the tiled model; the FiLM MLP and the head stay new. */
+Test(nn_vit_tiles, init_from_plain_vit_into_prefixed_backbone)
+{
+    md_st_file *fx = NULL;
+    cr_assert_eq(md_st_open(FIXTURE ".torch.safetensors", &fx), MD_OK, "%s", md_errmsg());
+    md_st_writer *w = NULL;
+    cr_assert_eq(md_st_writer_new(&w), MD_OK);
+    float *keep[64];
+    int nkeep = 0;
+    for (int i = 0; i < md_st_count(fx); i++) {
+        const struct md_st_tensor *t = md_st_at(fx, i);
+        if (strncmp(t->name, "backbone.", 9)) continue;
+        const char *n = t->name + 9;
+        long long shape[4] = {t->shape[0], t->shape[1], t->shape[2], t->shape[3]};
+        int nd = t->ndim;
+        if (!strcmp(n, "pos_embed.weight")) n = "pos_embed", shape[2] = shape[1], shape[1] = shape[0], shape[0] = 1, nd = 3;
+        else if (!strncmp(n, "tokens.", 7)) n += 7;
+        float *x = malloc(t->nbytes);
+        memcpy(x, t->data, t->nbytes);
+        keep[nkeep++] = x;
+        cr_assert_eq(md_st_writer_add(w, n, MD_F32, nd, shape, x), MD_OK, "%s", md_errmsg());
+    }
+    char *dir = th_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/timm_vit.safetensors", dir);
+    cr_assert_eq(md_st_writer_write(w, path), MD_OK, "%s", md_errmsg());
+    md_st_writer_free(w);
+    for (int k = 0; k < nkeep; k++) free(keep[k]);
+
+    md_device *d = th_open_device("cpu");
+    struct md_model_opts o;
+    md_model_opts_default(&o);
+    cr_assert_eq(md_model_opts_set(&o, "half_size", HALF, 0), MD_OK);
+    md_model *m = NULL;
+    cr_assert_eq(md_model_load("vit_tiled_two_stream_tiny", NULL, &o, &m), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_model_bind(m, d, 2), MD_OK, "%s", md_errmsg());
+    struct md_load_report rep;
+    cr_assert_eq(md_model_load_transfer(m, path, MD_NAMES_AUTO, &rep), MD_OK, "%s", md_errmsg());
+    cr_expect_eq(rep.naming, MD_NAMES_TIMM);
+    cr_expect_eq(rep.loaded.n, nkeep, "%d of %d backbone tensors loaded", rep.loaded.n, nkeep);
+    cr_expect_eq(rep.skipped.n, 0);
+    cr_expect_eq(rep.fresh.n, 6, "film_fc1, film_fc2 and head are new (%d)", rep.fresh.n);
+    float *p = malloc(md_model_nparams(m) * 4);
+    cr_assert_eq(md_model_get_params_host(m, p), MD_OK);
+    for (int t = 0; t < md_model_num_tensors(m); t++) {
+        const struct md_param_info *ti = md_model_tensor(m, t);
+        if (strncmp(ti->name, "backbone.", 9)) continue;
+        const struct md_st_tensor *want = md_st_find(fx, ti->name);
+        cr_assert(want, "%s", ti->name);
+        cr_expect_eq(memcmp(p + ti->offset, want->data, want->nbytes), 0, "%s differs from the file", ti->name);
+    }
+    free(p);
+    md_load_report_free(&rep);
+    md_model_free(m);
+    md_device_close(d);
+    md_st_close(fx);
+    th_rmtree(dir);
+    free(dir);
 }
 
 static double num(const cJSON *o, const char *k)
