@@ -106,6 +106,16 @@ static md_status fit_to_data(md_job *job, const md_model *m, struct md_model_opt
         md_err_clear();
         return MD_OK;
     }
+    const char *tp = md_model_task_param(m);
+    if (tp && regress != (pk.task == MD_TASK_REGRESS)) {
+        /* the task is a model parameter: the data decides it */
+        regress = pk.task == MD_TASK_REGRESS;
+        MD_TRY(md_model_opts_set(mo, tp, regress, 0));
+        md_job_setting(job, "task", regress ? "regression" : "classification",
+                       regress ? "the dataset has numeric targets" : "the dataset has classes");
+        *reload = 1;
+        if (!regress) return MD_OK;
+    }
     if (regress && pk.task != MD_TASK_REGRESS)
         return md_errf(MD_ERR_CONFIG, "model %s is a regression model but dataset %s has classes; give a time-series "
                        "CSV with --data-dir FILE.csv, or images with numeric targets (--dataset images-csv)",

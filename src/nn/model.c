@@ -756,10 +756,21 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
         goto pfx;
     const char *task = NULL;
     if ((st = md_json_str(root, "task", "task", 0, &task)) != MD_OK) goto pfx;
-    if (task && strcmp(task, "classification") && strcmp(task, "regression"))
-        return md_errf(MD_ERR_CONFIG, "%s: task: '%s' is not classification or regression", b->src, task);
-    m->regression = task && !strcmp(task, "regression");
     if ((st = model_params(m, b, cJSON_GetObjectItemCaseSensitive(root, "params"))) != MD_OK) return st;
+    if (task && task[0] == '$') {
+        /* a model parameter: 0 classification, anything else regression (the data may set it) */
+        const cJSON *tp = cJSON_GetObjectItemCaseSensitive(b->params, task + 1);
+        if (!tp)
+            return md_errf(MD_ERR_CONFIG, "%s: task: unknown parameter '%s' (add it to \"params\": 0 "
+                           "classification, 1 regression)", b->src, task + 1);
+        if (!(m->task_param = md_strdup(task + 1))) return MD_ERR_OOM;
+        m->regression = tp->valuedouble != 0;
+    } else {
+        if (task && strcmp(task, "classification") && strcmp(task, "regression"))
+            return md_errf(MD_ERR_CONFIG, "%s: task: '%s' is not classification or regression (or a \"$parameter\")",
+                           b->src, task);
+        m->regression = task && !strcmp(task, "regression");
+    }
     b->blocks = cJSON_GetObjectItemCaseSensitive(root, "blocks");
     if (b->blocks) {
         if (!cJSON_IsObject(b->blocks)) return md_errf(MD_ERR_CONFIG, "%s: blocks: must be an object", b->src);
@@ -985,6 +996,7 @@ void md_model_free_host(struct md_model *m)
     for (int i = 0; i < m->nbuffers; i++) md_free((char *)m->buffers[i].name);
     md_free(m->buffers);
     md_free(m->name);
+    md_free(m->task_param);
     md_free(m->source);
     md_free(m);
 }
@@ -1002,6 +1014,7 @@ void md_model_input_shape(const md_model *m, int i, int *c, int *h, int *w)
 }
 int md_model_num_classes(const md_model *m) { return m->num_classes; }
 int md_model_is_regression(const md_model *m) { return m->regression; }
+const char *md_model_task_param(const md_model *m) { return m->task_param; }
 void md_model_output_shape(const md_model *m, int *c, int *h, int *w)
 {
     struct md_shape s = m->layers[m->nlayers - 1].out;

@@ -91,6 +91,10 @@ int md_model_num_classes(const md_model *m);  /* 0 for a regression model */
 /* A config with "task": "regression": the last layer's output is the
  * prediction (any shape, e.g. (pred_len, 1, n_vars)), not class logits. */
 int md_model_is_regression(const md_model *m);
+/* The model parameter that sets the task ("task": "$name" in the config:
+ * 0 classification, nonzero regression), or NULL for a fixed task. Borrowed
+ * from the model. */
+const char *md_model_task_param(const md_model *m);
 /* The last layer's output per sample (classification: (num_classes, 1, 1)). */
 void md_model_output_shape(const md_model *m, int *c, int *h, int *w);
 size_t md_model_nparams(const md_model *m);  /* elements of the flat buffers */

@@ -65,7 +65,8 @@ struct md_model {
     char *source;              /* file name used in messages */
     struct md_model_opts opts;
     int num_classes;           /* 0 for regression */
-    int regression;            /* "task": "regression" */
+    int regression;            /* "task": "regression" (or its parameter nonzero) */
+    char *task_param;          /* "task": "$name": that model parameter (owned); NULL: a fixed task */
     int zero_init_residual;
     int nlayers, ninputs;      /* inputs are layers [0, ninputs) */
     struct md_layer *layers;

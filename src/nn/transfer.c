@@ -347,7 +347,7 @@ struct load_ctx {
     struct md_load_report *rep;
     float *cls_row;      /* (d) a position embedding's class-token row, or NULL */
     int cls_row_d;
-    int cls_tensor;      /* model tensor that took the class token from the file, or -1 */
+    uint8_t *cls_took;   /* (ntensors) 1: took the class token from the file (one per backbone) */
 };
 
 static md_status mismatch(struct load_ctx *c, int t, const char *fname, const long long *fs, int fnd, int *done)
@@ -441,37 +441,60 @@ static md_status load_from(struct load_ctx *c, int t, char names[][256], int n, 
         MD_TRY(read_f32(c->f, ft[k], dst));
         dst += ft[k]->numel;
     }
-    if (op == MD_MAP_CLS) c->cls_tensor = t;
+    if (op == MD_MAP_CLS) c->cls_took[t] = 1;
     *done = 1;
     return list_add(&c->rep->loaded, ti->name);
+}
+
+/* `name` (the model's) and `canon` (md_name_canonical of it) looked up in the
+ * file's naming; *done when one loaded. */
+static md_status load_names(struct load_ctx *c, int t, const char *name, const char *canon, int *done)
+{
+    const struct md_param_info *ti = &c->m->tensors[t];
+    char names[3][256];
+    int n, op;
+    if (c->naming == MD_NAMES_OURS) {
+        snprintf(names[0], 256, "%s", name);
+        MD_TRY(load_from(c, t, names, 1, MD_MAP_COPY, done));
+        if (!*done && ti->stacked_from) { /* separate projections (the iTransformer's) */
+            int k = 0;
+            for (; ti->stacked_from[k] && k < 3; k++) snprintf(names[k], 256, "%s.%s", ti->layer, ti->stacked_from[k]);
+            MD_TRY(load_from(c, t, names, k, MD_MAP_COPY, done));
+        }
+        if (!*done && strcmp(canon, name)) {
+            snprintf(names[0], 256, "%s", canon);
+            MD_TRY(load_from(c, t, names, 1, MD_MAP_COPY, done));
+        }
+    } else {
+        op = md_name_map(c->naming, canon, names, &n);
+        MD_TRY(load_from(c, t, names, n, op, done));
+        if (!*done && strcmp(canon, name)) { /* a file of mixed names: ours as a fallback */
+            snprintf(names[0], 256, "%s", name);
+            MD_TRY(load_from(c, t, names, 1, MD_MAP_COPY, done));
+        }
+    }
+    return MD_OK;
+}
+
+/* The length of a leading "backbone.", "backbone_left.", ... (a backbone
+ * under a prefix, as the two-stream tiled configs have), else 0. */
+static size_t backbone_prefix(const char *name)
+{
+    if (strncmp(name, "backbone", 8)) return 0;
+    const char *dot = strchr(name, '.');
+    return dot && dot[1] ? (size_t)(dot - name) + 1 : 0;
 }
 
 static md_status load_one(struct load_ctx *c, int t)
 {
     const struct md_param_info *ti = &c->m->tensors[t];
-    char canon[512], names[3][256];
-    int n, op, done = 0;
+    char canon[512];
+    int done = 0;
     md_name_canonical(ti->name, ti->layer_type, canon, sizeof canon);
-    if (c->naming == MD_NAMES_OURS) {
-        snprintf(names[0], 256, "%s", ti->name);
-        MD_TRY(load_from(c, t, names, 1, MD_MAP_COPY, &done));
-        if (!done && ti->stacked_from) { /* separate projections (the iTransformer's) */
-            int k = 0;
-            for (; ti->stacked_from[k] && k < 3; k++) snprintf(names[k], 256, "%s.%s", ti->layer, ti->stacked_from[k]);
-            MD_TRY(load_from(c, t, names, k, MD_MAP_COPY, &done));
-        }
-        if (!done && strcmp(canon, ti->name)) {
-            snprintf(names[0], 256, "%s", canon);
-            MD_TRY(load_from(c, t, names, 1, MD_MAP_COPY, &done));
-        }
-    } else {
-        op = md_name_map(c->naming, canon, names, &n);
-        MD_TRY(load_from(c, t, names, n, op, &done));
-        if (!done && strcmp(canon, ti->name)) { /* a file of mixed names: ours as a fallback */
-            snprintf(names[0], 256, "%s", ti->name);
-            MD_TRY(load_from(c, t, names, 1, MD_MAP_COPY, &done));
-        }
-    }
+    MD_TRY(load_names(c, t, ti->name, canon, &done));
+    /* not in the file under its own name: a plain ViT's weights for a backbone under a prefix */
+    size_t pl = backbone_prefix(ti->name);
+    if (!done && pl && !strncmp(canon, ti->name, pl)) MD_TRY(load_names(c, t, ti->name + pl, canon + pl, &done));
     if (!done) MD_TRY(list_add(&c->rep->fresh, ti->name));
     return MD_OK;
 }
@@ -491,7 +514,7 @@ md_status md_model_load_transfer(md_model *m, const char *path, int naming, stru
     uint8_t *used = NULL, *head = NULL;
     memset(rep, 0, sizeof *rep);
     snprintf(rep->path, sizeof rep->path, "%s", path);
-    struct load_ctx c = {.m = m, .cls_tensor = -1, .rep = rep};
+    struct load_ctx c = {.m = m, .rep = rep};
     int krsc = 0;
     if ((st = md_st_open(path, &f)) != MD_OK) goto fail;
     if ((st = md_st_filter_layout(f, &krsc)) != MD_OK) goto fail;
@@ -501,7 +524,8 @@ md_status md_model_load_transfer(md_model *m, const char *path, int naming, stru
     stats = md_malloc(m->nstats * sizeof *stats + 4);
     used = md_calloc((size_t)md_st_count(f) + 1, 1);
     head = md_malloc((size_t)m->ntensors + 1);
-    if (!host || !stats || !used || !head) { st = md_errf(MD_ERR_OOM, "%s: out of host memory", path); goto fail; }
+    c.cls_took = md_calloc((size_t)m->ntensors + 1, 1);
+    if (!host || !stats || !used || !head || !c.cls_took) { st = md_errf(MD_ERR_OOM, "%s: out of host memory", path); goto fail; }
     md_model_head_mask(m, head);
     if ((st = md_model_get_params_host(m, host)) != MD_OK) goto fail; /* the initial values stay where nothing loads */
     c.f = f;
@@ -511,8 +535,9 @@ md_status md_model_load_transfer(md_model *m, const char *path, int naming, stru
     c.head = head;
     for (int t = 0; t < m->ntensors; t++)
         if ((st = load_one(&c, t)) != MD_OK) goto fail;
-    if (c.cls_row && c.cls_tensor >= 0 && (int)m->tensors[c.cls_tensor].numel == c.cls_row_d)
-        for (int k = 0; k < c.cls_row_d; k++) host[m->tensors[c.cls_tensor].offset + k] += c.cls_row[k];
+    for (int t = 0; c.cls_row && t < m->ntensors; t++)
+        if (c.cls_took[t] && (int)m->tensors[t].numel == c.cls_row_d)
+            for (int k = 0; k < c.cls_row_d; k++) host[m->tensors[t].offset + k] += c.cls_row[k];
     if (rep->loaded.n + rep->resized.n == 0) {
         st = md_errf(MD_ERR_DATA, "%s: none of the %d parameter tensors of model %s is in the file (read with %s "
                      "names; see --init-names)", path, m->ntensors, m->name, md_naming_name(rep->naming));
@@ -553,6 +578,7 @@ fail:
     md_free(tmp);
     md_free(used);
     md_free(head);
+    md_free(c.cls_took);
     md_st_close(f);
     return st;
 }
