@@ -61,6 +61,7 @@ int main(int argc, char **argv)
     md_log_init((md_verbosity)opts.verbosity);
     md_signals_install();
     st = md_job_run(&opts);
+    md_progress_clear(); /* no progress line left in front of an error (finish_stdout flushes) */
     int rc = finish_stdout(md_status_exit_code(st), 0);
     if (st != MD_OK) fprintf(stderr, "mpsdiag: %s\n", md_errmsg());
     return rc;

@@ -420,11 +420,17 @@ md_status md_diagnostics_run(md_job *job)
     md_options *base = md_malloc(sizeof *base);
     if (!base) return md_errf(MD_ERR_OOM, "out of host memory");
     *base = *o;
+    int pg = md_progress_begin("models", n, "models");
     for (int i = 0; i < n; i++) {
+        char label[64];
+        snprintf(label, sizeof label, "model %s", base_name(names[i]));
+        md_progress_label(label);
+        md_progress_update(i);
         md_status st = run_one(job, base, names[i], i, n, models);
         if (st != MD_OK && first == MD_OK) first = st;
         if (st != MD_OK && !model_local(st)) break;
     }
+    md_progress_end(pg);
     md_free(base);
     comparison(job, models);
     if (first != MD_OK) {

@@ -242,7 +242,9 @@ md_status md_folds_run(md_job *job)
     *base = *o;
     md_status first = MD_OK;
     char first_msg[1024] = "";
+    int pg = md_progress_begin("k-fold", k, "folds");
     for (int i = 0; i < k; i++) {
+        md_progress_update(i);
         md_status st = run_fold(job, base, i, runs);
         if (st != MD_OK && first == MD_OK) {
             first = st;
@@ -250,6 +252,7 @@ md_status md_folds_run(md_job *job)
         }
         if (st != MD_OK && !fold_local(st)) break;
     }
+    md_progress_end(pg);
     md_free(base);
     summary(folds, runs, k);
     if (first != MD_OK) md_errf(first, "%s", first_msg);

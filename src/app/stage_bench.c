@@ -176,7 +176,9 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     md_options *o = c->o;
     char a[32], b[32], d[32], e[32], f[32];
     struct md_bench_setup s = setup_for(c, c->batch, o->bench_iters, o->bench_iters, 0);
+    int pg = md_progress_begin("benchmark", 0, NULL);
     md_status st = run(c, c->dev, &s, r);
+    md_progress_end(pg);
     if (st != MD_OK) {
         md_err_prefix("benchmark of %s", c->model);
         return st;
@@ -249,8 +251,12 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     /* the device's peak, measured once with a large GEMM */
     int n = md_device_kind(c->dev) == MD_BACKEND_CPU ? 1024 : 4096;
     double peak = 0, peak_half = 0;
+    pg = md_progress_begin("benchmark", 0, NULL);
     md_status pst = md_bench_gemm_peak(c->dev, MD_F32, n, &peak);
-    if (pst == MD_ERR_INTERRUPTED) return pst;
+    if (pst == MD_ERR_INTERRUPTED) {
+        md_progress_end(pg);
+        return pst;
+    }
     if (pst != MD_OK) warn(c->job, "GEMM peak not measured: %s", md_errmsg());
     if (c->mopts.compute_dtype != MD_F32 && md_bench_gemm_peak(c->dev, c->mopts.compute_dtype, n, &peak_half) != MD_OK)
         peak_half = 0;
@@ -287,6 +293,7 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     int workers = o->num_workers > 0 ? o->num_workers : 0;
     double lsps = 0;
     md_status lst = md_bench_loader(data, &c->bopts, c->batch, workers, o->bench_iters > 10 ? o->bench_iters : 10, 3.0, &lsps);
+    md_progress_end(pg);
     if (lst == MD_ERR_INTERRUPTED) return lst;
     cJSON *dj = cJSON_AddObjectToObject(B, "data");
     cJSON_AddNumberToObject(dj, "loader_samples_per_s", lsps);
@@ -430,6 +437,9 @@ static cJSON *sweep_point_json(const struct sweep_pt *p)
  * the first failure). */
 static md_status sweep_once(struct ctx *c, struct sweep_pt *p)
 {
+    char label[64];
+    snprintf(label, sizeof label, "batch sweep, batch %d", p->batch);
+    md_progress_label(label);
     struct md_bench_setup s = setup_for(c, p->batch, rep_iters(c->o), rep_iters(c->o), REP_BUDGET_S);
     s.warmup_iters = rep_warmup(c->o);
     struct md_bench_result r;
@@ -471,8 +481,10 @@ static md_status batch_sweep(struct ctx *c)
     struct sweep_pt *pts = md_calloc((size_t)n, sizeof *pts);
     if (!pts) return md_errf(MD_ERR_OOM, "--batch-sweep: out of memory");
     md_status st = MD_OK;
-    int np = 0;
+    int np = 0, done = 0;
     double t_all = md_now();
+    /* total: every batch MD_REC_MIN_REPS times; auto learns it after pass 1 */
+    int pg = md_progress_begin("batch sweep", automatic ? 0 : (double)n * MD_REC_MIN_REPS, "runs");
     for (int i = 0; i < n; i++) {
         if (automatic && md_now() - t_all > 60) {
             warn(c->job, "--batch-sweep auto: stopped after 60 s at batch %d", list[i - 1]);
@@ -482,6 +494,7 @@ static md_status batch_sweep(struct ctx *c)
         p->batch = list[i];
         p->ok = 1;
         md_status s1 = sweep_once(c, p);
+        md_progress_update(++done);
         if (s1 == MD_ERR_INTERRUPTED) { st = s1; goto done; }
         if (s1 != MD_OK && s1 != MD_ERR_OOM) warn(c->job, "--batch-sweep: batch %d failed: %s", list[i], md_errmsg());
         if (automatic && s1 != MD_OK) break; /* the first batch that does not fit ends an automatic sweep */
@@ -490,15 +503,21 @@ static md_status batch_sweep(struct ctx *c)
             break;
         }
     }
+    int left = 0;
+    for (int i = 0; i < np; i++) left += pts[i].ok ? MD_REC_MIN_REPS - 1 : 0;
+    md_progress_total(done + left);
     for (int rep = 1; rep < MD_REC_MIN_REPS; rep++)
         for (int i = 0; i < np; i++) {
             if (!pts[i].ok || pts[i].stop) continue;
             md_status s1 = sweep_once(c, &pts[i]);
+            md_progress_update(++done);
             if (s1 == MD_ERR_INTERRUPTED) { st = s1; goto done; }
             if (s1 != MD_OK) warn(c->job, "--batch-sweep: batch %d failed on repetition %d: %s", pts[i].batch, rep + 1,
                                   md_errmsg());
         }
     cJSON *arr = cJSON_AddArrayToObject(c->bench, "sweep");
+    md_progress_end(pg);
+    pg = 0;
     char a[32], range[48];
     md_section("Batch-size sweep");
     md_out("  %8s %14s %20s %10s %12s %10s  %s\n", "BATCH", "SAMPLES/S", "RANGE", "STEP MS", "INFER P50", "PEAK",
@@ -518,6 +537,7 @@ static md_status batch_sweep(struct ctx *c)
     }
     md_out("  median of %d interleaved repetitions per batch (range: slowest-fastest, repetitions)\n", MD_REC_MIN_REPS);
 done:
+    md_progress_end(pg);
     md_free(pts);
     return st;
 }
@@ -525,6 +545,9 @@ done:
 /* Fits = one short training measurement succeeds within the budget. */
 static md_status try_batch(struct ctx *c, int batch, int *fits, double *sps, cJSON *tried)
 {
+    char label[64];
+    snprintf(label, sizeof label, "batch finder, batch %d", batch);
+    md_progress_label(label);
     struct md_bench_setup s = setup_for(c, batch, 3, 0, 2.0);
     s.warmup_iters = 1;
     struct md_bench_result r;
@@ -548,28 +571,34 @@ static md_status find_batch(struct ctx *c)
 {
     cJSON *fb = cJSON_AddObjectToObject(c->bench, "find_batch_size");
     cJSON *tried = cJSON_AddArrayToObject(fb, "tried");
-    int lo = 0, hi = 0, b = 8, fits;
+    int lo = 0, hi = 0, b = 8, fits, tries = 0;
     double sps;
     double t0 = md_now();
     const int cap = 1 << 16;
+    /* the number of tries is known once the doubling failed: the bisection's */
+    int pg = md_progress_begin("batch finder", 0, "tries");
+    if (pg) md_progress_budget(90);
+    md_status st = MD_OK;
     while (b <= cap) {
-        MD_TRY(try_batch(c, b, &fits, &sps, tried));
+        if ((st = try_batch(c, b, &fits, &sps, tried)) != MD_OK) goto done;
+        md_progress_update(++tries);
         if (!fits) { hi = b; break; }
         lo = b;
         if (md_now() - t0 > 60) break;
         b *= 2;
     }
-    if (lo == 0 && hi == 8) {
-        /* not even 8: search below */
-        lo = 0;
-    }
+    if (hi - lo > 1) md_progress_total(tries + ceil(log2((double)(hi - lo))));
     if (hi > 0)
         while (hi - lo > 1 && md_now() - t0 < 90) {
             int mid = lo + (hi - lo) / 2;
-            MD_TRY(try_batch(c, mid, &fits, &sps, tried));
+            if ((st = try_batch(c, mid, &fits, &sps, tried)) != MD_OK) goto done;
+            md_progress_update(++tries);
             if (fits) lo = mid;
             else hi = mid;
         }
+done:
+    md_progress_end(pg);
+    MD_TRY(st);
     cJSON_AddNumberToObject(fb, "max_batch", lo);
     cJSON_AddBoolToObject(fb, "limited_by_search_cap", hi == 0);
     md_section("Batch-size finder");
@@ -592,7 +621,13 @@ static md_status compare_devices(struct ctx *c, const struct md_bench_result *ma
     int iters = c->o->bench_iters < 10 ? c->o->bench_iters : 10;
     double cpu_sps = 0;
     struct row { char dev[32]; char name[128]; double sps, lat; int ok; char err[200]; } rows[MD_MAX_DEVICES];
-    int nr = 0;
+    int nr = 0, ndev = 0;
+    for (int i = 0; i < md_backend_count(); i++) {
+        const md_backend *be = md_backend_at(i);
+        const struct md_probe *p = md_backend_probe(be);
+        if (md_backend_kind_of(be) != MD_BACKEND_REF && p->available) ndev += p->device_count;
+    }
+    int pg = md_progress_begin("device comparison", ndev < MD_MAX_DEVICES ? ndev : MD_MAX_DEVICES, "devices");
     for (int i = 0; i < md_backend_count() && nr < MD_MAX_DEVICES; i++) {
         const md_backend *be = md_backend_at(i);
         if (md_backend_kind_of(be) == MD_BACKEND_REF) continue;
@@ -611,6 +646,9 @@ static md_status compare_devices(struct ctx *c, const struct md_bench_result *ma
                 md_device *dev = NULL;
                 struct md_device_opts dopts = {.threads = c->o->threads, .memory_fraction = c->o->memory_fraction,
                                                .allow_tf32 = c->o->tf32, .fallback = c->o->fallback};
+                char label[64];
+                snprintf(label, sizeof label, "device comparison, %s", rw->dev);
+                md_progress_label(label);
                 md_status st = md_device_open(be, d, &dopts, &dev);
                 if (st == MD_OK) {
                     snprintf(rw->name, sizeof rw->name, "%s", md_device_get_info(dev)->name);
@@ -624,11 +662,16 @@ static md_status compare_devices(struct ctx *c, const struct md_bench_result *ma
                 }
                 if (st != MD_OK) snprintf(rw->err, sizeof rw->err, "%s", md_errmsg());
                 md_device_close(dev);
-                if (st == MD_ERR_INTERRUPTED) return st;
+                if (st == MD_ERR_INTERRUPTED) {
+                    md_progress_end(pg);
+                    return st;
+                }
             }
+            md_progress_update(nr);
             if (strncmp(rw->dev, "cpu", 3) == 0 && rw->ok) cpu_sps = rw->sps;
         }
     }
+    md_progress_end(pg);
     md_section("Device comparison");
     md_out("  %-10s %-40s %14s %14s %10s\n", "DEVICE", "NAME", "SAMPLES/S", "INFER P50 MS", "VS CPU");
     for (int i = 0; i < nr; i++) {
@@ -708,17 +751,21 @@ static md_status ablate(struct ctx *c, const struct md_bench_result *main_r)
 {
     static const char *const known[] = {"compile", "channels-last", "precision", "workers"};
     char list[128];
+    int nset = 0, pairs_done = 0;
     snprintf(list, sizeof list, "%s", c->o->ablate);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         int ok = 0;
         for (int i = 0; i < 4; i++) ok |= strcmp(tok, known[i]) == 0;
         if (!ok) return md_errf(MD_ERR_USAGE, "--ablate: unknown setting '%s' (compile, channels-last, precision, workers)", tok);
+        nset++;
     }
     cJSON *arr = cJSON_AddArrayToObject(c->bench, "ablations");
     md_section("Ablations");
     md_out("  %-14s %14s %14s %9s %15s  %s\n", "SETTING", "ON SAMPLES/S", "OFF SAMPLES/S", "ON/OFF", "PAIRS", "VERDICT");
     snprintf(list, sizeof list, "%s", c->o->ablate);
     char *save = NULL;
+    /* one phase over every on/off pair of every setting */
+    int pg = md_progress_begin("ablation", (double)nset * MD_REC_MIN_REPS, "pairs");
     for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         struct md_rec_ablation a;
         memset(&a, 0, sizeof a);
@@ -726,16 +773,26 @@ static md_status ablate(struct ctx *c, const struct md_bench_result *main_r)
         md_status st = MD_OK;
         int workers = md_cpu_logical_cores() < 4 ? md_cpu_logical_cores() : 4;
         if (workers < 2) workers = 2;
+        char label[64];
+        snprintf(label, sizeof label, "ablation, %s on/off", tok);
+        md_progress_label(label);
+        int pairs_before = pairs_done;
         for (int rep = 0; rep < MD_REC_MIN_REPS && st == MD_OK; rep++) {
             double on, off;
             st = ablate_pair(c, tok, main_r, workers, &on, &off, note, sizeof note);
+            md_progress_update(++pairs_done);
             if (st == MD_OK && on > 0 && off > 0) {
                 a.on[a.n] = on;
                 a.off[a.n] = off;
                 a.n++;
             }
         }
-        if (st == MD_ERR_INTERRUPTED) return st;
+        pairs_done = pairs_before + MD_REC_MIN_REPS; /* a setting that stopped early */
+        md_progress_update(pairs_done);
+        if (st == MD_ERR_INTERRUPTED) {
+            md_progress_end(pg);
+            return st;
+        }
         if (st != MD_OK && st != MD_ERR_UNSUPPORTED) {
             size_t l = strlen(note);
             snprintf(note + l, sizeof note - l, "%snot measured%s: %s", l ? "; " : "",
@@ -774,6 +831,7 @@ static md_status ablate(struct ctx *c, const struct md_bench_result *main_r)
         cJSON_AddStringToObject(o, "note", note);
         cJSON_AddItemToArray(arr, o);
     }
+    md_progress_end(pg);
     md_out("  samples/s: medians of %d interleaved on/off pairs; ON/OFF: median of the per-pair ratios; PAIRS:\n"
            "  their range. A verdict needs ON/OFF to differ from 1 by more than the range (and %.0f%%)\n",
            MD_REC_MIN_REPS, MD_REC_NOISE_FLOOR * 100);

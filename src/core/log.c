@@ -1,6 +1,7 @@
 /* log.c - human output helpers. */
 #define _POSIX_C_SOURCE 200809L
 #include "core/log.h"
+#include "core/progress.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -9,7 +10,6 @@
 
 static md_verbosity level = MD_NORMAL;
 static int tty = -1;
-static int progress_open;
 
 void md_log_init(md_verbosity v)
 {
@@ -31,19 +31,11 @@ int md_log_color(void)
     return md_log_is_tty() && !(nc && *nc);
 }
 
-static void clear_progress(void)
-{
-    if (progress_open) {
-        fputs("\r\033[K", stdout);
-        progress_open = 0;
-    }
-}
-
 /* Prints to stdout when the level is at least `min`, after the progress line. */
 static void out_at(md_verbosity min, const char *fmt, va_list ap)
 {
     if (level < min) return;
-    clear_progress();
+    md_progress_clear();
     vfprintf(stdout, fmt, ap);
 }
 
@@ -66,7 +58,7 @@ void md_verbose(const char *fmt, ...)
 void md_warn(const char *fmt, ...)
 {
     if (level < MD_NORMAL) return;
-    clear_progress();
+    md_progress_clear();
     fflush(stdout);
     va_list ap;
     va_start(ap, fmt);
@@ -76,28 +68,10 @@ void md_warn(const char *fmt, ...)
     va_end(ap);
 }
 
-void md_progress(const char *label, double done, double total, const char *suffix)
-{
-    if (level < MD_NORMAL || !md_log_is_tty() || total <= 0) return;
-    int width = 30;
-    double f = done / total;
-    if (f < 0) f = 0;
-    if (f > 1) f = 1;
-    int fill = (int)(f * width + 0.5);
-    char bar[64];
-    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
-    bar[width] = '\0';
-    fprintf(stdout, "\r\033[K%s [%s] %5.1f%% %s", label, bar, f * 100.0, suffix ? suffix : "");
-    fflush(stdout);
-    progress_open = 1;
-}
-
-void md_progress_done(void) { clear_progress(); fflush(stdout); }
-
 void md_section(const char *title)
 {
     if (level < MD_NORMAL) return;
-    clear_progress();
+    md_progress_clear();
     char line[81];
     int n = snprintf(line, sizeof line, "== %s ", title);
     while (n < 72) line[n++] = '=';

@@ -9,6 +9,8 @@
 
 #include <stdio.h>
 
+#include "core/progress.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -38,10 +40,7 @@ __attribute__((format(printf, 1, 2)))
 #endif
 void md_warn(const char *fmt, ...);
 
-/* A progress line redrawn in place ("\r"), only on a terminal and not quiet.
- * md_progress_done() ends it (clears the line). */
-void md_progress(const char *label, double done, double total, const char *suffix);
-void md_progress_done(void);
+/* Progress lines: core/progress.h (md_out and friends clear one first). */
 
 /* Section banner for the text report ("== System ==="). */
 void md_section(const char *title);

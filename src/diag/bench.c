@@ -347,6 +347,8 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     struct md_mem_stats ms0;
     md_dev_mem_stats(dev, &ms0);
     md_dev_reset_peak(dev);
+    /* one phase at a time, each ended before the next begins (and at fail) */
+    int pg = md_progress_begin("plan and bind", 0, NULL);
 
     double t0 = md_now();
     if ((st = md_model_load(s->model, s->inline_model, &s->mopts, &b.m)) != MD_OK) goto fail;
@@ -391,12 +393,15 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     /* warm-up: the first step (first touches, lazy plans) timed apart */
     int wu = s->warmup_iters < 1 ? 1 : s->warmup_iters;
     double sum = 0, t[4];
+    md_progress_end(pg);
+    pg = md_progress_begin("warm-up", wu, "steps");
     for (int i = 0; i < wu; i++) {
         md_interrupt_hook("benchmark");
         if ((st = md_interrupt_check("during the benchmark (warm-up step %d of %d)", i + 1, wu)) != MD_OK) goto fail;
         if ((st = train_step(&b, i % b.ring.n, t, NULL)) != MD_OK) goto fail;
         if (i == 0) r->first_step_ms = t[3];
         else sum += t[3];
+        md_progress_update(i + 1);
     }
     r->warmup_rest_ms = wu > 1 ? sum / (wu - 1) : 0;
 
@@ -410,6 +415,8 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     if (s->mopts.compile && md_dev_can_capture(dev) && md_device_kind(dev) == MD_BACKEND_CUDA && s->iters > 0) {
         /* the same steps op by op first: what the graph is compared with, and the phase split */
         int k = s->iters < 10 ? s->iters : 10;
+        md_progress_end(pg);
+        pg = md_progress_begin("op-by-op steps", k, "steps");
         for (int i = 0; i < k; i++) {
             if ((st = md_interrupt_check("during the benchmark (op-by-op step %d of %d)", i + 1, k)) != MD_OK) goto fail;
             if ((st = train_step(&b, i % b.ring.n, t, NULL)) != MD_OK) goto fail;
@@ -417,6 +424,7 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
             bw[i] = t[1];
             op[i] = t[2];
             step[i] = t[3];
+            md_progress_update(i + 1);
         }
         r->eager_iters = k;
         stats4(step, k, &r->eager_step_ms);
@@ -431,6 +439,9 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
             md_model_set_step_dev(b.m, NULL);
         }
     }
+    md_progress_end(pg);
+    pg = s->iters > 0 ? md_progress_begin("training steps", s->iters, "steps") : 0;
+    if (pg) md_progress_budget(s->time_budget_s);
     tstart = md_now();
     for (; n < s->iters; n++) {
         if (s->time_budget_s > 0 && n >= 2 && md_now() - tstart > s->time_budget_s) break;
@@ -445,6 +456,7 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
         tsum += t[3];
         if (n == 0) r->first_loss = loss;
         r->final_loss = loss;
+        md_progress_update(n + 1);
     }
     r->train_iters = n;
     if (n > 0) {
@@ -457,7 +469,11 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
         r->train_samples_per_s = tsum > 0 ? (double)n * s->batch / (tsum / 1e3) : 0;
     }
 
+    md_progress_end(pg);
+    pg = 0;
     if (s->inference_iters > 0) {
+        pg = md_progress_begin("inference", s->inference_iters, "batches");
+        if (pg) md_progress_budget(s->time_budget_s);
         double tmp;
         if ((st = infer(&b, 0, &tmp)) != MD_OK) goto fail; /* eval plan's first touch */
         r->inf_samples_ms = md_malloc(sizeof(double) * (size_t)s->inference_iters);
@@ -472,6 +488,7 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
                 goto fail;
             if ((st = infer(&b, n % b.ring.n, &r->inf_samples_ms[n])) != MD_OK) goto fail;
             tsum += r->inf_samples_ms[n];
+            md_progress_update(n + 1);
         }
         r->inf_iters = n;
         r->inf_ms = md_stats_of(r->inf_samples_ms, (size_t)n);
@@ -482,6 +499,7 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     r->peak_bytes = ms1.peak - ms0.current;
 
 fail:
+    md_progress_end(pg);
     if (st != MD_OK) {
         snprintf(r->error, sizeof r->error, "%s", md_errmsg());
         struct md_mem_stats msf;
@@ -530,6 +548,8 @@ md_status md_bench_gemm_peak(md_device *dev, md_dtype dtype, int n, double *gflo
     if ((st = md_k_gemm(dev, &g)) != MD_OK) goto fail;
     if ((st = md_dev_sync(dev)) != MD_OK) goto fail;
     double best = INFINITY, t_all = md_now();
+    int pg = md_progress_begin("device peak (GEMM)", 10, "products");
+    if (pg) md_progress_budget(0.5);
     for (int i = 0; i < 10 && (i < 3 || md_now() - t_all < 0.5); i++) {
         if ((st = md_interrupt_check("during the benchmark (GEMM peak)")) != MD_OK) goto fail;
         double t0 = md_now();
@@ -537,7 +557,9 @@ md_status md_bench_gemm_peak(md_device *dev, md_dtype dtype, int n, double *gflo
         if ((st = md_dev_sync(dev)) != MD_OK) goto fail;
         double dt = md_now() - t0;
         if (dt < best) best = dt;
+        md_progress_update(i + 1);
     }
+    md_progress_end(pg);
     *gflops = best > 0 ? 2.0 * n * (double)n * n / best / 1e9 : 0;
 fail:
     md_dev_free(dev, a);
@@ -564,6 +586,8 @@ md_status md_bench_loader(struct md_data *data, const struct md_bench_opts *o, i
     md_status st = md_loader_start_epoch(l, 0);
     long long samples = 0;
     double t0 = md_now();
+    int pg = md_progress_begin("data loader", max_batches, "batches");
+    if (pg) md_progress_budget(time_budget_s);
     for (int i = 0; st == MD_OK && i < max_batches; i++) {
         if (time_budget_s > 0 && i >= 2 && md_now() - t0 > time_budget_s) break;
         if ((st = md_interrupt_check("during the benchmark (loader measurement)")) != MD_OK) break;
@@ -572,8 +596,10 @@ md_status md_bench_loader(struct md_data *data, const struct md_bench_opts *o, i
         if (!b) break;
         samples += b->n;
         md_loader_release(l, b);
+        md_progress_update(i + 1);
     }
     double dt = md_now() - t0;
+    md_progress_end(pg);
     md_loader_free(l);
     if (st == MD_OK && dt > 0) *samples_per_s = (double)samples / dt;
     return st;

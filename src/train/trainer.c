@@ -156,18 +156,27 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
     MD_TRY(md_loader_start_epoch(t->train_l, t->epoch));
     double t0 = md_now(), ep_before = t->ep_time_before;
     long long samples_now = 0, last = t->steps_per_epoch;
-    char label[32];
-    snprintf(label, sizeof label, "  epoch %d", t->epoch + 1);
+    char label[48];
+    snprintf(label, sizeof label, "epoch %d/%d", t->epoch + 1, t->o->epochs);
+    int pg = md_progress_begin(label, (double)last, "steps");
     t->ph_load = t->ph_upload = t->ph_fwd = t->ph_bwd = t->ph_sync = t->ph_opt = 0;
     for (long long i = 0; i < last; i++) {
         struct md_batch *b;
         double l0 = md_now();
-        MD_TRY(md_loader_next(t->train_l, &b));
+        md_status lst = md_loader_next(t->train_l, &b);
         t->ph_load += md_now() - l0;
+        if (lst != MD_OK) {
+            md_progress_end(pg);
+            return lst;
+        }
         if (!b) break;
         if (i < start_batch) { /* resumed mid-epoch: the same order, these are done */
             md_loader_release(t->train_l, b);
             continue;
+        }
+        if (i == start_batch && i > 0) { /* the in-epoch ETA counts the steps run here */
+            md_progress_update((double)i);
+            md_progress_rebase();
         }
         /* the epoch's last step (diagnostics snapshot) and a short batch run apart */
         int n = b->n;
@@ -182,7 +191,7 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
         samples_now += n;
         if (st != MD_OK) {
             md_trainer_pipe_abandon(t);
-            md_progress_done();
+            md_progress_end(pg);
             return st;
         }
         double el = md_now() - t0;
@@ -191,23 +200,22 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
                                     (double)t->ep_correct / (double)t->ep_seen, -1, 0,
                                     md_schedule_lr(&t->sched, t->global_step - 1), samples_now / (el > 0 ? el : 1e-9),
                                     el);
-        char suffix[96];
-        snprintf(suffix, sizeof suffix, "loss %.4f  %.0f samples/s", t->ep_seen ? t->ep_loss / (double)t->ep_seen : 0.0,
-                 samples_now / (el > 0 ? el : 1e-9));
-        md_progress(label, (double)(i + 1), (double)last, suffix);
+        char note[48];
+        snprintf(note, sizeof note, "loss %.4f", t->ep_seen ? t->ep_loss / (double)t->ep_seen : 0.0);
+        md_progress_note(note);
+        md_progress_rate(samples_now / (el > 0 ? el : 1e-9), "samples");
+        md_progress_update((double)(i + 1));
         if (t->interrupt_after > 0 && t->global_step >= t->interrupt_after) md_interrupt_set(1);
         if (md_interrupted()) {
+            md_progress_end(pg);
             MD_TRY(md_trainer_pipe_finish(t)); /* the checkpoint holds every step counted */
             t->run_time += el;
             return md_trainer_interrupted(t, i + 1, ep_before + el, NULL);
         }
     }
     md_status fin = md_trainer_pipe_finish(t);
-    if (fin != MD_OK) {
-        md_progress_done();
-        return fin;
-    }
-    md_progress_done();
+    md_progress_end(pg);
+    if (fin != MD_OK) return fin;
     double el = md_now() - t0;
     md_verbose("  epoch %d phases: data wait %.2fs, upload %.2fs, forward %.2fs, loss+backward %.2fs, sync %.2fs, "
                "optimizer %.2fs of %.2fs\n",

@@ -85,6 +85,38 @@ static md_status regress_chunk(md_trainer *t, const struct md_batch *b, int from
     return MD_OK;
 }
 
+/* The batches of one evaluation pass (md_trainer_evaluate). */
+static md_status eval_batches(md_trainer *t, struct md_loader *l, const char *what, long long nb, long long *seen,
+                              struct md_metrics_acc *macc)
+{
+    for (long long bi = 0;; bi++) {
+        md_interrupt_hook(what);
+        MD_TRY(md_interrupt_check("during %s%s (batch %lld of %lld)", strcmp(what, "test") == 0 ? "scoring of the " : "",
+                                  strcmp(what, "test") == 0 ? "test split" : what, bi + 1, nb));
+        struct md_batch *b;
+        MD_TRY(md_loader_next(l, &b));
+        if (!b) break;
+        md_status st = MD_OK;
+        /* the validation batch may exceed what the model was bound for: chunks */
+        for (int from = 0; st == MD_OK && from < b->n; from += t->max_batch) {
+            int n = b->n - from < t->max_batch ? b->n - from : t->max_batch;
+            st = md_trainer_upload_batch(t, b, from, n);
+            if (st == MD_OK) st = md_model_forward(t->model, n, 0);
+            /* sums accumulate on the device; no gradient after an inference forward */
+            if (st == MD_OK) st = md_trainer_loss(t, n, (float)n, 0.0f);
+            if (st == MD_OK && t->regress) st = regress_chunk(t, b, from, n, *seen + from, macc);
+        }
+        *seen += b->n;
+        /* Uploads are asynchronous on GPU backends: the (possibly pinned)
+         * batch may go back to the loader only when the copies are done. */
+        if (st == MD_OK) st = md_dev_sync(t->dev);
+        md_loader_release(l, b);
+        MD_TRY(st);
+        md_progress_update((double)(bi + 1));
+    }
+    return MD_OK;
+}
+
 /* Loss and accuracy of the model over a whole split, without gradients. */
 /* `what` names the phase for the test hook and an interruption's message
  * ("validation", "test"). */
@@ -102,30 +134,10 @@ md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, dou
         if (!t->racc.s) MD_TRY(md_regress_acc_init(&t->racc, t->ser.n_out));
         md_regress_acc_reset(&t->racc);
     }
-    for (long long bi = 0;; bi++) {
-        md_interrupt_hook(what);
-        MD_TRY(md_interrupt_check("during %s%s (batch %lld of %lld)", strcmp(what, "test") == 0 ? "scoring of the " : "",
-                                  strcmp(what, "test") == 0 ? "test split" : what, bi + 1, nb));
-        struct md_batch *b;
-        MD_TRY(md_loader_next(l, &b));
-        if (!b) break;
-        md_status st = MD_OK;
-        /* the validation batch may exceed what the model was bound for: chunks */
-        for (int from = 0; st == MD_OK && from < b->n; from += t->max_batch) {
-            int n = b->n - from < t->max_batch ? b->n - from : t->max_batch;
-            st = md_trainer_upload_batch(t, b, from, n);
-            if (st == MD_OK) st = md_model_forward(t->model, n, 0);
-            /* sums accumulate on the device; no gradient after an inference forward */
-            if (st == MD_OK) st = md_trainer_loss(t, n, (float)n, 0.0f);
-            if (st == MD_OK && t->regress) st = regress_chunk(t, b, from, n, seen + from, &macc);
-        }
-        seen += b->n;
-        /* Uploads are asynchronous on GPU backends: the (possibly pinned)
-         * batch may go back to the loader only when the copies are done. */
-        if (st == MD_OK) st = md_dev_sync(t->dev);
-        md_loader_release(l, b);
-        MD_TRY(st);
-    }
+    int pg = md_progress_begin(strcmp(what, "test") == 0 ? "scoring the test split" : what, (double)nb, "batches");
+    md_status st = eval_batches(t, l, what, nb, &seen, &macc);
+    md_progress_end(pg);
+    MD_TRY(st);
     struct step_scalars sc;
     MD_TRY(md_dev_download(t->dev, &sc, t->d_sc, sizeof sc));
     MD_TRY(md_dev_sync(t->dev));
