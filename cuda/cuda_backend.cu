@@ -563,6 +563,10 @@ md_cuda_backend_entry(int api_version)
     k->softmax_bwd = md_cuda_softmax_bwd;
     k->attn_fwd = md_cuda_attn_fwd;
     k->attn_bwd = md_cuda_attn_bwd;
+    k->tiles_fwd = md_cuda_tiles_fwd;
+    k->tiles_bwd = md_cuda_tiles_bwd;
+    k->film_fwd = md_cuda_film_fwd;
+    k->film_bwd = md_cuda_film_bwd;
     o->api_version = MD_BACKEND_API_VERSION;
     return o;
 }

@@ -181,4 +181,18 @@ struct md_mtl_attn_params {
     float scale, p, keep_scale, beta;
 };
 
+/* tiles fwd (x, y) / bwd (dy, dx): kernels.h's md_tiles_args; a thread per
+ * element of y (fwd) or of dx (bwd: gathers from the element's tile). */
+struct md_mtl_tiles_params {
+    md_mi32 n, c, h, w, rows, cols, size, ld;
+    float beta;
+};
+
+/* film fwd (x, cond, y), bwd dx (dy, cond, dx), bwd dcond (x, dy, dcond: a
+ * thread per (sample, feature), the tokens in order). */
+struct md_mtl_film_params {
+    md_mi32 n, t, d;
+    float beta, beta_cond;
+};
+
 #endif

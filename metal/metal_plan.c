@@ -608,3 +608,80 @@ md_status md_metal_plan_attn_bwd(const struct md_attn_args *a, struct md_metal_p
     if (!n) md_metal_plan_noop(p);
     return MD_OK;
 }
+
+/* ---- tiles, FiLM -------------------------------------------------------------------------- */
+
+static md_status tiles_plan(const char *op, const char *kname, const struct md_tiles_args *a, struct md_metal_plan *p,
+                            struct md_metal_dispatch **d)
+{
+    MD_TRY(check_dtype(op, a->dtype));
+    if (a->n < 0 || a->c < 1 || a->rows < 1 || a->cols < 1 || a->h < a->rows || a->w < a->cols || a->size < 1 ||
+        a->ld < a->rows * a->cols)
+        return md_errf(MD_ERR_INTERNAL, "metal %s: bad shape (n %d, c %d, %dx%d, grid %dx%d, size %d, ld %d)", op,
+                       a->n, a->c, a->h, a->w, a->rows, a->cols, a->size, a->ld);
+    struct md_mtl_tiles_params v = {
+        .n = a->n, .c = a->c, .h = a->h, .w = a->w, .rows = a->rows, .cols = a->cols, .size = a->size,
+        .ld = a->ld, .beta = a->beta,
+    };
+    *d = begin(p, 0, kname, a->dtype, &v, sizeof v);
+    return MD_OK;
+}
+
+md_status md_metal_plan_tiles_fwd(const struct md_tiles_args *a, struct md_metal_plan *p)
+{
+    struct md_metal_dispatch *d;
+    MD_TRY(tiles_plan("tiles_fwd", "md_tiles_fwd", a, p, &d));
+    BIND(d, a->x, a->y);
+    ew_grid(d, (unsigned long long)a->n * (unsigned long long)(a->rows * a->cols) * (unsigned long long)a->c *
+                   (unsigned long long)a->size * (unsigned long long)a->size);
+    return MD_OK;
+}
+
+md_status md_metal_plan_tiles_bwd(const struct md_tiles_args *a, struct md_metal_plan *p)
+{
+    struct md_metal_dispatch *d;
+    MD_TRY(tiles_plan("tiles_bwd", "md_tiles_bwd", a, p, &d));
+    BIND(d, a->dy, a->dx);
+    ew_grid(d, (unsigned long long)a->n * (unsigned long long)a->c * (unsigned long long)a->h * (unsigned long long)a->w);
+    return MD_OK;
+}
+
+static md_status film_params(const char *op, const struct md_film_args *a, struct md_mtl_film_params *v)
+{
+    MD_TRY(check_dtype(op, a->dtype));
+    if (a->n < 0 || a->t < 0 || a->d < 0)
+        return md_errf(MD_ERR_INTERNAL, "metal %s: bad shape (n %d, t %d, d %d)", op, a->n, a->t, a->d);
+    *v = (struct md_mtl_film_params){
+        .n = a->n, .t = a->t, .d = a->d, .beta = a->beta, .beta_cond = a->beta_cond,
+    };
+    return MD_OK;
+}
+
+md_status md_metal_plan_film_fwd(const struct md_film_args *a, struct md_metal_plan *p)
+{
+    struct md_mtl_film_params v;
+    MD_TRY(film_params("film_fwd", a, &v));
+    struct md_metal_dispatch *d = begin(p, 0, "md_film_fwd", a->dtype, &v, sizeof v);
+    BIND(d, a->x, a->cond, a->y);
+    ew_grid(d, (unsigned long long)a->n * (unsigned long long)a->t * (unsigned long long)a->d);
+    return MD_OK;
+}
+
+md_status md_metal_plan_film_bwd(const struct md_film_args *a, struct md_metal_plan *p)
+{
+    struct md_mtl_film_params v;
+    MD_TRY(film_params("film_bwd", a, &v));
+    int n = 0;
+    if (a->dx) {
+        struct md_metal_dispatch *d = begin(p, n++, "md_film_bwd_dx", a->dtype, &v, sizeof v);
+        BIND(d, a->dy, a->cond, a->dx);
+        ew_grid(d, (unsigned long long)a->n * (unsigned long long)a->t * (unsigned long long)a->d);
+    }
+    if (a->dcond) {
+        struct md_metal_dispatch *d = begin(p, n++, "md_film_bwd_cond", a->dtype, &v, sizeof v);
+        BIND(d, a->x, a->dy, a->dcond);
+        ew_grid(d, (unsigned long long)a->n * (unsigned long long)a->d);
+    }
+    if (!n) md_metal_plan_noop(p);
+    return MD_OK;
+}

@@ -73,6 +73,10 @@ md_status md_metal_plan_softmax_fwd(const struct md_softmax_args *a, struct md_m
 md_status md_metal_plan_softmax_bwd(const struct md_softmax_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_attn_fwd(const struct md_attn_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_attn_bwd(const struct md_attn_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_tiles_fwd(const struct md_tiles_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_tiles_bwd(const struct md_tiles_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_film_fwd(const struct md_film_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_film_bwd(const struct md_film_args *a, struct md_metal_plan *p);
 
 /* Every kernel table entry the Metal backends plan, as X(entry, argument
  * struct), in the table's order: the real and the simulated backend each
@@ -107,7 +111,11 @@ md_status md_metal_plan_attn_bwd(const struct md_attn_args *a, struct md_metal_p
     X(softmax_bwd, md_softmax_args) \
     X(attn_fwd, md_attn_args) \
     X(attn_bwd, md_attn_args) \
-    X(regress, md_regress_args)
+    X(regress, md_regress_args) \
+    X(tiles_fwd, md_tiles_args) \
+    X(tiles_bwd, md_tiles_args) \
+    X(film_fwd, md_film_args) \
+    X(film_bwd, md_film_args)
 
 /* The empty kernel event timestamps ride on. */
 void md_metal_plan_noop(struct md_metal_plan *p);

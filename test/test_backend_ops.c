@@ -28,7 +28,8 @@
 enum { K_GEMM, K_CONV_FWD, K_CONV_DATA, K_CONV_FILTER, K_BN_FWD, K_BN_BWD, K_ACT_FWD, K_ACT_BWD, K_POOL_FWD,
        K_POOL_BWD, K_GAP_FWD, K_GAP_BWD, K_BIAS_ADD, K_BIAS_GRAD, K_DROP_FWD, K_DROP_BWD, K_EW, K_REDUCE,
        K_CHSLICE, K_XENT, K_CAST, K_PERMUTE, K_OPTIM, K_LN_FWD, K_LN_BWD, K_SM_FWD, K_SM_BWD, K_ATTN_FWD, K_ATTN_BWD,
-       K_REGRESS };
+       K_REGRESS, K_TILES_FWD, K_TILES_BWD, K_FILM_FWD, K_FILM_BWD };
+_Static_assert(K_FILM_BWD + 1 == MD_KERNEL_COUNT, "one K_ entry per kernel table entry");
 
 /* ---- tolerances: |got - ref| <= atol + rtol*|ref| ------------------------------------- */
 
@@ -48,6 +49,9 @@ static struct tol tol_of(int op, md_dtype t)
         return (struct tol){2e-5, 1e-4};
     case K_ATTN_FWD: case K_ATTN_BWD:
         return (struct tol){1e-4, 1e-4}; /* sums over keys and head_dim in fp32 */
+    case K_TILES_FWD: case K_TILES_BWD: /* float source coordinates against double */
+    case K_FILM_BWD:                    /* sums over the tokens */
+        return (struct tol){2e-5, 1e-4};
     default: return (struct tol){1e-5, 1e-5};
     }
 }
@@ -1221,6 +1225,123 @@ static void op_regress(struct harness *h)
                 }
 }
 
+/* ---- tiles, FiLM ------------------------------------------------------------------------------------------------------ */
+
+/* Shrinking and enlarging tiles, uneven edges (7 rows in 3 tiles: 2, 2, 3),
+ * tiles already size x size (a copy), one-pixel tiles, and ld > rows*cols
+ * (a second stream's items interleaved: they stay untouched). */
+static void op_tiles(struct harness *h, int op)
+{
+    static const int cases[][8] = {/* n c h w rows cols size ld */
+                                   {1, 1, 1, 1, 1, 1, 1, 1},     {2, 3, 12, 14, 2, 2, 5, 8},  {1, 2, 7, 9, 3, 2, 8, 6},
+                                   {3, 1, 10, 10, 2, 2, 5, 4},   {1, 4, 17, 23, 4, 5, 16, 20}, {2, 2, 64, 48, 2, 3, 11, 6},
+                                   {1, 1, 5, 3, 5, 3, 7, 15},    {1, 3, 30, 31, 1, 1, 97, 1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int di = 0; di < 3; di++) {
+            const int *c = cases[ci];
+            md_dtype t = dtypes[di];
+            int n = c[0], ch = c[1], hh = c[2], ww = c[3], rows = c[4], cols = c[5], S = c[6], ld = c[7];
+            size_t es = md_dtype_size(t), nx = (size_t)n * ch * hh * ww, plane = (size_t)ch * S * S,
+                   ny = (size_t)n * ld * plane, no = op == K_TILES_FWD ? ny : nx;
+            float beta = (ci + (size_t)di) % 2 ? 1.0f : 0.0f;
+            void *X = host_typed(t, nx, 171 + ci, -2, 2), *DY = host_typed(t, ny, 172 + ci, -1, 1),
+                 *O0 = host_typed(t, no, 173 + ci, -1, 1);
+            void *out[2] = {malloc(no * es), malloc(no * es)};
+            md_status st[2];
+            for (h->side = 0; h->side < 2; h->side++) {
+                struct md_tiles_args a = {.n = n, .c = ch, .h = hh, .w = ww, .rows = rows, .cols = cols, .size = S,
+                                          .ld = ld, .dtype = t, .beta = beta};
+                void *o = beta != 0.0f ? hx_in(h, O0, no * es) : hx_nan(h, no * es);
+                if (op == K_TILES_FWD) {
+                    a.x = hx_in(h, X, nx * es);
+                    a.y = o;
+                    st[h->side] = md_k_tiles_fwd(cur(h), &a);
+                } else {
+                    a.dy = hx_in(h, DY, ny * es);
+                    a.dx = o;
+                    st[h->side] = md_k_tiles_bwd(cur(h), &a);
+                }
+                hx_get(h, o, out[h->side], no * es);
+                hx_end(h);
+            }
+            char what[160];
+            snprintf(what, sizeof what, "%s n%d c%d %dx%d grid %dx%d size %d ld %d %s beta %g", md_kernel_names[op], n,
+                     ch, hh, ww, rows, cols, S, ld, md_dtype_name(t), (double)beta);
+            if (statuses_ok(h, op, what, st[0], st[1])) {
+                int ok;
+                if (op == K_TILES_FWD) { /* the written items only (the rest is another stream's) */
+                    size_t w = (size_t)rows * cols * plane, cnt = (size_t)n * w;
+                    void *g = malloc(cnt * es), *r = malloc(cnt * es);
+                    for (int b = 0; b < n; b++) {
+                        memcpy((char *)g + (size_t)b * w * es, (char *)out[0] + (size_t)b * ld * plane * es, w * es);
+                        memcpy((char *)r + (size_t)b * w * es, (char *)out[1] + (size_t)b * ld * plane * es, w * es);
+                    }
+                    ok = cmp_typed(h, what, g, r, t, cnt, tol_of(op, t));
+                    free(g), free(r);
+                } else {
+                    ok = cmp_typed(h, what, out[0], out[1], t, nx, tol_of(op, t));
+                }
+                record(h, op, ok);
+            }
+            free(X), free(DY), free(O0), free(out[0]), free(out[1]);
+        }
+}
+
+/* Pooled features (t 1) and token sequences; backward with dx only, dcond
+ * only, and both. */
+static void op_film(struct harness *h, int op)
+{
+    static const int cases[][5] = {/* n t d dx dcond */
+                                   {1, 1, 1, 1, 1}, {3, 1, 6, 1, 1}, {2, 17, 33, 1, 0}, {4, 50, 70, 1, 1},
+                                   {2, 257, 40, 0, 1}, {1, 9, 384, 1, 1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int di = 0; di < 3; di++) {
+            md_dtype t = dtypes[di];
+            int n = cases[ci][0], tt = cases[ci][1], d = cases[ci][2], wdx = cases[ci][3], wdc = cases[ci][4];
+            if (op == K_FILM_FWD && !(wdx && wdc)) continue;
+            size_t es = md_dtype_size(t), nx = (size_t)n * tt * d, nc = (size_t)n * 2 * d;
+            float beta = (ci + (size_t)di) % 2 ? 1.0f : 0.0f, beta_c = (ci + (size_t)di) % 3 ? 0.0f : 1.0f;
+            void *X = host_typed(t, nx, 181 + ci, -2, 2), *C = host_typed(t, nc, 182 + ci, -1, 1),
+                 *DY = host_typed(t, nx, 183 + ci, -1, 1), *O0 = host_typed(t, nx, 184 + ci, -1, 1),
+                 *C0 = host_typed(t, nc, 185 + ci, -1, 1);
+            void *out[2] = {malloc(nx * es), malloc(nx * es)}, *oc[2] = {malloc(nc * es), malloc(nc * es)};
+            md_status st[2];
+            for (h->side = 0; h->side < 2; h->side++) {
+                struct md_film_args a = {.n = n, .t = tt, .d = d, .dtype = t, .beta = beta, .beta_cond = beta_c};
+                a.x = hx_in(h, X, nx * es);
+                a.cond = hx_in(h, C, nc * es);
+                if (op == K_FILM_FWD) {
+                    a.y = hx_nan(h, nx * es);
+                    st[h->side] = md_k_film_fwd(cur(h), &a);
+                    hx_get(h, a.y, out[h->side], nx * es);
+                } else {
+                    a.dy = hx_in(h, DY, nx * es);
+                    if (wdx) a.dx = beta != 0.0f ? hx_in(h, O0, nx * es) : hx_nan(h, nx * es);
+                    if (wdc) a.dcond = beta_c != 0.0f ? hx_in(h, C0, nc * es) : hx_nan(h, nc * es);
+                    st[h->side] = md_k_film_bwd(cur(h), &a);
+                    if (wdx) hx_get(h, a.dx, out[h->side], nx * es);
+                    if (wdc) hx_get(h, a.dcond, oc[h->side], nc * es);
+                }
+                hx_end(h);
+            }
+            char what[160];
+            snprintf(what, sizeof what, "%s n%d t%d d%d dx %d dcond %d %s beta %g/%g", md_kernel_names[op], n, tt, d,
+                     wdx, wdc, md_dtype_name(t), (double)beta, (double)beta_c);
+            if (statuses_ok(h, op, what, st[0], st[1])) {
+                int ok = 1;
+                if (op == K_FILM_FWD || wdx) ok &= cmp_typed(h, what, out[0], out[1], t, nx, tol_of(op, t));
+                if (op == K_FILM_BWD && wdc) {
+                    struct tol tl = tol_of(op, t);
+                    if (t == MD_F32 && tt > 16) tl.atol *= 4; /* sums over the tokens */
+                    ok &= cmp_typed(h, what, oc[0], oc[1], t, nc, tl);
+                }
+                record(h, op, ok);
+            }
+            free(X), free(C), free(DY), free(O0), free(C0);
+            for (int s2 = 0; s2 < 2; s2++) free(out[s2]), free(oc[s2]);
+        }
+}
+
 /* ---- driver ------------------------------------------------------------------------------------------------------------ */
 
 static void run_op(struct harness *h, int op)
@@ -1249,6 +1370,8 @@ static void run_op(struct harness *h, int op)
     case K_SM_FWD: case K_SM_BWD: op_softmax(h, op); break;
     case K_ATTN_FWD: case K_ATTN_BWD: op_attn(h, op); break;
     case K_REGRESS: op_regress(h); break;
+    case K_TILES_FWD: case K_TILES_BWD: op_tiles(h, op); break;
+    case K_FILM_FWD: case K_FILM_BWD: op_film(h, op); break;
     default: break;
     }
 }

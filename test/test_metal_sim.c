@@ -121,9 +121,11 @@ Test(metal_grid, plans_reject_bad_calls)
 
 Test(metal_sim, every_kernel_is_registered)
 {
-    /* 3 dtypes x (2 x 4 mm + 8 norm + 8 eltwise + 3 layernorm + 5 softmax/attention + 1 regress) + 2 permutes
-     * + 9 casts + 3 plain */
-    cr_assert_eq(md_metal_sim_kernel_count(), 3 * 33 + 2 + 9 + 3);
+    /* 3 dtypes x (2 x 4 mm + 8 norm + 8 eltwise + 3 layernorm + 5 softmax/attention + 1 regress + 5 tiles/film)
+     * + 2 permutes + 9 casts + 3 plain */
+    cr_assert_eq(md_metal_sim_kernel_count(), 3 * 38 + 2 + 9 + 3);
+    cr_assert(md_metal_sim_has("md_tiles_bwd_bf16"));
+    cr_assert(md_metal_sim_has("md_film_bwd_cond_f16"));
     cr_assert(md_metal_sim_has("md_regress_bf16"));
     cr_assert(md_metal_sim_has("md_attn_bwd_kv_bf16"));
     cr_assert(md_metal_sim_has("md_ln_bwd_params_f16"));
@@ -538,4 +540,64 @@ Test(metal_sim, optimizers)
             if (variant != 2) cr_expect(same(what, h2, h1, ht, n, 1.0));
             free(p1), free(g), free(m1), free(v1), free(p2), free(m2), free(v2), free(h1), free(h2);
         }
+}
+
+/* ---- tiles, FiLM -------------------------------------------------------------------------------------- */
+
+/* Shrinking, enlarging (uneven tile edges) and copied tiles, with ld > rows *
+ * cols (items of another stream between samples must stay as they were);
+ * FiLM on tokens with every combination of dx / dcond. */
+Test(metal_sim, tiles_film)
+{
+    static const int tc[][8] = {/* n c h w rows cols size ld */
+                                {2, 3, 12, 14, 2, 2, 5, 8}, {1, 2, 7, 9, 3, 2, 8, 6}, {2, 1, 10, 10, 2, 2, 5, 4}};
+    for (size_t ci = 0; ci < sizeof tc / sizeof tc[0]; ci++)
+        for (int di = 0; di < 3; di++) {
+            const int *c = tc[ci];
+            md_dtype t = dtypes[di];
+            size_t es = md_dtype_size(t), nx = (size_t)c[0] * c[1] * c[2] * c[3],
+                   ny = (size_t)c[0] * c[7] * c[1] * c[6] * c[6];
+            float beta = (float)((ci + (size_t)di) % 2);
+            void *x = rnd(t, nx, -2, 2, 70 + ci), *dy = rnd(t, ny, -1, 1, 71 + ci);
+            void *y1 = rnd(t, ny, -1, 1, 72), *y2 = dup(y1, ny * es), *dx1 = rnd(t, nx, -1, 1, 73),
+                 *dx2 = dup(dx1, nx * es);
+            struct md_tiles_args a = {.n = c[0], .c = c[1], .h = c[2], .w = c[3], .rows = c[4], .cols = c[5],
+                                      .size = c[6], .ld = c[7], .dtype = t, .beta = beta, .x = x, .dy = dy};
+            a.y = y1, a.dx = dx1;
+            REF(tiles_fwd, a);
+            REF(tiles_bwd, a);
+            a.y = y2, a.dx = dx2;
+            SIM(tiles_fwd, a);
+            SIM(tiles_bwd, a);
+            char what[96];
+            snprintf(what, sizeof what, "tiles case %zu %s beta %g", ci, md_dtype_name(t), (double)beta);
+            cr_expect(same(what, y2, y1, t, ny, 1.0));
+            cr_expect(same(what, dx2, dx1, t, nx, 2.0));
+            free(x), free(dy), free(y1), free(y2), free(dx1), free(dx2);
+        }
+    static const int fc[][3] = {{3, 1, 6}, {2, 17, 33}, {1, 40, 5}};
+    for (size_t ci = 0; ci < sizeof fc / sizeof fc[0]; ci++)
+        for (int di = 0; di < 3; di++)
+            for (int which = 1; which < 4; which++) {
+                md_dtype t = dtypes[di];
+                int n = fc[ci][0], tt = fc[ci][1], d = fc[ci][2];
+                size_t es = md_dtype_size(t), nx = (size_t)n * tt * d, nc = (size_t)n * 2 * d;
+                void *x = rnd(t, nx, -2, 2, 80 + ci), *cond = rnd(t, nc, -1, 1, 81 + ci), *dy = rnd(t, nx, -1, 1, 82);
+                void *y1 = rnd(t, nx, -1, 1, 83), *y2 = dup(y1, nx * es), *dx1 = rnd(t, nx, -1, 1, 84),
+                     *dx2 = dup(dx1, nx * es), *dc1 = rnd(t, nc, -1, 1, 85), *dc2 = dup(dc1, nc * es);
+                struct md_film_args a = {.n = n, .t = tt, .d = d, .dtype = t, .x = x, .cond = cond, .dy = dy,
+                                         .beta = (float)(which & 1), .beta_cond = (float)(di & 1)};
+                a.y = y1, a.dx = which & 1 ? dx1 : NULL, a.dcond = which & 2 ? dc1 : NULL;
+                REF(film_fwd, a);
+                REF(film_bwd, a);
+                a.y = y2, a.dx = which & 1 ? dx2 : NULL, a.dcond = which & 2 ? dc2 : NULL;
+                SIM(film_fwd, a);
+                SIM(film_bwd, a);
+                char what[96];
+                snprintf(what, sizeof what, "film (%d, %d, %d) outputs %d %s", n, tt, d, which, md_dtype_name(t));
+                cr_expect(same(what, y2, y1, t, nx, 1.0));
+                cr_expect(same(what, dx2, dx1, t, nx, 1.0));
+                cr_expect(same(what, dc2, dc1, t, nc, 4.0));
+                free(x), free(cond), free(dy), free(y1), free(y2), free(dx1), free(dx2), free(dc1), free(dc2);
+            }
 }

@@ -574,6 +574,19 @@ Test(nn_tiles, torch_two_stream_cpu)
     cr_assert_eq(torch_case("cpu", &o, 0), 0, "tensors differ from PyTorch's (no compile)");
 }
 
+/* The CUDA kernels (tiles, film, and the backbone's) in the whole model,
+ * against PyTorch's fixture; skips where no CUDA device can open. */
+Test(nn_tiles, torch_two_stream_cuda, .timeout = 120)
+{
+    const md_backend *b = md_backend_find("cuda");
+    if (!b || !md_backend_probe(b)->available) cr_skip_test("no CUDA device here");
+    struct md_model_opts o;
+    md_model_opts_default(&o);
+    cr_assert_eq(torch_case("cuda", &o, 0), 0, "tensors differ from PyTorch's on cuda");
+    o.compile = 0;
+    cr_assert_eq(torch_case("cuda", &o, 0), 0, "tensors differ from PyTorch's on cuda (no compile)");
+}
+
 Test(nn_tiles, torch_comparison_can_fail)
 {
     struct md_model_opts o;

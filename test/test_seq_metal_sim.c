@@ -132,3 +132,11 @@ Test(seq_metal_sim, transformer_encoder, .timeout = 300)
                                      {"dropout", 0}};
     check_model("transformer_encoder", p, sizeof p / sizeof p[0]);
 }
+
+/* The tiled two-stream FiLM model (tiles, a shared conv backbone over every
+ * tile, regroup, film) and its separate-backbones variant. */
+Test(seq_metal_sim, tiled_two_stream, .timeout = 300)
+{
+    check_model("tiled_two_stream_tiny", NULL, 0);
+    check_model("tiled_two_stream_tiny_separate", NULL, 0);
+}
