@@ -495,6 +495,22 @@ Test(report, benchmark_only_and_ci_reports_validate, .timeout = 120)
     cr_assert_eq(r.rc, 0, "%s", r.err);
     assert_valid(REPORT_SCHEMA, r.report, "the --benchmark-only report");
     cr_assert(cJSON_IsObject(cJSON_GetObjectItem(r.report, "benchmark")));
+    /* where the step's time goes: every kind timed, the kinds within the step */
+    const cJSON *lk = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(r.report, "benchmark"), "training"),
+                                          "layer_kinds");
+    cr_assert(cJSON_IsObject(lk), "benchmark.training.layer_kinds");
+    const cJSON *kinds = cJSON_GetObjectItem(lk, "kinds");
+    cr_assert_gt(cJSON_GetArraySize(kinds), 1);
+    double share = 0, prev = 1e300;
+    const cJSON *k;
+    cJSON_ArrayForEach(k, kinds) {
+        double t = cJSON_GetObjectItem(k, "forward_ms")->valuedouble + cJSON_GetObjectItem(k, "backward_ms")->valuedouble;
+        cr_assert_leq(t, prev, "kinds sorted by time, largest first");
+        prev = t;
+        share += cJSON_GetObjectItem(k, "share")->valuedouble;
+    }
+    cr_assert(share > 0.2 && share <= 1.0 + 1e-6, "the kinds' shares of the step sum to %g", share);
+    cr_assert_leq(cJSON_GetObjectItem(lk, "layers_ms")->valuedouble, cJSON_GetObjectItem(lk, "step_ms")->valuedouble);
     run_free(&r);
     r = run_bin(
         "--device cpu --threads 1 --ci --steps 3 --bench-iters 2 --warmup-iters 1 --checkpoint-dir %s/ck");

@@ -12,7 +12,8 @@
 # Batches: BATCHES (default "64 128" on cuda, "4" on cpu); MODELS (default
 # "s b"). mpsdiag: `--benchmark-only` on synthetic data, the p50 of its timed
 # steps (graph replays on CUDA); PyTorch: the median of timed eager steps.
-# Attention share: PyTorch's from its own attention timing at the same shapes
+# Attention share: mpsdiag's measured per layer kind (--benchmark-only's "time by layer kind":
+# the attention layers, projections included); PyTorch's core (SDPA) from its own attention timing at the same shapes
 # (vit_torch.py attn_ms); mpsdiag's from build/attn_bench when it has been
 # built (attn_vs_torch.sh --build): the fwd + bwd ms of the path the step
 # uses at (batch, heads, 261, 64), times the 12 blocks, over the step time.
@@ -70,7 +71,7 @@ try:
 except OSError:
     pass
 print(f"| {dev} | batch | mpsdiag step ms (p50) | PyTorch step ms | PyTorch / mpsdiag "
-      f"| mpsdiag attention share (gemm path, est.) | PyTorch attention share |")
+      f"| mpsdiag attention layers (core) share | PyTorch attention core share |")
 print("|---|---|---|---|---|---|---|")
 for m in models:
     for b in batches:
@@ -78,8 +79,10 @@ for m in models:
         try:
             B = json.load(open(os.path.join(out, f"mpsdiag_{m}_{b}.json")))["benchmark"]["training"]
             ms = B["step_ms"]["p50"]
+            lk = B.get("layer_kinds") or {}
         except (OSError, KeyError, ValueError, TypeError):
             ms = None
+            lk = {}
         t = torch.get((name, b), {})
         tm = t.get("step_ms")
         if ms is None and tm is None:
@@ -87,7 +90,11 @@ for m in models:
         ratio = f"{tm / ms:.2f}x" if ms and tm else "-"
         # attention time is linear in the batch: scale the benchmarked batch's
         a = next((v * b / B0 for (B0, H, k), v in attn.items() if H == heads[m] and k == "gemm"), None)
-        share = f"{100 * 12 * a / ms:.0f}%" if a and ms else "-"
+        # measured: the attention layers' share of a profiled op-by-op step (projections and
+        # core), with the core estimated from attn_bench when it was built
+        lay = next((k["share"] for k in (lk.get("kinds") or []) if k["kind"] == "attention"), None) if ms else None
+        core = f" ({100 * 12 * a / lk['step_ms']:.0f}%)" if a and lk.get("step_ms") else ""
+        share = f"{100 * lay:.0f}%{core}" if lay is not None else "-"
         tshare = f"{100 * t['attn_ms'] / tm:.0f}%" if tm and t.get("attn_ms") else "-"
         fm = f"{ms:.3f}" if ms else "failed"
         ft = f"{tm:.3f}" if tm else "failed"

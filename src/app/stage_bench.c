@@ -229,6 +229,23 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     cJSON_AddNumberToObject(split, "backward", r->bwd_ms.mean);
     cJSON_AddNumberToObject(split, "optimizer", r->opt_ms.mean);
     cJSON_AddStringToObject(split, "measured_on", r->graph ? "eager steps before capture" : "the timed steps");
+    if (r->nkinds > 0) {
+        cJSON *lk = cJSON_AddObjectToObject(t, "layer_kinds");
+        cJSON_AddNumberToObject(lk, "steps", MD_BENCH_PROFILE_STEPS);
+        cJSON_AddNumberToObject(lk, "step_ms", r->profiled_step_ms);
+        cJSON_AddNumberToObject(lk, "layers_ms", r->profiled_layers_ms);
+        cJSON *arr = cJSON_AddArrayToObject(lk, "kinds");
+        for (int k = 0; k < r->nkinds; k++) {
+            const struct md_bench_kind *K = &r->kinds[k];
+            cJSON *kj = cJSON_CreateObject();
+            cJSON_AddStringToObject(kj, "kind", K->kind);
+            cJSON_AddNumberToObject(kj, "layers", K->layers);
+            cJSON_AddNumberToObject(kj, "forward_ms", K->fwd_ms);
+            cJSON_AddNumberToObject(kj, "backward_ms", K->bwd_ms);
+            cJSON_AddNumberToObject(kj, "share", r->profiled_step_ms > 0 ? (K->fwd_ms + K->bwd_ms) / r->profiled_step_ms : 0.0);
+            cJSON_AddItemToArray(arr, kj);
+        }
+    }
     cJSON *gj = cJSON_AddObjectToObject(t, "graph");
     cJSON_AddBoolToObject(gj, "captured", r->graph);
     cJSON_AddNumberToObject(gj, "capture_ms", r->capture_ms);
@@ -337,6 +354,23 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
         print_stats_row("  forward + loss", &r->fwd_ms, "ms");
         print_stats_row("  backward", &r->bwd_ms, "ms");
         print_stats_row("  optimizer", &r->opt_ms, "ms");
+    }
+    if (r->nkinds > 0) {
+        md_out("\n  %-30s %9s %9s %9s %7s\n", "time by layer kind (ms)", "forward", "backward", "total", "share");
+        int shown = r->nkinds < 8 ? r->nkinds : 8;
+        double rest_f = 0, rest_b = 0;
+        for (int k = shown; k < r->nkinds; k++) rest_f += r->kinds[k].fwd_ms, rest_b += r->kinds[k].bwd_ms;
+        for (int k = 0; k <= shown; k++) {
+            if (k == shown && rest_f + rest_b <= 0) break;
+            char name[40];
+            double fm = k < shown ? r->kinds[k].fwd_ms : rest_f, bm = k < shown ? r->kinds[k].bwd_ms : rest_b;
+            if (k < shown) snprintf(name, sizeof name, "  %s (%d)", r->kinds[k].kind, r->kinds[k].layers);
+            else snprintf(name, sizeof name, "  %d other kinds", r->nkinds - shown);
+            md_out("  %-30s %9.3f %9.3f %9.3f %6.1f%%\n", name, fm, bm, fm + bm,
+                   r->profiled_step_ms > 0 ? 100.0 * (fm + bm) / r->profiled_step_ms : 0.0);
+        }
+        md_out("  %-30s %29.3f ms: %d op-by-op steps, an event around every layer\n", "  step", r->profiled_step_ms,
+               MD_BENCH_PROFILE_STEPS);
     }
     if (r->graph)
         md_out("\n  %-30s captured in %.1f ms; a replayed step takes %.3f ms against %.3f ms op by op (%.2fx, p50)\n",

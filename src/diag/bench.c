@@ -259,6 +259,62 @@ static md_status train_step(struct bench *b, int slot, double *t, double *loss)
     return MD_OK;
 }
 
+static int cmp_kind(const void *a, const void *b)
+{
+    const struct md_bench_kind *x = a, *y = b;
+    double tx = x->fwd_ms + x->bwd_ms, ty = y->fwd_ms + y->bwd_ms;
+    return (tx < ty) - (tx > ty);
+}
+
+/* Where the step's time goes: a few eager steps with events around every
+ * layer (md_model_profile_begin), summed per config type. */
+static md_status profile_kinds(struct bench *b, struct md_bench_result *r)
+{
+    int nl = md_model_num_layers(b->m);
+    double *f = md_calloc((size_t)nl * 2, sizeof *f);
+    if (!f) return MD_ERR_OOM;
+    double *bw = f + nl, t[4], total = 0;
+    md_status st = MD_OK;
+    int pg = md_progress_begin("time by layer kind", MD_BENCH_PROFILE_STEPS, "steps");
+    for (int k = 0; k < MD_BENCH_PROFILE_STEPS && st == MD_OK; k++) {
+        if ((st = md_model_profile_begin(b->m)) != MD_OK) break;
+        md_status s1 = train_step(b, k % b->ring.n, t, NULL);
+        md_status s2 = md_model_profile_end(b->m, f, bw);
+        st = s1 != MD_OK ? s1 : s2;
+        total += t[3];
+        md_progress_update(k + 1);
+    }
+    md_progress_end(pg);
+    if (st != MD_OK) {
+        md_free(f);
+        return st;
+    }
+    r->nkinds = 0;
+    r->profiled_layers_ms = 0;
+    for (int i = 0; i < nl; i++) {
+        const char *type = md_model_layer_type(b->m, i);
+        if (!type || (f[i] == 0 && bw[i] == 0)) continue;
+        int j = 0;
+        while (j < r->nkinds && strcmp(r->kinds[j].kind, type)) j++;
+        if (j == r->nkinds) {
+            if (r->nkinds == MD_BENCH_MAX_KINDS) j = MD_BENCH_MAX_KINDS - 1; /* the rest as one row */
+            else {
+                r->nkinds++;
+                memset(&r->kinds[j], 0, sizeof r->kinds[j]);
+                snprintf(r->kinds[j].kind, sizeof r->kinds[j].kind, "%s", type);
+            }
+        }
+        r->kinds[j].layers++;
+        r->kinds[j].fwd_ms += f[i] / MD_BENCH_PROFILE_STEPS;
+        r->kinds[j].bwd_ms += bw[i] / MD_BENCH_PROFILE_STEPS;
+        r->profiled_layers_ms += (f[i] + bw[i]) / MD_BENCH_PROFILE_STEPS;
+    }
+    qsort(r->kinds, (size_t)r->nkinds, sizeof r->kinds[0], cmp_kind);
+    r->profiled_step_ms = total / MD_BENCH_PROFILE_STEPS;
+    md_free(f);
+    return MD_OK;
+}
+
 /* The step of train_step without events, reading its changing values from
  * b->ctl: what capture_graphs records. */
 static md_status step_body(struct bench *b, int slot)
@@ -404,6 +460,8 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
         md_progress_update(i + 1);
     }
     r->warmup_rest_ms = wu > 1 ? sum / (wu - 1) : 0;
+
+    if (s->iters > 0 && (st = profile_kinds(&b, r)) != MD_OK) goto fail;
 
     int cap = s->iters > s->inference_iters ? s->iters : s->inference_iters;
     buf = md_malloc(sizeof(double) * 4 * (size_t)(cap > 0 ? cap : 1));

@@ -52,6 +52,9 @@ struct md_bench_setup {
     long long mem_budget;       /* refuse batches whose planned bytes exceed this (0: none) */
 };
 
+#define MD_BENCH_MAX_KINDS 32
+#define MD_BENCH_PROFILE_STEPS 3
+
 struct md_bench_result {
     md_status status;           /* MD_OK, MD_ERR_OOM (did not fit), or another error */
     char error[320];
@@ -85,6 +88,17 @@ struct md_bench_result {
     size_t nparams;
     long long params_bytes, grads_bytes, optimizer_bytes, activations_bytes, planned_bytes;
     long long peak_bytes;       /* device peak during the run */
+    /* where a training step's time goes: layers grouped by config type, from
+     * MD_BENCH_PROFILE_STEPS eager steps with an event around every layer
+     * (mean ms per step; kinds sorted by forward + backward, largest first) */
+    int nkinds;
+    struct md_bench_kind {
+        char kind[32];
+        int layers;
+        double fwd_ms, bwd_ms;
+    } kinds[MD_BENCH_MAX_KINDS];
+    double profiled_step_ms;    /* the same steps' whole time (the events add a little) */
+    double profiled_layers_ms;  /* the sum of the kinds' times */
 };
 
 void md_bench_result_clear(struct md_bench_result *r);

@@ -106,6 +106,18 @@ size_t md_model_param_bytes(const md_model *m); /* fp32 params (+ half copy if a
  * with checkpointing if on; else forward-only), from the lifetime plan. */
 size_t md_model_activation_bytes(const md_model *m, int batch, int training);
 int md_model_num_layers(const md_model *m);
+/* Layer i's config type name ("linear", "attention", ...) and name; borrowed. */
+const char *md_model_layer_type(const md_model *m, int i);
+const char *md_model_layer_name(const md_model *m, int i);
+
+/* Per-layer timing ("where does the time go"): between begin and end, every
+ * layer's forward (recomputed ones included) and backward is bracketed by
+ * device events (host clock on backends without them). end waits for the
+ * device and adds each layer's milliseconds to fwd_ms[i] and bwd_ms[i]
+ * (md_model_num_layers entries each, zeroed by the caller). The events cost a
+ * little time of their own; never while a graph is being captured. */
+md_status md_model_profile_begin(md_model *m);
+md_status md_model_profile_end(md_model *m, double *fwd_ms, double *bwd_ms);
 const struct md_model_opts *md_model_get_opts(const md_model *m);
 
 /* Per-layer table (darknet style) then "✅ Created <name> - Parameters: N"

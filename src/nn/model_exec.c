@@ -288,6 +288,9 @@ size_t md_model_activation_bytes(const md_model *m, int batch, int training)
 
 /* ---- binding ------------------------------------------------------------------------ */
 
+struct md_model_prof;
+static void prof_free(md_device *dev, struct md_model_prof *p);
+
 static void unbind(struct md_model *m)
 {
     if (!m->dev) return;
@@ -321,6 +324,8 @@ static void unbind(struct md_model *m)
 void md_model_free(md_model *m)
 {
     if (!m) return;
+    if (m->prof) prof_free(m->dev, m->prof);
+    m->prof = NULL;
     unbind(m);
     md_model_free_host(m);
 }
@@ -452,13 +457,91 @@ void md_model_set_input_buffer(md_model *m, int i, void *buf)
 
 /* ---- execution ---------------------------------------------------------------------- */
 
+/* ---- per-layer timing (md_model_profile_begin) ---- */
+
+struct md_model_prof {
+    int cap, n;           /* slots: (layer, phase) records of this profile */
+    int *layer, *bwd;     /* per slot */
+    md_event **ev;        /* 2 per slot: before, after */
+};
+
+static void prof_free(md_device *dev, struct md_model_prof *p)
+{
+    if (!p) return;
+    for (int k = 0; k < 2 * p->cap; k++)
+        if (p->ev[k]) md_event_destroy(dev, p->ev[k]);
+    md_free(p->ev);
+    md_free(p->layer);
+    md_free(p->bwd);
+    md_free(p);
+}
+
+md_status md_model_profile_begin(md_model *m)
+{
+    MD_ASSERT(m->dev && !m->prof);
+    struct md_model_prof *p = md_calloc(1, sizeof *p);
+    if (!p) return MD_ERR_OOM;
+    p->cap = 3 * m->nlayers + 1; /* forward, recomputed forward, backward */
+    p->ev = md_calloc((size_t)2 * p->cap, sizeof *p->ev);
+    p->layer = md_calloc((size_t)p->cap, sizeof *p->layer);
+    p->bwd = md_calloc((size_t)p->cap, sizeof *p->bwd);
+    if (!p->ev || !p->layer || !p->bwd) {
+        prof_free(m->dev, p);
+        return MD_ERR_OOM;
+    }
+    for (int k = 0; k < 2 * p->cap; k++) {
+        md_status st = md_event_create(m->dev, &p->ev[k]);
+        if (st != MD_OK) {
+            prof_free(m->dev, p);
+            return st;
+        }
+    }
+    m->prof = p;
+    return MD_OK;
+}
+
+md_status md_model_profile_end(md_model *m, double *fwd_ms, double *bwd_ms)
+{
+    struct md_model_prof *p = m->prof;
+    if (!p) return md_errf(MD_ERR_INTERNAL, "model %s: profile end without begin", m->name);
+    m->prof = NULL;
+    md_status st = MD_OK;
+    for (int k = 0; k < p->n && st == MD_OK; k++) {
+        float ms = 0;
+        if ((st = md_event_elapsed_ms(m->dev, p->ev[2 * k], p->ev[2 * k + 1], &ms)) != MD_OK) break;
+        (p->bwd[k] ? bwd_ms : fwd_ms)[p->layer[k]] += (double)ms;
+    }
+    prof_free(m->dev, p);
+    return st;
+}
+
+/* Runs one layer's pass between two profile events when profiling. */
+static md_status prof_mark(struct md_model *m, int i, int bwd, int after)
+{
+    struct md_model_prof *p = m->prof;
+    if (!p) return MD_OK;
+    if (!after) {
+        if (p->n >= p->cap) return MD_OK; /* more passes than slots: the rest untimed */
+        p->layer[p->n] = i;
+        p->bwd[p->n] = bwd;
+        return md_event_record(m->dev, p->ev[2 * p->n]);
+    }
+    if (p->n >= p->cap) return MD_OK;
+    return md_event_record(m->dev, p->ev[2 * p->n++ + 1]);
+}
+
+const char *md_model_layer_type(const md_model *m, int i) { return m->layers[i].type; }
+const char *md_model_layer_name(const md_model *m, int i) { return m->layers[i].name; }
+
 /* One layer through its kind's ops (nn/layer.h); the kinds' files hold the
  * kernel calls. */
 static md_status fwd_layer(const struct md_layer_run *r, int i)
 {
     struct md_layer_run ri = *r;
     ri.n = r->n * r->m->layers[i].fold; /* kinds see items, not samples */
-    return r->m->layers[i].ops->forward(&ri, i);
+    MD_TRY(prof_mark(r->m, i, 0, 0));
+    MD_TRY(r->m->layers[i].ops->forward(&ri, i));
+    return prof_mark(r->m, i, 0, 1);
 }
 
 static md_status bwd_layer(const struct md_layer_run *r, int i)
@@ -473,7 +556,9 @@ static md_status bwd_layer(const struct md_layer_run *r, int i)
     }
     struct md_layer_run ri = *r;
     ri.n = r->n * L->fold;
-    return L->ops->backward(&ri, i);
+    MD_TRY(prof_mark(m, i, 1, 0));
+    MD_TRY(L->ops->backward(&ri, i));
+    return prof_mark(m, i, 1, 1);
 }
 
 static md_status check_bound(const struct md_model *m, int batch)

@@ -99,6 +99,7 @@ struct md_model {
     uint64_t step;
     const uint64_t *step_dev;   /* md_model_set_step_dev: dropout offset in device memory */
     void **own_inputs;          /* the bound input buffers (inputs[] may point elsewhere) */
+    struct md_model_prof *prof; /* md_model_profile_begin .. _end, else NULL */
 };
 
 /* Tensor of layer i after aliasing. */
