@@ -488,6 +488,26 @@ Test(report, metrics_lines_start_with_a_header_per_run, .timeout = 120)
     free(dir);
 }
 
+/* Every profiled kind is a layer type of the model, with at most as many
+ * layers as the model has of it (fused layers run inside another). */
+static void assert_kinds_match_layers(const cJSON *report)
+{
+    const cJSON *layers = cJSON_GetObjectItem(cJSON_GetObjectItem(report, "model"), "layers");
+    const cJSON *lk = cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(report, "benchmark"), "training"), "layer_kinds");
+    const cJSON *k, *l;
+    int total = 0;
+    cJSON_ArrayForEach(k, cJSON_GetObjectItem(lk, "kinds")) {
+        const char *kind = cJSON_GetObjectItem(k, "kind")->valuestring;
+        int have = 0, n = cJSON_GetObjectItem(k, "layers")->valueint;
+        cJSON_ArrayForEach(l, layers) have += !strcmp(cJSON_GetObjectItem(l, "type")->valuestring, kind);
+        cr_assert(n >= 1 && n <= have, "kind %s: %d layers profiled, the model has %d", kind, n, have);
+        total += n;
+    }
+    cr_assert(total >= 1 && total <= cJSON_GetArraySize(layers), "%d layers profiled of %d", total,
+              cJSON_GetArraySize(layers));
+}
+
 Test(report, benchmark_only_and_ci_reports_validate, .timeout = 120)
 {
     struct run r =
@@ -511,6 +531,15 @@ Test(report, benchmark_only_and_ci_reports_validate, .timeout = 120)
     }
     cr_assert(share > 0.2 && share <= 1.0 + 1e-6, "the kinds' shares of the step sum to %g", share);
     cr_assert_leq(cJSON_GetObjectItem(lk, "layers_ms")->valuedouble, cJSON_GetObjectItem(lk, "step_ms")->valuedouble);
+    assert_kinds_match_layers(r.report);
+    run_free(&r);
+    /* a model of two inputs: layer i of the profile is layer i of the model
+     * (the inputs not counted), so each kind's count matches the config's */
+    r = run_bin("--device cpu --threads 1 --dataset synthetic --model base_multi_channel --reduce-architecture "
+                "--benchmark-only --batch-size 2 --bench-iters 2 --warmup-iters 1 --max-samples 16");
+    cr_assert_eq(r.rc, 0, "%s", r.err);
+    assert_valid(REPORT_SCHEMA, r.report, "the two-input --benchmark-only report");
+    assert_kinds_match_layers(r.report);
     run_free(&r);
     r = run_bin(
         "--device cpu --threads 1 --ci --steps 3 --bench-iters 2 --warmup-iters 1 --checkpoint-dir %s/ck");

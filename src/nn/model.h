@@ -106,7 +106,8 @@ size_t md_model_param_bytes(const md_model *m); /* fp32 params (+ half copy if a
  * with checkpointing if on; else forward-only), from the lifetime plan. */
 size_t md_model_activation_bytes(const md_model *m, int batch, int training);
 int md_model_num_layers(const md_model *m);
-/* Layer i's config type name ("linear", "attention", ...) and name; borrowed. */
+/* Layer i's config type name ("linear", "attention", ...) and name, i in
+ * [0, md_model_num_layers) (the inputs not counted); borrowed. */
 const char *md_model_layer_type(const md_model *m, int i);
 const char *md_model_layer_name(const md_model *m, int i);
 

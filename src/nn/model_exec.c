@@ -509,7 +509,7 @@ md_status md_model_profile_end(md_model *m, double *fwd_ms, double *bwd_ms)
     for (int k = 0; k < p->n && st == MD_OK; k++) {
         float ms = 0;
         if ((st = md_event_elapsed_ms(m->dev, p->ev[2 * k], p->ev[2 * k + 1], &ms)) != MD_OK) break;
-        (p->bwd[k] ? bwd_ms : fwd_ms)[p->layer[k]] += (double)ms;
+        (p->bwd[k] ? bwd_ms : fwd_ms)[p->layer[k] - m->ninputs] += (double)ms;
     }
     prof_free(m->dev, p);
     return st;
@@ -530,8 +530,9 @@ static md_status prof_mark(struct md_model *m, int i, int bwd, int after)
     return md_event_record(m->dev, p->ev[2 * p->n++ + 1]);
 }
 
-const char *md_model_layer_type(const md_model *m, int i) { return m->layers[i].type; }
-const char *md_model_layer_name(const md_model *m, int i) { return m->layers[i].name; }
+/* i counts the layers after the inputs, as md_model_num_layers does. */
+const char *md_model_layer_type(const md_model *m, int i) { return m->layers[m->ninputs + i].type; }
+const char *md_model_layer_name(const md_model *m, int i) { return m->layers[m->ninputs + i].name; }
 
 /* One layer through its kind's ops (nn/layer.h); the kinds' files hold the
  * kernel calls. */
