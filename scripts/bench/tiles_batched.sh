@@ -16,7 +16,7 @@ batch=${2:-16}
 iters=${3:-20}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-scripts/bench/build_bench.sh bench_step >/dev/null
+[ -n "${SKIP_BUILD:-}" ] || scripts/bench/build_bench.sh bench_step >/dev/null  # SKIP_BUILD=1: use build/bench_step as it is
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # the backbone of the tiny configs on one tile: a model without tiles
