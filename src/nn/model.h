@@ -256,7 +256,7 @@ md_status md_model_relu_stats(md_model *m, struct md_relu_stat *out, int max, in
 /* The "integration weights" are the tensors whose layer_type is
  * "weighted_add" (see md_model_tensor). */
 
-/* Per-epoch probe (docs/output.md "Per-epoch probe"): an evaluation forward
+/* Per-epoch probe (docs/training.md "Per-epoch diagnostics"): an evaluation forward
  * (running statistics, no dropout, nothing kept) over the first `batch`
  * samples already in the input buffers, measuring
  * - every activation layer of ReLU or GELU type (relu, gelu, gelu_tanh,

@@ -2,7 +2,7 @@
  * per-tensor gradient and weight norms, update ratios, the weights of
  * weighted_add layers, the step phases of the epoch, and the probe (dead
  * units per activation layer, pathway balance of fusions) on one fixed batch
- * (trainer_impl.h; docs/output.md "Per-epoch diagnostics"). */
+ * (trainer_impl.h; docs/training.md "Per-epoch diagnostics"). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <string.h>
@@ -41,7 +41,7 @@ static void phase_add(cJSON *ph, const char *key, double secs, double total)
 }
 
 /* d["phases"]: host seconds of the epoch's training steps by phase
- * (docs/output.md "Step phases"). */
+ * (docs/training.md "Per-epoch diagnostics"). */
 static void phases_report(md_trainer *t, cJSON *d)
 {
     cJSON *ph = cJSON_AddObjectToObject(d, "phases");
