@@ -104,12 +104,14 @@ static void phases_part(md_strbuf *b, const cJSON *diag)
 
 /* ---- tables: one row per layer (or input), one column per epoch ----------------------- */
 
-/* A cell's background: white to red with the value (0..1); `hi` marks it. */
-static void share_cell(md_strbuf *b, double v, int hi)
+/* A cell's background: white to red (dead units) or to blue (balance) with
+ * the value (0..1); `hi` marks it. */
+static void share_cell(md_strbuf *b, double v, int hi, int blue)
 {
     int c = (int)lround(255 - 120 * fmin(fmax(v, 0), 1));
-    md_strbuf_printf(b, "<td class=\"n%s\" style=\"background:rgb(255,%d,%d)%s\">%.1f%%</td>", hi ? " hi" : "", c, c,
-                     hi ? ";font-weight:700;color:#900" : "", 100 * v);
+    if (blue) md_strbuf_printf(b, "<td class=\"n%s\" style=\"background:rgb(%d,%d,255)", hi ? " hi" : "", c, (c + 255) / 2);
+    else md_strbuf_printf(b, "<td class=\"n%s\" style=\"background:rgb(255,%d,%d)", hi ? " hi" : "", c, c);
+    md_strbuf_printf(b, "%s\">%.1f%%</td>", hi ? ";font-weight:700;color:#900" : "", 100 * v);
 }
 
 static void epoch_head(md_strbuf *b, const cJSON *diag, const char *first)
@@ -161,7 +163,7 @@ static void dead_part(md_strbuf *b, const cJSON *diag)
         {
             double v;
             if (num(find_rec(get(d, "dead_units"), "layer", name), "dead_share", &v)) {
-                share_cell(b, v, v >= DEAD_HIGH);
+                share_cell(b, v, v >= DEAD_HIGH, 0);
                 highs += v >= DEAD_HIGH;
             } else {
                 md_strbuf_add(b, "<td class=\"dim\">-</td>");
@@ -212,7 +214,7 @@ static void balance_part(md_strbuf *b, const cJSON *diag)
                 const cJSON *fe = find_rec(get(d, "pathway_balance"), "layer", layer);
                 if (num(find_rec(get(fe, "inputs"), "input", name), "share", &v))
                     /* a pathway far below an even split is highlighted */
-                    share_cell(b, v, nin > 1 && v < 0.4 / (double)nin);
+                    share_cell(b, v, nin > 1 && v < 0.4 / (double)nin, 1);
                 else
                     md_strbuf_add(b, "<td class=\"dim\">-</td>");
             }
