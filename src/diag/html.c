@@ -7,6 +7,7 @@
 
 #include "core/json.h"
 #include "core/mem.h"
+#include "diag/html_epochs.h"
 #include "diag/strbuf.h"
 
 /* ---- JSON access ---------------------------------------------------------- */
@@ -1174,6 +1175,7 @@ static void training_section(md_strbuf *b, const cJSON *tr)
         add_records(b, rows);
         cJSON_Delete(rows);
     }
+    md_html_epochs(b, tr); /* phases, dead units, pathway balance per epoch */
     /* per-parameter diagnostics: the last epoch, folded */
     const cJSON *diag = get(tr, "diagnostics");
     int nd = cJSON_IsArray(diag) ? cJSON_GetArraySize(diag) : 0;

@@ -5,7 +5,8 @@
  * attached to a CI run. It is written from the JSON report (README "Report
  * schema"), so the two never disagree: the sections are header, system,
  * devices, settings (with reasons), model, data, training (loss and accuracy
- * curves), benchmark (latency histogram, batch-size sweep, device
+ * curves; per epoch the step time by phase, dead units and pathway balance:
+ * html_epochs.h), benchmark (latency histogram, batch-size sweep, device
  * comparison, ablations), memory, recommendations and warnings. Sections
  * whose key is absent are left out; objects this writer does not know are
  * shown as key/value tables, so new report keys appear without changes here.

@@ -256,6 +256,44 @@ md_status md_model_relu_stats(md_model *m, struct md_relu_stat *out, int max, in
 /* The "integration weights" are the tensors whose layer_type is
  * "weighted_add" (see md_model_tensor). */
 
+/* Per-epoch probe (docs/training.md "Per-epoch diagnostics"): an evaluation forward
+ * (running statistics, no dropout, nothing kept) over the first `batch`
+ * samples already in the input buffers, measuring
+ * - every activation layer of ReLU or GELU type (relu, gelu, gelu_tanh,
+ *   silu; standalone or fused into its producer): a unit (the channel of a
+ *   (C, H, W) output, the feature of a token tensor (T, 1, F)) is dead when
+ *   its output is inactive for every sample and position of the batch:
+ *   ReLU y <= 0, the others |y| < MD_DEAD_THRESHOLD. dead_share = dead units
+ *   / units; zero_share = inactive outputs / outputs;
+ * - every fusion (weighted_add, film): each input's contribution magnitude
+ *   c_k and share c_k / sum_j c_j. weighted_add y = sum_k w_k x_k:
+ *   c_k = mean over the batch's elements of |w_k x_k| = |w_k| mean |x_k|.
+ *   film y = x (1 + gamma) + beta = x + (x gamma + beta): c_x = mean |x|,
+ *   c_cond = mean |x gamma + beta|.
+ * Fills at most max_* entries; *nacts / *nfus get how many there are.
+ * Names are borrowed from the model. */
+#define MD_DEAD_THRESHOLD 0.01
+#define MD_FUSION_MAX_INPUTS 16
+struct md_act_stat {
+    const char *layer;
+    const char *activation; /* "relu", "gelu", "gelu_tanh", "silu" */
+    double threshold;       /* 0 for relu (y <= 0 is inactive), else |y| < threshold */
+    int units;
+    double dead_share;
+    double zero_share;
+};
+struct md_fusion_stat {
+    const char *layer;
+    const char *kind;       /* "weighted_add" | "film" */
+    int nin;
+    const char *input[MD_FUSION_MAX_INPUTS];
+    double weight[MD_FUSION_MAX_INPUTS];   /* w_k (film: 1) */
+    double mean_abs[MD_FUSION_MAX_INPUTS]; /* c_k */
+    double share[MD_FUSION_MAX_INPUTS];    /* c_k / sum_j c_j (1/k when all are 0) */
+};
+md_status md_model_probe_stats(md_model *m, int batch, struct md_act_stat *acts, int max_acts, int *nacts,
+                               struct md_fusion_stat *fus, int max_fus, int *nfus);
+
 /* ---- weights (safetensors, tensor names as md_model_tensor) ---- */
 /* Host copies of all parameters in PyTorch order (NHWC conv weights are
  * permuted back to (K, C/g, R, S)); dst/src hold nparams floats. After bind. */

@@ -800,6 +800,154 @@ done:
     return st;
 }
 
+/* The activations whose dead units are counted, and how (md_model_probe_stats). */
+static const char *probe_act_name(int act)
+{
+    switch (act) {
+    case MD_ACT_RELU: return "relu";
+    case MD_ACT_GELU: return "gelu";
+    case MD_ACT_GELU_TANH: return "gelu_tanh";
+    case MD_ACT_SILU: return "silu";
+    default: return NULL;
+    }
+}
+
+/* Layer i's output for `batch` samples, downloaded into a host float array
+ * (*buf grown to fit, *cap elements); *n gets the element count. */
+static md_status probe_download(struct md_layer_run *r, int i, float **buf, size_t *cap, size_t *n)
+{
+    md_model *m = r->m;
+    md_dtype dt = m->opts.compute_dtype;
+    size_t ne = (size_t)r->n * numel(&m->layers[i]);
+    if (ne > *cap) {
+        md_free(*buf);
+        /* room for the raw download in any dtype and the fp32 copy */
+        if (!(*buf = md_malloc(ne * sizeof(float) + 16))) return md_errf(MD_ERR_OOM, "model %s: out of host memory", m->name);
+        *cap = ne;
+    }
+    MD_TRY(md_dev_download(m->dev, *buf, md_layer_act(r, i), ne * md_dtype_size(dt)));
+    MD_TRY(md_dev_sync(m->dev));
+    if (dt != MD_F32) /* widen in place, from the back (2-byte elements) */
+        for (size_t e = ne; e-- > 0;) (*buf)[e] = md_load_f(*buf, dt, e);
+    *n = ne;
+    return MD_OK;
+}
+
+/* Dead units of an activation layer's output y (ne elements, NCHW/NHWC items
+ * of shape L->out): the unit is the channel, or for a token tensor
+ * (T, 1, F) the feature. */
+static void probe_dead(const md_model *m, const struct md_layer *L, const float *y, size_t ne, int act,
+                       struct md_act_stat *o, unsigned char *alive)
+{
+    int tokens = L->out.h == 1 && L->out.w > 1;
+    int units = tokens ? L->out.w : L->out.c;
+    size_t hw = (size_t)L->out.h * L->out.w;
+    double thr = act == MD_ACT_RELU ? 0.0 : MD_DEAD_THRESHOLD;
+    memset(alive, 0, (size_t)units);
+    size_t zeros = 0;
+    for (size_t e = 0; e < ne; e++) {
+        size_t u = tokens ? e % (size_t)L->out.w
+                 : m->opts.layout == MD_NHWC ? e % (size_t)L->out.c : (e / hw) % (size_t)L->out.c;
+        int on = act == MD_ACT_RELU ? y[e] > 0.0f : fabsf(y[e]) >= (float)thr;
+        if (on) alive[u] = 1;
+        else zeros++;
+    }
+    int dead = 0;
+    for (int u = 0; u < units; u++) dead += !alive[u];
+    o->activation = probe_act_name(act);
+    o->threshold = thr;
+    o->units = units;
+    o->dead_share = (double)dead / (double)units;
+    o->zero_share = ne ? (double)zeros / (double)ne : 0.0;
+}
+
+md_status md_model_probe_stats(md_model *m, int batch, struct md_act_stat *acts, int max_acts, int *nacts,
+                               struct md_fusion_stat *fus, int max_fus, int *nfus)
+{
+    *nacts = 0;
+    *nfus = 0;
+    MD_TRY(check_bound(m, batch));
+    struct md_layer_run r = {m, &m->plan_eval, batch, 0, 0, 1};
+    float *buf = NULL, *xb = NULL;
+    size_t cap = 0, xcap = 0, ne = 0, nx = 0;
+    unsigned char *alive = NULL;
+    md_status st = MD_OK;
+    int i = 0;
+    for (i = 0; i < m->nlayers; i++) {
+        const struct md_layer *L = &m->layers[i];
+        if (L->alias >= 0) continue;
+        const char *type = md_model_layer_type(m, i - m->ninputs);
+        int is_wadd = i >= m->ninputs && type && strcmp(type, "weighted_add") == 0;
+        int is_film = i >= m->ninputs && type && strcmp(type, "film") == 0;
+        /* a fusion's inputs are read before its output may take their memory */
+        if ((is_wadd || is_film) && *nfus < max_fus && L->nin <= MD_FUSION_MAX_INPUTS) {
+            struct md_fusion_stat *f = &fus[*nfus];
+            memset(f, 0, sizeof *f);
+            f->layer = L->name;
+            f->kind = is_wadd ? "weighted_add" : "film";
+            f->nin = L->nin;
+            for (int k = 0; k < L->nin; k++) f->input[k] = m->layers[L->in[k]].name;
+            if (is_wadd) {
+                float w[MD_FUSION_MAX_INPUTS];
+                if ((st = md_dev_download(m->dev, w, md_layer_param32(m, L->param[0]), (size_t)L->nin * sizeof(float))) != MD_OK) goto done;
+                for (int k = 0; k < L->nin; k++) {
+                    if ((st = probe_download(&r, L->in[k], &buf, &cap, &ne)) != MD_OK) goto done;
+                    double s = 0;
+                    for (size_t e = 0; e < ne; e++) s += fabs((double)buf[e]);
+                    f->weight[k] = w[k];
+                    f->mean_abs[k] = fabs((double)w[k]) * (ne ? s / (double)ne : 0.0);
+                }
+            } else {
+                /* y = x * (1 + gamma) + beta = x + (x * gamma + beta): the first input's
+                 * part is x, the conditioning input's is x * gamma + beta */
+                if ((st = probe_download(&r, L->in[0], &xb, &xcap, &nx)) != MD_OK) goto done;
+                if ((st = probe_download(&r, L->in[1], &buf, &cap, &ne)) != MD_OK) goto done;
+                struct md_shape xs = m->layers[L->in[0]].out;
+                int flat = xs.w == 1 && xs.h == 1;
+                size_t d = flat ? (size_t)xs.c : (size_t)xs.w, per = md_shape_numel(xs);
+                size_t items = per ? nx / per : 0, citems = d ? ne / (2 * d) : 0;
+                double sx = 0, sc = 0;
+                for (size_t it = 0; it < items && citems; it++)
+                    for (size_t e = 0; e < per; e++) {
+                        double x = xb[it * per + e];
+                        /* the conditioning items spread over x's (a fold may give x more) */
+                        const float *c = buf + (it * citems / items) * 2 * d;
+                        sx += fabs(x);
+                        sc += fabs(x * (double)c[e % d] + (double)c[d + e % d]);
+                    }
+                f->weight[0] = f->weight[1] = 1.0;
+                f->mean_abs[0] = nx ? sx / (double)nx : 0.0;
+                f->mean_abs[1] = nx ? sc / (double)nx : 0.0;
+            }
+            double sum = 0;
+            for (int k = 0; k < L->nin; k++) sum += f->mean_abs[k];
+            for (int k = 0; k < L->nin; k++) f->share[k] = sum > 0 ? f->mean_abs[k] / sum : 1.0 / L->nin;
+            (*nfus)++;
+        }
+        if ((st = fwd_layer(&r, i)) != MD_OK) goto done;
+        int act = L->ops->out_act ? L->ops->out_act(L) : MD_ACT_NONE;
+        if (!probe_act_name(act)) continue;
+        if (*nacts < max_acts) {
+            const char *name = L->name; /* a fused activation reports itself, not its producer */
+            for (int j = i + 1; j < m->nlayers; j++)
+                if (m->layers[j].alias == i && !m->layers[j].view) { name = m->layers[j].name; break; }
+            if ((st = probe_download(&r, i, &buf, &cap, &ne)) != MD_OK) goto done;
+            md_free(alive);
+            int units = L->out.h == 1 && L->out.w > 1 ? L->out.w : L->out.c;
+            if (!(alive = md_malloc((size_t)units))) { st = md_errf(MD_ERR_OOM, "model %s: out of host memory", m->name); goto done; }
+            acts[*nacts].layer = name;
+            probe_dead(m, L, buf, ne, act, &acts[*nacts], alive);
+        }
+        (*nacts)++;
+    }
+done:
+    if (st != MD_OK && i < m->nlayers) md_err_prefix("model %s: probe at %s", m->name, m->layers[i].name);
+    md_free(buf);
+    md_free(xb);
+    md_free(alive);
+    return st;
+}
+
 /* ---- weights in and out --------------------------------------------------------------- */
 
 /* Every conv filter (the 4-D tensors) of a host flat buffer between

@@ -129,6 +129,7 @@ void md_trainer_free(md_trainer *t)
     md_regress_acc_free(&t->racc);
     md_regress_metrics_free(&t->vreg);
     cJSON_Delete(t->target_names);
+    for (int i = 0; i < MD_DATA_MAX_INPUTS; i++) md_free(t->probe_in[i]);
     md_free(t);
 }
 
@@ -159,7 +160,8 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
     char label[48];
     snprintf(label, sizeof label, "epoch %d/%d", t->epoch + 1, t->o->epochs);
     int pg = md_progress_begin(label, (double)last, "steps");
-    t->ph_load = t->ph_upload = t->ph_fwd = t->ph_bwd = t->ph_sync = t->ph_opt = 0;
+    t->ph_load = t->ph_upload = t->ph_fwd = t->ph_bwd = t->ph_sync = t->ph_opt = t->ph_step = 0;
+    long long pipe0 = t->pipe_steps, replay0 = t->graph_replays;
     for (long long i = 0; i < last; i++) {
         struct md_batch *b;
         double l0 = md_now();
@@ -217,9 +219,18 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
     md_progress_end(pg);
     if (fin != MD_OK) return fin;
     double el = md_now() - t0;
-    md_verbose("  epoch %d phases: data wait %.2fs, upload %.2fs, forward %.2fs, loss+backward %.2fs, sync %.2fs, "
-               "optimizer %.2fs of %.2fs\n",
-               t->epoch + 1, t->ph_load, t->ph_upload, t->ph_fwd, t->ph_bwd, t->ph_sync, t->ph_opt, el);
+    t->ph_epoch = el;
+    t->ph_pipe_steps = t->pipe_steps - pipe0;
+    t->ph_replays = t->graph_replays - replay0;
+    if (t->ph_pipe_steps)
+        md_verbose("  epoch %d phases: data wait %.2fs, upload %.2fs, forward+backward+optimizer (queued as one) "
+                   "%.2fs, sync %.2fs of %.2fs\n",
+                   t->epoch + 1, t->ph_load, t->ph_upload, t->ph_step + t->ph_fwd + t->ph_bwd + t->ph_opt,
+                   t->ph_sync, el);
+    else
+        md_verbose("  epoch %d phases: data wait %.2fs, upload %.2fs, forward %.2fs, loss+backward %.2fs, sync "
+                   "%.2fs, optimizer %.2fs of %.2fs\n",
+                   t->epoch + 1, t->ph_load, t->ph_upload, t->ph_fwd, t->ph_bwd, t->ph_sync, t->ph_opt, el);
     t->run_time += el;
     *ep_time_out = ep_before + el;
     *sps_out = samples_now / (el > 0 ? el : 1e-9);

@@ -109,6 +109,15 @@ struct md_trainer {
      * synchronised once per step, so on a GPU forward/backward time shows up
      * in "sync" */
     double ph_load, ph_upload, ph_fwd, ph_bwd, ph_sync, ph_opt;
+    double ph_step;            /* pipelined steps: queueing forward+backward+optimizer as one */
+    double ph_epoch;           /* the epoch's step loop, seconds (this session) */
+    long long ph_pipe_steps;   /* pipelined steps in the epoch */
+    long long ph_replays;      /* ... of them graph replays */
+    /* the fixed probe batch of the per-epoch probe (trainer_diag.c): host
+     * copies of its inputs, taken once */
+    float *probe_in[MD_DATA_MAX_INPUTS];
+    int probe_n, probe_taken;
+    const char *probe_split;
 
     double best_acc;
     int best_epoch;
@@ -243,7 +252,9 @@ void md_trainer_regress_val_report(md_trainer *t);
 
 /* Appends the epoch's object to report.training.diagnostics: per-tensor
  * gradient and weight norms, update ratios (have_update: d_scratch holds the
- * params before the last step), dead ReLUs, weighted_add weights. Syncs. */
+ * params before the last step), weighted_add weights, the epoch's step
+ * phases (t->ph_*), and the probe: dead units and pathway balance on a fixed
+ * batch (taken at the first call; overwrites the input buffers). Syncs. */
 md_status md_trainer_diagnostics(md_trainer *t, int have_update);
 
 /* ---- trainer_metrics.c -------------------------------------------------------------- */

@@ -191,7 +191,7 @@ md_status md_trainer_pipe_step(md_trainer *t, struct md_batch *b)
     t->pipe_steps++;
     if (prev == MD_OK && t->depth == 0) prev = md_trainer_pipe_finish(t);
     t->ph_upload += c1 - c0;
-    t->ph_fwd += c2 - c1; /* queueing the step (or its replay) */
+    t->ph_step += c2 - c1; /* queueing the step (or its replay): forward, backward, optimizer in one */
     t->ph_sync += md_now() - c2;
     return prev;
 }
