@@ -445,7 +445,9 @@ static void summary_cards(md_strbuf *b, const cJSON *r)
         }
         const cJSON *test = md_hj_get(tr, "test");
         if (md_hj_num(test, "acc", &v) || md_hj_num(test, "accuracy", &v)) {
-            if (md_hj_num(test, "samples", &w)) snprintf(lab, sizeof lab, "test accuracy (%.0f samples)", w);
+            char ns[32];
+            if (md_hj_num(test, "samples", &w))
+                snprintf(lab, sizeof lab, "test accuracy (%s samples)", md_html_fmt_num(w, ns, sizeof ns));
             else snprintf(lab, sizeof lab, "test accuracy");
             md_html_card(b, md_html_fmt_pct(v, v1, sizeof v1), lab);
         }
