@@ -22,13 +22,13 @@ static cJSON *canned(void)
     return r;
 }
 
-/* The text of <section id="id"> (a copy the caller frees), or NULL. */
+/* The text of <section id="id"> (a copy the caller frees); fails the test without one. */
 static char *section_text(const char *html, const char *id)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "<section id=\"%s\">", id);
     const char *s = strstr(html, pat);
-    if (!s) return NULL;
+    cr_assert_not_null(s, "no %s", pat);
     const char *e = strstr(s, "</section>");
     cr_assert_not_null(e);
     size_t n = (size_t)(e - s);

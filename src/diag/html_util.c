@@ -123,7 +123,7 @@ int md_html_is_fraction(const char *key, double v)
                                       "dropout"};
     for (size_t i = 0; i < sizeof suf / sizeof suf[0]; i++)
         if (ends_with(key, suf[i])) return 1;
-    return strcmp(key, "accuracy") == 0 || strcmp(key, "share") == 0 || strstr(key, "fraction") != NULL;
+    return strcmp(key, "accuracy") == 0 || strcmp(key, "acc") == 0 || strcmp(key, "share") == 0 || strstr(key, "fraction") != NULL;
 }
 
 const char *md_html_fmt(const char *key, double v, char *buf, size_t n)
