@@ -4,7 +4,8 @@
 #
 #   scripts/check_html.sh [OUTDIR]      (default: build/html-check)
 #
-# Renders three pages: the canned report of the test suite (every chart), the
+# Renders three pages with scripts/render_html.sh (screenshot, overflow and
+# empty-section checks): the canned report of the test suite (every chart), the
 # canned forecasting report (baseline table, forecast charts) and a real
 # --benchmark-only run of the built binary on the CPU. Needs Debian's
 # chromium (apt-get install -y chromium). Everything runs offline: the pages
@@ -33,16 +34,6 @@ if ! build/mpsdiag --device cpu --benchmark-only --bench-iters 20 --warmup-iters
     echo "check_html: the benchmark run failed; only the canned page is checked" >&2
 fi
 
-shoot() {
-    local page=$1 png=$2 profile
-    profile=$(mktemp -d)
-    "$browser" --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update \
-        --disable-sync --no-first-run --user-data-dir="$profile" --screenshot="$png" --window-size=1200,2400 \
-        "file://$page" >/dev/null 2>&1 || true
-    rm -rf "$profile"
-    if [ -s "$png" ]; then echo "check_html: $png"; else echo "check_html: no screenshot for $page" >&2; return 1; fi
-}
-
 status=0
 for page in "$out"/canned.html "$out"/regress.html "$out"/run.html; do
     [ -f "$page" ] || continue
@@ -51,6 +42,7 @@ for page in "$out"/canned.html "$out"/regress.html "$out"/run.html; do
         echo "check_html: $page references something outside the file" >&2
         status=1
     fi
-    shoot "$page" "${page%.html}.png" || status=1
+    # overflow, empty sections and the screenshot
+    scripts/render_html.sh "$page" "${page%.html}.png" 1200 || status=1
 done
 exit $status

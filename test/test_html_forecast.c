@@ -229,19 +229,19 @@ Test(html_forecast, diagnostics_run_with_a_regression_model)
     th_html_keep("forecast_diagnostics.html", html);
     static const char *const tags[] = {"section", "table", "tr", "h3"};
     for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++) assert_balanced(html, tags[i]);
-    cr_assert_not_null(strstr(html, "<h3>comparison</h3>"));
-    cr_assert_not_null(strstr(html, "<th>val_loss</th>"));
-    cr_assert_null(strstr(html, "val_accuracy"));
-    cr_assert_null(strstr(html, "most_accurate"));
+    cr_assert_not_null(strstr(html, "<h3>Comparison</h3>"));
+    cr_assert_not_null(strstr(html, "<th>Validation loss</th>"));
+    cr_assert_null(strstr(html, "Validation accuracy"));
+    cr_assert_null(strstr(html, "Most accurate"));
     cr_assert_null(strstr(html, "nan"));
     md_free(html);
     cJSON_Delete(r);
     /* with a classifier beside it the column stays, a dash for the forecaster */
     r = diagnostics_report(1);
     html = th_html_render(r);
-    cr_assert_not_null(strstr(html, "<th>val_accuracy</th>"));
+    cr_assert_not_null(strstr(html, "<th>Validation accuracy</th>"));
     cr_assert_not_null(strstr(html, "<td><span class=\"dim\">&#8212;</span></td>"));
-    cr_assert_not_null(strstr(html, "most_accurate"));
+    cr_assert_not_null(strstr(html, "Most accurate"));
     md_free(html);
     cJSON_Delete(r);
 }
