@@ -14,7 +14,9 @@
 #include "core/status.h"
 #include "data/data.h"
 #include "data/data_impl.h"
+#include "core/mem.h"
 #include "helpers.h"
+#include "helpers_html.h"
 #include "test_data_files.h"
 
 #define SAMPLE "data/green-cover-sample"
@@ -451,6 +453,22 @@ Test(data_images_csv, binary_trains_on_sample, .timeout = 120)
     cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(sc, 0), "name")->valuestring, "green_cover");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(data, "side_scaler")), 1);
     cr_assert(strstr(out, "fold 1 of 4"), "%s", out);
+    /* the loss line and the R2/MAE/RMSE tables speak of targets per image, by their columns */
+    cr_assert(strstr(out, "mse over 3 targets per image"), "%s", out);
+    cr_assert_null(strstr(out, "variates per window"), "%s", out);
+    cr_assert(strstr(out, "  green_cover ") && strstr(out, "  blue_cover "), "%s", out);
+    cr_assert_null(strstr(out, "target_0"), "%s", out);
+    const cJSON *per = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(rep, "training"), "regression_metrics"),
+        "per_target");
+    cr_assert_eq(cJSON_GetArraySize(per), 3, "%s", out);
+    const char *cols[] = {"green_cover", "brightness", "blue_cover"};
+    for (int j = 0; j < 3; j++)
+        cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(per, j), "name")->valuestring, cols[j]);
+    char *html = th_html_render(rep);
+    cr_assert(th_count(html, "<tr><th>brightness</th>") >= 1, "no brightness row in the HTML");
+    cr_assert_null(strstr(html, "target_1"));
+    md_free(html);
     cJSON_Delete(rep);
     free(out);
     free(err);
