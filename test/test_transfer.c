@@ -382,6 +382,33 @@ Test(transfer, vit_tiny_head_of_another_shape_is_reinitialised, .timeout = 60, .
     cr_assert_eq(th_count(buf, "head head.bias re-initialised: file (10,), model (4,)"), 2, "%s", buf);
 }
 
+/* The same through the binary: --init-from with the naming detected or named, and
+ * --freeze all-but-last:1 leaving block 1, the final norm and the head trainable. */
+Test(transfer, vit_tiny_init_from_on_the_command_line, .timeout = 120)
+{
+    char *dir = th_tmpdir(), args[2048], *out, *err;
+    const char *cases[][3] = {
+        {"vit_tiny.hf.safetensors", "auto", "(hf naming, detected): 37 loaded, 0 resized, 1 skipped"},
+        {"vit_tiny.timm.safetensors", "timm", "(timm naming): 37 loaded, 0 resized, 0 skipped"},
+    };
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args,
+                 "--device cpu --threads 1 --dataset synthetic --model vit_tiny --max-samples 16 --epochs 1 "
+                 "--steps 1 --init-from " FIX "/%s --init-names %s --freeze all-but-last:1 --checkpoint-dir %s/ck "
+                 "--overwrite",
+                 cases[k][0], cases[k][1], dir);
+        int rc = th_run(args, &out, &err);
+        cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+        cr_assert(strstr(out, cases[k][2]), "no '%s' in\n%s", cases[k][2], out);
+        /* block 1 (12,768), norm (64) and head (330) of 28,138 */
+        cr_assert(strstr(out, "13,162 of 28,138 parameters trainable (--freeze all-but-last:1)"), "%s", out);
+        free(out);
+        free(err);
+    }
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* all-but-last:N on the ViT configs: a plain ViT (blocks.N.), the shared two-stream backbone
  * (backbone.blocks.N.) and two separate backbones (backbone_left/right.blocks.N., each its own
  * last N blocks). Frozen must be exactly: the stream's patch embedding, position embedding,
