@@ -21,9 +21,9 @@ named like timm's VisionTransformer, and writes under test/fixtures/transfer/:
   vit_tiny.expect.safetensors            its PyTorch output on a fixed input; pos_embed resized to
                                          6 x 6 (img_size 42) and that model's output
 
-The real ViT (configs/models/vit_tiny.json, scripts/torch_vit.py) slots in through MODELS: a
-builder returning a module whose state_dict uses timm's names, and to_hf() already maps the
-patch_embed.proj convolution, cls_token, reg_token and ls1/ls2.gamma tensors it has.
+The real ViT (configs/models/vit_tiny.json, scripts/torch_vit.py's module) is written by
+vit_tiny_fixtures(): its timm state dict, the same through to_hf() (patch_embed.proj convolution,
+cls_token, reg_token, ls1/ls2.gamma), and the module's outputs to compare against.
 
 Usage: /usr/bin/python3 scripts/gen_transfer_fixtures.py [outdir]
 """
