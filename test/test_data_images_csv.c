@@ -472,6 +472,26 @@ Test(data_images_csv, binary_trains_on_sample, .timeout = 120)
     cJSON_Delete(rep);
     free(out);
     free(err);
+    /* a model with another number of outputs than targets: said per image, not per window */
+    cJSON *cfg = th_load_json("configs/models/small_cnn_regress.json");
+    cJSON *layers = cJSON_GetObjectItemCaseSensitive(cfg, "layers");
+    cJSON *last = cJSON_GetArrayItem(layers, cJSON_GetArraySize(layers) - 1);
+    cJSON_ReplaceItemInObject(last, "out", cJSON_CreateNumber(2));
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItemCaseSensitive(cfg, "params"), "num_outputs");
+    char *text = cJSON_Print(cfg), *cfg_path = th_write(dir, "fixed2.json", text);
+    free(text);
+    cJSON_Delete(cfg);
+    snprintf(args, sizeof args,
+             "--model %s --dataset images-csv --data-dir " SAMPLE " --target-cols green_cover,brightness,blue_cover"
+             " --epochs 1 --steps 1 --device cpu --num-workers 0 --checkpoint-dir %s/ck2",
+             cfg_path, dir);
+    free(cfg_path);
+    rc = th_run(args, &out, &err);
+    cr_assert_neq(rc, 0);
+    cr_assert(strstr(err, "outputs 2 x 1 x 1 values per image but the data has 3 targets (--target-cols)"), "%s", err);
+    cr_assert_eq(th_count_lines(err), 1, "%s", err);
+    free(out);
+    free(err);
     /* a user error: one line naming the file and the column */
     rc = th_run("--model small_cnn_regress --dataset images-csv --data-dir " SAMPLE " --target-cols nope --epochs 1 "
                 "--device cpu",
