@@ -16,10 +16,14 @@ named like timm's VisionTransformer, and writes under test/fixtures/transfer/:
   tiny.badshape.safetensors              timm naming, blocks.1.mlp.fc1.weight with a wrong shape
   tiny36.pos.safetensors                 pos_embed resized to the 6 x 6 grid by F.interpolate
   pos_resize.safetensors                 F.interpolate(mode="bicubic", align_corners=False) cases
+  vit_tiny.timm.safetensors              configs/models/vit_tiny.json's model (scripts/torch_vit.py) in
+  vit_tiny.hf.safetensors                timm's and Hugging Face Dinov2WithRegisters' naming
+  vit_tiny.expect.safetensors            its PyTorch output on a fixed input; pos_embed resized to
+                                         6 x 6 (img_size 42) and that model's output
 
-The real ViT (configs/models/vit_tiny.json, scripts/torch_vit.py) slots in through MODELS: a
-builder returning a module whose state_dict uses timm's names, and to_hf() already maps the
-patch_embed.proj convolution, cls_token, reg_token and ls1/ls2.gamma tensors it has.
+The real ViT (configs/models/vit_tiny.json, scripts/torch_vit.py's module) is written by
+vit_tiny_fixtures(): its timm state dict, the same through to_hf() (patch_embed.proj convolution,
+cls_token, reg_token, ls1/ls2.gamma), and the module's outputs to compare against.
 
 Usage: /usr/bin/python3 scripts/gen_transfer_fixtures.py [outdir]
 """
@@ -197,6 +201,54 @@ def resize_pos(pos, gh, gw, oh, ow):
     return y.permute(0, 2, 3, 1).reshape(1, oh * ow, d).float()
 
 
+# ---- the real ViT (configs/models/vit_tiny.json) -------------------------------------------------
+
+def vit_to_hf(sd, cls_pos, prefix=""):
+    """timm's names of scripts/torch_vit.py's model -> HF Dinov2WithRegistersModel's. HF adds
+    position row 0 to the class token: the file's cls_token is ours minus cls_pos, so that the
+    loaded model (cls_token + row 0) computes what the timm module does."""
+    out = to_hf(sd, cls_pos)
+    out["embeddings.cls_token"] = sd["cls_token"] - cls_pos.reshape(1, 1, -1)
+    head = {k: out.pop(k) for k in ("classifier.weight", "classifier.bias")}
+    out = {prefix + k: v for k, v in out.items()}
+    out.update(head)  # the classification wrappers keep the classifier at the top level
+    return out
+
+
+def vit_tiny_fixtures(outdir):
+    """vit_tiny.timm / vit_tiny.hf .safetensors: one set of weights in both namings, and
+    vit_tiny.expect.safetensors: the PyTorch module's output on a fixed input, the position
+    embedding resized to a 6 x 6 grid (img_size 42) and that model's output."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_vit import build_vit
+
+    torch.manual_seed(11)
+    g = torch.Generator().manual_seed(23)
+    m = build_vit("vit_tiny")
+    with torch.no_grad():  # away from the initial values (LayerScale 1e-5 would hide the blocks)
+        for p in m.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=g))
+    m = m.double().eval()
+    sd = {k: v.detach().float().clone() for k, v in m.state_dict().items()}
+    m.load_state_dict({k: v.double() for k, v in sd.items()})  # the fp32 values the files hold
+    d = sd["norm.weight"].shape[0]
+    cls_pos = torch.randn(d, generator=g)
+    write_safetensors(os.path.join(outdir, "vit_tiny.timm.safetensors"), sd)
+    write_safetensors(os.path.join(outdir, "vit_tiny.hf.safetensors"), vit_to_hf(sd, cls_pos))
+    x = torch.randn(2, 1, 28, 28, generator=g)
+    expect = {"input.image": x, "output": m(x.double()).float()}
+    # another grid: img_size 42 (6 x 6 patches of 7), pos_embed resized as timm does
+    m42 = build_vit(dict(img_size=42, patch_size=7, in_chans=1, embed_dim=32, depth=2, num_heads=2,
+                         reg_tokens=2, num_classes=10, global_pool="token")).double().eval()
+    sd42 = {k: v.double() for k, v in sd.items()}
+    sd42["pos_embed"] = resize_pos(sd["pos_embed"], 4, 4, 6, 6).double()
+    m42.load_state_dict(sd42)
+    x42 = torch.randn(2, 1, 42, 42, generator=g)
+    expect.update({"resized.pos_embed": sd42["pos_embed"][0].float(), "input42.image": x42,
+                   "output42": m42(x42.double()).float()})
+    write_safetensors(os.path.join(outdir, "vit_tiny.expect.safetensors"), expect)
+
+
 MODELS = {
     # name: (builder, configs {file: (tokens, classes)})
     "tiny": (lambda: TinyViT(), {"tiny": (16, 10), "tiny36": (36, 10), "tiny_c4": (16, 4)}),
@@ -235,6 +287,8 @@ def main():
         cases["case%d.dst" % i] = resize_pos(src, gh, gw, oh, ow)[0]
         cases["case%d.grid" % i] = torch.tensor([gh, gw, oh, ow], dtype=torch.float32)
     write_safetensors(os.path.join(outdir, "pos_resize.safetensors"), cases)
+    with torch.no_grad():
+        vit_tiny_fixtures(outdir)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@
 #include "core/status.h"
 #include "data/data.h"
 #include "data/data_impl.h"
+#include "core/mem.h"
 #include "helpers.h"
+#include "helpers_html.h"
 #include "test_data_files.h"
 
 #define SAMPLE "data/green-cover-sample"
@@ -451,7 +453,43 @@ Test(data_images_csv, binary_trains_on_sample, .timeout = 120)
     cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(sc, 0), "name")->valuestring, "green_cover");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(data, "side_scaler")), 1);
     cr_assert(strstr(out, "fold 1 of 4"), "%s", out);
+    /* the loss line and the R2/MAE/RMSE tables speak of targets per image, by their columns */
+    cr_assert(strstr(out, "mse over 3 targets per image"), "%s", out);
+    cr_assert_null(strstr(out, "variates per window"), "%s", out);
+    cr_assert(strstr(out, "  green_cover ") && strstr(out, "  blue_cover "), "%s", out);
+    cr_assert_null(strstr(out, "target_0"), "%s", out);
+    const cJSON *per = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(rep, "training"), "regression_metrics"),
+        "per_target");
+    cr_assert_eq(cJSON_GetArraySize(per), 3, "%s", out);
+    const char *cols[] = {"green_cover", "brightness", "blue_cover"};
+    for (int j = 0; j < 3; j++)
+        cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(per, j), "name")->valuestring, cols[j]);
+    char *html = th_html_render(rep);
+    cr_assert(th_count(html, "<tr><th>brightness</th>") >= 1, "no brightness row in the HTML");
+    cr_assert_null(strstr(html, "target_1"));
+    md_free(html);
     cJSON_Delete(rep);
+    free(out);
+    free(err);
+    /* a model with another number of outputs than targets: said per image, not per window */
+    cJSON *cfg = th_load_json("configs/models/small_cnn_regress.json");
+    cJSON *layers = cJSON_GetObjectItemCaseSensitive(cfg, "layers");
+    cJSON *last = cJSON_GetArrayItem(layers, cJSON_GetArraySize(layers) - 1);
+    cJSON_ReplaceItemInObject(last, "out", cJSON_CreateNumber(2));
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItemCaseSensitive(cfg, "params"), "num_outputs");
+    char *text = cJSON_Print(cfg), *cfg_path = th_write(dir, "fixed2.json", text);
+    free(text);
+    cJSON_Delete(cfg);
+    snprintf(args, sizeof args,
+             "--model %s --dataset images-csv --data-dir " SAMPLE " --target-cols green_cover,brightness,blue_cover"
+             " --epochs 1 --steps 1 --device cpu --num-workers 0 --checkpoint-dir %s/ck2",
+             cfg_path, dir);
+    free(cfg_path);
+    rc = th_run(args, &out, &err);
+    cr_assert_neq(rc, 0);
+    cr_assert(strstr(err, "outputs 2 x 1 x 1 values per image but the data has 3 targets (--target-cols)"), "%s", err);
+    cr_assert_eq(th_count_lines(err), 1, "%s", err);
     free(out);
     free(err);
     /* a user error: one line naming the file and the column */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "core/json.h"
@@ -412,4 +413,67 @@ Test(nn_vit, vit_tiny_trains_with_grad_ckpt_and_finds_a_batch_size, .timeout = 2
     free(out), free(err);
     th_rmtree(dir);
     free(dir);
+}
+
+/* "What is the largest batch that fits?" --find-batch-size with --grad-ckpt under a
+ * --memory-fraction cap of a few MiB (a fraction of this machine's RAM), on vit_tiny and on the
+ * two-stream tiled ViT: the binary search ends on max + 1 failing, the benchmark runs at the
+ * largest fit, and with --batch-sweep the fastest of the swept batches that fit is named. */
+static void find_batch(const char *model_args, double cap_mib, const char *sweep)
+{
+    char *dir = th_tmpdir(), args[2048], *out = NULL, *err = NULL, rep[700];
+    double total = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    snprintf(rep, sizeof rep, "%s/r.json", dir);
+    snprintf(args, sizeof args,
+             "%s --device cpu --benchmark-only --find-batch-size --grad-ckpt --memory-fraction %.8f "
+             "--batch-sweep %s --bench-iters 2 --warmup-iters 1 --max-samples 32 --report %s",
+             model_args, cap_mib * 1048576.0 / total, sweep, rep);
+    int rc = th_run(args, &out, &err);
+    cr_assert_eq(rc, 0, "%s\n%s\n%s", args, out, err);
+    cr_assert(strstr(out, "gradient checkpointing on"), "%s", out);
+    cJSON *r = th_load_json(rep);
+    const cJSON *b = cJSON_GetObjectItem(r, "benchmark"), *f = cJSON_GetObjectItem(b, "find_batch_size");
+    cr_assert(f, "no benchmark.find_batch_size: %s", out);
+    int fit = cJSON_GetObjectItem(f, "max_batch")->valueint;
+    cr_assert_gt(fit, 0);
+    cr_assert_lt(fit, 256, "the cap must stop the search (got %d)", fit);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(f, "limited_by_search_cap")));
+    cr_assert_eq(cJSON_GetObjectItem(b, "batch_size")->valueint, fit, "benchmarked at the largest fit");
+    int fail_above = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(f, "tried"))
+    {
+        int bs = cJSON_GetObjectItem(t, "batch_size")->valueint, fits = cJSON_IsTrue(cJSON_GetObjectItem(t, "fits"));
+        cr_assert_eq(fits, bs <= fit, "batch %d: fits %d, but the largest fit is %d", bs, fits, fit);
+        fail_above |= bs == fit + 1 && !fits;
+    }
+    cr_assert(fail_above, "the search must end on %d failing", fit + 1);
+    char want[96];
+    snprintf(want, sizeof want, "largest batch that fits: %d (%d does not)", fit, fit + 1);
+    cr_assert(strstr(out, want), "no '%s' in\n%s", want, out);
+    const cJSON *fast = cJSON_GetObjectItem(f, "fastest_batch");
+    cr_assert(cJSON_IsNumber(fast), "no fastest batch with --batch-sweep %s", sweep);
+    char item[16];
+    snprintf(item, sizeof item, ",%d,", fast->valueint);
+    char list[64];
+    snprintf(list, sizeof list, ",%s,", sweep);
+    cr_assert(fast->valueint <= fit && strstr(list, item), "fastest batch %d: not a swept batch that fits (%s)",
+              fast->valueint, sweep);
+    cr_assert_gt(cJSON_GetObjectItem(f, "fastest_samples_per_s")->valuedouble, 0);
+    cJSON_Delete(r);
+    free(out), free(err);
+    th_rmtree(dir);
+    free(dir);
+}
+
+Test(nn_vit, find_batch_size_with_grad_ckpt_vit_tiny, .timeout = 120)
+{
+    find_batch("--model vit_tiny --dataset synthetic", 3, "4,8");
+}
+
+Test(nn_vit, find_batch_size_with_grad_ckpt_two_stream, .timeout = 120)
+{
+    find_batch("--model vit_tiled_two_stream_tiny --data-dir data/green-cover-sample "
+               "--target-cols green_cover,brightness,blue_cover",
+               6, "2,4");
 }

@@ -3,6 +3,7 @@
  * report, head re-initialisation, --freeze, --backbone-lr, --unfreeze-after
  * and the one-line errors. Fixtures: scripts/gen_transfer_fixtures.py. */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,6 +228,236 @@ Test(transfer, freeze_selections)
     cr_assert_eq(md_model_freeze_mask(m, "all-but-last:x", fr), MD_ERR_USAGE);
     md_model_free(m);
     md_device_close(d);
+}
+
+/* ---- configs/models/vit_tiny.json against the PyTorch module ------------------------------ */
+
+/* vit_tiny (img_size img, num_outputs outputs; 0: the config's) bound for 2 samples */
+static md_model *vit_bound(md_device *d, int img, int outputs)
+{
+    struct md_model_opts o;
+    md_model_opts_default(&o);
+    o.seed = 3;
+    if (img) cr_assert_eq(md_model_opts_set(&o, "img_size", img, 0), MD_OK);
+    if (outputs) cr_assert_eq(md_model_opts_set(&o, "num_outputs", outputs, 0), MD_OK);
+    md_model *m;
+    cr_assert_eq(md_model_load("vit_tiny", NULL, &o, &m), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_model_bind(m, d, 2), MD_OK, "%s", md_errmsg());
+    return m;
+}
+
+/* The model's output on the fixture's input `in` (2 samples), matched against `want`. */
+static int vit_output_matches(md_model *m, const md_st_file *ex, const char *in, const char *want, const char *what)
+{
+    md_device *d = md_model_device(m);
+    const struct md_st_tensor *x = md_st_find(ex, in), *y = md_st_find(ex, want);
+    cr_assert(x && y, "fixture lacks %s or %s", in, want);
+    cr_assert_eq(md_dev_upload(d, md_model_input_buffer(m, 0), x->data, x->nbytes), MD_OK);
+    cr_assert_eq(md_model_forward(m, 2, 0), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_dev_sync(d), MD_OK);
+    float *got = malloc((size_t)y->nbytes);
+    cr_assert_eq(md_dev_download(d, got, md_model_logits(m), (size_t)y->nbytes), MD_OK);
+    int ok = th_allclose(what, got, (const float *)y->data, (size_t)y->numel, 1e-4, 1e-4);
+    free(got);
+    return ok;
+}
+
+/* The HF file as Dinov2WithRegistersForImageClassification saves it: the backbone under
+ * "dinov2_with_registers.", the classifier at the top level. */
+static void write_wrapped(const char *src, const char *dst)
+{
+    md_st_file *f;
+    cr_assert_eq(md_st_open(src, &f), MD_OK, "%s", md_errmsg());
+    md_st_writer *w;
+    cr_assert_eq(md_st_writer_new(&w), MD_OK);
+    char names[64][200];
+    cr_assert(md_st_count(f) <= 64);
+    for (int i = 0; i < md_st_count(f); i++) {
+        const struct md_st_tensor *t = md_st_at(f, i);
+        snprintf(names[i], sizeof names[i], "%s%s", strncmp(t->name, "classifier.", 11) ? "dinov2_with_registers." : "",
+                 t->name);
+        cr_assert_eq(md_st_writer_add(w, names[i], t->dtype, t->ndim, t->shape, t->data), MD_OK, "%s", md_errmsg());
+    }
+    cr_assert_eq(md_st_writer_write(w, dst), MD_OK, "%s", md_errmsg());
+    md_st_writer_free(w);
+    md_st_close(f);
+}
+
+/* One set of weights in timm's and Hugging Face's naming (and HF's classification wrapper),
+ * auto-detected or named: every tensor loads and the model computes what PyTorch did. */
+Test(transfer, vit_tiny_timm_and_hf_weights_match_pytorch, .timeout = 60)
+{
+    md_device *d = th_open_device("cpu");
+    md_st_file *ex;
+    cr_assert_eq(md_st_open(FIX "/vit_tiny.expect.safetensors", &ex), MD_OK, "%s", md_errmsg());
+    char *dir = th_tmpdir(), wrapped[600];
+    snprintf(wrapped, sizeof wrapped, "%s/wrapped.safetensors", dir);
+    write_wrapped(FIX "/vit_tiny.hf.safetensors", wrapped);
+    md_model *m = vit_bound(d, 0, 0);
+    /* the check can fail: the model's own initial weights give other outputs */
+    cr_assert_not(vit_output_matches(m, ex, "input.image", "output", "initial weights"));
+    const char *files[] = {FIX "/vit_tiny.timm.safetensors", FIX "/vit_tiny.timm.safetensors",
+                           FIX "/vit_tiny.hf.safetensors", FIX "/vit_tiny.hf.safetensors", wrapped};
+    const int namings[] = {MD_NAMES_AUTO, MD_NAMES_TIMM, MD_NAMES_AUTO, MD_NAMES_HF, MD_NAMES_AUTO};
+    const int detected[] = {MD_NAMES_TIMM, MD_NAMES_TIMM, MD_NAMES_HF, MD_NAMES_HF, MD_NAMES_HF};
+    for (int k = 0; k < 5; k++) {
+        struct md_load_report rep;
+        cr_assert_eq(md_model_load_transfer(m, files[k], namings[k], &rep), MD_OK, "%s", md_errmsg());
+        cr_assert_eq(rep.naming, detected[k], "%s: naming %s", files[k], md_naming_name(rep.naming));
+        cr_assert_eq(rep.fresh.n, 0, "%s: %d newly initialised (first %s)", files[k], rep.fresh.n,
+                     rep.fresh.n ? rep.fresh.items[0] : "");
+        cr_assert_eq(rep.loaded.n, md_model_num_tensors(m), "%s", files[k]);
+        /* HF's mask token has no place in the model; nothing else is left over */
+        cr_assert_eq(rep.skipped.n, detected[k] == MD_NAMES_HF, "%s: %d skipped (first %s)", files[k],
+                     rep.skipped.n, rep.skipped.n ? rep.skipped.items[0] : "");
+        cr_assert_eq(rep.resized.n + rep.head_reinit.n, 0);
+        char what[700];
+        snprintf(what, sizeof what, "%s (%s naming)", files[k], md_naming_name(namings[k]));
+        cr_assert(vit_output_matches(m, ex, "input.image", "output", what), "%s differs from PyTorch", what);
+        md_load_report_free(&rep);
+    }
+    md_model_free(m);
+    /* a 6 x 6 grid (img_size 42): pos_embed resized as torch's bicubic interpolate, output as PyTorch's */
+    for (int k = 0; k < 3; k += 2) {
+        m = vit_bound(d, 42, 0);
+        struct md_load_report rep;
+        cr_assert_eq(md_model_load_transfer(m, files[k], MD_NAMES_AUTO, &rep), MD_OK, "%s", md_errmsg());
+        cr_assert_eq(rep.resized.n, 1, "%s", files[k]);
+        cr_assert_str_eq(rep.resized.items[0], "pos_embed.weight");
+        cr_assert_eq(rep.fresh.n, 0);
+        float *p = malloc(md_model_nparams(m) * 4);
+        cr_assert_eq(md_model_get_params_host(m, p), MD_OK);
+        const struct md_param_info *ti = md_model_tensor(m, md_model_find_tensor(m, "pos_embed.weight"));
+        long long nw;
+        float *want = st_f32(ex, "resized.pos_embed", &nw);
+        cr_assert_eq((long long)ti->numel, nw);
+        cr_assert(th_allclose("pos_embed", p + ti->offset, want, ti->numel, 1e-5, 1e-5), "%s", files[k]);
+        cr_assert(vit_output_matches(m, ex, "input42.image", "output42", files[k]), "%s: 42 x 42 differs", files[k]);
+        free(want);
+        free(p);
+        md_load_report_free(&rep);
+        md_model_free(m);
+    }
+    md_st_close(ex);
+    th_rmtree(dir);
+    free(dir);
+    md_device_close(d);
+}
+
+/* A head of 4 outputs: the file's 10-class head is re-initialised (the model's initial
+ * values), with the line that says so; every other tensor loads. */
+Test(transfer, vit_tiny_head_of_another_shape_is_reinitialised, .timeout = 60, .init = cr_redirect_stdout)
+{
+    md_device *d = th_open_device("cpu");
+    const char *files[] = {FIX "/vit_tiny.timm.safetensors", FIX "/vit_tiny.hf.safetensors"};
+    for (int k = 0; k < 2; k++) {
+        md_model *m = vit_bound(d, 0, 4);
+        size_t n = md_model_nparams(m);
+        float *init = malloc(n * 4), *p = malloc(n * 4);
+        cr_assert_eq(md_model_get_params_host(m, init), MD_OK);
+        struct md_load_report rep;
+        cr_assert_eq(md_model_load_transfer(m, files[k], MD_NAMES_AUTO, &rep), MD_OK, "%s", md_errmsg());
+        cr_assert_eq(md_model_get_params_host(m, p), MD_OK);
+        cr_assert_eq(rep.head_reinit.n, 2, "%s", files[k]);
+        cr_assert(in_list(&rep.head_reinit, "head.weight") && in_list(&rep.head_reinit, "head.bias"));
+        cr_assert_eq(rep.loaded.n, md_model_num_tensors(m) - 2);
+        for (int t = 0; t < md_model_num_tensors(m); t++) {
+            const struct md_param_info *ti = md_model_tensor(m, t);
+            int head = !strncmp(ti->name, "head.", 5);
+            cr_assert_eq(memcmp(p + ti->offset, init + ti->offset, ti->numel * 4) == 0, head, "%s: %s", files[k],
+                         ti->name);
+        }
+        md_load_report_print(&rep);
+        md_load_report_free(&rep);
+        free(init);
+        free(p);
+        md_model_free(m);
+    }
+    md_device_close(d);
+    fflush(stdout);
+    char buf[8192] = "";
+    size_t got = fread(buf, 1, sizeof buf - 1, cr_get_redirected_stdout());
+    buf[got] = '\0';
+    cr_assert_eq(th_count(buf, "head head.weight re-initialised: file (10, 32), model (4, 32)"), 2, "%s", buf);
+    cr_assert_eq(th_count(buf, "head head.bias re-initialised: file (10,), model (4,)"), 2, "%s", buf);
+}
+
+/* The same through the binary: --init-from with the naming detected or named, and
+ * --freeze all-but-last:1 leaving block 1, the final norm and the head trainable. */
+Test(transfer, vit_tiny_init_from_on_the_command_line, .timeout = 120)
+{
+    char *dir = th_tmpdir(), args[2048], *out, *err;
+    const char *cases[][3] = {
+        {"vit_tiny.hf.safetensors", "auto", "(hf naming, detected): 37 loaded, 0 resized, 1 skipped"},
+        {"vit_tiny.timm.safetensors", "timm", "(timm naming): 37 loaded, 0 resized, 0 skipped"},
+    };
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args,
+                 "--device cpu --threads 1 --dataset synthetic --model vit_tiny --max-samples 16 --epochs 1 "
+                 "--steps 1 --init-from " FIX "/%s --init-names %s --freeze all-but-last:1 --checkpoint-dir %s/ck "
+                 "--overwrite",
+                 cases[k][0], cases[k][1], dir);
+        int rc = th_run(args, &out, &err);
+        cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+        cr_assert(strstr(out, cases[k][2]), "no '%s' in\n%s", cases[k][2], out);
+        /* block 1 (12,768), norm (64) and head (330) of 28,138 */
+        cr_assert(strstr(out, "13,162 of 28,138 parameters trainable (--freeze all-but-last:1)"), "%s", out);
+        free(out);
+        free(err);
+    }
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* all-but-last:N on the ViT configs: a plain ViT (blocks.N.), the shared two-stream backbone
+ * (backbone.blocks.N.) and two separate backbones (backbone_left/right.blocks.N., each its own
+ * last N blocks). Frozen must be exactly: the stream's patch embedding, position embedding,
+ * tokens and its blocks before the last N; never the final norms, the FiLM or the head. */
+static int frozen_want(const char *nm, int nblocks, int n)
+{
+    const char *p = nm;
+    if (!strncmp(p, "backbone.", 9)) p += 9;
+    else if (!strncmp(p, "backbone_left.", 14)) p += 14;
+    else if (!strncmp(p, "backbone_right.", 15)) p += 15;
+    else if (strstr(nm, "backbone")) return -1;
+    if (!strncmp(p, "patch_embed.", 12) || !strncmp(p, "pos_embed.", 10) || !strncmp(p, "tokens.", 7)) return 1;
+    if (!strncmp(p, "blocks.", 7)) return atoi(p + 7) < nblocks - n;
+    return 0;
+}
+
+Test(transfer, freeze_all_but_last_on_vit_and_two_stream_backbones)
+{
+    const char *cfgs[] = {"vit_tiny", "vit_tiled_two_stream_tiny", "vit_tiled_two_stream_separate"};
+    const int nblocks[] = {2, 2, 12};
+    for (int c = 0; c < 3; c++) {
+        struct md_model_opts o;
+        md_model_opts_default(&o);
+        md_model *m;
+        cr_assert_eq(md_model_load(cfgs[c], NULL, &o, &m), MD_OK, "%s", md_errmsg());
+        int nt = md_model_num_tensors(m);
+        uint8_t *fr = malloc((size_t)nt);
+        const int ns[] = {0, 1, 2, 5};
+        for (int k = 0; k < 4; k++) {
+            char spec[32];
+            snprintf(spec, sizeof spec, "all-but-last:%d", ns[k]);
+            cr_assert_eq(md_model_freeze_mask(m, spec, fr), MD_OK, "%s %s: %s", cfgs[c], spec, md_errmsg());
+            int nfrozen = 0, nleft = 0, nright = 0;
+            for (int t = 0; t < nt; t++) {
+                const char *nm = md_model_tensor(m, t)->name;
+                int want = frozen_want(nm, nblocks[c], ns[k]);
+                cr_assert(want >= 0, "%s: unexpected tensor %s", cfgs[c], nm);
+                cr_assert_eq(fr[t], want, "%s %s: %s is %sfrozen", cfgs[c], spec, nm, fr[t] ? "" : "not ");
+                nfrozen += fr[t];
+                nleft += fr[t] && !strncmp(nm, "backbone_left.", 14);
+                nright += fr[t] && !strncmp(nm, "backbone_right.", 15);
+            }
+            cr_assert(nfrozen > 0, "%s %s froze nothing", cfgs[c], spec);
+            cr_assert_eq(nleft, nright, "%s %s: the two backbones froze %d and %d tensors", cfgs[c], spec, nleft,
+                         nright);
+        }
+        free(fr);
+        md_model_free(m);
+    }
 }
 
 /* ---- training: frozen, backbone lr, unfreezing -------------------------------------------- */

@@ -21,8 +21,9 @@ static const struct name_rule rules[] = {
     {MD_NAMES_TIMM, "pos_embed.weight", "pos_embed", MD_MAP_POS},
     {MD_NAMES_TIMM, "tokens.cls_token", "cls_token", MD_MAP_CLS},
     {MD_NAMES_TIMM, "tokens.reg_token", "reg_token", MD_MAP_COPY},
-    /* Hugging Face Dinov2Model / Dinov2WithRegistersModel (a "dinov2." prefix,
-     * as Dinov2ForImageClassification saves it, is also accepted) */
+    /* Hugging Face Dinov2Model / Dinov2WithRegistersModel (a "dinov2." or
+     * "dinov2_with_registers." prefix, as the ...ForImageClassification
+     * wrappers save it, is also accepted) */
     {MD_NAMES_HF, "patch_embed.proj.{p}", "embeddings.patch_embeddings.projection.{p}", MD_MAP_COPY},
     {MD_NAMES_HF, "tokens.cls_token", "embeddings.cls_token", MD_MAP_CLS},
     {MD_NAMES_HF, "tokens.reg_token", "embeddings.register_tokens", MD_MAP_COPY},
@@ -67,7 +68,8 @@ int md_naming_detect(const md_st_file *f)
     int timm = 0;
     for (int i = 0; i < md_st_count(f); i++) {
         const char *n = md_st_at(f, i)->name;
-        if (!strncmp(n, "embeddings.", 11) || !strncmp(n, "encoder.layer.", 14) || !strncmp(n, "dinov2.", 7))
+        if (!strncmp(n, "embeddings.", 11) || !strncmp(n, "encoder.layer.", 14) || !strncmp(n, "dinov2.", 7) ||
+            !strncmp(n, "dinov2_with_registers.", 22))
             return MD_NAMES_HF;
         if (!strcmp(n, "pos_embed") || !strcmp(n, "cls_token") || !strcmp(n, "reg_token")) timm = 1;
     }

@@ -191,17 +191,37 @@ void md_model_head_mask(const md_model *m, uint8_t *out)
 }
 
 /* The first numbered component of a name ("blocks.3.attn" -> 3), or -1. */
-static int block_index(const char *name)
+/* The first numbered component of a name ("blocks.3.attn" -> 3), or -1; *stream
+ * is the length of the name before the component that holds the blocks
+ * ("backbone_left.blocks.3.attn" -> strlen("backbone_left."), "blocks.3" -> 0). */
+static int block_index_at(const char *name, size_t *stream)
 {
     for (const char *p = name; *p; p++) {
         if ((p == name || p[-1] == '.') && *p >= '0' && *p <= '9') {
             char *end;
             long v = strtol(p, &end, 10);
-            if (*end == '.' || *end == '\0') return (int)v;
+            if (*end == '.' || *end == '\0') {
+                const char *q = p > name ? p - 1 : p; /* the '.' before the number */
+                while (q > name && q[-1] != '.') q--;
+                *stream = (size_t)(q - name);
+                return (int)v;
+            }
         }
     }
+    *stream = 0;
     return -1;
 }
+
+/* The stream (longest prefix among streams[]) a tensor name belongs to, or -1. */
+static int stream_of(const char *name, char streams[][128], int n)
+{
+    int best = -1;
+    for (int s = 0; s < n; s++)
+        if (!strncmp(name, streams[s], strlen(streams[s])) && (best < 0 || strlen(streams[s]) > strlen(streams[best])))
+            best = s;
+    return best;
+}
+
 
 static int glob_selects(const char *pat, const char *name)
 {
@@ -232,26 +252,44 @@ static md_status freeze_item(const md_model *m, const char *item, uint8_t *froze
         long n = strtol(item + 13, &end, 10);
         if (end == item + 13 || *end || n < 0)
             return md_errf(MD_ERR_USAGE, "--freeze: '%s': expected all-but-last:N with N >= 0 blocks", item);
-        int nblocks = 0;
+        /* per backbone: the blocks under "S<name>.N." belong to the stream S
+         * ("" for a plain ViT, "backbone." or "backbone_left." in the two-stream
+         * models); each stream freezes what precedes its own last N blocks */
+        char streams[8][128];
+        int nstreams = 0, nblocks[8] = {0}, boundary[8];
         for (int t = 0; t < m->ntensors; t++) {
-            int b = block_index(m->tensors[t].name);
-            if (b + 1 > nblocks) nblocks = b + 1;
+            size_t sl;
+            int b = block_index_at(m->tensors[t].name, &sl), s;
+            if (b < 0 || sl >= sizeof streams[0]) continue;
+            for (s = 0; s < nstreams; s++)
+                if (strlen(streams[s]) == sl && !strncmp(streams[s], m->tensors[t].name, sl)) break;
+            if (s == nstreams) {
+                if (nstreams == 8) continue;
+                memcpy(streams[s], m->tensors[t].name, sl);
+                streams[s][sl] = '\0';
+                nstreams++;
+            }
+            if (b + 1 > nblocks[s]) nblocks[s] = b + 1;
         }
-        if (nblocks == 0)
+        if (nstreams == 0)
             return md_errf(MD_ERR_USAGE, "--freeze: '%s': model %s has no numbered blocks (names like blocks.0.*)",
                            item, m->name);
-        /* frozen: every layer before the first one left trainable (the first of
-         * block nblocks - N, or, for N = 0, the first after the last block) */
-        long keep_from = nblocks - n;
-        int boundary = n == 0 ? -1 : m->nlayers;
+        /* frozen: every layer of the stream before the first one left trainable
+         * (the first of block nblocks - N, or, for N = 0, the first after the last block) */
+        for (int s = 0; s < nstreams; s++) boundary[s] = n == 0 ? -1 : m->nlayers;
         for (int t = 0; t < m->ntensors; t++) {
-            int b = block_index(m->tensors[t].name), pos = layer_pos(m, t);
-            if (n == 0 && b >= 0 && pos + 1 > boundary) boundary = pos + 1;
-            if (n > 0 && b >= keep_from && pos < boundary) boundary = pos;
+            size_t sl;
+            int b = block_index_at(m->tensors[t].name, &sl), pos = layer_pos(m, t);
+            int s = stream_of(m->tensors[t].name, streams, nstreams);
+            if (b < 0 || s < 0 || strlen(streams[s]) != sl) continue;
+            if (n == 0 && pos + 1 > boundary[s]) boundary[s] = pos + 1;
+            if (n > 0 && b >= nblocks[s] - n && pos < boundary[s]) boundary[s] = pos;
         }
-        for (int t = 0; t < m->ntensors; t++)
-            if (layer_pos(m, t) < boundary) frozen[t] = 1;
-        hit = 1; /* N >= the blocks: nothing to freeze is what was asked */
+        for (int t = 0; t < m->ntensors; t++) {
+            int s = stream_of(m->tensors[t].name, streams, nstreams);
+            if (s >= 0 && layer_pos(m, t) < boundary[s]) frozen[t] = 1;
+        }
+        hit = 1; /* N >= the blocks: only what precedes the first block */
     } else {
         for (int t = 0; t < m->ntensors; t++)
             if (glob_selects(item, m->tensors[t].name)) frozen[t] = 1, hit = 1;
@@ -293,14 +331,19 @@ static int file_index(const md_st_file *f, const struct md_st_tensor *t)
     return -1;
 }
 
-/* The file's tensor `name` (HF: also under the "dinov2." prefix). */
+/* The file's tensor `name` (HF: also under the "dinov2." or
+ * "dinov2_with_registers." prefix of the image-classification wrappers). */
 static const struct md_st_tensor *find(const md_st_file *f, int naming, const char *name)
 {
     const struct md_st_tensor *t = md_st_find(f, name);
     if (t || naming != MD_NAMES_HF) return t;
-    char pre[300];
-    snprintf(pre, sizeof pre, "dinov2.%s", name);
-    return md_st_find(f, pre);
+    static const char *const wrappers[] = {"dinov2.", "dinov2_with_registers."};
+    for (size_t k = 0; !t && k < sizeof wrappers / sizeof wrappers[0]; k++) {
+        char pre[300];
+        snprintf(pre, sizeof pre, "%s%s", wrappers[k], name);
+        t = md_st_find(f, pre);
+    }
+    return t;
 }
 
 /* Elements of a file tensor as fp32 into dst. */

@@ -53,6 +53,9 @@ static md_status choose_loss(md_trainer *t)
     t->out_elems = t->ser.pred_len * t->ser.n_out;
     int c, h, w;
     md_model_output_shape(t->model, &c, &h, &w);
+    if ((long long)c * h * w != t->out_elems && t->ser.seq_len == 0)
+        return md_errf(MD_ERR_CONFIG, "model %s outputs %d x %d x %d values per image but the data has %d target%s "
+                       "(--target-cols)", mname, c, h, w, t->ser.n_out, t->ser.n_out == 1 ? "" : "s");
     if ((long long)c * h * w != t->out_elems)
         return md_errf(MD_ERR_CONFIG, "model %s forecasts %d x %d x %d values per window but the data's targets are "
                        "%d rows x %d variates (pred_len x outputs%s)", mname, c, h, w, t->ser.pred_len, t->ser.n_out,

@@ -157,9 +157,9 @@ md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, dou
 
 /* ---- R2, MAE and RMSE per target -------------------------------------------------- */
 
-/* The targets' names: the dataset's columns where its description has them
- * (time series: "time_series.variates" from the output column on; other
- * formats: a "target_columns" array), else NULL (target_<j>). */
+/* The targets' names: the dataset's columns (images with CSV targets: the
+ * target columns; time series: "time_series.variates" from the output column
+ * on; other formats: a "target_columns" array), else NULL (target_<j>). */
 static const char *target_name(const void *ctx, int j)
 {
     const md_trainer *t = ctx;
@@ -178,8 +178,11 @@ static void load_target_names(md_trainer *t)
     const cJSON *cols = cJSON_GetObjectItemCaseSensitive(desc, "target_columns");
     t->target_names = cJSON_CreateArray();
     for (int j = 0; t->target_names && j < t->ser.n_out; j++) {
+        const char *own = md_data_target_name(t->data, j); /* images with CSV targets: their columns */
         const cJSON *v = cJSON_IsArray(vars) ? cJSON_GetArrayItem(vars, t->ser.out_col + j) : cJSON_GetArrayItem(cols, j);
-        cJSON_AddItemToArray(t->target_names, cJSON_IsString(v) ? cJSON_CreateString(v->valuestring) : cJSON_CreateNull());
+        cJSON_AddItemToArray(t->target_names, own[0]          ? cJSON_CreateString(own)
+                                              : cJSON_IsString(v) ? cJSON_CreateString(v->valuestring)
+                                                                  : cJSON_CreateNull());
     }
     cJSON_Delete(desc);
 }

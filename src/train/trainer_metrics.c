@@ -213,7 +213,10 @@ void md_trainer_print_start(md_trainer *t)
            md_schedule_name(t->sched.kind), o->warmup_epochs > 0 ? " after linear warm-up" : "", t->batch,
            t->val_batch, t->steps_per_epoch);
     if (t->scaler.enabled) md_out("  %-16s dynamic, starting at %.0f\n", "loss scaling", (double)t->scaler.scale);
-    if (t->regress)
+    if (t->regress && t->ser.seq_len == 0) /* images with targets: no window */
+        md_out("  %-16s %s over %d target%s per image\n", "loss", t->loss_name, t->ser.n_out,
+               t->ser.n_out == 1 ? "" : "s");
+    else if (t->regress)
         md_out("  %-16s %s over %d rows x %d variates per window\n", "loss", t->loss_name, t->ser.pred_len,
                t->ser.n_out);
     if (o->patience > 0)
