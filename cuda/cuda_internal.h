@@ -104,6 +104,10 @@ md_status md_cuda_film_fwd(md_device *dev, const struct md_film_args *a);
 md_status md_cuda_film_bwd(md_device *dev, const struct md_film_args *a);
 md_status md_cuda_attn_fwd(md_device *dev, const struct md_attn_args *a);
 md_status md_cuda_attn_bwd(md_device *dev, const struct md_attn_args *a);
+/* Whether the cuBLAS path (cuda_attn_gemm.cu) and the tensor-core flash
+ * kernels (cuda_attn_tc.cu) can run a call (declared again in cuda_attn.cuh). */
+int md_cuda_attn_gemm_covers(const struct md_attn_args *a);
+int md_cuda_attn_tc_covers(const struct md_attn_args *a);
 /* MPSDIAG_ATTN (unset or auto, gemm, flash, simt) as an enum md_attn_path;
  * MD_ERR_USAGE naming the variable for any other value. */
 md_status md_cuda_attn_path_env(int *path);

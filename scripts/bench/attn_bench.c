@@ -9,7 +9,8 @@
  * and the fraction of the peak are computed by attn_vs_torch.py, identically
  * for both sides.
  * Built against mpsdiag's objects (attn_vs_torch.sh --build); KBENCH_DEVICE=cpu
- * runs a tiny dry run on the CPU backend. */
+ * runs a tiny dry run on the CPU backend; ATTN_BENCH_SHAPES=N runs only the first N shapes
+ * (2: the ViT-S and ViT-B ones). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +85,10 @@ int main(void)
                                     {4, 16, 2048, 64}, {2, 16, 4096, 64}, {4, 16, 2048, 128}};
     static const md_dtype types[] = {MD_BF16, MD_F32};
     static const int paths[] = {MD_ATTN_GEMM, MD_ATTN_FLASH, MD_ATTN_SIMT};
-    for (int si = 0; si < (dry ? 1 : 6); si++)
+    /* ATTN_BENCH_SHAPES=N: only the first N shapes (2: the ViT ones) */
+    int nshapes = getenv("ATTN_BENCH_SHAPES") ? atoi(getenv("ATTN_BENCH_SHAPES")) : 6;
+    if (nshapes < 1 || nshapes > 6) nshapes = 6;
+    for (int si = 0; si < (dry ? 1 : nshapes); si++)
         for (int ti = 0; ti < 2; ti++)
             for (int causal = 0; causal < 2; causal++)
                 for (int pi = 0; pi < (types[ti] == MD_F32 ? 2 : 3); pi++) {
