@@ -117,6 +117,17 @@ int th_count_lines(const char *s)
     return n;
 }
 
+int th_count_messages(const char *s)
+{
+    int n = 0;
+    for (const char *p = s; p && *p;) {
+        if (*p != ' ' && *p != '\n') n++;
+        const char *e = strchr(p, '\n');
+        p = e ? e + 1 : NULL;
+    }
+    return n;
+}
+
 int th_count(const char *s, const char *needle)
 {
     int n = 0;

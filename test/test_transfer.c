@@ -366,7 +366,7 @@ Test(transfer, errors_are_one_line_with_exit_code, .timeout = 120)
         int rc = th_run(args, NULL, &err);
         cr_assert_eq(rc, cases[c].rc, "%s: exit %d: %s", extra, rc, err);
         cr_assert(!strncmp(err, "mpsdiag: ", 9) && strstr(err, cases[c].want1) && strstr(err, cases[c].want2) &&
-                  th_count_lines(err) == 1, "%s: %s", extra, err);
+                  th_count_messages(err) == 1, "%s: %s", extra, err);
         if (c == 1) cr_assert(strstr(err, "(32, 16)"), "both shapes: %s", err);
         free(err);
     }
