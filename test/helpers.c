@@ -117,6 +117,22 @@ int th_count_lines(const char *s)
     return n;
 }
 
+char *th_unwrap(char *s)
+{
+    char *o = s;
+    for (const char *p = s; *p;) {
+        if (*p == '\n' && p[1] == ' ') {
+            while (p[1] == ' ') p++;
+            *o++ = ' ';
+            p++;
+            continue;
+        }
+        *o++ = *p++;
+    }
+    *o = '\0';
+    return s;
+}
+
 int th_count_messages(const char *s)
 {
     int n = 0;

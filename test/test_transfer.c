@@ -388,6 +388,7 @@ Test(transfer, report_json_validates_and_text_counts, .timeout = 120)
              dir, dir);
     int rc = th_run(args, &out, &err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    th_unwrap(out); /* lines of at most 100 columns: search the text whole */
     cr_assert(strstr(out, "29 loaded, 0 resized, 6 skipped") && strstr(out, "2 newly initialised") &&
               strstr(out, "head head.weight re-initialised: file (10, 16), model (4, 16)") &&
               strstr(out, "skipped: embeddings.cls_token") && strstr(out, "parameters trainable (--freeze backbone)"),

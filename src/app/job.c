@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "app/diagnostics.h"
 #include "app/folds.h"
@@ -171,6 +173,18 @@ static double report_num(const cJSON *r, const char *path)
     return cJSON_IsNumber(r) ? r->valuedouble : (double)NAN;
 }
 
+/* True when a file output of the run is stdout itself (--report /dev/stdout):
+ * then nothing else may go there. */
+static int an_output_is_stdout(const md_options *o)
+{
+    struct stat so, sp;
+    if (fstat(STDOUT_FILENO, &so) != 0) return 0;
+    const char *paths[] = {o->report, o->html, o->junit, o->metrics};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (paths[i][0] && stat(paths[i], &sp) == 0 && sp.st_dev == so.st_dev && sp.st_ino == so.st_ino) return 1;
+    return 0;
+}
+
 /* "Done in 12.3 s: small_cnn on cpu:0, test accuracy 85.20%, training 1,234
  * samples/s" - the line --quiet keeps. */
 static void summary_line(md_job *job)
@@ -326,7 +340,7 @@ finish:
     /* HTML and JUnit also when the run failed: a CI job needs them most then */
     md_status ost = md_stage_outputs(&job);
     if (st == MD_OK) st = ost != MD_OK ? ost : wst;
-    if (st == MD_OK) summary_line(&job);
+    if (st == MD_OK && !an_output_is_stdout(opts)) summary_line(&job);
     md_stage_train_cleanup(&job);
     md_stage_data_cleanup(&job);
     md_stage_model_cleanup(&job);

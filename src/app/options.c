@@ -216,8 +216,8 @@ static const struct optdef table[] = {
 #define GROUP "General"
     OPT("seed", NULL, T_U64, seed, "seed", "N", "seed for initialisation, shuffling, augmentation, dropout",
         NULL, 0, 0, 0, NULL),
-    OPT("verbose", NULL, T_VERB, verbosity, NULL, NULL, "more detail", NULL, 0, 0, MD_VERBOSE, NULL),
-    OPT("quiet", NULL, T_VERB, verbosity, NULL, NULL, "errors only", NULL, 0, 0, MD_QUIET, NULL),
+    OPT("verbose", NULL, T_VERB, verbosity, NULL, NULL, "every layer, per-epoch timings, all class names", NULL, 0, 0, MD_VERBOSE, NULL),
+    OPT("quiet", NULL, T_VERB, verbosity, NULL, NULL, "errors and the final summary line only", NULL, 0, 0, MD_QUIET, NULL),
     ON_KEY("help", help, NULL, "this text (also -h)"),
     ON_KEY("version", version, NULL, "print the version"),
 #undef GROUP
