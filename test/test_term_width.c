@@ -1,7 +1,8 @@
 /* test_term_width.c - the terminal output of the built binary: every line of
  * stdout and stderr fits 100 columns (code points) on representative runs;
  * layer tables collapse by block unless --verbose; --help fits 80 columns and
- * lists exactly the README's flags; --quiet keeps only the summary line. */
+ * lists exactly the README's flags; --quiet keeps only the summary line;
+ * JPEG, BLAS and plural wording. */
 #include <criterion/criterion.h>
 #include <ctype.h>
 #include <stdio.h>
@@ -291,6 +292,35 @@ Test(quiet, only_the_summary_line, .timeout = 60)
     cr_expect(strncmp(out, "Done in ", 8) == 0, "%s", out);
     cr_expect(strstr(out, "cpu:0"), "%s", out);
     cr_expect_str_empty(err);
+    free(out);
+    free(err);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* ---- wording ---------------------------------------------------------------------- */
+
+/* A JPEG folder of colour photographs for a gray 28x28 model: the image line
+ * says they are decoded and resized (they are not stored at that size); the
+ * BLAS line names OpenBLAS's kernel set as such; one worker is "1 worker". */
+Test(wording, jpeg_image_blas_and_plurals, .timeout = 60)
+{
+    char *dir = th_tmpdir(), cmd[4096], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/j/train/a %s/j/train/b && cp data/green-cover-sample/images/00[0-3].jpg %s/j/train/a/ && "
+             "cp data/green-cover-sample/images/01[0-3].jpg %s/j/train/b/ && $B --device cpu --threads 2 "
+             "--dataset jpeg --data-dir %s/j --epochs 1 --steps 1 --batch-size 4 --num-workers 1 --benchmark "
+             "--bench-iters 1 --warmup-iters 0 --checkpoint-dir %s/ck",
+             dir, dir, dir, dir, dir, dir);
+    cr_assert_eq(th_sh(cmd, &out, &err), 0, "%s", err);
+    th_unwrap(out);
+    cr_expect(strstr(out, "1 x 28 x 28: each file decoded to gray and resized to this"), "%s", out);
+    cr_expect_null(strstr(out, "(stored)"), "%s", out);
+    cr_expect(strstr(out, "kernel set;"), "%s", out);
+    cr_expect_null(strstr(out, " kernels (GEMM"), "%s", out);
+    cr_expect(strstr(out, "1 worker,") && strstr(out, "with 1 worker:"), "%s", out);
+    cr_expect_null(strstr(out, "1 workers"), "%s", out);
+    cr_expect_null(strstr(out, " 1 steps"), "%s", out);
     free(out);
     free(err);
     th_rmtree(dir);
