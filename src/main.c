@@ -8,6 +8,16 @@
 #include "app/run_info.h"
 #include "core/log.h"
 #include "core/signals.h"
+#include "core/wrap.h"
+
+/* "mpsdiag: <msg>" on stderr: one message, in lines of at most 100 columns
+ * (a longer one continues under its text, indented). */
+static void print_error(const char *msg)
+{
+    char line[2048];
+    snprintf(line, sizeof line, "mpsdiag: %s", msg);
+    md_wrap_line_at(stderr, line, strlen(line), MD_TERM_WIDTH, 4);
+}
 
 /* Whatever was printed must have reached stdout: a full disk or a closed
  * pipe behind it is an error (exit 3 unless the run already failed).
@@ -15,6 +25,7 @@
  * (output longer than stdout's buffer fails before the final flush). */
 static int finish_stdout(int rc, int werr)
 {
+    md_log_flush();
     int bad = ferror(stdout);
     int e0 = bad ? werr : 0;
     errno = 0;
@@ -38,7 +49,7 @@ int main(int argc, char **argv)
     md_status st = md_options_parse(&opts, argc, argv);
     if (st == MD_OK) st = md_options_validate(&opts);
     if (st != MD_OK) {
-        fprintf(stderr, "mpsdiag: %s\n", md_errmsg());
+        print_error(md_errmsg());
         return md_status_exit_code(st);
     }
     if (opts.help) {
@@ -55,7 +66,7 @@ int main(int argc, char **argv)
      * whole training run (each on its own line) */
     struct md_output_problems bad;
     if (md_outputs_check(&opts, &bad) != MD_OK) {
-        for (int i = 0; i < bad.n; i++) fprintf(stderr, "mpsdiag: %s\n", bad.msg[i]);
+        for (int i = 0; i < bad.n; i++) print_error(bad.msg[i]);
         return md_status_exit_code(MD_ERR_IO);
     }
     md_log_init((md_verbosity)opts.verbosity);
@@ -63,6 +74,6 @@ int main(int argc, char **argv)
     st = md_job_run(&opts);
     md_progress_clear(); /* no progress line left in front of an error (finish_stdout flushes) */
     int rc = finish_stdout(md_status_exit_code(st), 0);
-    if (st != MD_OK) fprintf(stderr, "mpsdiag: %s\n", md_errmsg());
+    if (st != MD_OK) print_error(md_errmsg());
     return rc;
 }

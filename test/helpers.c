@@ -117,6 +117,33 @@ int th_count_lines(const char *s)
     return n;
 }
 
+char *th_unwrap(char *s)
+{
+    char *o = s;
+    for (const char *p = s; *p;) {
+        if (*p == '\n' && p[1] == ' ') {
+            while (p[1] == ' ') p++;
+            *o++ = ' ';
+            p++;
+            continue;
+        }
+        *o++ = *p++;
+    }
+    *o = '\0';
+    return s;
+}
+
+int th_count_messages(const char *s)
+{
+    int n = 0;
+    for (const char *p = s; p && *p;) {
+        if (*p != ' ' && *p != '\n') n++;
+        const char *e = strchr(p, '\n');
+        p = e ? e + 1 : NULL;
+    }
+    return n;
+}
+
 int th_count(const char *s, const char *needle)
 {
     int n = 0;

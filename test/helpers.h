@@ -49,6 +49,13 @@ void th_st_rewrite_meta(const char *src, const char *dst, const char *key, const
 
 /* The number of newlines in s. */
 int th_count_lines(const char *s);
+/* The number of messages in s: lines that do not start with a space (a
+ * message longer than 100 columns goes on in indented lines). */
+int th_count_messages(const char *s);
+/* Joins wrapped lines in place: each newline followed by spaces becomes one
+ * space, so a text that a 100-column line broke can be searched for whole.
+ * Returns s. */
+char *th_unwrap(char *s);
 /* The number of non-overlapping occurrences of needle in s. */
 int th_count(const char *s, const char *needle);
 /* The entry of report.settings named `name`, or NULL (borrowed). */

@@ -49,7 +49,7 @@ Test(cli, exit_codes)
         int rc = th_run(c->args, &out, &err);
         cr_assert_eq(rc, c->code, "%s: exit %d, stderr: %s", c->args, rc, err);
         cr_assert(strstr(err, c->needle), "%s: stderr '%s' lacks '%s'", c->args, err, c->needle);
-        cr_assert_eq(th_count_lines(err), 1, "one line: '%s'", err);
+        cr_assert_eq(th_count_messages(err), 1, "one message: '%s'", err);
         free(out);
         free(err);
     }
@@ -64,11 +64,13 @@ Test(cli, list_devices_table)
     free(out);
 }
 
-Test(cli, quiet_prints_nothing)
+Test(cli, quiet_prints_only_the_summary)
 {
     char *out, *err;
     cr_assert_eq(th_run("--device cpu --quiet --epochs 0", &out, &err), 0, "%s", err);
-    cr_assert_str_empty(out);
+    cr_assert_eq(th_count_lines(out), 1, "%s", out);
+    cr_assert(strncmp(out, "Done in ", 8) == 0, "%s", out);
+    cr_assert_str_empty(err);
     free(out);
     free(err);
 }

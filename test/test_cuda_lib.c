@@ -38,7 +38,7 @@ Test(cuda_lib, missing_file_is_refused_not_replaced)
     char *out, *err;
     int rc = th_run("--device cuda --epochs 0", &out, &err);
     cr_assert_eq(rc, 4, "exit %d, stderr: %s", rc, err);
-    cr_assert_eq(th_count_lines(err), 1, "one line: %s", err);
+    cr_assert_eq(th_count_messages(err), 1, "one line: %s", err);
     cr_assert(strstr(err, "MPSDIAG_CUDA_LIB") && strstr(err, lib) && strstr(err, "no such file"), "%s", err);
     cr_assert(!strstr(err, "md_cuda_backend_entry"), "the library beside the binary was loaded: %s", err);
     free(out);
@@ -69,8 +69,8 @@ Test(cuda_lib, file_that_is_not_a_shared_library)
     char *out, *err;
     int rc = th_run("--device cuda --epochs 0", &out, &err);
     cr_assert_eq(rc, 4, "exit %d, stderr: %s", rc, err);
-    cr_assert_eq(th_count_lines(err), 1, "one line: %s", err);
-    cr_assert(strstr(err, "MPSDIAG_CUDA_LIB") && strstr(err, lib) && strstr(err, "not a shared library"), "%s", err);
+    cr_assert_eq(th_count_messages(err), 1, "one line: %s", err);
+    cr_assert(strstr(th_unwrap(err), "MPSDIAG_CUDA_LIB") && strstr(err, lib) && strstr(err, "not a shared library"), "%s", err);
     free(out);
     free(err);
 
@@ -78,7 +78,7 @@ Test(cuda_lib, file_that_is_not_a_shared_library)
     setenv("MPSDIAG_CUDA_LIB", dir, 1);
     rc = th_run("--device cuda --epochs 0", &out, &err);
     cr_assert_eq(rc, 4, "exit %d, stderr: %s", rc, err);
-    cr_assert(strstr(err, "MPSDIAG_CUDA_LIB") && strstr(err, "not a shared library"), "%s", err);
+    cr_assert(strstr(err, "MPSDIAG_CUDA_LIB") && strstr(th_unwrap(err), "not a shared library"), "%s", err);
     free(out);
     free(err);
     free(lib);

@@ -498,7 +498,7 @@ Test(data_images_csv, binary_trains_on_sample, .timeout = 120)
                 &out, &err);
     cr_assert_neq(rc, 0);
     cr_assert(strstr(err, "mpsdiag: ") && strstr(err, "labels.csv: no column 'nope' for --target-cols"), "%s", err);
-    cr_assert_eq(th_count_lines(err), 1, "%s", err);
+    cr_assert_eq(th_count_messages(err), 1, "%s", err);
     free(out);
     free(err);
     th_rmtree(dir);

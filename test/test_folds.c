@@ -121,7 +121,7 @@ static void expect_usage(const char *args, const char *needle)
     int rc = th_run(args, &out, &err);
     cr_assert_eq(rc, 2, "rc %d for %s\n%s\n%s", rc, args, out, err);
     cr_assert(strstr(err, needle), "%s: %s", args, err);
-    cr_assert_eq(th_count_lines(err), 1, "%s", err);
+    cr_assert_eq(th_count_messages(err), 1, "%s", err);
     free(out);
     free(err);
 }

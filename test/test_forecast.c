@@ -163,7 +163,7 @@ static void expect_error(const char *args, const char *needle)
     int rc = th_run(args, &out, &err);
     cr_assert_neq(rc, 0, "%s succeeded", args);
     cr_assert(strstr(err, needle), "%s: stderr lacks '%s':\n%s", args, needle, err);
-    cr_assert_eq(th_count_lines(err), 1, "%s: one line wanted:\n%s", args, err);
+    cr_assert_eq(th_count_messages(err), 1, "%s: one line wanted:\n%s", args, err);
     free(out);
     free(err);
 }

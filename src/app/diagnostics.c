@@ -317,7 +317,7 @@ static void comparison(md_job *job, const cJSON *models)
     double v_acc = -1, v_sps = -1, v_peak = -1;
 
     md_section("Comparison");
-    md_out("  %-28s %12s %10s %9s %9s %12s %10s  %s\n", "model", "parameters", "GFLOPs", "val acc", "val loss",
+    md_out("  %-22s %11s %10s %9s %9s %11s %10s  %s\n", "model", "parameters", "GFLOPs", "val acc", "val loss",
            "samples/s", "peak mem", "status");
     const cJSON *s;
     cJSON_ArrayForEach(s, models)
@@ -352,7 +352,7 @@ static void comparison(md_job *job, const cJSON *models)
         if (ok && peak >= 0 && (v_peak < 0 || peak < v_peak)) { v_peak = peak; leanest = name; }
 
         char a[32], b[32], c[32], d[32], e[32], f[32];
-        md_out("  %-28s %12s %10s %9s %9s %12s %10s  %s\n", name,
+        md_out("  %-22s %11s %10s %9s %9s %11s %10s  %s\n", name,
                params >= 0 ? md_fmt_thousands((long long)params, a, sizeof a) : "-",
                fmt_or_dash(flops, "%.3f", 1e-9, b, sizeof b), fmt_or_dash(acc, "%.2f%%", 100.0, c, sizeof c),
                fmt_or_dash(loss, "%.4f", 1.0, d, sizeof d), fmt_or_dash(sps, "%.1f", 1.0, e, sizeof e),

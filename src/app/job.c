@@ -2,10 +2,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "app/job.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "app/diagnostics.h"
 #include "app/folds.h"
@@ -154,6 +157,67 @@ static void report_header(md_job *job, int argc_unused)
     cJSON_AddStringToObject(job->report, "started_at", ts);
 }
 
+/* The number at report path "a.b.c" (the last element of an array on the
+ * way), or NAN. */
+static double report_num(const cJSON *r, const char *path)
+{
+    char key[64];
+    for (const char *p = path; r && *p;) {
+        size_t n = strcspn(p, ".");
+        snprintf(key, sizeof key, "%.*s", (int)n, p);
+        r = cJSON_GetObjectItemCaseSensitive(r, key);
+        if (cJSON_IsArray(r)) r = cJSON_GetArrayItem(r, cJSON_GetArraySize(r) - 1);
+        p += n;
+        if (*p == '.') p++;
+    }
+    return cJSON_IsNumber(r) ? r->valuedouble : (double)NAN;
+}
+
+/* True when a file output of the run is stdout itself (--report /dev/stdout):
+ * then nothing else may go there. */
+static int an_output_is_stdout(const md_options *o)
+{
+    struct stat so, sp;
+    if (fstat(STDOUT_FILENO, &so) != 0) return 0;
+    const char *paths[] = {o->report, o->html, o->junit, o->metrics};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (paths[i][0] && stat(paths[i], &sp) == 0 && sp.st_dev == so.st_dev && sp.st_ino == so.st_ino) return 1;
+    return 0;
+}
+
+/* "Done in 12.3 s: small_cnn on cpu:0, test accuracy 85.20%, training 1,234
+ * samples/s" - the line --quiet keeps. */
+static void summary_line(md_job *job)
+{
+    const cJSON *r = job->report;
+    char line[512], a[32];
+    int n = snprintf(line, sizeof line, "Done in %.1f s", report_num(r, "duration_s"));
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "model"), "name");
+    const cJSON *diag = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "diagnostics"), "model_names");
+    const char *sep = ": ";
+#define ADD(...)                                                                                                  \
+    do {                                                                                                          \
+        if (n < (int)sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, __VA_ARGS__);                  \
+        sep = ", ";                                                                                               \
+    } while (0)
+    if (cJSON_IsArray(diag)) ADD("%s%d model%s compared", sep, cJSON_GetArraySize(diag), md_s(cJSON_GetArraySize(diag)));
+    else if (cJSON_IsString(model)) ADD("%s%s", sep, model->valuestring);
+    if (job->dev) {
+        const char *on = cJSON_IsString(model) || cJSON_IsArray(diag) ? " on " : sep;
+        ADD("%s%s:%d", on, md_backend_name(job->backend), job->device_index);
+    }
+    double acc = report_num(r, "training.test.acc"), mse = report_num(r, "training.test.mse");
+    double loss = report_num(r, "training.curves.train_loss");
+    if (isfinite(acc)) ADD("%stest accuracy %.2f%%", sep, 100 * acc);
+    else if (isfinite(mse)) ADD("%stest MSE %.4g", sep, mse);
+    else if (isfinite(loss)) ADD("%sfinal training loss %.4f", sep, loss);
+    double sps = report_num(r, "benchmark.training.samples_per_s");
+    if (!isfinite(sps)) sps = report_num(r, "training.curves.samples_per_s");
+    if (isfinite(sps) && sps > 0) ADD("%straining %s samples/s", sep, md_fmt_thousands((long long)(sps + 0.5), a, sizeof a));
+#undef ADD
+    md_summary("%s\n", line);
+}
+
 static md_status write_report(md_job *job, md_status st)
 {
     cJSON *status = cJSON_AddObjectToObject(job->report, "status");
@@ -276,6 +340,7 @@ finish:
     /* HTML and JUnit also when the run failed: a CI job needs them most then */
     md_status ost = md_stage_outputs(&job);
     if (st == MD_OK) st = ost != MD_OK ? ost : wst;
+    if (st == MD_OK && !an_output_is_stdout(opts)) summary_line(&job);
     md_stage_train_cleanup(&job);
     md_stage_data_cleanup(&job);
     md_stage_model_cleanup(&job);

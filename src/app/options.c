@@ -14,6 +14,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
+#include "core/wrap.h"
 #include "data/format.h"
 
 #ifndef MD_VERSION
@@ -215,9 +216,9 @@ static const struct optdef table[] = {
 #define GROUP "General"
     OPT("seed", NULL, T_U64, seed, "seed", "N", "seed for initialisation, shuffling, augmentation, dropout",
         NULL, 0, 0, 0, NULL),
-    OPT("verbose", NULL, T_VERB, verbosity, NULL, NULL, "more detail", NULL, 0, 0, MD_VERBOSE, NULL),
-    OPT("quiet", NULL, T_VERB, verbosity, NULL, NULL, "errors only", NULL, 0, 0, MD_QUIET, NULL),
-    ON_KEY("help", help, NULL, "this text"),
+    OPT("verbose", NULL, T_VERB, verbosity, NULL, NULL, "every layer, per-epoch timings, all class names", NULL, 0, 0, MD_VERBOSE, NULL),
+    OPT("quiet", NULL, T_VERB, verbosity, NULL, NULL, "errors and the final summary line only", NULL, 0, 0, MD_QUIET, NULL),
+    ON_KEY("help", help, NULL, "this text (also -h)"),
     ON_KEY("version", version, NULL, "print the version"),
 #undef GROUP
 };
@@ -464,6 +465,18 @@ static void normalise_flag(char *arg)
         if (*p == '_') *p = '-';
 }
 
+/* True when args[i] is a flag whose value is the next word ("--lr 0.1"). */
+static int takes_next(const char *arg)
+{
+    if (arg[0] != '-' || arg[1] != '-' || strchr(arg, '=')) return 0;
+    for (int i = 0; i < N_OPTS; i++) {
+        const struct optdef *d = &table[i];
+        if (strcmp(arg + 2, d->name) != 0 && !(d->alias && strcmp(arg + 2, d->alias) == 0)) continue;
+        return !(d->type == T_ON || d->type == T_OFF || d->type == T_VERB);
+    }
+    return 0;
+}
+
 md_status md_options_parse(md_options *o, int argc, char **argv)
 {
     md_status st = MD_OK;
@@ -489,6 +502,15 @@ md_status md_options_parse(md_options *o, int argc, char **argv)
             goto done;
         }
         if (i > 0) normalise_flag(args[i]);
+        /* -h is --help (unless it is the value of the flag before it) */
+        if (i > 0 && strcmp(args[i], "-h") == 0 && !(i > 1 && takes_next(args[i - 1]))) {
+            md_free(args[i]);
+            args[i] = md_strdup("--help");
+            if (!args[i]) {
+                st = MD_ERR_OOM;
+                goto done;
+            }
+        }
     }
 
     /* Pass 1: find --config so the file applies before the flags. */
@@ -679,6 +701,9 @@ static void default_text(const md_options *def, const struct optdef *d, char *bu
     }
 }
 
+#define HELP_COL 28   /* where a flag's text starts */
+#define HELP_WIDTH 80 /* --help fits 80 columns */
+
 void md_options_usage(FILE *f)
 {
     md_options def;
@@ -700,9 +725,15 @@ void md_options_usage(FILE *f)
         default_text(&def, d, dflt, sizeof dflt);
         char listed[256];
         if (d->list) d->list(listed, sizeof listed, " | ");
-        fprintf(f, "  %-30s %s", left, d->list ? listed : d->help);
-        if (dflt[0]) fprintf(f, " [default: %s]", dflt);
-        fputc('\n', f);
+        /* the flag in columns 2..29, its text from HELP_COL on, wrapped at
+         * HELP_WIDTH; a longer flag gets its text on the next line */
+        char line[1024];
+        int n = (int)strlen(left) <= HELP_COL - 4 ? snprintf(line, sizeof line, "  %-*s  ", HELP_COL - 4, left)
+                                                   : snprintf(line, sizeof line, "%*s", HELP_COL, "");
+        if ((int)strlen(left) > HELP_COL - 4) fprintf(f, "  %s\n", left);
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s", d->list ? listed : d->help);
+        if (dflt[0] && n < (int)sizeof line) snprintf(line + n, sizeof line - (size_t)n, " [default: %s]", dflt);
+        md_wrap_line_at(f, line, strlen(line), HELP_WIDTH, HELP_COL);
     }
     fprintf(f, "\nExit codes: 0 ok, 1 failure, 2 usage, 3 config/data/file error, 4 device\n"
                "unavailable, 5 out of memory, 6 numerical failure (NaN/Inf), 7 --ci threshold\n"

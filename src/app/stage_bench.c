@@ -167,7 +167,8 @@ static md_status run(struct ctx *c, md_device *dev, const struct md_bench_setup 
 
 static void print_stats_row(const char *what, const md_stats *s, const char *unit)
 {
-    md_out("  %-30s %9.4g %9.4g %9.4g %9.4g %9.4g %9.4g %9.4g  %s\n", what, s->mean, s->stddev, s->min, s->p50, s->p95,
+    /* 2 + 30 + 7 x 9 + 2 + 2: fits 100 columns */
+    md_out("  %-30s %8.4g %8.4g %8.4g %8.4g %8.4g %8.4g %8.4g  %s\n", what, s->mean, s->stddev, s->min, s->p50, s->p95,
            s->p99, s->max, unit);
 }
 
@@ -340,7 +341,7 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     md_out("  %-30s %12.2f ms\n", "  bind (allocate, initialise)", r->bind_s * 1e3);
     md_out("  %-30s %12.2f ms\n", "  first step", r->first_step_ms);
     md_out("  %-30s %12.2f ms\n", "  steady step (mean)", r->step_ms.mean);
-    md_out("\n  %-30s %9s %9s %9s %9s %9s %9s %9s\n", "", "mean", "std", "min", "p50", "p95", "p99", "max");
+    md_out("\n  %-30s %8s %8s %8s %8s %8s %8s %8s\n", "", "mean", "std", "min", "p50", "p95", "p99", "max");
     print_stats_row("inference per batch", &r->inf_ms, "ms");
     print_stats_row("inference per sample", &per, "ms");
     if (r->graph) {
@@ -369,8 +370,8 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
             md_out("  %-30s %9.3f %9.3f %9.3f %6.1f%%\n", name, fm, bm, fm + bm,
                    r->profiled_step_ms > 0 ? 100.0 * (fm + bm) / r->profiled_step_ms : 0.0);
         }
-        md_out("  %-30s %29.3f ms: %d op-by-op steps, an event around every layer\n", "  step", r->profiled_step_ms,
-               MD_BENCH_PROFILE_STEPS);
+        md_out("  %-30s %29.3f ms\n", "  step", r->profiled_step_ms);
+        md_out("  %-30s (%d op-by-op steps, an event around every layer)\n", "", MD_BENCH_PROFILE_STEPS);
     }
     if (r->graph)
         md_out("\n  %-30s captured in %.1f ms; a replayed step takes %.3f ms against %.3f ms op by op (%.2fx, p50)\n",
@@ -379,13 +380,15 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     md_out("\n  %-30s %12.1f samples/s\n", "training throughput", r->train_samples_per_s);
     md_out("  %-30s %12.1f samples/s\n", "inference throughput", r->inf_samples_per_s);
     md_out("  %-30s %12.2f GFLOP/s %s\n", "achieved (training)", achieved, ref.text);
-    md_out("  %-30s %12.1f samples/s with %d workers: %s\n", "loader", lsps, workers, verdict);
+    md_out("  %-30s %12.1f samples/s with %d worker%s: %s\n", "loader", lsps, workers, md_s(workers),
+           verdict);
     md_out("  %-30s %s params, %s grads, %s optimizer, %s activations; peak %s\n", "memory",
            md_fmt_bytes((double)r->params_bytes, a, sizeof a), md_fmt_bytes((double)r->grads_bytes, b, sizeof b),
            md_fmt_bytes((double)r->optimizer_bytes, d, sizeof d),
            md_fmt_bytes((double)r->activations_bytes, e, sizeof e), md_fmt_bytes((double)r->peak_bytes, f, sizeof f));
     if (isfinite(r->final_loss))
-        md_out("  %-30s %.4f -> %.4f over %d steps\n", "training loss", r->first_loss, r->final_loss, r->train_iters);
+        md_out("  %-30s %.4f -> %.4f over %d step%s\n", "training loss", r->first_loss, r->final_loss, r->train_iters,
+               md_s(r->train_iters));
     else
         warn(c->job, "benchmark: the training loss is not finite (%s)", md_dtype_name(c->mopts.compute_dtype));
     if (!r->timer_events) cJSON_AddStringToObject(B, "timer_note", "the device has no events; each timing syncs the device first");
@@ -833,8 +836,8 @@ static md_status ablate(struct ctx *c, const struct md_bench_result *main_r)
                      a.n ? " on every repetition" : "", md_errmsg());
         }
         if (strcmp(tok, "workers") == 0 && a.n > 0)
-            snprintf(note, sizeof note, "loader with %d workers against 0, capped at the step's %.0f samples/s",
-                     workers, main_r->train_samples_per_s);
+            snprintf(note, sizeof note, "loader with %d worker%s against 0, capped at the step's %.0f samples/s",
+                     workers, md_s(workers), main_r->train_samples_per_s);
         struct md_rec_compare cmp;
         md_rec_compare(&a, &cmp);
         cJSON *o = cJSON_CreateObject();

@@ -250,9 +250,12 @@ md_status md_stage_data(md_job *job)
         md_out("  %-14s %-8s %s\n", md_data_split_name((md_split)s),
                md_fmt_thousands(md_data_count(d, (md_split)s), a, sizeof a), md_data_split_origin(d, (md_split)s));
     int nc = md_data_num_classes(d);
-    md_out("  %-14s %d:", "classes", nc);
-    for (int k = 0; k < nc && k < 10; k++) md_out(" %s%s", md_data_class_name(d, k), k + 1 < nc ? "," : "");
-    md_out("%s\n", nc > 10 ? " ..." : "");
+    int shown = md_log_level() >= MD_VERBOSE ? nc : 10; /* --verbose: every class */
+    if (nc > 0) { /* regression has none */
+        md_out("  %-14s %d:", "classes", nc);
+        for (int k = 0; k < nc && k < shown; k++) md_out(" %s%s", md_data_class_name(d, k), k + 1 < nc ? "," : "");
+        md_out("%s\n", nc > shown ? " ... (--verbose lists all)" : "");
+    }
     if (md_data_task(d) == MD_TASK_REGRESS && md_data_target_name(d, 0)[0]) {
         /* image regression: the targets and their scaler (original = value * std + mean) */
         const double *tm = md_data_target_mean(d), *ts = md_data_target_std(d);
@@ -263,7 +266,12 @@ md_status md_stage_data(md_job *job)
             md_out("  %-14s %s: mean %.6g, std %.6g (standardised)\n", j ? "" : "side values", md_data_side_name(d, j),
                    md_data_side_mean(d)[j], md_data_side_std(d)[j]);
     }
-    md_out("  %-14s %d x %d x %d (stored)\n", "image", c, h, w);
+    const char *fmt = md_data_format(d);
+    if (strcmp(fmt, "jpeg") == 0 || strcmp(fmt, "images-csv") == 0) /* the files' own sizes vary */
+        md_out("  %-14s %d x %d x %d: each file decoded%s and resized to this (%s)\n", "image", c, h, w,
+               c == 1 ? " to gray" : " to RGB", o->image_size > 0 ? "--image-size" : "the model's input size");
+    else
+        md_out("  %-14s %d x %d x %d (stored)\n", "image", c, h, w);
     for (int i = 0; i < md_data_num_inputs(d); i++) {
         const struct md_data_input *in = md_data_input(d, i);
         md_out("  %-14s %s: %d x %d x %d %s, %s\n", i ? "" : "inputs", in->name, in->c, in->h, in->w,
@@ -292,8 +300,8 @@ md_status md_stage_data(md_job *job)
     if (md_data_skipped(d)) print_skipped(d, "skipped");
     if (o->max_samples > 0)
         md_out("  %-14s at most %d samples per split (--max-samples)\n", "max samples", o->max_samples);
-    md_out("  %-14s %.0f samples/s delivered (batch %d, %lld batches), %.0f samples/s decode capacity\n",
-           "loader probe", ls.samples_per_s, pbatch, ls.batches, ls.decode_per_s);
+    md_out("  %-14s %.0f samples/s delivered (batch %d, %lld batch%s), %.0f samples/s decode capacity\n",
+           "loader probe", ls.samples_per_s, pbatch, ls.batches, ls.batches == 1 ? "" : "es", ls.decode_per_s);
 
     /* report["data"] */
     cJSON *r = cJSON_AddObjectToObject(job->report, "data");

@@ -34,13 +34,25 @@ void md_out(const char *fmt, ...);
 __attribute__((format(printf, 1, 2)))
 #endif
 void md_verbose(const char *fmt, ...);
+/* The run's final one-line summary on stdout: printed with --quiet too. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+void md_summary(const char *fmt, ...);
 /* Warning on stderr ("mpsdiag: warning: ..."), suppressed by --quiet. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 1, 2)))
 #endif
 void md_warn(const char *fmt, ...);
 
+/* Writes what md_out left without a newline (lines are wrapped to 100
+ * columns once whole: core/wrap.h). */
+void md_log_flush(void);
+
 /* Progress lines: core/progress.h (md_out and friends clear one first). */
+
+/* "s" unless n is 1: "%d worker%s", n, md_s(n). */
+static inline const char *md_s(long long n) { return n == 1 ? "" : "s"; }
 
 /* Section banner for the text report ("== System ==="). */
 void md_section(const char *title);

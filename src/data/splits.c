@@ -89,7 +89,8 @@ static md_status make_folds(struct md_data *d, int folds, int fold, long long ma
     if (!ordered) snprintf(seedtxt, sizeof seedtxt, ", seed %llu", (unsigned long long)seed);
     snprintf(d->split_origin[MD_SPLIT_VAL], sizeof d->split_origin[0], "fold %d of %d of the training samples (%s%s)",
              fold, folds, how, seedtxt);
-    snprintf(d->split_origin[MD_SPLIT_TRAIN], sizeof d->split_origin[0], "the other %d folds", folds - 1);
+    snprintf(d->split_origin[MD_SPLIT_TRAIN], sizeof d->split_origin[0], "the other %d fold%s", folds - 1,
+             folds - 1 == 1 ? "" : "s");
     if (ntrain < n - (hi - lo)) {
         size_t l = strlen(d->split_origin[MD_SPLIT_TRAIN]);
         snprintf(d->split_origin[MD_SPLIT_TRAIN] + l, sizeof d->split_origin[0] - l, ", %lld of %lld (--max-samples)",

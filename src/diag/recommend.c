@@ -163,8 +163,8 @@ int md_rec_knee(const struct md_rec_sweep_point *s, int n, long long budget_byte
 static const char *sps_text(const struct md_rec_sweep_point *p, char *buf, size_t n)
 {
     if (p->reps > 1 && p->min_samples_per_s > 0 && p->max_samples_per_s > 0)
-        snprintf(buf, n, "%.4g samples/s (%.4g-%.4g over %d runs)", p->samples_per_s, p->min_samples_per_s,
-                 p->max_samples_per_s, p->reps);
+        snprintf(buf, n, "%.4g samples/s (%.4g-%.4g over %d run%s)", p->samples_per_s, p->min_samples_per_s,
+                 p->max_samples_per_s, p->reps, p->reps == 1 ? "" : "s");
     else
         snprintf(buf, n, "%.4g samples/s (one run)", p->samples_per_s);
     return buf;
@@ -377,7 +377,7 @@ static void data_rule(const struct md_rec_in *in, struct recs *rs)
         int w = in->abl_workers_count > 0 ? in->abl_workers_count : 2;
         snprintf(use_on, sizeof use_on, "use --num-workers %d", w);
         snprintf(keep_on, sizeof keep_on, "keep --num-workers %d", in->num_workers > 0 ? in->num_workers : w);
-        snprintf(on_name, sizeof on_name, "%d loader workers", w);
+        snprintf(on_name, sizeof on_name, "%d loader worker%s", w, w == 1 ? "" : "s");
         snprintf(cost, sizeof cost, "%d CPU threads and memory for the batches in flight", w);
         const struct knob k = {"loader workers", on_name, "0 workers", use_on, keep_on, "use --num-workers 0",
                                "keep --num-workers 0", cost, "none: the training thread loads the batches"};

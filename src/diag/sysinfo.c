@@ -144,7 +144,13 @@ void md_sysinfo_print(const cJSON *s)
     md_out("  %-16s %s\n", "SIMD", js(s, "simd"));
     md_out("  %-16s %s total, %s available\n", "RAM", jbytes(s, "ram_total_bytes", a, sizeof a),
            jbytes(s, "ram_available_bytes", b, sizeof b));
-    md_out("  %-16s OpenBLAS, %s kernels (GEMM in tiles on mpsdiag's CPU threads)\n", "BLAS", js(blas, "core"));
+    /* the version from the build config ("OpenBLAS 0.3.21 DYNAMIC_ARCH ..."); the
+     * core name is the kernel set OpenBLAS chose, not the CPU's family */
+    char ver[32] = "";
+    const char *cfg = js(blas, "config");
+    if (strncmp(cfg, "OpenBLAS ", 9) == 0) sscanf(cfg + 9, "%31s", ver);
+    md_out("  %-16s OpenBLAS%s%s (its %s kernel set; GEMM in tiles on mpsdiag's CPU threads)\n", "BLAS",
+           ver[0] ? " " : "", ver, js(blas, "core"));
     md_verbose("  %-16s %s\n", "BLAS config", js(blas, "config"));
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(blas, "warning");
     if (cJSON_IsString(w)) md_out("  %-16s %s\n", "BLAS note", w->valuestring);
@@ -213,7 +219,8 @@ void md_devices_print(const cJSON *devices)
             snprintf(units, sizeof units, "%d", cJSON_GetObjectItemCaseSensitive(d, "compute_units")->valueint);
             md_out("  %-8s %-9s %-40.40s %6s %11s  %s\n", id, "available", js(d, "name"), units, mem, js(d, "arch"));
         } else {
-            md_out("  %-8s %-9s %-40s %6s %11s  %s\n", id, "missing", "-", "-", "-", js(d, "reason"));
+            /* the reason spans the other columns (wrapped under them) */
+            md_out("  %-8s %-9s %s\n", id, "missing", js(d, "reason"));
         }
     }
 }

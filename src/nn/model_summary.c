@@ -18,30 +18,130 @@ static const char *fmt_flops(double f, char *buf, size_t n)
     return buf;
 }
 
+static void layer_type(const struct md_layer *L, char *type, size_t n)
+{
+    if (L->alias >= 0 && !L->view) snprintf(type, n, "%s (fused)", L->type);
+    else if (L->ops->describe) L->ops->describe(L, type, n);
+    else snprintf(type, n, "%s", L->type);
+}
+
+static void layer_shape(const struct md_layer *L, char *shape, size_t n)
+{
+    if (L->fold != 1) snprintf(shape, n, "%dx(%dx%dx%d)", L->fold, L->out.c, L->out.h, L->out.w);
+    else snprintf(shape, n, "%dx%dx%d", L->out.c, L->out.h, L->out.w);
+}
+
+/* Length of the group key of `name` at depth d: the name up to its d-th '.',
+ * or 0 when it has fewer dots (a layer of its own). */
+static size_t group_key(const char *name, int d)
+{
+    const char *p = name;
+    for (int k = 0; k < d; k++) {
+        p = strchr(p, '.');
+        if (!p) return 0;
+        if (k + 1 < d) p++;
+    }
+    return (size_t)(p - name);
+}
+
+static int same_group(const char *a, const char *b, int d)
+{
+    size_t ka = group_key(a, d), kb = group_key(b, d);
+    return ka && ka == kb && strncmp(a, b, ka) == 0;
+}
+
+#define NAME_W 30  /* the name column; longer names keep their end */
+#define GROUP_MAX 40 /* a larger group made of named parts (a trunk) is split */
+
+/* True when the layer's name goes on below depth d with a part that is not a
+ * number: "color.stem.conv" at depth 1 (a trunk's parts), not "layer3.0.conv1"
+ * (the repeats of one block). */
+static int named_parts(const char *name, int d)
+{
+    size_t k = group_key(name, d);
+    if (!k || name[k] != '.') return 0;
+    return !(name[k + 1] >= '0' && name[k + 1] <= '9');
+}
+
+static void print_row(int wname, const char *name, const char *type, const char *shape, long long params,
+                      double flops)
+{
+    char a[32], b[32], cut[64];
+    int len = (int)strlen(name);
+    if (len > wname) { /* the name's end, after an ellipsis (3 bytes, 1 column) */
+        snprintf(cut, sizeof cut, "\xe2\x80\xa6%s", name + len - (wname - 1));
+        name = cut;
+        wname += 2;
+    }
+    md_out("  %-*s  %-14s  %-16s  %12s  %12s\n", wname, name, type, shape, md_fmt_thousands(params, a, sizeof a),
+           flops > 0 ? fmt_flops(flops, b, sizeof b) : "-");
+}
+
+/* Rows for layers [lo, hi): runs of layers sharing the name's first d parts
+ * become one row (layer count, last layer's output, sums); a run of more than
+ * GROUP_MAX layers whose names go on with named parts is split one level
+ * deeper. Returns the rows printed. */
+static int print_groups(const md_model *m, int lo, int hi, int d, int wname)
+{
+    int rows = 0;
+    for (int i = lo; i < hi;) {
+        const struct md_layer *L = &m->layers[i];
+        int j = i + 1;
+        while (j < hi && same_group(L->name, m->layers[j].name, d)) j++;
+        char type[40], shape[40], name[96];
+        if (j - i > GROUP_MAX && d < 8 && named_parts(L->name, d)) {
+            rows += print_groups(m, i, j, d + 1, wname);
+        } else if (j - i == 1) {
+            layer_type(L, type, sizeof type);
+            layer_shape(L, shape, sizeof shape);
+            print_row(wname, L->name, type, shape, (long long)L->nparams, L->flops);
+            rows++;
+        } else {
+            long long params = 0;
+            double flops = 0;
+            for (int k = i; k < j; k++) {
+                params += (long long)m->layers[k].nparams;
+                flops += m->layers[k].flops > 0 ? m->layers[k].flops : 0;
+            }
+            snprintf(name, sizeof name, "%.*s", (int)group_key(L->name, d), L->name);
+            snprintf(type, sizeof type, "%d layers", j - i);
+            layer_shape(&m->layers[j - 1], shape, sizeof shape);
+            print_row(wname, name, type, shape, params, flops);
+            rows++;
+        }
+        i = j;
+    }
+    return rows;
+}
+
 void md_model_print_summary(const md_model *m)
 {
     char a[32], b[32], c[32];
+    int all = md_log_level() >= MD_VERBOSE;
     int wname = 5;
     for (int i = 0; i < m->nlayers; i++) {
         int l = (int)strlen(m->layers[i].name);
         if (l > wname) wname = l;
     }
-    if (wname > 40) wname = 40;
+    if (wname > NAME_W) wname = NAME_W;
     md_out("  %-*s  %-14s  %-16s  %12s  %12s\n", wname, "layer", "type", "output", "params", "FLOPs");
-    for (int i = 0; i < m->nlayers; i++) {
-        const struct md_layer *L = &m->layers[i];
-        char type[40], shape[40];
-        if (L->alias >= 0 && !L->view) snprintf(type, sizeof type, "%s (fused)", L->type);
-        else if (L->ops->describe) L->ops->describe(L, type, sizeof type);
-        else snprintf(type, sizeof type, "%s", L->type);
-        if (L->fold != 1) snprintf(shape, sizeof shape, "%dx(%dx%dx%d)", L->fold, L->out.c, L->out.h, L->out.w);
-        else snprintf(shape, sizeof shape, "%dx%dx%d", L->out.c, L->out.h, L->out.w);
-        md_out("  %-*s  %-14s  %-16s  %12s  %12s\n", wname, L->name, type, shape,
-               md_fmt_thousands(L->nparams, a, sizeof a), L->flops > 0 ? fmt_flops(L->flops, b, sizeof b) : "-");
+    if (all) {
+        for (int i = 0; i < m->nlayers; i++) {
+            const struct md_layer *L = &m->layers[i];
+            char type[40], shape[40];
+            layer_type(L, type, sizeof type);
+            layer_shape(L, shape, sizeof shape);
+            print_row(wname, L->name, type, shape, (long long)L->nparams, L->flops);
+        }
+    } else {
+        int rows = print_groups(m, 0, m->nlayers, 1, wname);
+        if (rows < m->nlayers)
+            md_out("  (%d layers in %d rows: a block's layers are summed; --verbose lists every layer)\n", m->nlayers,
+                   rows);
     }
     char mem[32], act[32];
-    md_out("✅ Created %s - Parameters: %s - %s per sample (forward), %s per training step sample - "
-           "params %s, activations %s per sample (training)\n",
+    md_out("✅ Created %s - Parameters: %s - %s per sample (forward)\n"
+           "  training: %s per sample and step, params %s, activations %s per sample\n",
            m->name, md_fmt_thousands((long long)m->nparams, a, sizeof a), fmt_flops(m->flops_fwd, b, sizeof b),
            fmt_flops(3 * m->flops_fwd, c, sizeof c), md_fmt_bytes((double)md_model_param_bytes(m), mem, sizeof mem),
            md_fmt_bytes((double)md_model_activation_bytes(m, 1, 1), act, sizeof act));

@@ -114,8 +114,8 @@ static void print_list(const char *what, const struct md_name_list *l)
 
 void md_load_report_print(const struct md_load_report *rep)
 {
-    md_out("  Initial weights from %s (%s naming%s): %d loaded, %d resized, %d skipped (not in the model), "
-           "%d newly initialised (not in the file)\n",
+    md_out("  Initial weights from %s (%s naming%s):\n"
+           "    %d loaded, %d resized, %d skipped (not in the model), %d newly initialised (not in the file)\n",
            rep->path, md_naming_name(rep->naming), rep->detected ? ", detected" : "", rep->loaded.n, rep->resized.n,
            rep->skipped.n, rep->fresh.n);
     for (int i = 0; i < rep->resized.n; i++)

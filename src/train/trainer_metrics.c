@@ -209,9 +209,9 @@ void md_trainer_print_start(md_trainer *t)
         md_out("  %-16s sgd (momentum %g%s), weight decay %g on %s of %s parameters\n", "optimizer", o->momentum,
                o->nesterov ? ", nesterov" : "", o->weight_decay, md_fmt_thousands((long long)dec, a, sizeof a),
                md_fmt_thousands((long long)(dec + plain), b, sizeof b));
-    md_out("  %-16s %g peak, %s%s; batch %d (validation %d), %lld steps per epoch\n", "schedule", t->lr,
+    md_out("  %-16s %g peak, %s%s; batch %d (validation %d), %lld step%s per epoch\n", "schedule", t->lr,
            md_schedule_name(t->sched.kind), o->warmup_epochs > 0 ? " after linear warm-up" : "", t->batch,
-           t->val_batch, t->steps_per_epoch);
+           t->val_batch, t->steps_per_epoch, md_s(t->steps_per_epoch));
     if (t->scaler.enabled) md_out("  %-16s dynamic, starting at %.0f\n", "loss scaling", (double)t->scaler.scale);
     if (t->regress && t->ser.seq_len == 0) /* images with targets: no window */
         md_out("  %-16s %s over %d target%s per image\n", "loss", t->loss_name, t->ser.n_out,
