@@ -128,6 +128,8 @@ static void memory_section(md_job *job)
     cJSON_AddNumberToObject(m, "device_reserved_bytes", (double)ms.reserved);
     cJSON_AddNumberToObject(m, "host_peak_tracked_bytes", (double)md_host_mem()->peak);
     cJSON_AddNumberToObject(m, "host_peak_rss_bytes", (double)md_peak_rss_bytes());
+    /* the diagnostics run shows each model's peak in its comparison */
+    if (cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(job->report, "models"))) return;
     char a[32], b[32], c[32];
     md_section("Memory");
     md_out("  %-22s %s\n", "device peak", md_fmt_bytes((double)ms.peak, a, sizeof a));

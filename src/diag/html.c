@@ -7,6 +7,7 @@
 
 #include "core/json.h"
 #include "core/mem.h"
+#include "diag/html_models.h"
 #include "diag/strbuf.h"
 
 /* ---- JSON access ---------------------------------------------------------- */
@@ -1395,6 +1396,7 @@ md_status md_html_render(const cJSON *r, char **out, size_t *len)
         section_close(&b);
     }
     if (cJSON_IsArray(get(r, "settings"))) settings_section(&b, get(r, "settings"));
+    md_html_models(&b, r); /* the diagnostics run: comparison and per-model sections */
     if (get(r, "model")) {
         section_open(&b, "model", "Model");
         if (cJSON_IsObject(get(r, "model"))) add_kv(&b, get(r, "model"), NULL);
@@ -1423,6 +1425,7 @@ md_status md_html_render(const cJSON *r, char **out, size_t *len)
     {
         int k = 0;
         for (const char *const *s = known; *s; s++) k |= strcmp(*s, f->string) == 0;
+        k |= md_html_models_key(r, f->string);
         if (k) continue;
         if (!other++) section_open(&b, "other", "Other");
         md_strbuf_add(&b, "<h3>");
