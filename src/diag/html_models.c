@@ -377,13 +377,16 @@ static void comparison_section(md_strbuf *b, const cJSON *r)
     md_strbuf_add(b, "</ul>\n");
 
     /* the table */
-    md_strbuf_add(b, "<table class=\"rec cmp\"><thead><tr><th>model</th><th>task</th><th>classes</th><th>parameters</th>"
-                     "<th>val accuracy</th><th>val loss</th><th>val R&#178;</th><th>training samples/s</th>"
-                     "<th>inference p50 ms</th><th>inference samples/s</th><th>peak memory</th><th>result</th>"
-                     "</tr></thead><tbody>\n");
-    struct bar acc[MAXM], loss[MAXM], sps[MAXM], lat[MAXM], mem[MAXM];
+    /* forecasting models have no accuracy: the column only when a model has one */
     int n = 0, any_acc = 0;
     const cJSON *row;
+    cJSON_ArrayForEach(row, rows) any_acc |= isfinite(num(row, "val_accuracy"));
+    md_strbuf_printf(b, "<table class=\"rec cmp\"><thead><tr><th>model</th><th>task</th><th>classes</th>"
+                        "<th>parameters</th>%s<th>val loss</th><th>val R&#178;</th><th>training samples/s</th>"
+                        "<th>inference p50 ms</th><th>inference samples/s</th><th>peak memory</th><th>result</th>"
+                        "</tr></thead><tbody>\n",
+                     any_acc ? "<th>val accuracy</th>" : "");
+    struct bar acc[MAXM], loss[MAXM], sps[MAXM], lat[MAXM], mem[MAXM];
     cJSON_ArrayForEach(row, rows)
     {
         if (n >= MAXM) break;
@@ -396,7 +399,7 @@ static void comparison_section(md_strbuf *b, const cJSON *r)
         cell_text(b, str(row, "task"));
         cell_num(b, num(row, "num_classes"), "%.0f", 1);
         cell_num(b, num(row, "parameters"), "%.0f", 1);
-        cell_num(b, a, "%.2f%%", 100);
+        if (any_acc) cell_num(b, a, "%.2f%%", 100);
         cell_num(b, num(row, "val_loss"), "%.4f", 1);
         cell_num(b, r2, "%.4f", 1);
         cell_num(b, num(row, "samples_per_s"), "%.1f", 1);
@@ -414,7 +417,6 @@ static void comparison_section(md_strbuf *b, const cJSON *r)
         sps[n] = (struct bar){name, num(row, "samples_per_s"), n};
         lat[n] = (struct bar){name, num(row, "inference_latency_ms"), n};
         mem[n] = (struct bar){name, num(row, "peak_memory_bytes"), n};
-        any_acc |= isfinite(a);
         n++;
     }
     md_strbuf_add(b, "</tbody></table>\n");
