@@ -344,6 +344,11 @@ Test(seeds, diagnostics_report_per_model, .timeout = 120)
         cr_expect(cJSON_IsObject(cJSON_GetObjectItem(m, "benchmark")));
     }
     cr_expect_null(cJSON_GetObjectItem(r, "recommendations"), "the run's advice is per model");
+    double run_peak = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "memory"), "device_peak_bytes")->valuedouble;
+    for (int i = 0; i < 2; i++) {
+        const cJSON *mm = cJSON_GetObjectItem(cJSON_GetArrayItem(models, i), "memory");
+        cr_expect_geq(run_peak, cJSON_GetObjectItem(mm, "device_peak_bytes")->valuedouble, "the run's peak is the highest");
+    }
     cr_expect_null(strstr(out, "run with --benchmark"), "%s", out);
     cr_expect_null(strstr(out, "relu1"), "a layer table was printed:\n%s", out);
     cr_expect_eq(count(out, "✅ Created tiny_"), 2, "%s", out);

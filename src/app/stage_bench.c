@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "app/diagnostics.h"
 #include "app/job.h"
 #include "app/resolve.h"
 #include "core/json.h"
@@ -88,8 +89,8 @@ void md_stage_ci_defaults(md_job *job)
 {
     md_options *o = job->opts;
     if (!o->ci) return;
-    /* the diagnostics run's models are its own (--models) */
-    if (!md_options_given(o, "model") && !o->model[0] && !o->models[0]) {
+    /* the diagnostics run's models are its own (--models, or the default pair) */
+    if (!md_options_given(o, "model") && !o->model[0] && !md_diagnostics_wanted(o)) {
         snprintf(o->model, sizeof o->model, "small_cnn");
         md_job_setting(job, "model", "small_cnn", "--ci: the small model keeps the smoke test short");
     }
