@@ -567,6 +567,15 @@ Test(report, diagnostics_report_validates, .timeout = 120)
     cr_assert_not_null(th_setting(cJSON_GetArrayItem(models, 0), "label_smoothing"), "each model's settings");
     cr_assert(cJSON_IsObject(cJSON_GetObjectItem(r.report, "memory")));
     run_free(&r);
+    /* --ci with a threshold the model misses: per-model recommendations and checks */
+    r = run_bin("--device cpu --threads 1 --ci --models %s/tiny.json --steps 2 --max-samples 64 --batch-size 16 "
+                "--bench-iters 2 --warmup-iters 1 --expect-min-throughput 1e12 --checkpoint-dir %s/ck");
+    cr_assert_eq(r.rc, 7, "%s", r.err);
+    assert_valid(REPORT_SCHEMA, r.report, "the diagnostics --ci report");
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(r.report, "models"), 0);
+    cr_assert(cJSON_IsArray(cJSON_GetObjectItem(m, "recommendations")));
+    cr_assert(cJSON_IsObject(cJSON_GetObjectItem(m, "ci")));
+    run_free(&r);
 }
 
 /* ---- failure reports --------------------------------------------------------------- */

@@ -149,7 +149,6 @@ Test(seeds, models_list_errors)
         {"--device cpu --quiet --models base_multi_channel,,custom_cnn", "--models 'base_multi_channel,,custom_cnn': empty name"},
         {"--device cpu --quiet --models custom_cnn,", "empty name"},
         {"--device cpu --quiet --models custom_cnn,custom_cnn", "--models: 'custom_cnn' is listed twice"},
-        {"--device cpu --quiet --ci --models custom_cnn", "--ci checks one model"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out, *err;
@@ -282,6 +281,204 @@ Test(seeds, models_win_over_an_inline_config_model, .timeout = 60)
     free(out);
     free(err);
     free(cfg);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* ---- the diagnostics run as a report: per-model advice, --ci, HTML ----------------- */
+
+/* Two tiny models on 8x8 colour images, `classes` classes each, `width`
+ * filters: fast enough to train a few steps in every test. */
+static char *tiny(const char *dir, const char *name, int classes, int width)
+{
+    char text[1024], file[64];
+    snprintf(text, sizeof text,
+             "{\"name\": \"%s\", \"num_classes\": %d, \"inputs\": [{\"name\": \"image\", \"shape\": [3, 8, 8]}],"
+             " \"layers\": [{\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": %d, \"kernel\": 3, \"padding\": 1},"
+             " {\"name\": \"relu1\", \"type\": \"relu\"}, {\"name\": \"gap\", \"type\": \"global_avgpool\"},"
+             " {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}",
+             name, classes, width);
+    snprintf(file, sizeof file, "%s.json", name);
+    return th_write(dir, file, text);
+}
+
+#define TINY_RUN                                                                                                   \
+    "--device cpu --threads 1 --dataset synthetic --epochs 1 --steps 2 --max-samples 64 --batch-size 8 "          \
+    "--bench-iters 2 --warmup-iters 1 "
+
+/* Runs the binary (args get --report DIR/r.json) and loads the report. */
+static cJSON *run_report(const char *dir, const char *args, int want_rc, char **out, char **err)
+{
+    char full[8192], report[1100];
+    snprintf(report, sizeof report, "%s/r.json", dir);
+    snprintf(full, sizeof full, "%s --report %s", args, report);
+    int rc = th_run(full, out, err);
+    cr_assert_eq(rc, want_rc, "exit %d (wanted %d)\nstdout: %s\nstderr: %s", rc, want_rc, *out, *err);
+    return load_json(report);
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* Each model's recommendations come from its own benchmark (JSON, text); the
+ * text leaves out the layer tables and ends with a comparison that fits 100
+ * columns; the HTML has the comparison charts and a section per model. */
+Test(seeds, diagnostics_report_per_model, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char *a = tiny(dir, "tiny_a", 10, 4), *b = tiny(dir, "tiny_b", 10, 8);
+    char args[4096], html[1100];
+    snprintf(html, sizeof html, "%s/r.html", dir);
+    snprintf(args, sizeof args, TINY_RUN "--checkpoint-dir %s/ck --models %s,%s --html %s", dir, a, b, html);
+    char *out, *err;
+    cJSON *r = run_report(dir, args, 0, &out, &err);
+    const cJSON *models = cJSON_GetObjectItem(r, "models");
+    cr_assert_eq(cJSON_GetArraySize(models), 2);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *m = cJSON_GetArrayItem(models, i);
+        cr_expect(cJSON_IsArray(cJSON_GetObjectItem(m, "recommendations")), "model %d has no recommendations", i);
+        cr_expect(cJSON_IsObject(cJSON_GetObjectItem(m, "benchmark")));
+    }
+    cr_expect_null(cJSON_GetObjectItem(r, "recommendations"), "the run's advice is per model");
+    double run_peak = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "memory"), "device_peak_bytes")->valuedouble;
+    for (int i = 0; i < 2; i++) {
+        const cJSON *mm = cJSON_GetObjectItem(cJSON_GetArrayItem(models, i), "memory");
+        cr_expect_geq(run_peak, cJSON_GetObjectItem(mm, "device_peak_bytes")->valuedouble, "the run's peak is the highest");
+    }
+    cr_expect_null(strstr(out, "run with --benchmark"), "%s", out);
+    cr_expect_null(strstr(out, "relu1"), "a layer table was printed:\n%s", out);
+    cr_expect_eq(count(out, "✅ Created tiny_"), 2, "%s", out);
+    /* the comparison comes last, after the per-model recommendations */
+    const char *cmp = strstr(out, "== Comparison"), *rec = strstr(out, "== Recommendations");
+    cr_assert(cmp && rec && rec < cmp, "%s", out);
+    cr_expect(strstr(cmp, "tiny_a") && strstr(cmp, "tiny_b") && strstr(cmp, "p50 ms") && strstr(cmp, "most accurate:"),
+              "%s", cmp);
+    for (const char *l = cmp; *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        size_t cols = 0;
+        for (size_t k = 0; k < len; k++) cols += ((unsigned char)l[k] & 0xC0) != 0x80;
+        cr_expect_leq(cols, 100, "line wider than 100 columns: %.*s", (int)len, l);
+        l += len + (e ? 1 : 0);
+    }
+    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "comparison"), "rows"), 0);
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(row, "inference_latency_ms")));
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(row, "recommendations")));
+
+    FILE *f = fopen(html, "rb");
+    cr_assert(f != NULL, "no HTML report");
+    static char page[1 << 21];
+    size_t n = fread(page, 1, sizeof page - 1, f);
+    fclose(f);
+    page[n] = '\0';
+    cr_expect(strstr(page, "<section id=\"comparison\">"), "no comparison section");
+    const char *charts = strstr(page, "id=\"comparison-charts\"");
+    cr_assert(charts, "no comparison charts");
+    cr_expect(strstr(charts, "Validation accuracy") && strstr(charts, "Training throughput") &&
+                  strstr(charts, "Inference latency") && strstr(charts, "Peak device memory"),
+              "a comparison chart is missing");
+    cr_expect_geq(count(page, "class=\"bar\""), 8, "four charts with a bar per model");
+    cr_expect(strstr(page, "id=\"model-1\"") && strstr(page, "id=\"model-2\""), "no per-model sections");
+    const char *m2 = strstr(page, "id=\"model-2\"");
+    cr_expect(m2 && strstr(m2, "loss per epoch") && strstr(m2, "accuracy per epoch") && strstr(m2, "Recommendations"),
+              "model 2's section lacks its curves or recommendations");
+    cJSON_Delete(r);
+    free(out);
+    free(err);
+    free(a);
+    free(b);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* --ci in the diagnostics run: the thresholds apply per model; a threshold
+ * no model meets fails the run (exit 7) naming each model, in the JUnit
+ * file too; one every model meets passes. */
+Test(seeds, diagnostics_ci_per_model, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char *a = tiny(dir, "tiny_a", 10, 4), *b = tiny(dir, "tiny_b", 10, 8);
+    char args[4096], junit[1100];
+    snprintf(junit, sizeof junit, "%s/j.xml", dir);
+    snprintf(args, sizeof args, TINY_RUN "--checkpoint-dir %s/ck --ci --models %s,%s --expect-min-throughput 1e12 --junit %s",
+             dir, a, b, junit);
+    char *out, *err;
+    cJSON *r = run_report(dir, args, 7, &out, &err);
+    cr_expect(strstr(err, "--ci: ") && strstr(err, "tiny_a.json: training throughput") &&
+                  strstr(err, "tiny_b.json: training throughput"),
+              "stderr: %s", err);
+    cr_expect(strstr(out, "== CI") && strstr(out, "FAILED"), "%s", out);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "models"), i);
+        cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "ci"), "throughput"),
+                                                    "passed")));
+        const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "comparison"), "rows"), i);
+        cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(row, "ci_passed")));
+    }
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "status"), "result")->valuestring, "threshold");
+    FILE *f = fopen(junit, "rb");
+    cr_assert(f != NULL, "no JUnit file");
+    static char xml[1 << 16];
+    size_t n = fread(xml, 1, sizeof xml - 1, f);
+    fclose(f);
+    xml[n] = '\0';
+    cr_expect_eq(count(xml, "<testcase "), 7, "run + 3 per model:\n%s", xml);
+    cr_expect_eq(count(xml, "<failure "), 2, "%s", xml);
+    cr_expect(strstr(xml, "classname=\"mpsdiag.") && strstr(xml, "tiny_b.json\" name=\"throughput\""), "%s", xml);
+    cJSON_Delete(r);
+    free(out);
+    free(err);
+
+    snprintf(args, sizeof args, TINY_RUN "--checkpoint-dir %s/ck2 --ci --models %s,%s --expect-min-throughput 0.001", dir, a,
+             b);
+    r = run_report(dir, args, 0, &out, &err);
+    cr_expect(strstr(out, "== CI") && !strstr(out, "FAILED"), "%s", out);
+    cJSON_Delete(r);
+    free(out);
+    free(err);
+    free(a);
+    free(b);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* "Most accurate" only among models of the same task, number of classes
+ * and data; otherwise the run says they are not comparable. */
+Test(seeds, most_accurate_needs_the_same_classes, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    char *a = tiny(dir, "tiny_a", 10, 4), *b = tiny(dir, "tiny_b", 10, 8), *c = tiny(dir, "tiny_c", 3, 4);
+    char args[4096];
+    snprintf(args, sizeof args, TINY_RUN "--checkpoint-dir %s/ck --models %s,%s", dir, a, c);
+    char *out, *err;
+    cJSON *r = run_report(dir, args, 0, &out, &err);
+    const cJSON *cmp = cJSON_GetObjectItem(r, "comparison");
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(cmp, "most_accurate")));
+    const cJSON *why = cJSON_GetObjectItem(cmp, "not_comparable");
+    cr_assert(cJSON_IsString(why));
+    cr_expect(strstr(why->valuestring, "numbers of classes") && strstr(why->valuestring, "tiny_a 10") &&
+                  strstr(why->valuestring, "tiny_c 3"),
+              "%s", why->valuestring);
+    cr_expect(strstr(out, "most accurate: not comparable, different numbers of classes"), "%s", out);
+    cJSON_Delete(r);
+    free(out);
+    free(err);
+
+    snprintf(args, sizeof args, TINY_RUN "--checkpoint-dir %s/ck2 --models %s,%s", dir, a, b);
+    r = run_report(dir, args, 0, &out, &err);
+    cmp = cJSON_GetObjectItem(r, "comparison");
+    cr_expect(cJSON_IsString(cJSON_GetObjectItem(cmp, "most_accurate")), "same classes and data: comparable");
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(cmp, "not_comparable")));
+    cJSON_Delete(r);
+    free(out);
+    free(err);
+    free(a);
+    free(b);
+    free(c);
     th_rmtree(dir);
     free(dir);
 }

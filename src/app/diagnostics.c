@@ -176,6 +176,9 @@ static const char *const k_loss[] = {"training.curves.val_loss", NULL};
 static const char *const k_sps[] = {"benchmark.training.samples_per_s", "training.curves.samples_per_s",
                                     "training.samples_per_s", NULL};
 static const char *const k_peak[] = {"memory.device_peak_bytes", NULL};
+static const char *const k_lat[] = {"benchmark.inference.latency_ms.p50", NULL};
+static const char *const k_isps[] = {"benchmark.inference.samples_per_s", NULL};
+static const char *const k_classes[] = {"model.num_classes", NULL};
 
 /* ---- one model ------------------------------------------------------------------- */
 
@@ -219,7 +222,21 @@ static int model_local(md_status st)
 /* `base`: the options as the run started; every model starts from them,
  * since stages resolve automatic values (workers, pinned memory, batch size)
  * into the options for the model they run with. */
-static md_status run_one(md_job *job, const md_options *base, const char *name, int i, int n, cJSON *models)
+/* The "Created" line of the model stage, from its report, when the layer
+ * table is left out. */
+static void created_line(const cJSON *sub)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(sub, "model");
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(m, "name");
+    double params = num_at(sub, k_params), flops = num_at(sub, k_flops);
+    char a[32];
+    md_out("✅ Created %s - Parameters: %s - %.3f GFLOPs per sample (forward); layer table: --verbose\n",
+           cJSON_IsString(nm) ? nm->valuestring : "?", md_fmt_thousands((long long)(params > 0 ? params : 0), a, sizeof a),
+           flops > 0 ? flops * 1e-9 : 0.0);
+}
+
+static md_status run_one(md_job *job, const md_options *base, const char *name, int i, int n, cJSON *models,
+                         const cJSON *system, char *ci_msg, size_t ci_n)
 {
     md_options *o = job->opts;
     *o = *base;
@@ -256,7 +273,11 @@ static md_status run_one(md_job *job, const md_options *base, const char *name, 
     char config[MD_PATH_MAX];
     memcpy(config, o->config, sizeof config);
     o->config[0] = '\0';
+    /* the per-layer tables of several models bury the comparison */
+    job->no_layer_table = md_log_level() < MD_VERBOSE;
     md_status st = md_stage_model(job);
+    if (st == MD_OK && job->no_layer_table) created_line(sub);
+    job->no_layer_table = 0;
     memcpy(o->config, config, sizeof config);
     if (st == MD_OK) st = md_stage_data(job);
     if (st == MD_OK) {
@@ -266,6 +287,13 @@ static md_status run_one(md_job *job, const md_options *base, const char *name, 
         integration_weights(sub, 1);
     }
     if (st == MD_OK) st = md_stage_bench(job);
+    /* this model's advice and --ci checks, from its own benchmark (printed
+     * with the others at the end of the run) */
+    ci_msg[0] = '\0';
+    if (st == MD_OK) {
+        md_recommend_report(job, system, 0);
+        if (o->ci) md_ci_check(job, ci_msg, ci_n, 0);
+    }
     /* a model that failed early: its settings and config as far as they went */
     if (!cJSON_GetObjectItemCaseSensitive(sub, "run")) md_settings_record_run(job);
 
@@ -309,23 +337,89 @@ static const char *fmt_or_dash(double v, const char *fmt, double scale, char *bu
     return buf;
 }
 
+static const char *str_at(const cJSON *root, const char *path)
+{
+    const cJSON *v = at(root, path);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* A model's name as the text tables show it: its file's stem, cut to `w`
+ * columns ("~" marks a cut). */
+static const char *short_name(const char *name, int w, char *buf, size_t n)
+{
+    char stem[MD_PATH_MAX];
+    snprintf(stem, sizeof stem, "%s", base_name(name));
+    size_t l = strlen(stem);
+    if (l > 5 && strcmp(stem + l - 5, ".json") == 0) stem[l -= 5] = '\0';
+    if ((int)l > w) snprintf(buf, n, "%.*s~", w - 1, stem);
+    else snprintf(buf, n, "%s", stem);
+    return buf;
+}
+
+/* What accuracies may be compared on: the task, the number of classes and
+ * the data (dataset, source, validation samples). */
+static void accuracy_key(const cJSON *s, char *key, size_t n)
+{
+    const char *task = str_at(s, "data.task");
+    if (!*task) task = str_at(s, "training.task");
+    snprintf(key, n, "%s|%.0f|%s|%s|%.0f", task, num_at(s, k_classes), str_at(s, "data.dataset"),
+             str_at(s, "data.source"), (double)(cJSON_IsNumber(at(s, "data.splits.val.count")) ? at(s, "data.splits.val.count")->valuedouble : -1));
+}
+
+/* Why the accuracies of the models with one are not comparable, into why
+ * (""when they are). */
+static void comparable(const cJSON *models, char *why, size_t n)
+{
+    char first[MD_PATH_MAX * 2] = "", key[MD_PATH_MAX * 2];
+    const cJSON *s, *s0 = NULL;
+    why[0] = '\0';
+    cJSON_ArrayForEach(s, models)
+    {
+        if (strcmp(str_at(s, "status.result"), "ok") != 0 || num_at(s, k_acc) < 0) continue;
+        accuracy_key(s, key, sizeof key);
+        if (!s0) {
+            s0 = s;
+            snprintf(first, sizeof first, "%s", key);
+            continue;
+        }
+        if (strcmp(first, key) == 0) continue;
+        const char *t0 = str_at(s0, "data.task"), *t1 = str_at(s, "data.task");
+        double c0 = num_at(s0, k_classes), c1 = num_at(s, k_classes);
+        char a[64], b[64];
+        short_name(str_at(s0, "name"), 24, a, sizeof a);
+        short_name(str_at(s, "name"), 24, b, sizeof b);
+        if (strcmp(t0, t1) != 0) snprintf(why, n, "different tasks (%s %s, %s %s)", a, t0, b, t1);
+        else if (c0 != c1) snprintf(why, n, "different numbers of classes (%s %.0f, %s %.0f)", a, c0, b, c1);
+        else snprintf(why, n, "trained and validated on different data (%s, %s)", a, b);
+        return;
+    }
+}
+
 static void comparison(md_job *job, const cJSON *models)
 {
     cJSON *cmp = cJSON_AddObjectToObject(job->report, "comparison");
     cJSON *rows = cJSON_AddArrayToObject(cmp, "rows");
     const char *best_acc = NULL, *fastest = NULL, *leanest = NULL;
     double v_acc = -1, v_sps = -1, v_peak = -1;
+    char why[400];
+    comparable(models, why, sizeof why);
 
     md_section("Comparison");
-    md_out("  %-22s %11s %10s %9s %9s %11s %10s  %s\n", "model", "parameters", "GFLOPs", "val acc", "val loss",
-           "samples/s", "peak mem", "status");
+    md_out("  %-22s %10s %7s %8s %9s %8s %10s  %s\n", "model", "params", "val acc", "val loss", "samples/s",
+           "p50 ms", "peak mem", "status");
     const cJSON *s;
+    double batch = -1;
     cJSON_ArrayForEach(s, models)
     {
         const char *name = cJSON_GetObjectItem(s, "name")->valuestring;
         const char *result = at(s, "status.result")->valuestring;
         double params = num_at(s, k_params), flops = num_at(s, k_flops), acc = num_at(s, k_acc);
         double loss = num_at(s, k_loss), sps = num_at(s, k_sps), peak = num_at(s, k_peak);
+        double lat = num_at(s, k_lat), isps = num_at(s, k_isps), classes = num_at(s, k_classes);
+        static const char *const k_batch[] = {"benchmark.batch_size", NULL};
+        if (batch < 0) batch = num_at(s, k_batch);
+        const char *task = str_at(s, "data.task");
+        if (!*task) task = str_at(s, "training.task");
         cJSON *r = cJSON_CreateObject();
         cJSON_AddStringToObject(r, "model", name);
 #define NUM_OR_NULL(key, v)                                                                                            \
@@ -333,16 +427,31 @@ static void comparison(md_job *job, const cJSON *models)
         if ((v) >= 0) cJSON_AddNumberToObject(r, key, v);                                                              \
         else cJSON_AddNullToObject(r, key);                                                                            \
     } while (0)
+        if (*task) cJSON_AddStringToObject(r, "task", task);
+        else cJSON_AddNullToObject(r, "task");
+        NUM_OR_NULL("num_classes", classes);
         NUM_OR_NULL("parameters", params);
         NUM_OR_NULL("flops_per_sample", flops);
         NUM_OR_NULL("val_accuracy", acc);
         NUM_OR_NULL("val_loss", loss);
         NUM_OR_NULL("samples_per_s", sps);
+        NUM_OR_NULL("inference_latency_ms", lat);
+        NUM_OR_NULL("inference_samples_per_s", isps);
         NUM_OR_NULL("peak_memory_bytes", peak);
 #undef NUM_OR_NULL
         const cJSON *iw = integration_weights(s, 0);
         if (iw) cJSON_AddItemToObject(r, "integration_weights", cJSON_Duplicate(iw, 1));
         else cJSON_AddNullToObject(r, "integration_weights");
+        const cJSON *recs = cJSON_GetObjectItemCaseSensitive(s, "recommendations");
+        if (cJSON_IsArray(recs)) cJSON_AddNumberToObject(r, "recommendations", cJSON_GetArraySize(recs));
+        else cJSON_AddNullToObject(r, "recommendations");
+        const cJSON *ci = cJSON_GetObjectItemCaseSensitive(s, "ci");
+        if (ci) {
+            int failed = cJSON_IsFalse(at(s, "ci.throughput.passed")) || cJSON_IsFalse(at(s, "ci.loss.passed"));
+            cJSON_AddBoolToObject(r, "ci_passed", !failed);
+        } else {
+            cJSON_AddNullToObject(r, "ci_passed");
+        }
         cJSON_AddStringToObject(r, "status", result);
         cJSON_AddItemToArray(rows, r);
 
@@ -351,23 +460,84 @@ static void comparison(md_job *job, const cJSON *models)
         if (ok && sps >= 0 && sps > v_sps) { v_sps = sps; fastest = name; }
         if (ok && peak >= 0 && (v_peak < 0 || peak < v_peak)) { v_peak = peak; leanest = name; }
 
-        char a[32], b[32], c[32], d[32], e[32], f[32];
-        md_out("  %-22s %11s %10s %9s %9s %11s %10s  %s\n", name,
+        char a[32], c[32], d[32], e[32], f[32], g[32], nm[32];
+        md_out("  %-22s %10s %7s %8s %9s %8s %10s  %s\n", short_name(name, 22, nm, sizeof nm),
                params >= 0 ? md_fmt_thousands((long long)params, a, sizeof a) : "-",
-               fmt_or_dash(flops, "%.3f", 1e-9, b, sizeof b), fmt_or_dash(acc, "%.2f%%", 100.0, c, sizeof c),
-               fmt_or_dash(loss, "%.4f", 1.0, d, sizeof d), fmt_or_dash(sps, "%.1f", 1.0, e, sizeof e),
+               fmt_or_dash(acc, "%.2f%%", 100.0, c, sizeof c), fmt_or_dash(loss, "%.4f", 1.0, d, sizeof d),
+               fmt_or_dash(sps, "%.1f", 1.0, e, sizeof e), fmt_or_dash(lat, "%.2f", 1.0, g, sizeof g),
                peak >= 0 ? md_fmt_bytes(peak, f, sizeof f) : "-", result);
     }
+    if (why[0]) best_acc = NULL;
     if (best_acc) cJSON_AddStringToObject(cmp, "most_accurate", best_acc);
     else cJSON_AddNullToObject(cmp, "most_accurate");
+    if (why[0]) cJSON_AddStringToObject(cmp, "not_comparable", why);
+    else cJSON_AddNullToObject(cmp, "not_comparable");
     if (fastest) cJSON_AddStringToObject(cmp, "fastest", fastest);
     else cJSON_AddNullToObject(cmp, "fastest");
     if (leanest) cJSON_AddStringToObject(cmp, "least_memory", leanest);
     else cJSON_AddNullToObject(cmp, "least_memory");
-    if (best_acc) md_out("  most accurate: %s", best_acc);
-    if (fastest) md_out("%sfastest: %s", best_acc ? "; " : "  ", fastest);
-    if (leanest) md_out("%sleast memory: %s", best_acc || fastest ? "; " : "  ", leanest);
+    if (batch > 0)
+        md_out("  samples/s: training (benchmark); p50 ms: inference latency per batch of %.0f; "
+               "val: last epoch\n", batch);
+    char nm[3][32];
+    if (why[0]) md_out("  most accurate: not comparable, %s\n", why);
+    if (best_acc) md_out("  most accurate: %s", short_name(best_acc, 24, nm[0], sizeof nm[0]));
+    if (fastest) md_out("%sfastest: %s", best_acc ? "; " : "  ", short_name(fastest, 24, nm[1], sizeof nm[1]));
+    if (leanest)
+        md_out("%sleast memory: %s", best_acc || fastest ? "; " : "  ", short_name(leanest, 24, nm[2], sizeof nm[2]));
     if (best_acc || fastest || leanest) md_out("\n");
+}
+
+/* Each model's recommendations, from its own benchmark. */
+static void recommendations(const cJSON *models)
+{
+    md_section("Recommendations");
+    const cJSON *s;
+    cJSON_ArrayForEach(s, models)
+    {
+        char nm[64];
+        short_name(str_at(s, "name"), 40, nm, sizeof nm);
+        const cJSON *recs = cJSON_GetObjectItemCaseSensitive(s, "recommendations");
+        if (!cJSON_IsArray(recs)) {
+            md_out("  %s: none, the model did not get as far as its benchmark\n", nm);
+        } else if (cJSON_GetArraySize(recs) == 0) {
+            md_out("  %s: none, nothing measured suggests a change\n", nm);
+        } else {
+            md_out("  %s\n", nm);
+            const cJSON *e;
+            cJSON_ArrayForEach(e, recs) md_recommendation_print(e, 4);
+        }
+    }
+}
+
+/* --ci, per model: its figures against the thresholds. */
+static void ci_section(const cJSON *models, const md_options *o)
+{
+    md_section("CI");
+    const cJSON *s;
+    cJSON_ArrayForEach(s, models)
+    {
+        char nm[32], t[96] = "not measured", l[96] = "not measured";
+        short_name(str_at(s, "name"), 22, nm, sizeof nm);
+        if (!cJSON_GetObjectItemCaseSensitive(s, "ci")) {
+            md_out("  %-22s not checked: %s\n", nm, str_at(s, "status.result"));
+            continue;
+        }
+        double sps = num_at(s, (const char *const[]){"ci.throughput.samples_per_s", NULL});
+        const cJSON *lv = at(s, "ci.loss.final_loss");
+        int tfail = cJSON_IsFalse(at(s, "ci.throughput.passed")), lfail = cJSON_IsFalse(at(s, "ci.loss.passed"));
+        if (sps >= 0)
+            snprintf(t, sizeof t, "%.1f samples/s%s", sps,
+                     o->expect_min_throughput > 0 ? (tfail ? " (MISSED)" : " (ok)") : "");
+        if (cJSON_IsNumber(lv))
+            snprintf(l, sizeof l, "%.4f%s", lv->valuedouble, o->expect_max_loss > 0 ? (lfail ? " (MISSED)" : " (ok)") : "");
+        md_out("  %-22s throughput %s, final loss %s: %s\n", nm, t, l, tfail || lfail ? "FAILED" : "passed");
+    }
+    char th[160] = "";
+    if (o->expect_min_throughput > 0) snprintf(th, sizeof th, "--expect-min-throughput %g", o->expect_min_throughput);
+    if (o->expect_max_loss > 0)
+        snprintf(th + strlen(th), sizeof th - strlen(th), "%s--expect-max-loss %g", th[0] ? ", " : "", o->expect_max_loss);
+    md_out("  thresholds: %s\n", th[0] ? th : "none given");
 }
 
 /* ---- the run ---------------------------------------------------------------------- */
@@ -379,11 +549,6 @@ md_status md_diagnostics_run(md_job *job)
     int n = 0;
     const char *list = o->models[0] ? o->models : MD_DIAGNOSTICS_DEFAULT_MODELS;
     MD_TRY(split_models(list, names, &n));
-    /* The --ci thresholds and smoke mode judge the one model of a run. */
-    if (o->ci)
-        return md_errf(MD_ERR_USAGE, "--ci checks one model, and the diagnostics run (%s) compares several: "
-                       "drop --ci, or give one --model",
-                       o->models[0] ? "--models" : "--data-dir .../cifar-100");
 
     cJSON *diag = cJSON_AddObjectToObject(job->report, "diagnostics");
     cJSON *arr = cJSON_AddArrayToObject(diag, "model_names");
@@ -420,19 +585,36 @@ md_status md_diagnostics_run(md_job *job)
     md_options *base = md_malloc(sizeof *base);
     if (!base) return md_errf(MD_ERR_OOM, "out of host memory");
     *base = *o;
+    /* what missed the --ci thresholds, per model */
+    char(*ci_msg)[600] = md_calloc((size_t)n, sizeof *ci_msg);
+    if (!ci_msg) {
+        md_free(base);
+        return md_errf(MD_ERR_OOM, "out of host memory");
+    }
+    const cJSON *system = cJSON_GetObjectItemCaseSensitive(job->report, "system");
     int pg = md_progress_begin("models", n, "models");
     for (int i = 0; i < n; i++) {
         char label[64];
         snprintf(label, sizeof label, "model %s", base_name(names[i]));
         md_progress_label(label);
         md_progress_update(i);
-        md_status st = run_one(job, base, names[i], i, n, models);
+        md_status st = run_one(job, base, names[i], i, n, models, system, ci_msg[i], sizeof ci_msg[i]);
         if (st != MD_OK && first == MD_OK) first = st;
         if (st != MD_OK && !model_local(st)) break;
     }
     md_progress_end(pg);
     md_free(base);
+    recommendations(models);
+    if (o->ci) ci_section(models, o);
     comparison(job, models);
+    /* --ci: every model that missed a threshold, by name */
+    char msg[2048] = "";
+    size_t ml = 0;
+    for (int i = 0; i < n && first == MD_OK; i++)
+        if (ci_msg[i][0] && ml < sizeof msg)
+            ml += (size_t)snprintf(msg + ml, sizeof msg - ml, "%s%s: %s", ml ? "; " : "", names[i], ci_msg[i]);
+    md_free(ci_msg);
+    if (first == MD_OK && msg[0]) return md_errf(MD_ERR_THRESHOLD, "--ci: %s", msg);
     if (first != MD_OK) {
         /* The first failure decides the exit code; its message is the one
          * recorded for that model. */

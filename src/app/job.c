@@ -126,11 +126,22 @@ static void memory_section(md_job *job)
     md_dev_mem_stats(job->dev, &ms);
     cJSON *m = cJSON_AddObjectToObject(job->report, "memory");
     cJSON_AddNumberToObject(m, "device_current_bytes", (double)ms.current);
-    cJSON_AddNumberToObject(m, "device_peak_bytes", (double)ms.peak);
+    /* the diagnostics run resets the peak before each model: the run's is the highest */
+    double peak = (double)ms.peak;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(job->report, "models"))
+    {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e, "memory"),
+                                                          "device_peak_bytes");
+        if (cJSON_IsNumber(p) && p->valuedouble > peak) peak = p->valuedouble;
+    }
+    cJSON_AddNumberToObject(m, "device_peak_bytes", peak);
     cJSON_AddNumberToObject(m, "device_limit_bytes", (double)ms.limit);
     cJSON_AddNumberToObject(m, "device_reserved_bytes", (double)ms.reserved);
     cJSON_AddNumberToObject(m, "host_peak_tracked_bytes", (double)md_host_mem()->peak);
     cJSON_AddNumberToObject(m, "host_peak_rss_bytes", (double)md_peak_rss_bytes());
+    /* the diagnostics run shows each model's peak in its comparison */
+    if (cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(job->report, "models"))) return;
     char a[32], b[32], c[32];
     md_section("Memory");
     md_out("  %-22s %s\n", "device peak", md_fmt_bytes((double)ms.peak, a, sizeof a));

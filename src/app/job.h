@@ -33,6 +33,8 @@ typedef struct md_job {
     struct md_trainer *trainer; /* owned by the train stage */
     cJSON *settings;        /* report.settings: each applied setting with its reason */
     double t_start;
+    int no_layer_table;     /* the model stage prints no per-layer table (the diagnostics run
+                               without --verbose) */
 } md_job;
 
 /* Runs the whole job; returns the status that decides the exit code. */
@@ -65,6 +67,18 @@ void md_stage_train_cleanup(md_job *job);
 md_status md_stage_train_create(md_job *job, struct md_trainer **out);
 md_status md_stage_bench(md_job *job);   /* app/stage_bench.c  */
 md_status md_stage_recommend(md_job *job); /* app/stage_bench.c */
+/* The recommendations from job->report's own benchmark, into
+ * job->report["recommendations"] (the diagnostics run calls it with a model's
+ * entry as job->report); the Recommendations section when `print`. `system`:
+ * report.system when job->report lacks it (NULL: job->report's). Returns
+ * how many. */
+int md_recommend_report(md_job *job, const cJSON *system, int print);
+/* One entry of a "recommendations" array as the text shows it. */
+void md_recommendation_print(const cJSON *rec, int indent);
+/* --ci: job->report["ci"] from job->report's benchmark and training against
+ * --expect-min-throughput and --expect-max-loss; `msg` receives what missed
+ * ("" when every threshold is met); the CI section when `print`. */
+void md_ci_check(md_job *job, char *msg, size_t msg_n, int print);
 /* Writes --html and --junit; runs also after a failed stage (the report's
  * status says how the run ended). */
 md_status md_stage_outputs(md_job *job);   /* app/stage_bench.c: --html, --junit */

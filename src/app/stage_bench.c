@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "app/diagnostics.h"
 #include "app/job.h"
 #include "app/resolve.h"
 #include "core/json.h"
@@ -88,7 +89,8 @@ void md_stage_ci_defaults(md_job *job)
 {
     md_options *o = job->opts;
     if (!o->ci) return;
-    if (!md_options_given(o, "model") && !o->model[0]) {
+    /* the diagnostics run's models are its own (--models, or the default pair) */
+    if (!md_options_given(o, "model") && !o->model[0] && !md_diagnostics_wanted(o)) {
         snprintf(o->model, sizeof o->model, "small_cnn");
         md_job_setting(job, "model", "small_cnn", "--ci: the small model keeps the smoke test short");
     }
@@ -1129,11 +1131,11 @@ static int final_loss(const cJSON *report, double *loss, const char **from)
     return 0;
 }
 
-static md_status ci_thresholds(md_job *job)
+void md_ci_check(md_job *job, char *msg, size_t msg_n, int print)
 {
     const md_options *o = job->opts;
     cJSON *ci = cJSON_AddObjectToObject(job->report, "ci");
-    char msg[600] = "";
+    msg[0] = '\0';
     double sps = jnum(jget(jget(job->report, "benchmark"), "training"), "samples_per_s", -1);
     cJSON *tj = cJSON_AddObjectToObject(ci, "throughput");
     add_num(tj, "samples_per_s", sps >= 0 ? sps : (double)NAN);
@@ -1142,7 +1144,7 @@ static md_status ci_thresholds(md_job *job)
         int pass = sps >= o->expect_min_throughput;
         cJSON_AddBoolToObject(tj, "passed", pass);
         if (!pass)
-            snprintf(msg, sizeof msg, "training throughput %.1f samples/s is below --expect-min-throughput %g", sps,
+            snprintf(msg, msg_n, "training throughput %.1f samples/s is below --expect-min-throughput %g", sps,
                      o->expect_min_throughput);
     } else {
         cJSON_AddNullToObject(tj, "passed");
@@ -1159,12 +1161,13 @@ static md_status ci_thresholds(md_job *job)
         cJSON_AddBoolToObject(lj, "passed", pass);
         if (!pass) {
             size_t l = strlen(msg);
-            snprintf(msg + l, sizeof msg - l, "%sfinal loss %s%.4g (%s) is above --expect-max-loss %g", l ? "; " : "",
+            snprintf(msg + l, msg_n - l, "%sfinal loss %s%.4g (%s) is above --expect-max-loss %g", l ? "; " : "",
                      isfinite(loss) ? "" : "not finite: ", loss, have ? from : "not measured", o->expect_max_loss);
         }
     } else {
         cJSON_AddNullToObject(lj, "passed");
     }
+    if (!print) return;
     md_section("CI");
     if (sps >= 0) {
         char th[64] = "no threshold";
@@ -1182,36 +1185,130 @@ static md_status ci_thresholds(md_job *job)
     } else {
         md_out("  %-12s not measured\n", "final loss");
     }
-    if (msg[0]) return md_errf(MD_ERR_THRESHOLD, "--ci: %s", msg);
-    md_out("  all thresholds met\n");
-    return MD_OK;
+    if (!msg[0]) md_out("  all thresholds met\n");
 }
 
-md_status md_stage_recommend(md_job *job)
+/* One recommendation as the text shows it, indented by `indent`. */
+void md_recommendation_print(const cJSON *e, int indent)
+{
+    const cJSON *t = jget(e, "topic"), *a = jget(e, "advice"), *f = jget(e, "figure"), *s = jget(e, "source"),
+                *c = jget(e, "cost");
+    md_out("%*s%-22s %s\n", indent, "", cJSON_IsString(t) ? t->valuestring : "",
+           cJSON_IsString(a) ? a->valuestring : "");
+    if (cJSON_IsString(f) && f->valuestring[0])
+        md_out("%*s%-22s   %s: %s\n", indent, "", "", cJSON_IsString(s) ? s->valuestring : "measured", f->valuestring);
+    if (cJSON_IsString(c) && c->valuestring[0]) md_out("%*s%-22s   cost: %s\n", indent, "", "", c->valuestring);
+}
+
+int md_recommend_report(md_job *job, const cJSON *system, int print)
 {
     struct md_rec_in in;
     struct md_rec_sweep_point sweep[64];
     struct md_preset preset;
     int nsweep = 0;
     rec_inputs(job, &in, sweep, &nsweep, &preset);
+    if (system) { /* a model's entry of the diagnostics run: the run's system facts */
+        const cJSON *w = jget(jget(system, "blas"), "warning");
+        in.blas_warning = cJSON_IsString(w) ? w->valuestring : "";
+    }
     struct md_rec recs[MD_REC_MAX];
     int n = md_recommend(&in, recs, MD_REC_MAX);
-    cJSON_AddItemToObject(job->report, "recommendations", md_recs_to_json(recs, n));
+    cJSON *arr = md_recs_to_json(recs, n);
+    cJSON_AddItemToObject(job->report, "recommendations", arr);
     warnings_of(job); /* the key is always there */
+    if (!print) return n;
     md_section("Recommendations");
     if (n == 0)
         md_out("  none: %s\n", jget(job->report, "benchmark") ? "nothing measured suggests a change"
                                                                 : "run with --benchmark (or --batch-sweep, --ablate) to measure");
-    for (int i = 0; i < n; i++) {
-        md_out("  %-22s %s\n", recs[i].topic, recs[i].advice);
-        if (recs[i].figure[0]) md_out("  %-22s   %s: %s\n", "", recs[i].source, recs[i].figure);
-        if (recs[i].cost[0]) md_out("  %-22s   cost: %s\n", "", recs[i].cost);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) md_recommendation_print(e, 2);
+    return n;
+}
+
+md_status md_stage_recommend(md_job *job)
+{
+    /* The diagnostics run advised and judged each model in its own entry
+     * of report.models (src/app/diagnostics.c). */
+    if (cJSON_IsArray(jget(job->report, "models"))) {
+        warnings_of(job);
+        return MD_OK;
     }
-    if (job->opts->ci) return ci_thresholds(job);
+    md_recommend_report(job, NULL, 1);
+    if (!job->opts->ci) return MD_OK;
+    char msg[600];
+    md_ci_check(job, msg, sizeof msg, 1);
+    if (msg[0]) return md_errf(MD_ERR_THRESHOLD, "--ci: %s", msg);
     return MD_OK;
 }
 
 /* ---- --html and --junit ----------------------------------------------------------------- */
+
+/* The threshold cases ("throughput", "loss") of one report (the run's, or
+ * a model's entry of the diagnostics run) into k[0..1]; `ran`: the run or
+ * model got as far as its checks. */
+static void junit_checks(const cJSON *r, int ran, struct md_junit_case *k, const char *who)
+{
+    static const char *const names[] = {"throughput", "loss"};
+    for (int i = 0; i < 2; i++, k++) {
+        snprintf(k->name, sizeof k->name, "%s", names[i]);
+        const cJSON *t = jget(jget(r, "ci"), names[i]);
+        const cJSON *passed = jget(t, "passed");
+        const char *flag = i == 0 ? "--expect-min-throughput" : "--expect-max-loss";
+        if (!t) {
+            k->result = ran ? MD_JUNIT_SKIP : MD_JUNIT_ERROR;
+            snprintf(k->message, sizeof k->message, "%s%s", who,
+                     ran ? "not measured" : "the run failed before the check");
+        } else if (!cJSON_IsBool(passed)) {
+            k->result = MD_JUNIT_SKIP;
+            snprintf(k->message, sizeof k->message, "%s%s not given", who, flag);
+        } else if (i == 0) {
+            k->result = cJSON_IsTrue(passed) ? MD_JUNIT_PASS : MD_JUNIT_FAIL;
+            snprintf(k->message, sizeof k->message, "%straining throughput %.1f samples/s, %s %g", who,
+                     jnum(t, "samples_per_s", 0), flag, jnum(t, "min", 0));
+        } else {
+            k->result = cJSON_IsTrue(passed) ? MD_JUNIT_PASS : MD_JUNIT_FAIL;
+            snprintf(k->message, sizeof k->message, "%sfinal loss %.4g (%s), %s %g", who,
+                     jnum(t, "final_loss", (double)NAN),
+                     cJSON_IsString(jget(t, "from")) ? jget(t, "from")->valuestring : "?", flag, jnum(t, "max", 0));
+        }
+    }
+}
+
+/* The diagnostics run: "run", "throughput", "loss" per model of
+ * diagnostics.model_names, classname "mpsdiag.<model>"; a model the run
+ * never reached is an error in each. Returns how many cases. */
+static int junit_models(const cJSON *r, struct md_junit_case *c, int max)
+{
+    int n = 0;
+    const cJSON *name;
+    cJSON_ArrayForEach(name, jget(jget(r, "diagnostics"), "model_names"))
+    {
+        if (!cJSON_IsString(name) || n + 3 > max) continue;
+        const cJSON *m = NULL, *e;
+        cJSON_ArrayForEach(e, jget(r, "models"))
+        {
+            const cJSON *nm = jget(e, "name");
+            if (cJSON_IsString(nm) && strcmp(nm->valuestring, name->valuestring) == 0) m = e;
+        }
+        char who[300];
+        snprintf(who, sizeof who, "%s: ", name->valuestring);
+        const cJSON *res = jget(jget(m, "status"), "result"), *err = jget(jget(m, "status"), "error");
+        int ran = cJSON_IsString(res) && strcmp(res->valuestring, "ok") == 0;
+        struct md_junit_case *k = &c[n];
+        for (int i = 0; i < 3; i++) snprintf(k[i].classname, sizeof k[i].classname, "mpsdiag.%s", name->valuestring);
+        snprintf(k->name, sizeof k->name, "run");
+        k->time_s = jnum(m, "duration_s", 0);
+        k->result = ran ? MD_JUNIT_PASS : MD_JUNIT_ERROR;
+        if (!m) snprintf(k->message, sizeof k->message, "%snot run: the run stopped before it", who);
+        else if (!ran)
+            snprintf(k->message, sizeof k->message, "%s%s", who,
+                     cJSON_IsString(err) ? err->valuestring : cJSON_IsString(res) ? res->valuestring : "failed");
+        junit_checks(m, ran, k + 1, who);
+        n += 3;
+    }
+    return n;
+}
 
 static md_status write_junit(md_job *job)
 {
@@ -1220,38 +1317,25 @@ static md_status write_junit(md_job *job)
     const cJSON *res = jget(status, "result");
     const char *result = cJSON_IsString(res) ? res->valuestring : "unknown";
     const cJSON *err = jget(status, "error");
-    struct md_junit_case c[3];
-    memset(c, 0, sizeof c);
+    enum { MAXC = 3 + 3 * 64 };
+    struct md_junit_case *c = md_calloc(MAXC, sizeof *c);
+    if (!c) return md_errf(MD_ERR_OOM, "--junit: out of host memory");
     snprintf(c[0].name, sizeof c[0].name, "run");
     c[0].time_s = jnum(r, "duration_s", 0);
     int ran = strcmp(result, "ok") == 0 || strcmp(result, "threshold") == 0;
     c[0].result = ran ? MD_JUNIT_PASS : MD_JUNIT_ERROR;
     snprintf(c[0].message, sizeof c[0].message, "%s", ran ? "" : cJSON_IsString(err) ? err->valuestring : result);
-    static const char *const names[] = {"throughput", "loss"};
-    for (int i = 0; i < 2; i++) {
-        struct md_junit_case *k = &c[i + 1];
-        snprintf(k->name, sizeof k->name, "%s", names[i]);
-        const cJSON *t = jget(jget(r, "ci"), names[i]);
-        const cJSON *passed = jget(t, "passed");
-        const char *flag = i == 0 ? "--expect-min-throughput" : "--expect-max-loss";
-        if (!t) {
-            k->result = ran ? MD_JUNIT_SKIP : MD_JUNIT_ERROR;
-            snprintf(k->message, sizeof k->message, "%s", ran ? "not measured" : "the run failed before the check");
-        } else if (!cJSON_IsBool(passed)) {
-            k->result = MD_JUNIT_SKIP;
-            snprintf(k->message, sizeof k->message, "%s not given", flag);
-        } else if (i == 0) {
-            k->result = cJSON_IsTrue(passed) ? MD_JUNIT_PASS : MD_JUNIT_FAIL;
-            snprintf(k->message, sizeof k->message, "training throughput %.1f samples/s, %s %g",
-                     jnum(t, "samples_per_s", 0), flag, jnum(t, "min", 0));
-        } else {
-            k->result = cJSON_IsTrue(passed) ? MD_JUNIT_PASS : MD_JUNIT_FAIL;
-            snprintf(k->message, sizeof k->message, "final loss %.4g (%s), %s %g", jnum(t, "final_loss", (double)NAN),
-                     cJSON_IsString(jget(t, "from")) ? jget(t, "from")->valuestring : "?", flag, jnum(t, "max", 0));
-        }
+    int n = 1;
+    if (jget(r, "diagnostics")) n += junit_models(r, c + 1, MAXC - 1);
+    else {
+        junit_checks(r, ran, c + 1, "");
+        n += 2;
     }
     const cJSON *ts = jget(r, "started_at");
-    return md_junit_write(job->opts->junit, "mpsdiag", c, 3, c[0].time_s, cJSON_IsString(ts) ? ts->valuestring : NULL);
+    md_status st = md_junit_write(job->opts->junit, "mpsdiag", c, n, c[0].time_s,
+                                  cJSON_IsString(ts) ? ts->valuestring : NULL);
+    md_free(c);
+    return st;
 }
 
 md_status md_stage_outputs(md_job *job)

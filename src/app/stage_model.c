@@ -173,7 +173,7 @@ md_status md_stage_model(md_job *job)
     if (st != MD_OK) return st;
     if (mo.layout == MD_NHWC && md_model_get_opts(job->model)->layout == MD_NCHW)
         md_job_setting(job, "channels_last", "off", "the model has token-sequence layers, which run in NCHW");
-    md_model_print_summary(job->model);
+    if (!job->no_layer_table) md_model_print_summary(job->model);
     md_out("  layout %s, compute %s, compile %s, gradient checkpointing %s\n",
            md_layout_name(md_model_get_opts(job->model)->layout),
            md_dtype_name(mo.compute_dtype), mo.compile ? "on (BN+ReLU and add+ReLU fused, memory shared by lifetime)"

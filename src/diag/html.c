@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "core/mem.h"
 #include "diag/html_epochs.h"
+#include "diag/html_models.h"
 #include "diag/html_util.h"
 #include "diag/strbuf.h"
 
@@ -1230,6 +1231,7 @@ static void other_sections(md_strbuf *b, const cJSON *r)
     {
         int k = 0;
         for (const char *const *s = known; *s; s++) k |= strcmp(*s, f->string) == 0;
+        k |= md_html_models_key(r, f->string);
         if (k) continue;
         if (!other++) md_html_section_begin(b, "other", "Other");
         char lab[160];
@@ -1313,6 +1315,7 @@ md_status md_html_render(const cJSON *r, char **out, size_t *len)
     if (md_hj_get(r, "system")) generic_section(&b, r, "system", "System");
     if (cJSON_IsArray(md_hj_get(r, "devices"))) generic_section(&b, r, "devices", "Devices");
     if (cJSON_IsArray(md_hj_get(r, "settings"))) settings_section(&b, md_hj_get(r, "settings"));
+    md_html_models(&b, r); /* the diagnostics run: comparison and per-model sections */
     if (md_hj_get(r, "model")) generic_section(&b, r, "model", "Model");
     if (md_hj_get(r, "data")) generic_section(&b, r, "data", "Data");
     if (cJSON_IsObject(md_hj_get(r, "run"))) run_section(&b, md_hj_get(r, "run"));

@@ -31,7 +31,7 @@ md_status md_junit_render(const char *suite, const struct md_junit_case *c, int 
     md_strbuf_add(&b, ">\n");
     for (int i = 0; i < n; i++) {
         md_strbuf_add(&b, "    <testcase classname=\"");
-        md_strbuf_add_escaped(&b, suite);
+        md_strbuf_add_escaped(&b, c[i].classname[0] ? c[i].classname : suite);
         md_strbuf_add(&b, "\" name=\"");
         md_strbuf_add_escaped(&b, c[i].name);
         md_strbuf_printf(&b, "\" time=\"%.3f\"", c[i].time_s);

@@ -5,7 +5,8 @@
  * itself finished), "throughput" (--expect-min-throughput) and "loss"
  * (--expect-max-loss). A failed check carries <failure message="..."> with
  * the measured figure and the threshold; a check that was not asked for is
- * <skipped/>. Text and attributes are XML-escaped.
+ * <skipped/>. Text and attributes are XML-escaped. The diagnostics run adds
+ * these three cases per model, each with the classname "mpsdiag.<model>".
  */
 #ifndef MD_JUNIT_H
 #define MD_JUNIT_H
@@ -21,6 +22,7 @@ struct md_junit_case {
     int result;            /* enum md_junit_result */
     double time_s;         /* 0 when not timed */
     char message[512];     /* the failure or skip reason; the detail for a pass */
+    char classname[192];   /* "" : the suite's name; the diagnostics run: "mpsdiag.<model>" */
 };
 
 /* Renders the XML for n cases. *out is owned by the caller (md_free). */
