@@ -387,9 +387,9 @@ Test(transfer, vit_tiny_head_of_another_shape_is_reinitialised, .timeout = 60, .
 Test(transfer, vit_tiny_init_from_on_the_command_line, .timeout = 120)
 {
     char *dir = th_tmpdir(), args[2048], *out, *err;
-    const char *cases[][3] = {
-        {"vit_tiny.hf.safetensors", "auto", "(hf naming, detected): 37 loaded, 0 resized, 1 skipped"},
-        {"vit_tiny.timm.safetensors", "timm", "(timm naming): 37 loaded, 0 resized, 0 skipped"},
+    const char *cases[][4] = {
+        {"vit_tiny.hf.safetensors", "auto", "(hf naming, detected):", "37 loaded, 0 resized, 1 skipped"},
+        {"vit_tiny.timm.safetensors", "timm", "(timm naming):", "37 loaded, 0 resized, 0 skipped"},
     };
     for (int k = 0; k < 2; k++) {
         snprintf(args, sizeof args,
@@ -400,6 +400,7 @@ Test(transfer, vit_tiny_init_from_on_the_command_line, .timeout = 120)
         int rc = th_run(args, &out, &err);
         cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
         cr_assert(strstr(out, cases[k][2]), "no '%s' in\n%s", cases[k][2], out);
+        cr_assert(strstr(out, cases[k][3]), "no '%s' in\n%s", cases[k][3], out);
         /* block 1 (12,768), norm (64) and head (330) of 28,138 */
         cr_assert(strstr(out, "13,162 of 28,138 parameters trainable (--freeze all-but-last:1)"), "%s", out);
         free(out);
