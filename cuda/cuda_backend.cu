@@ -587,6 +587,8 @@ md_cuda_backend_entry(int api_version)
     k->tiles_bwd = md_cuda_tiles_bwd;
     k->film_fwd = md_cuda_film_fwd;
     k->film_bwd = md_cuda_film_bwd;
+    k->chscale_fwd = md_cuda_chscale_fwd;
+    k->chscale_bwd = md_cuda_chscale_bwd;
     o->api_version = MD_BACKEND_API_VERSION;
     return o;
 }

@@ -102,6 +102,8 @@ md_status md_cuda_tiles_fwd(md_device *dev, const struct md_tiles_args *a);
 md_status md_cuda_tiles_bwd(md_device *dev, const struct md_tiles_args *a);
 md_status md_cuda_film_fwd(md_device *dev, const struct md_film_args *a);
 md_status md_cuda_film_bwd(md_device *dev, const struct md_film_args *a);
+md_status md_cuda_chscale_fwd(md_device *dev, const struct md_chscale_args *a);
+md_status md_cuda_chscale_bwd(md_device *dev, const struct md_chscale_args *a);
 md_status md_cuda_attn_fwd(md_device *dev, const struct md_attn_args *a);
 md_status md_cuda_attn_bwd(md_device *dev, const struct md_attn_args *a);
 /* Whether the cuBLAS path (cuda_attn_gemm.cu) and the tensor-core flash

@@ -195,4 +195,12 @@ struct md_mtl_film_params {
     float beta, beta_cond;
 };
 
+/* per-feature scale: md_chscale (a, g, y: y = a * g + beta * y; fwd on x,
+ * dx on dy), md_chscale_dg (x, dy, dg: a thread per feature, the rows in
+ * order, + beta_g * dg). g and dg fp32. */
+struct md_mtl_chscale_params {
+    md_mi32 rows, d;
+    float beta, beta_g;
+};
+
 #endif

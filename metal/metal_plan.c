@@ -685,3 +685,41 @@ md_status md_metal_plan_film_bwd(const struct md_film_args *a, struct md_metal_p
     if (!n) md_metal_plan_noop(p);
     return MD_OK;
 }
+
+static md_status chscale_params(const char *op, const struct md_chscale_args *a, struct md_mtl_chscale_params *v)
+{
+    MD_TRY(check_dtype(op, a->dtype));
+    if (a->rows < 0 || a->d < 0)
+        return md_errf(MD_ERR_INTERNAL, "metal %s: bad shape (rows %d, d %d)", op, a->rows, a->d);
+    *v = (struct md_mtl_chscale_params){.rows = a->rows, .d = a->d, .beta = a->beta, .beta_g = a->beta_g};
+    return MD_OK;
+}
+
+md_status md_metal_plan_chscale_fwd(const struct md_chscale_args *a, struct md_metal_plan *p)
+{
+    struct md_mtl_chscale_params v;
+    MD_TRY(chscale_params("chscale_fwd", a, &v));
+    struct md_metal_dispatch *d = begin(p, 0, "md_chscale", a->dtype, &v, sizeof v);
+    BIND(d, a->x, a->g, a->y);
+    ew_grid(d, (unsigned long long)a->rows * (unsigned long long)a->d);
+    return MD_OK;
+}
+
+md_status md_metal_plan_chscale_bwd(const struct md_chscale_args *a, struct md_metal_plan *p)
+{
+    struct md_mtl_chscale_params v;
+    MD_TRY(chscale_params("chscale_bwd", a, &v));
+    int n = 0;
+    if (a->dg) {
+        struct md_metal_dispatch *d = begin(p, n++, "md_chscale_dg", a->dtype, &v, sizeof v);
+        BIND(d, a->x, a->dy, a->dg);
+        ew_grid(d, (unsigned long long)a->d);
+    }
+    if (a->dx) { /* after dg: dx may be dy's buffer */
+        struct md_metal_dispatch *d = begin(p, n++, "md_chscale", a->dtype, &v, sizeof v);
+        BIND(d, a->dy, a->g, a->dx);
+        ew_grid(d, (unsigned long long)a->rows * (unsigned long long)a->d);
+    }
+    if (!n) md_metal_plan_noop(p);
+    return MD_OK;
+}

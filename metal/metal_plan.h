@@ -77,6 +77,8 @@ md_status md_metal_plan_tiles_fwd(const struct md_tiles_args *a, struct md_metal
 md_status md_metal_plan_tiles_bwd(const struct md_tiles_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_film_fwd(const struct md_film_args *a, struct md_metal_plan *p);
 md_status md_metal_plan_film_bwd(const struct md_film_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_chscale_fwd(const struct md_chscale_args *a, struct md_metal_plan *p);
+md_status md_metal_plan_chscale_bwd(const struct md_chscale_args *a, struct md_metal_plan *p);
 
 /* Every kernel table entry the Metal backends plan, as X(entry, argument
  * struct), in the table's order: the real and the simulated backend each
@@ -115,7 +117,9 @@ md_status md_metal_plan_film_bwd(const struct md_film_args *a, struct md_metal_p
     X(tiles_fwd, md_tiles_args) \
     X(tiles_bwd, md_tiles_args) \
     X(film_fwd, md_film_args) \
-    X(film_bwd, md_film_args)
+    X(film_bwd, md_film_args) \
+    X(chscale_fwd, md_chscale_args) \
+    X(chscale_bwd, md_chscale_args)
 
 /* The empty kernel event timestamps ride on. */
 void md_metal_plan_noop(struct md_metal_plan *p);

@@ -167,12 +167,42 @@ template <int DT>
     }
 }
 
+template <int DT>
+[[kernel]] void md_mtl_chscale(MD_KARGS, constant md_mtl_chscale_params &p [[buffer(0)]],
+                               device const typename md_dt<DT>::S *a [[buffer(1)]],
+                               device const float *g [[buffer(2)]],
+                               device typename md_dt<DT>::S *y [[buffer(3)]])
+{
+    MD_GRID_LOOP(i, ulong(p.rows) * ulong(p.d)) {
+        md_mtl_put<DT>(y + i, md_dt<DT>::ld(a[i]) * g[i % ulong(p.d)], p.beta);
+    }
+}
+
+/* A thread per feature: the rows in order. */
+template <int DT>
+[[kernel]] void md_mtl_chscale_dg(MD_KARGS, constant md_mtl_chscale_params &p [[buffer(0)]],
+                                  device const typename md_dt<DT>::S *x [[buffer(1)]],
+                                  device const typename md_dt<DT>::S *dy [[buffer(2)]],
+                                  device float *dg [[buffer(3)]])
+{
+    MD_GRID_LOOP(j, ulong(p.d)) {
+        float s = 0.0f;
+        for (int r = 0; r < p.rows; r++) {
+            ulong o = ulong(r) * ulong(p.d) + j;
+            s += md_dt<DT>::ld(dy[o]) * md_dt<DT>::ld(x[o]);
+        }
+        md_mtl_putf(dg + j, s, p.beta_g);
+    }
+}
+
 #define MD_TILES_INST(DT, sfx)                                                \
     MD_INSTANTIATE("md_tiles_fwd_" sfx, md_mtl_tiles_fwd<DT>)                  \
     MD_INSTANTIATE("md_tiles_bwd_" sfx, md_mtl_tiles_bwd<DT>)                  \
     MD_INSTANTIATE("md_film_fwd_" sfx, md_mtl_film_fwd<DT>)                    \
     MD_INSTANTIATE("md_film_bwd_dx_" sfx, md_mtl_film_bwd_dx<DT>)              \
-    MD_INSTANTIATE("md_film_bwd_cond_" sfx, md_mtl_film_bwd_cond<DT>)
+    MD_INSTANTIATE("md_film_bwd_cond_" sfx, md_mtl_film_bwd_cond<DT>)          \
+    MD_INSTANTIATE("md_chscale_" sfx, md_mtl_chscale<DT>)                      \
+    MD_INSTANTIATE("md_chscale_dg_" sfx, md_mtl_chscale_dg<DT>)
 
 MD_TILES_INST(MD_MTL_F32, "f32")
 MD_TILES_INST(MD_MTL_F16, "f16")

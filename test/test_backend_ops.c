@@ -28,8 +28,8 @@
 enum { K_GEMM, K_CONV_FWD, K_CONV_DATA, K_CONV_FILTER, K_BN_FWD, K_BN_BWD, K_ACT_FWD, K_ACT_BWD, K_POOL_FWD,
        K_POOL_BWD, K_GAP_FWD, K_GAP_BWD, K_BIAS_ADD, K_BIAS_GRAD, K_DROP_FWD, K_DROP_BWD, K_EW, K_REDUCE,
        K_CHSLICE, K_XENT, K_CAST, K_PERMUTE, K_OPTIM, K_LN_FWD, K_LN_BWD, K_SM_FWD, K_SM_BWD, K_ATTN_FWD, K_ATTN_BWD,
-       K_REGRESS, K_TILES_FWD, K_TILES_BWD, K_FILM_FWD, K_FILM_BWD };
-_Static_assert(K_FILM_BWD + 1 == MD_KERNEL_COUNT, "one K_ entry per kernel table entry");
+       K_REGRESS, K_TILES_FWD, K_TILES_BWD, K_FILM_FWD, K_FILM_BWD, K_CHSCALE_FWD, K_CHSCALE_BWD };
+_Static_assert(K_CHSCALE_BWD + 1 == MD_KERNEL_COUNT, "one K_ entry per kernel table entry");
 
 /* ---- tolerances: |got - ref| <= atol + rtol*|ref| ------------------------------------- */
 
@@ -1342,6 +1342,60 @@ static void op_film(struct harness *h, int op)
         }
 }
 
+/* Per-feature scale over (rows, d): odd sizes, a width the vector path
+ * takes (d a multiple of 8), ViT-S's 384; backward with dx only, dg only,
+ * and both; beta 0 and 1 for the output and for dg. */
+static void op_chscale(struct harness *h, int op)
+{
+    static const int cases[][4] = {/* rows d dx dg */
+                                   {1, 1, 1, 1},   {37, 45, 1, 1}, {37, 45, 1, 0}, {37, 45, 0, 1},
+                                   {6, 16, 1, 1},  {130, 384, 1, 1}, {513, 24, 0, 1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int di = 0; di < 3; di++) {
+            md_dtype t = dtypes[di];
+            int rows = cases[ci][0], d = cases[ci][1], wdx = cases[ci][2], wdg = cases[ci][3];
+            if (op == K_CHSCALE_FWD && !(wdx && wdg)) continue;
+            size_t es = md_dtype_size(t), nx = (size_t)rows * d;
+            float beta = (ci + (size_t)di) % 2 ? 1.0f : 0.0f, beta_g = (ci + (size_t)di) % 3 ? 0.0f : 1.0f;
+            void *X = host_typed(t, nx, 191 + ci, -2, 2), *G = host_typed(MD_F32, (size_t)d, 192 + ci, -1, 1),
+                 *DY = host_typed(t, nx, 193 + ci, -1, 1), *O0 = host_typed(t, nx, 194 + ci, -1, 1),
+                 *G0 = host_typed(MD_F32, (size_t)d, 195 + ci, -1, 1);
+            void *out[2] = {malloc(nx * es), malloc(nx * es)}, *og[2] = {malloc((size_t)d * 4), malloc((size_t)d * 4)};
+            md_status st[2];
+            for (h->side = 0; h->side < 2; h->side++) {
+                struct md_chscale_args a = {.rows = rows, .d = d, .dtype = t, .beta = beta, .beta_g = beta_g};
+                a.x = hx_in(h, X, nx * es);
+                a.g = hx_in(h, G, (size_t)d * 4);
+                if (op == K_CHSCALE_FWD) {
+                    a.y = beta != 0.0f ? hx_in(h, O0, nx * es) : hx_nan(h, nx * es);
+                    st[h->side] = md_k_chscale_fwd(cur(h), &a);
+                    hx_get(h, a.y, out[h->side], nx * es);
+                } else {
+                    a.dy = hx_in(h, DY, nx * es);
+                    if (wdx) a.dx = beta != 0.0f ? hx_in(h, O0, nx * es) : hx_nan(h, nx * es);
+                    if (wdg) a.dg = beta_g != 0.0f ? hx_in(h, G0, (size_t)d * 4) : hx_nan(h, (size_t)d * 4);
+                    st[h->side] = md_k_chscale_bwd(cur(h), &a);
+                    if (wdx) hx_get(h, a.dx, out[h->side], nx * es);
+                    if (wdg) hx_get(h, a.dg, og[h->side], (size_t)d * 4);
+                }
+                hx_end(h);
+            }
+            char what[160];
+            snprintf(what, sizeof what, "%s rows%d d%d dx %d dg %d %s beta %g/%g", md_kernel_names[op], rows, d, wdx,
+                     wdg, md_dtype_name(t), (double)beta, (double)beta_g);
+            if (statuses_ok(h, op, what, st[0], st[1])) {
+                int ok = 1;
+                if (op == K_CHSCALE_FWD || wdx) ok &= cmp_typed(h, what, out[0], out[1], t, nx, tol_of(op, t));
+                if (op == K_CHSCALE_BWD && wdg) /* fp32 sums over the rows (of the same rounded inputs) */
+                    ok &= cmp_typed(h, what, og[0], og[1], MD_F32, (size_t)d,
+                                    (struct tol){2e-5 * (rows > 16 ? rows / 16.0 : 1.0), 1e-4});
+                record(h, op, ok);
+            }
+            free(X), free(G), free(DY), free(O0), free(G0);
+            for (int s2 = 0; s2 < 2; s2++) free(out[s2]), free(og[s2]);
+        }
+}
+
 /* ---- driver ------------------------------------------------------------------------------------------------------------ */
 
 static void run_op(struct harness *h, int op)
@@ -1372,6 +1426,7 @@ static void run_op(struct harness *h, int op)
     case K_REGRESS: op_regress(h); break;
     case K_TILES_FWD: case K_TILES_BWD: op_tiles(h, op); break;
     case K_FILM_FWD: case K_FILM_BWD: op_film(h, op); break;
+    case K_CHSCALE_FWD: case K_CHSCALE_BWD: op_chscale(h, op); break;
     default: break;
     }
 }

@@ -413,6 +413,38 @@ Test(kernels_ref, bias_gradient)
     md_device_close(dev);
 }
 
+struct chs_ctx { struct md_chscale_args a; };
+
+static void chs_fwd(md_device *dev, void *ctx, float *out)
+{
+    struct chs_ctx *c = ctx;
+    c->a.y = out;
+    cr_assert_eq(md_k_chscale_fwd(dev, &c->a), MD_OK);
+}
+
+/* The per-feature scale: dx and dg against central differences, each
+ * accumulating onto 0.5 (beta 1). */
+Test(kernels_ref, chscale_gradients)
+{
+    md_device *dev = kc_open_ref();
+    enum { R = 7, D = 5 };
+    float x[R * D], r[R * D], g[D], dx[R * D], dg[D];
+    double nx[R * D], ng[D];
+    kc_fill(x, R * D, 11, -1, 1);
+    kc_fill(r, R * D, 12, -1, 1);
+    kc_fill(g, D, 13, -1, 1);
+    struct chs_ctx c = {{.rows = R, .d = D, .dtype = MD_F32, .x = x, .g = g}};
+    numgrad(dev, chs_fwd, &c, x, R * D, R * D, r, 1e-2, nx);
+    numgrad(dev, chs_fwd, &c, g, D, R * D, r, 1e-2, ng);
+    for (int i = 0; i < R * D; i++) dx[i] = 0.5f, nx[i] += 0.5;
+    for (int i = 0; i < D; i++) dg[i] = 0.5f, ng[i] += 0.5;
+    c.a.dy = r, c.a.dx = dx, c.a.dg = dg, c.a.beta = 1.0f, c.a.beta_g = 1.0f;
+    cr_assert_eq(md_k_chscale_bwd(dev, &c.a), MD_OK);
+    cr_assert(check_grad("chscale dx", dx, nx, R * D, 1e-4, 1e-4));
+    cr_assert(check_grad("chscale dg", dg, ng, D, 1e-4, 1e-4));
+    md_device_close(dev);
+}
+
 struct drop_ctx { struct md_dropout_args a; };
 
 static void drop_fwd(md_device *dev, void *ctx, float *out)

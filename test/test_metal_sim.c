@@ -121,11 +121,12 @@ Test(metal_grid, plans_reject_bad_calls)
 
 Test(metal_sim, every_kernel_is_registered)
 {
-    /* 3 dtypes x (2 x 4 mm + 8 norm + 8 eltwise + 3 layernorm + 5 softmax/attention + 1 regress + 5 tiles/film)
-     * + 2 permutes + 9 casts + 3 plain */
-    cr_assert_eq(md_metal_sim_kernel_count(), 3 * 38 + 2 + 9 + 3);
+    /* 3 dtypes x (2 x 4 mm + 8 norm + 8 eltwise + 3 layernorm + 5 softmax/attention + 1 regress + 5 tiles/film
+     * + 2 per-feature scale) + 2 permutes + 9 casts + 3 plain */
+    cr_assert_eq(md_metal_sim_kernel_count(), 3 * 40 + 2 + 9 + 3);
     cr_assert(md_metal_sim_has("md_tiles_bwd_bf16"));
     cr_assert(md_metal_sim_has("md_film_bwd_cond_f16"));
+    cr_assert(md_metal_sim_has("md_chscale_dg_bf16"));
     cr_assert(md_metal_sim_has("md_regress_bf16"));
     cr_assert(md_metal_sim_has("md_attn_bwd_kv_bf16"));
     cr_assert(md_metal_sim_has("md_ln_bwd_params_f16"));
@@ -599,5 +600,40 @@ Test(metal_sim, tiles_film)
                 cr_expect(same(what, dx2, dx1, t, nx, 1.0));
                 cr_expect(same(what, dc2, dc1, t, nc, 4.0));
                 free(x), free(cond), free(dy), free(y1), free(y2), free(dx1), free(dx2), free(dc1), free(dc2);
+            }
+}
+
+/* The per-feature scale on odd sizes, every combination of dx / dg, beta 0
+ * and 1; and with dx in dy's buffer (dg must see dy). */
+Test(metal_sim, chscale)
+{
+    static const int cc[][2] = {{1, 1}, {37, 45}, {6, 16}};
+    for (size_t ci = 0; ci < sizeof cc / sizeof cc[0]; ci++)
+        for (int di = 0; di < 3; di++)
+            for (int which = 0; which < 5; which++) {
+                md_dtype t = dtypes[di];
+                int rows = cc[ci][0], d = cc[ci][1];
+                size_t es = md_dtype_size(t), nx = (size_t)rows * d;
+                void *x = rnd(t, nx, -2, 2, 90 + ci), *dy1 = rnd(t, nx, -1, 1, 91), *dy2 = dup(dy1, nx * es);
+                float *g = rndf((size_t)d, -1, 1, 92 + ci), *dg1 = rndf((size_t)d, -1, 1, 93),
+                      *dg2 = dup(dg1, (size_t)d * 4);
+                void *y1 = rnd(t, nx, -1, 1, 94), *y2 = dup(y1, nx * es), *dx1 = rnd(t, nx, -1, 1, 95),
+                     *dx2 = dup(dx1, nx * es);
+                int wdx = which == 4 || (which & 1), wdg = which == 4 || (which & 2);
+                struct md_chscale_args a = {.rows = rows, .d = d, .dtype = t, .x = x, .g = g,
+                                            .beta = (float)(which & 1), .beta_g = (float)(di & 1)};
+                a.y = y1, a.dy = dy1, a.dx = !wdx ? NULL : which == 4 ? dy1 : dx1, a.dg = wdg ? dg1 : NULL;
+                REF(chscale_fwd, a);
+                REF(chscale_bwd, a);
+                a.y = y2, a.dy = dy2, a.dx = !wdx ? NULL : which == 4 ? dy2 : dx2, a.dg = wdg ? dg2 : NULL;
+                SIM(chscale_fwd, a);
+                SIM(chscale_bwd, a);
+                char what[96];
+                snprintf(what, sizeof what, "chscale (%d, %d) outputs %d %s", rows, d, which, md_dtype_name(t));
+                cr_expect(same(what, y2, y1, t, nx, 1.0));
+                cr_expect(same(what, dx2, dx1, t, nx, 1.0));
+                cr_expect(same(what, dy2, dy1, t, nx, 1.0));
+                cr_expect(same(what, dg2, dg1, MD_F32, (size_t)d, 4.0));
+                free(x), free(dy1), free(dy2), free(g), free(dg1), free(dg2), free(y1), free(y2), free(dx1), free(dx2);
             }
 }

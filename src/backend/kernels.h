@@ -461,6 +461,21 @@ struct md_film_args {
     float beta, beta_cond;
 };
 
+/* ---- per-feature scale (LayerScale) ----------------------------------------------
+ * x, y, dy, dx (rows, d) in dtype; g (d) fp32.
+ * fwd: y = x * g + beta * y.
+ * bwd: dx = dy * g + beta * dx (dx NULL: skipped);
+ *      dg = sum over rows of dy * x + beta_g * dg (dg NULL: skipped; fp32, the
+ *      summation order fixed for a backend and size). dx may be dy's buffer
+ *      (dg is then taken first). */
+struct md_chscale_args {
+    int rows, d;
+    md_dtype dtype;
+    const void *x; const float *g; void *y;
+    const void *dy; void *dx; float *dg;
+    float beta, beta_g;
+};
+
 /* The table. Kernels return MD_OK or an error with a message. */
 struct md_kernels {
     md_status (*gemm)(md_device *, const struct md_gemm_args *);
@@ -497,10 +512,12 @@ struct md_kernels {
     md_status (*tiles_bwd)(md_device *, const struct md_tiles_args *);
     md_status (*film_fwd)(md_device *, const struct md_film_args *);
     md_status (*film_bwd)(md_device *, const struct md_film_args *);
+    md_status (*chscale_fwd)(md_device *, const struct md_chscale_args *);
+    md_status (*chscale_bwd)(md_device *, const struct md_chscale_args *);
 };
 
 /* Names of the table's entries, in order (for reports and fallback counts). */
-#define MD_KERNEL_COUNT 34
+#define MD_KERNEL_COUNT 36
 extern const char *const md_kernel_names[MD_KERNEL_COUNT];
 
 /* For backends whose kernels run when called (CPU, reference): *out = a with

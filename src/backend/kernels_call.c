@@ -12,6 +12,7 @@ const char *const md_kernel_names[MD_KERNEL_COUNT] = {
     "bias_add", "bias_grad", "dropout_fwd", "dropout_bwd", "ew", "reduce", "chslice", "xent",
     "cast", "permute", "optim", "layernorm_fwd", "layernorm_bwd", "softmax_fwd", "softmax_bwd", "attn_fwd",
     "attn_bwd", "regress", "tiles_fwd", "tiles_bwd", "film_fwd", "film_bwd",
+    "chscale_fwd", "chscale_bwd",
 };
 
 _Static_assert(sizeof(struct md_kernels) == MD_KERNEL_COUNT * sizeof(void (*)(void)),
@@ -77,6 +78,8 @@ MD_KERNEL_WRAPPER(tiles_fwd, md_tiles_args, 30)
 MD_KERNEL_WRAPPER(tiles_bwd, md_tiles_args, 31)
 MD_KERNEL_WRAPPER(film_fwd, md_film_args, 32)
 MD_KERNEL_WRAPPER(film_bwd, md_film_args, 33)
+MD_KERNEL_WRAPPER(chscale_fwd, md_chscale_args, 34)
+MD_KERNEL_WRAPPER(chscale_bwd, md_chscale_args, 35)
 
 int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *out)
 {

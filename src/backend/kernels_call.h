@@ -50,6 +50,8 @@ md_status md_k_tiles_fwd(md_device *dev, const struct md_tiles_args *a);
 md_status md_k_tiles_bwd(md_device *dev, const struct md_tiles_args *a);
 md_status md_k_film_fwd(md_device *dev, const struct md_film_args *a);
 md_status md_k_film_bwd(md_device *dev, const struct md_film_args *a);
+md_status md_k_chscale_fwd(md_device *dev, const struct md_chscale_args *a);
+md_status md_k_chscale_bwd(md_device *dev, const struct md_chscale_args *a);
 
 #ifdef __cplusplus
 }

@@ -70,6 +70,8 @@ md_status md_cpu_tiles_fwd(md_device *dev, const struct md_tiles_args *a);
 md_status md_cpu_tiles_bwd(md_device *dev, const struct md_tiles_args *a);
 md_status md_cpu_film_fwd(md_device *dev, const struct md_film_args *a);
 md_status md_cpu_film_bwd(md_device *dev, const struct md_film_args *a);
+md_status md_cpu_chscale_fwd(md_device *dev, const struct md_chscale_args *a);
+md_status md_cpu_chscale_bwd(md_device *dev, const struct md_chscale_args *a);
 
 static inline int md_cpu_float_type(md_dtype t) { return t == MD_F32 || t == MD_F16 || t == MD_BF16; }
 

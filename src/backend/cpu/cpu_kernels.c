@@ -107,4 +107,6 @@ const struct md_kernels md_cpu_kernels = {
     .tiles_bwd = md_cpu_tiles_bwd,
     .film_fwd = md_cpu_film_fwd,
     .film_bwd = md_cpu_film_bwd,
+    .chscale_fwd = md_cpu_chscale_fwd,
+    .chscale_bwd = md_cpu_chscale_bwd,
 };

@@ -1,6 +1,6 @@
-/* cpu_tiles.c - tiles (crop + bilinear resize, align_corners=False) and FiLM
- * on the thread pool; the contract is kernels.h's, the reference
- * ref_tiles.c. Index arithmetic in float, as PyTorch's CPU kernel. */
+/* cpu_tiles.c - tiles (crop + bilinear resize, align_corners=False), FiLM
+ * and the per-feature scale (chscale) on the thread pool; the contract is
+ * kernels.h's, the reference ref_tiles.c. Index arithmetic in float, as PyTorch's CPU kernel. */
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -189,5 +189,72 @@ md_status md_cpu_film_bwd(md_device *dev, const struct md_film_args *a)
     (void)dev;
     MD_TRY(md_cpu_dtype_check("film_bwd", a->dtype));
     md_parallel_for(a->n, md_cpu_tasks_per_chunk((long long)a->t * a->d, CPU_GRAIN), film_bwd_range, (void *)a);
+    return MD_OK;
+}
+
+/* ---- per-feature scale: one task a run of rows for y and dx; dg by blocks
+ * of columns, each column's rows added in order (the same result for any
+ * thread count). */
+#define CHS_COLS 64
+
+static void chscale_fwd_range(void *vc, long long b, long long e)
+{
+    const struct md_chscale_args *a = vc;
+    for (long long r = b; r < e; r++) {
+        size_t i = (size_t)r * (size_t)a->d;
+        for (int j = 0; j < a->d; j++)
+            stf(a->y, a->dtype, i + (size_t)j, ldf(a->x, a->dtype, i + (size_t)j) * a->g[j], a->beta);
+    }
+}
+
+static void chscale_dx_range(void *vc, long long b, long long e)
+{
+    const struct md_chscale_args *a = vc;
+    for (long long r = b; r < e; r++) {
+        size_t i = (size_t)r * (size_t)a->d;
+        for (int j = 0; j < a->d; j++)
+            stf(a->dx, a->dtype, i + (size_t)j, ldf(a->dy, a->dtype, i + (size_t)j) * a->g[j], a->beta);
+    }
+}
+
+static void chscale_dg_range(void *vc, long long b, long long e)
+{
+    const struct md_chscale_args *a = vc;
+    double s[CHS_COLS];
+    for (long long cb = b; cb < e; cb++) {
+        int j0 = (int)cb * CHS_COLS, nj = a->d - j0 < CHS_COLS ? a->d - j0 : CHS_COLS;
+        for (int j = 0; j < nj; j++) s[j] = 0;
+        for (int r = 0; r < a->rows; r++) {
+            size_t i = (size_t)r * (size_t)a->d + (size_t)j0;
+            for (int j = 0; j < nj; j++)
+                s[j] += (double)(ldf(a->dy, a->dtype, i + (size_t)j) * ldf(a->x, a->dtype, i + (size_t)j));
+        }
+        for (int j = 0; j < nj; j++) {
+            float *o = &a->dg[j0 + j];
+            *o = a->beta_g != 0.0f ? (float)s[j] + a->beta_g * *o : (float)s[j];
+        }
+    }
+}
+
+md_status md_cpu_chscale_fwd(md_device *dev, const struct md_chscale_args *a)
+{
+    (void)dev;
+    MD_TRY(md_cpu_dtype_check("chscale_fwd", a->dtype));
+    if (a->rows <= 0 || a->d <= 0) return MD_OK;
+    md_parallel_for(a->rows, md_cpu_tasks_per_chunk(a->d, CPU_GRAIN), chscale_fwd_range, (void *)a);
+    return MD_OK;
+}
+
+md_status md_cpu_chscale_bwd(md_device *dev, const struct md_chscale_args *a)
+{
+    (void)dev;
+    MD_TRY(md_cpu_dtype_check("chscale_bwd", a->dtype));
+    if (a->d <= 0) return MD_OK;
+    if (a->dg) /* first: dx may be dy's buffer */
+        md_parallel_for((a->d + CHS_COLS - 1) / CHS_COLS,
+                        md_cpu_tasks_per_chunk((long long)a->rows * CHS_COLS, CPU_GRAIN), chscale_dg_range,
+                        (void *)a);
+    if (a->dx && a->rows > 0)
+        md_parallel_for(a->rows, md_cpu_tasks_per_chunk(a->d, CPU_GRAIN), chscale_dx_range, (void *)a);
     return MD_OK;
 }

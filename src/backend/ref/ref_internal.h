@@ -65,5 +65,7 @@ md_status md_ref_tiles_fwd(md_device *dev, const struct md_tiles_args *a);
 md_status md_ref_tiles_bwd(md_device *dev, const struct md_tiles_args *a);
 md_status md_ref_film_fwd(md_device *dev, const struct md_film_args *a);
 md_status md_ref_film_bwd(md_device *dev, const struct md_film_args *a);
+md_status md_ref_chscale_fwd(md_device *dev, const struct md_chscale_args *a);
+md_status md_ref_chscale_bwd(md_device *dev, const struct md_chscale_args *a);
 
 #endif

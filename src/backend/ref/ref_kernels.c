@@ -52,4 +52,6 @@ const struct md_kernels md_ref_kernels = {
     .tiles_bwd = md_ref_tiles_bwd,
     .film_fwd = md_ref_film_fwd,
     .film_bwd = md_ref_film_bwd,
+    .chscale_fwd = md_ref_chscale_fwd,
+    .chscale_bwd = md_ref_chscale_bwd,
 };

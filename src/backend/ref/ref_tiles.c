@@ -1,6 +1,6 @@
-/* ref_tiles.c - reference tiles (crop + bilinear resize, align_corners=False)
- * and FiLM: plain loops, double accumulation (kernels.h has the contract,
- * docs/tiles.md the layers that use them). */
+/* ref_tiles.c - reference tiles (crop + bilinear resize, align_corners=False),
+ * FiLM and the per-feature scale (chscale): plain loops, double accumulation
+ * (kernels.h has the contract, docs/tiles.md the layers that use them). */
 #include "backend/ref/ref_internal.h"
 
 #include <math.h>
@@ -144,5 +144,42 @@ md_status md_ref_film_bwd(md_device *dev, const struct md_film_args *a)
                 st(a->dcond, a->dtype, c + (size_t)a->d, sb, a->beta_cond);
             }
         }
+    return MD_OK;
+}
+
+static md_status chscale_check(const char *op, const struct md_chscale_args *a)
+{
+    MD_TRY(check_dtype(op, a->dtype));
+    if (a->rows < 0 || a->d < 0)
+        return md_errf(MD_ERR_INTERNAL, "ref %s: bad shape (rows %d, d %d)", op, a->rows, a->d);
+    return MD_OK;
+}
+
+md_status md_ref_chscale_fwd(md_device *dev, const struct md_chscale_args *a)
+{
+    (void)dev;
+    MD_TRY(chscale_check("chscale_fwd", a));
+    for (int r = 0; r < a->rows; r++)
+        for (int j = 0; j < a->d; j++) {
+            size_t i = (size_t)r * (size_t)a->d + (size_t)j;
+            st(a->y, a->dtype, i, ld(a->x, a->dtype, i) * (double)a->g[j], a->beta);
+        }
+    return MD_OK;
+}
+
+md_status md_ref_chscale_bwd(md_device *dev, const struct md_chscale_args *a)
+{
+    (void)dev;
+    MD_TRY(chscale_check("chscale_bwd", a));
+    for (int j = 0; j < a->d; j++) {
+        double s = 0;
+        for (int r = 0; r < a->rows; r++) {
+            size_t i = (size_t)r * (size_t)a->d + (size_t)j;
+            double dy = ld(a->dy, a->dtype, i);
+            s += dy * ld(a->x, a->dtype, i);
+            if (a->dx) st(a->dx, a->dtype, i, dy * (double)a->g[j], a->beta);
+        }
+        if (a->dg) a->dg[j] = (float)(a->beta_g != 0.0f ? s + (double)a->beta_g * (double)a->dg[j] : s);
+    }
     return MD_OK;
 }
