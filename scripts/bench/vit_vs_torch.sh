@@ -10,7 +10,8 @@
 # patch 14, 4 registers: 261 tokens) against scripts/bench/vit_torch.py's
 # plain timm-like ViT of the same shapes (F.scaled_dot_product_attention).
 # Batches: BATCHES (default "64 128" on cuda, "4" on cpu); MODELS (default
-# "s b"). mpsdiag: `--benchmark-only` on synthetic data, the p50 of its timed
+# "s b"); REPEATS (default 3) interleaved runs of each side, the table shows
+# the median run of each (PyTorch eager's step varies by 20% between runs). mpsdiag: `--benchmark-only` on synthetic data, the p50 of its timed
 # steps (graph replays on CUDA); PyTorch: the median of timed eager steps.
 # Attention share: mpsdiag's measured per layer kind (--benchmark-only's "time by layer kind":
 # the attention layers, projections included); PyTorch's core (SDPA) from its own attention timing at the same shapes
@@ -30,36 +31,43 @@ threads=${THREADS:-2}
 models=${MODELS:-s b}
 if [ "$dev" = cuda ]; then p=bf16; batches=${BATCHES:-64 128}; else p=fp32; batches=${BATCHES:-4}; fi
 iters=${ITERS:-20}
+repeats=${REPEATS:-3}
 : > "$out/torch.jsonl"
+for r in $(seq 1 "$repeats"); do
 for m in $models; do
     cfg=$root/configs/models/vit_${m}14_reg4.json
     [ -f "$cfg" ] || { echo "vit_vs_torch.sh: $cfg not found" >&2; continue; }
     for b in $batches; do
         flags=(--device "$dev" --model "$cfg" --dataset synthetic --benchmark-only --epochs 0 --batch-size "$b"
                --precision "$p" --optimizer adamw --weight-decay 0 --bench-iters "$iters" --quiet
-               --report "$out/mpsdiag_${m}_$b.json")
+               --report "$out/mpsdiag_${m}_${b}_r$r.json")
         [ "$dev" = cpu ] && flags+=(--threads "$threads")
-        "$bin" "${flags[@]}" > "$out/mpsdiag_${m}_$b.txt" 2>&1 ||
-            echo "mpsdiag vit_$m b$b failed: see $out/mpsdiag_${m}_$b.txt" >&2
+        "$bin" "${flags[@]}" > "$out/mpsdiag_${m}_${b}_r$r.txt" 2>&1 ||
+            echo "mpsdiag vit_$m b$b failed: see $out/mpsdiag_${m}_${b}_r$r.txt" >&2
         "$py" "$here/vit_torch.py" step --model "$m" --device "$dev" --dtype "$p" --batch "$b" --iters "$iters" \
             --threads "$threads" >> "$out/torch.jsonl" || echo "pytorch vit_$m b$b failed" >&2
     done
+done
 done
 # mpsdiag's attention alone at the ViT shapes (CUDA, when attn_bench is built)
 if [ "$dev" = cuda ] && [ -x "$root/build/attn_bench" ]; then
     "$root/build/attn_bench" > "$out/attn_bench.tsv" 2>&1 || true
 fi
-"$py" - "$out" "$dev" "$models" "$batches" <<'PY' | tee "$out/table.md"
-import json, os, sys
+"$py" - "$out" "$dev" "$models" "$batches" "$repeats" <<'PY' | tee "$out/table.md"
+import json, os, statistics, sys
 out, dev, models, batches = sys.argv[1], sys.argv[2], sys.argv[3].split(), [int(b) for b in sys.argv[4].split()]
+repeats = int(sys.argv[5])
 heads = {"s": 6, "b": 12}
-torch = {}
+torch, tms = {}, {}
 for line in open(os.path.join(out, "torch.jsonl")):
     try:
         r = json.loads(line)
         torch[(r["model"], r["batch"])] = r
+        tms.setdefault((r["model"], r["batch"]), []).append(r["step_ms"])
     except ValueError:
         pass
+for k, v in tms.items():  # the median over the repeated runs
+    torch[k] = dict(torch[k], step_ms=statistics.median(v), runs=v)
 # attn_bench lines: B H T D causal dtype pass ms kernels (the ViT shapes at B = 64)
 attn = {}
 try:
@@ -76,13 +84,15 @@ print("|---|---|---|---|---|---|---|")
 for m in models:
     for b in batches:
         name = f"vit_{m}14_reg4"
-        try:
-            B = json.load(open(os.path.join(out, f"mpsdiag_{m}_{b}.json")))["benchmark"]["training"]
-            ms = B["step_ms"]["p50"]
-            lk = B.get("layer_kinds") or {}
-        except (OSError, KeyError, ValueError, TypeError):
-            ms = None
-            lk = {}
+        runs, lk = [], {}
+        for r in range(1, repeats + 1):
+            try:
+                B = json.load(open(os.path.join(out, f"mpsdiag_{m}_{b}_r{r}.json")))["benchmark"]["training"]
+                runs.append(B["step_ms"]["p50"])
+                lk = B.get("layer_kinds") or lk
+            except (OSError, KeyError, ValueError, TypeError):
+                pass
+        ms = statistics.median(runs) if runs else None
         t = torch.get((name, b), {})
         tm = t.get("step_ms")
         if ms is None and tm is None:
@@ -99,4 +109,5 @@ for m in models:
         fm = f"{ms:.3f}" if ms else "failed"
         ft = f"{tm:.3f}" if tm else "failed"
         print(f"| {name} {'bf16' if dev == 'cuda' else 'fp32'} | {b} | {fm} | {ft} | {ratio} | {share} | {tshare} |")
+        print(f"<!-- runs: mpsdiag {runs}, PyTorch {t.get('runs')} -->")
 PY
