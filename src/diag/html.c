@@ -126,7 +126,7 @@ static void dead_units_finding(const cJSON *tr, struct findings *fs)
     struct finding *f = add_finding(fs, MD_HTML_WARN, "training", t);
     if (f)
         snprintf(f->text, sizeof f->text,
-                 "%s: units that output zero for every sample of the last batch learn nothing. A lower learning "
+                 "%s: units that output zero for every sample of the probe batch learn nothing. A lower learning "
                  "rate, another initialisation or LeakyReLU/GELU usually help.",
                  list);
 }
