@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app/job.h"
 #include "app/outputs.h"
@@ -12,11 +13,14 @@
 
 /* "mpsdiag: <msg>" on stderr: one message, in lines of at most 100 columns
  * (a longer one continues under its text, indented). */
+/* An error is one line for scripts and logs (stderr not a terminal); on a
+ * terminal a long one wraps at 100 columns, continuation lines indented. */
 static void print_error(const char *msg)
 {
     char line[2048];
     snprintf(line, sizeof line, "mpsdiag: %s", msg);
-    md_wrap_line_at(stderr, line, strlen(line), MD_TERM_WIDTH, 4);
+    if (isatty(fileno(stderr))) md_wrap_line_at(stderr, line, strlen(line), MD_TERM_WIDTH, 4);
+    else fprintf(stderr, "%s\n", line);
 }
 
 /* Whatever was printed must have reached stdout: a full disk or a closed

@@ -116,14 +116,28 @@ Test(term_width, verbose_run_with_full_layer_table, .timeout = 60)
     check_run(CPU "--verbose --dataset synthetic --max-samples 16 --batch-size 8 --steps 1", 0);
 }
 
+/* Errors: stderr here is a pipe, so each error is one line (wrapped only on
+ * a terminal), the rest of the output within 100 columns. */
+static void check_error(const char *args, int want_rc)
+{
+    char *out = NULL, *err = NULL;
+    int rc = th_run(args, &out, &err);
+    cr_expect_eq(rc, want_rc, "`mpsdiag %s`: exit %d (wanted %d); stderr:\n%s", args, rc, want_rc, err);
+    cr_expect_eq(th_count_lines(err), 1, "`mpsdiag %s`: the error is not one line:\n%s", args, err);
+    cr_expect(strncmp(err, "mpsdiag: ", 9) == 0, "%s", err);
+    assert_fits("stdout", args, out, MD_TERM_WIDTH);
+    free(out);
+    free(err);
+}
+
 Test(term_width, errors)
 {
-    check_run("--bogus", 2);
-    check_run("--batch-size 0", 2);
-    check_run("--config /nonexistent.json", 3);
-    check_run("--device cpu:3 --quiet", 4);
-    check_run(CPU "--dataset csv --data-dir /nonexistent-dir", 3);
-    check_run(CPU "--model /nonexistent-model.json", 3);
+    check_error("--bogus", 2);
+    check_error("--batch-size 0", 2);
+    check_error("--config /nonexistent.json", 3);
+    check_error("--device cpu:3 --quiet", 4);
+    check_error(CPU "--dataset csv --data-dir /nonexistent-dir", 3);
+    check_error(CPU "--model /nonexistent-model.json", 3);
 }
 
 /* ---- layer tables ---------------------------------------------------------- */
