@@ -7,26 +7,12 @@
 #include <stdio.h>
 #include <string.h>
 
-static const cJSON *get(const cJSON *o, const char *k) { return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }
-
-static int num(const cJSON *o, const char *k, double *v)
-{
-    const cJSON *it = get(o, k);
-    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) return 0;
-    *v = it->valuedouble;
-    return 1;
-}
-
-static const char *str(const cJSON *o, const char *k)
-{
-    const cJSON *it = get(o, k);
-    return cJSON_IsString(it) ? it->valuestring : NULL;
-}
+#include "diag/html_util.h"
 
 static int epoch_of(const cJSON *d, int i)
 {
     double e;
-    return num(d, "epoch", &e) ? (int)e : i + 1;
+    return md_hj_num(d, "epoch", &e) ? (int)e : i + 1;
 }
 
 /* ---- step time by phase ------------------------------------------------------------- */
@@ -45,7 +31,7 @@ static void phases_part(md_strbuf *b, const cJSON *diag)
 {
     int n = 0;
     const cJSON *d;
-    cJSON_ArrayForEach(d, diag) n += cJSON_IsObject(get(d, "phases"));
+    cJSON_ArrayForEach(d, diag) n += cJSON_IsObject(md_hj_get(d, "phases"));
     if (n == 0) return;
     const double left = 70, width = 560, rowh = 22, top = 8;
     double h = top + rowh * n + 30;
@@ -57,20 +43,20 @@ static void phases_part(md_strbuf *b, const cJSON *diag)
     const char *reason = NULL;
     cJSON_ArrayForEach(d, diag)
     {
-        const cJSON *ph = get(d, "phases");
+        const cJSON *ph = md_hj_get(d, "phases");
         int ep = epoch_of(d, i++);
         if (!cJSON_IsObject(ph)) continue;
-        async |= cJSON_IsTrue(get(ph, "device_async"));
+        async |= cJSON_IsTrue(md_hj_get(ph, "device_async"));
         double y = top + rowh * row++, x = left, steps = 0;
-        num(ph, "steps_s", &steps);
+        md_hj_num(ph, "steps_s", &steps);
         md_strbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">epoch %d</text>\n", left - 6,
                          y + rowh / 2 + 3, ep);
         for (int k = 0; k < NPH; k++) {
             double share = 0, secs = 0;
-            const cJSON *p = get(ph, phases[k].key);
-            if (!cJSON_IsObject(p) || !num(p, "share", &share) || share <= 0) continue;
-            num(p, "seconds", &secs);
-            if (k == 5 && !reason) reason = str(p, "reason");
+            const cJSON *p = md_hj_get(ph, phases[k].key);
+            if (!cJSON_IsObject(p) || !md_hj_num(p, "share", &share) || share <= 0) continue;
+            md_hj_num(p, "seconds", &secs);
+            if (k == 5 && !reason) reason = md_hj_str(p, "reason");
             have[k] = 1;
             double w = fmin(share, 1.0) * width;
             md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\">"
@@ -129,7 +115,7 @@ static const cJSON *find_rec(const cJSON *arr, const char *key, const char *name
     const cJSON *r;
     cJSON_ArrayForEach(r, arr)
     {
-        const char *s = str(r, key);
+        const char *s = md_hj_str(r, key);
         if (s && strcmp(s, name) == 0) return r;
     }
     return NULL;
@@ -141,7 +127,7 @@ static void dead_part(md_strbuf *b, const cJSON *diag)
 {
     /* the layers come from the last epoch that has any */
     const cJSON *ref = NULL, *d;
-    cJSON_ArrayForEach(d, diag) if (cJSON_GetArraySize(get(d, "dead_units")) > 0) ref = get(d, "dead_units");
+    cJSON_ArrayForEach(d, diag) if (cJSON_GetArraySize(md_hj_get(d, "dead_units")) > 0) ref = md_hj_get(d, "dead_units");
     if (!ref) return;
     md_strbuf_add(b, "<div id=\"epoch-dead-units\">\n<h3>Dead units per activation layer</h3>\n");
     epoch_head(b, diag, "layer (activation)");
@@ -149,7 +135,7 @@ static void dead_part(md_strbuf *b, const cJSON *diag)
     const cJSON *l;
     cJSON_ArrayForEach(l, ref)
     {
-        const char *name = str(l, "layer"), *act = str(l, "activation");
+        const char *name = md_hj_str(l, "layer"), *act = md_hj_str(l, "activation");
         if (!name) continue;
         md_strbuf_add(b, "<tr><th>");
         md_strbuf_add_escaped(b, name);
@@ -162,7 +148,7 @@ static void dead_part(md_strbuf *b, const cJSON *diag)
         cJSON_ArrayForEach(d, diag)
         {
             double v;
-            if (num(find_rec(get(d, "dead_units"), "layer", name), "dead_share", &v)) {
+            if (md_hj_num(find_rec(md_hj_get(d, "dead_units"), "layer", name), "dead_share", &v)) {
                 share_cell(b, v, v >= DEAD_HIGH, 0);
                 highs += v >= DEAD_HIGH;
             } else {
@@ -172,9 +158,9 @@ static void dead_part(md_strbuf *b, const cJSON *diag)
         md_strbuf_add(b, "</tr>\n");
     }
     double thr = 0.01, ns = 0;
-    const cJSON *probe = get(cJSON_GetArrayItem(diag, cJSON_GetArraySize(diag) - 1), "probe");
-    num(probe, "dead_threshold", &thr);
-    num(probe, "samples", &ns);
+    const cJSON *probe = md_hj_get(cJSON_GetArrayItem(diag, cJSON_GetArraySize(diag) - 1), "probe");
+    md_hj_num(probe, "dead_threshold", &thr);
+    md_hj_num(probe, "samples", &ns);
     md_strbuf_printf(b, "</tbody></table>\n<p class=\"fig\">Share of a layer's units (channels; features of a token "
                         "sequence) that are inactive for every sample and position of a fixed probe batch of %.0f "
                         "samples: ReLU output 0, GELU-type output within &#177;%g. Shares of %.0f%% and more are in "
@@ -185,13 +171,13 @@ static void dead_part(md_strbuf *b, const cJSON *diag)
 static void balance_part(md_strbuf *b, const cJSON *diag)
 {
     const cJSON *ref = NULL, *d;
-    cJSON_ArrayForEach(d, diag) if (cJSON_GetArraySize(get(d, "pathway_balance")) > 0) ref = get(d, "pathway_balance");
+    cJSON_ArrayForEach(d, diag) if (cJSON_GetArraySize(md_hj_get(d, "pathway_balance")) > 0) ref = md_hj_get(d, "pathway_balance");
     if (!ref) return;
     md_strbuf_add(b, "<div id=\"epoch-pathways\">\n<h3>Pathway balance per fusion</h3>\n");
     const cJSON *f;
     cJSON_ArrayForEach(f, ref)
     {
-        const char *layer = str(f, "layer"), *kind = str(f, "kind");
+        const char *layer = md_hj_str(f, "layer"), *kind = md_hj_str(f, "kind");
         if (!layer) continue;
         char head[400];
         snprintf(head, sizeof head, "%.200s (%.40s): input", layer, kind ? kind : "fusion");
@@ -200,19 +186,19 @@ static void balance_part(md_strbuf *b, const cJSON *diag)
         md_strbuf_add(b, "</p>\n");
         epoch_head(b, diag, "input");
         const cJSON *in;
-        cJSON_ArrayForEach(in, get(f, "inputs"))
+        cJSON_ArrayForEach(in, md_hj_get(f, "inputs"))
         {
-            const char *name = str(in, "input");
+            const char *name = md_hj_str(in, "input");
             if (!name) continue;
             md_strbuf_add(b, "<tr><th>");
             md_strbuf_add_escaped(b, name);
             md_strbuf_add(b, "</th>");
-            int nin = cJSON_GetArraySize(get(f, "inputs"));
+            int nin = cJSON_GetArraySize(md_hj_get(f, "inputs"));
             cJSON_ArrayForEach(d, diag)
             {
                 double v;
-                const cJSON *fe = find_rec(get(d, "pathway_balance"), "layer", layer);
-                if (num(find_rec(get(fe, "inputs"), "input", name), "share", &v))
+                const cJSON *fe = find_rec(md_hj_get(d, "pathway_balance"), "layer", layer);
+                if (md_hj_num(find_rec(md_hj_get(fe, "inputs"), "input", name), "share", &v))
                     /* a pathway far below an even split is highlighted */
                     share_cell(b, v, nin > 1 && v < 0.4 / (double)nin, 1);
                 else
@@ -230,7 +216,7 @@ static void balance_part(md_strbuf *b, const cJSON *diag)
 
 void md_html_epochs(md_strbuf *b, const cJSON *training)
 {
-    const cJSON *diag = get(training, "diagnostics");
+    const cJSON *diag = md_hj_get(training, "diagnostics");
     if (!cJSON_IsArray(diag) || cJSON_GetArraySize(diag) == 0) return;
     phases_part(b, diag);
     dead_part(b, diag);

@@ -9,6 +9,7 @@
 
 #include "core/json.h"
 #include "core/mem.h"
+#include "diag/html_util.h"
 
 #define W 380.0  /* bar chart width */
 #define LW 560.0 /* line chart width */
@@ -18,25 +19,17 @@
 static const char *const colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                                       "#e377c2", "#7f7f7f"};
 
-static const cJSON *get(const cJSON *o, const char *k) { return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }
-
-static const char *str(const cJSON *o, const char *k)
-{
-    const cJSON *v = get(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 /* The finite number at o.k, else NaN. */
 static double num(const cJSON *o, const char *k)
 {
-    const cJSON *v = get(o, k);
-    return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : (double)NAN;
+    double v;
+    return md_hj_num(o, k, &v) ? v : (double)NAN;
 }
 
 /* The last finite element of the array o.k, else NaN. */
 static double last(const cJSON *o, const char *k)
 {
-    const cJSON *a = get(o, k);
+    const cJSON *a = md_hj_get(o, k);
     for (int i = cJSON_GetArraySize(a) - 1; i >= 0; i--) {
         const cJSON *v = cJSON_GetArrayItem(a, i);
         if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) return v->valuedouble;
@@ -308,17 +301,17 @@ static void recommendation_list(md_strbuf *b, const cJSON *recs)
     cJSON_ArrayForEach(e, recs)
     {
         md_strbuf_add(b, "<li><b>");
-        md_strbuf_add_escaped(b, str(e, "topic") ? str(e, "topic") : "");
+        md_strbuf_add_escaped(b, md_hj_str(e, "topic") ? md_hj_str(e, "topic") : "");
         md_strbuf_add(b, ":</b> ");
-        md_strbuf_add_escaped(b, str(e, "advice") ? str(e, "advice") : "");
-        if (str(e, "figure")) {
+        md_strbuf_add_escaped(b, md_hj_str(e, "advice") ? md_hj_str(e, "advice") : "");
+        if (md_hj_str(e, "figure")) {
             md_strbuf_add(b, "<br><span class=\"fig\">measured: ");
-            md_strbuf_add_escaped(b, str(e, "figure"));
+            md_strbuf_add_escaped(b, md_hj_str(e, "figure"));
             md_strbuf_add(b, "</span>");
         }
-        if (str(e, "cost")) {
+        if (md_hj_str(e, "cost")) {
             md_strbuf_add(b, "<br><span class=\"fig\">cost: ");
-            md_strbuf_add_escaped(b, str(e, "cost"));
+            md_strbuf_add_escaped(b, md_hj_str(e, "cost"));
             md_strbuf_add(b, "</span>");
         }
         md_strbuf_add(b, "</li>\n");
@@ -328,7 +321,7 @@ static void recommendation_list(md_strbuf *b, const cJSON *recs)
 
 static const char *ci_word(const cJSON *row)
 {
-    const cJSON *c = get(row, "ci_passed");
+    const cJSON *c = md_hj_get(row, "ci_passed");
     return cJSON_IsBool(c) ? (cJSON_IsTrue(c) ? "passed" : "FAILED") : NULL;
 }
 
@@ -336,42 +329,42 @@ static const char *ci_word(const cJSON *row)
 
 static int is_regression(const cJSON *m)
 {
-    const char *t = str(get(m, "data"), "task");
-    if (!t) t = str(get(m, "training"), "task");
+    const char *t = md_hj_str(md_hj_get(m, "data"), "task");
+    if (!t) t = md_hj_str(md_hj_get(m, "training"), "task");
     return t && strcmp(t, "regression") == 0;
 }
 
 static void comparison_section(md_strbuf *b, const cJSON *r)
 {
-    const cJSON *models = get(r, "models"), *cmp = get(r, "comparison"), *rows = get(cmp, "rows");
+    const cJSON *models = md_hj_get(r, "models"), *cmp = md_hj_get(r, "comparison"), *rows = md_hj_get(cmp, "rows");
     md_strbuf_add(b, "<section id=\"comparison\">\n<h2>Model comparison</h2>\n");
-    const cJSON *diag = get(r, "diagnostics");
-    if (str(diag, "data")) {
+    const cJSON *diag = md_hj_get(r, "diagnostics");
+    if (md_hj_str(diag, "data")) {
         md_strbuf_add(b, "<p class=\"meta\">Data: ");
-        md_strbuf_add_escaped(b, str(diag, "data"));
-        if (str(diag, "data_why")) {
+        md_strbuf_add_escaped(b, md_hj_str(diag, "data"));
+        if (md_hj_str(diag, "data_why")) {
             md_strbuf_add(b, " (");
-            md_strbuf_add_escaped(b, str(diag, "data_why"));
+            md_strbuf_add_escaped(b, md_hj_str(diag, "data_why"));
             md_strbuf_add(b, ")");
         }
         md_strbuf_add(b, "</p>\n");
     }
     /* the verdicts */
     md_strbuf_add(b, "<ul class=\"verdicts\">\n");
-    if (str(cmp, "most_accurate")) {
+    if (md_hj_str(cmp, "most_accurate")) {
         md_strbuf_add(b, "<li><b>Most accurate:</b> ");
-        md_strbuf_add_escaped(b, str(cmp, "most_accurate"));
+        md_strbuf_add_escaped(b, md_hj_str(cmp, "most_accurate"));
         md_strbuf_add(b, "</li>\n");
-    } else if (str(cmp, "not_comparable")) {
+    } else if (md_hj_str(cmp, "not_comparable")) {
         md_strbuf_add(b, "<li><b>Most accurate:</b> not comparable, ");
-        md_strbuf_add_escaped(b, str(cmp, "not_comparable"));
+        md_strbuf_add_escaped(b, md_hj_str(cmp, "not_comparable"));
         md_strbuf_add(b, "</li>\n");
     }
     static const char *const verdict[][2] = {{"fastest", "Fastest to train"}, {"least_memory", "Least memory"}};
     for (int i = 0; i < 2; i++)
-        if (str(cmp, verdict[i][0])) {
+        if (md_hj_str(cmp, verdict[i][0])) {
             md_strbuf_printf(b, "<li><b>%s:</b> ", verdict[i][1]);
-            md_strbuf_add_escaped(b, str(cmp, verdict[i][0]));
+            md_strbuf_add_escaped(b, md_hj_str(cmp, verdict[i][0]));
             md_strbuf_add(b, "</li>\n");
         }
     md_strbuf_add(b, "</ul>\n");
@@ -390,13 +383,13 @@ static void comparison_section(md_strbuf *b, const cJSON *r)
     cJSON_ArrayForEach(row, rows)
     {
         if (n >= MAXM) break;
-        const char *name = str(row, "model") ? str(row, "model") : "?";
+        const char *name = md_hj_str(row, "model") ? md_hj_str(row, "model") : "?";
         const cJSON *m = cJSON_GetArrayItem(models, n);
-        double a = num(row, "val_accuracy"), r2 = num(get(get(m, "training"), "regression_metrics"), "r2");
+        double a = num(row, "val_accuracy"), r2 = num(md_hj_get(md_hj_get(m, "training"), "regression_metrics"), "r2");
         md_strbuf_add(b, "<tr><td>");
         model_link(b, n, name);
         md_strbuf_add(b, "</td>");
-        cell_text(b, str(row, "task"));
+        cell_text(b, md_hj_str(row, "task"));
         cell_num(b, num(row, "num_classes"), "%.0f", 1);
         cell_num(b, num(row, "parameters"), "%.0f", 1);
         if (any_acc) cell_num(b, a, "%.2f%%", 100);
@@ -406,7 +399,7 @@ static void comparison_section(md_strbuf *b, const cJSON *r)
         cell_num(b, num(row, "inference_latency_ms"), "%.3f", 1);
         cell_num(b, num(row, "inference_samples_per_s"), "%.1f", 1);
         cell_bytes(b, num(row, "peak_memory_bytes"));
-        const char *res = str(row, "status") ? str(row, "status") : "?";
+        const char *res = md_hj_str(row, "status") ? md_hj_str(row, "status") : "?";
         const char *ci = ci_word(row);
         md_strbuf_printf(b, "<td class=\"%s\">", strcmp(res, "ok") == 0 && (!ci || ci[0] == 'p') ? "" : "bad");
         md_strbuf_add_escaped(b, res);
@@ -422,7 +415,7 @@ static void comparison_section(md_strbuf *b, const cJSON *r)
     md_strbuf_add(b, "</tbody></table>\n");
     double batch = NAN;
     const cJSON *m;
-    cJSON_ArrayForEach(m, models) if (!isfinite(batch)) batch = num(get(m, "benchmark"), "batch_size");
+    cJSON_ArrayForEach(m, models) if (!isfinite(batch)) batch = num(md_hj_get(m, "benchmark"), "batch_size");
     if (isfinite(batch))
         md_strbuf_printf(b, "<p class=\"fig\">Validation figures are the last epoch's; samples/s and latency come from "
                             "each model's benchmark at batch %.0f; peak memory is the device's, reset before each "
@@ -444,9 +437,9 @@ static void comparison_section(md_strbuf *b, const cJSON *r)
     cJSON_ArrayForEach(m, models)
     {
         if (nl >= MAXM) break;
-        const cJSON *cu = get(get(m, "training"), "curves");
-        const cJSON *y = any_acc ? get(cu, "val_acc") : get(cu, "val_loss");
-        if (cJSON_GetArraySize(y) > 0) ln[nl++] = (struct line){str(m, "name") ? str(m, "name") : "?", y, k, 0};
+        const cJSON *cu = md_hj_get(md_hj_get(m, "training"), "curves");
+        const cJSON *y = any_acc ? md_hj_get(cu, "val_acc") : md_hj_get(cu, "val_loss");
+        if (cJSON_GetArraySize(y) > 0) ln[nl++] = (struct line){md_hj_str(m, "name") ? md_hj_str(m, "name") : "?", y, k, 0};
         k++;
     }
     if (nl > 0) {
@@ -470,40 +463,40 @@ static void figure_row(md_strbuf *b, const char *what, double v, const char *fmt
 
 static void model_section(md_strbuf *b, const cJSON *m, const cJSON *row, int i, int n)
 {
-    const char *name = str(m, "name") ? str(m, "name") : "?";
+    const char *name = md_hj_str(m, "name") ? md_hj_str(m, "name") : "?";
     md_strbuf_printf(b, "<section id=\"model-%d\" class=\"model\">\n<h2>Model %d/%d: ", i + 1, i + 1, n);
     md_strbuf_add_escaped(b, name);
     md_strbuf_add(b, "</h2>\n");
-    const cJSON *st = get(m, "status");
-    const char *res = str(st, "result") ? str(st, "result") : "?";
+    const cJSON *st = md_hj_get(m, "status");
+    const char *res = md_hj_str(st, "result") ? md_hj_str(st, "result") : "?";
     md_strbuf_printf(b, "<p class=\"status %s\"><b>Result:</b> ", strcmp(res, "ok") == 0 ? "good" : "badbox");
     md_strbuf_add_escaped(b, res);
-    if (str(st, "error")) {
+    if (md_hj_str(st, "error")) {
         md_strbuf_add(b, ": ");
-        md_strbuf_add_escaped(b, str(st, "error"));
+        md_strbuf_add_escaped(b, md_hj_str(st, "error"));
     }
     double d = num(m, "duration_s");
     if (isfinite(d)) md_strbuf_printf(b, " &#183; %.1f s", d);
     md_strbuf_add(b, "</p>\n");
 
-    const cJSON *tr = get(m, "training"), *cu = get(tr, "curves"), *bench = get(m, "benchmark");
-    const cJSON *inf = get(bench, "inference"), *btr = get(bench, "training");
+    const cJSON *tr = md_hj_get(m, "training"), *cu = md_hj_get(tr, "curves"), *bench = md_hj_get(m, "benchmark");
+    const cJSON *inf = md_hj_get(bench, "inference"), *btr = md_hj_get(bench, "training");
     /* the figures */
     md_strbuf_add(b, "<table class=\"kv figures\"><tbody>\n");
-    figure_row(b, "parameters", num(get(m, "model"), "parameters"), "%.0f", 1);
-    figure_row(b, "forward GFLOPs per sample", num(get(m, "model"), "flops_forward"), "%.3f", 1e-9);
-    figure_row(b, "classes", num(get(m, "model"), "num_classes"), "%.0f", 1);
+    figure_row(b, "parameters", num(md_hj_get(m, "model"), "parameters"), "%.0f", 1);
+    figure_row(b, "forward GFLOPs per sample", num(md_hj_get(m, "model"), "flops_forward"), "%.3f", 1e-9);
+    figure_row(b, "classes", num(md_hj_get(m, "model"), "num_classes"), "%.0f", 1);
     figure_row(b, "validation accuracy (last epoch)", last(cu, "val_acc"), "%.2f%%", 100);
     figure_row(b, "validation loss (last epoch)", last(cu, "val_loss"), "%.4f", 1);
-    figure_row(b, "validation R&#178;", num(get(tr, "regression_metrics"), "r2"), "%.4f", 1);
+    figure_row(b, "validation R&#178;", num(md_hj_get(tr, "regression_metrics"), "r2"), "%.4f", 1);
     figure_row(b, "benchmark batch size", num(bench, "batch_size"), "%.0f", 1);
     figure_row(b, "training samples/s (benchmark)", num(btr, "samples_per_s"), "%.1f", 1);
-    figure_row(b, "training step p50 (ms)", num(get(btr, "step_ms"), "p50"), "%.3f", 1);
+    figure_row(b, "training step p50 (ms)", num(md_hj_get(btr, "step_ms"), "p50"), "%.3f", 1);
     figure_row(b, "inference samples/s", num(inf, "samples_per_s"), "%.1f", 1);
-    figure_row(b, "inference latency per batch p50 (ms)", num(get(inf, "latency_ms"), "p50"), "%.3f", 1);
-    figure_row(b, "inference latency per batch p95 (ms)", num(get(inf, "latency_ms"), "p95"), "%.3f", 1);
-    figure_row(b, "inference latency per sample p50 (ms)", num(get(inf, "per_sample_ms"), "p50"), "%.4f", 1);
-    double peak = num(get(m, "memory"), "device_peak_bytes");
+    figure_row(b, "inference latency per batch p50 (ms)", num(md_hj_get(inf, "latency_ms"), "p50"), "%.3f", 1);
+    figure_row(b, "inference latency per batch p95 (ms)", num(md_hj_get(inf, "latency_ms"), "p95"), "%.3f", 1);
+    figure_row(b, "inference latency per sample p50 (ms)", num(md_hj_get(inf, "per_sample_ms"), "p50"), "%.4f", 1);
+    double peak = num(md_hj_get(m, "memory"), "device_peak_bytes");
     if (isfinite(peak)) {
         char t[32];
         md_strbuf_printf(b, "<tr><th>peak device memory</th><td class=\"n\">%s</td></tr>\n",
@@ -515,40 +508,40 @@ static void model_section(md_strbuf *b, const cJSON *m, const cJSON *row, int i,
     int regression = is_regression(m);
     struct line l[2];
     md_strbuf_add(b, "<div class=\"charts\">\n");
-    l[0] = (struct line){"train", get(cu, "train_loss"), 0, 0};
-    l[1] = (struct line){"validation", get(cu, "val_loss"), 1, 1};
+    l[0] = (struct line){"train", md_hj_get(cu, "train_loss"), 0, 0};
+    l[1] = (struct line){"validation", md_hj_get(cu, "val_loss"), 1, 1};
     char title[200], sn[256];
     stem(name, sn, sizeof sn);
     snprintf(title, sizeof title, "%.60s: loss per epoch", sn);
     lines(b, title, "loss", l, 2, 1.0);
     if (regression) {
-        l[0] = (struct line){"validation MSE", get(cu, "val_mse"), 2, 0};
-        l[1] = (struct line){"validation MAE", get(cu, "val_mae"), 3, 1};
+        l[0] = (struct line){"validation MSE", md_hj_get(cu, "val_mse"), 2, 0};
+        l[1] = (struct line){"validation MAE", md_hj_get(cu, "val_mae"), 3, 1};
         snprintf(title, sizeof title, "%.60s: validation errors per epoch", sn);
         lines(b, title, "error", l, 2, 1.0);
     } else {
-        l[0] = (struct line){"train", get(cu, "train_acc"), 0, 0};
-        l[1] = (struct line){"validation", get(cu, "val_acc"), 1, 1};
+        l[0] = (struct line){"train", md_hj_get(cu, "train_acc"), 0, 0};
+        l[1] = (struct line){"validation", md_hj_get(cu, "val_acc"), 1, 1};
         snprintf(title, sizeof title, "%.60s: accuracy per epoch", sn);
         lines(b, title, "accuracy (%)", l, 2, 100.0);
     }
     md_strbuf_add(b, "</div>\n");
-    if (!cJSON_GetArraySize(get(cu, "train_loss")) && !cJSON_GetArraySize(get(cu, "val_loss")))
+    if (!cJSON_GetArraySize(md_hj_get(cu, "train_loss")) && !cJSON_GetArraySize(md_hj_get(cu, "val_loss")))
         md_strbuf_add(b, "<p class=\"dim\">No training curves: the model trained for no epoch.</p>\n");
 
     md_strbuf_add(b, "<h3>Recommendations</h3>\n");
-    recommendation_list(b, get(m, "recommendations"));
+    recommendation_list(b, md_hj_get(m, "recommendations"));
     const char *ci = ci_word(row);
     if (ci) {
-        const cJSON *c = get(m, "ci");
+        const cJSON *c = md_hj_get(m, "ci");
         md_strbuf_printf(b, "<h3>CI</h3>\n<p class=\"%s\">--ci %s: training throughput ", ci[0] == 'p' ? "" : "bad", ci);
-        double v = num(get(c, "throughput"), "samples_per_s"), th = num(get(c, "throughput"), "min");
+        double v = num(md_hj_get(c, "throughput"), "samples_per_s"), th = num(md_hj_get(c, "throughput"), "min");
         if (isfinite(v)) md_strbuf_printf(b, "%.1f samples/s", v);
         else md_strbuf_add(b, "not measured");
         if (isfinite(th)) md_strbuf_printf(b, " (at least %g)", th);
         md_strbuf_add(b, "; final loss ");
-        v = num(get(c, "loss"), "final_loss");
-        th = num(get(c, "loss"), "max");
+        v = num(md_hj_get(c, "loss"), "final_loss");
+        th = num(md_hj_get(c, "loss"), "max");
         if (isfinite(v)) md_strbuf_printf(b, "%.4g", v);
         else md_strbuf_add(b, "not measured");
         if (isfinite(th)) md_strbuf_printf(b, " (at most %g)", th);
@@ -559,22 +552,22 @@ static void model_section(md_strbuf *b, const cJSON *m, const cJSON *row, int i,
 
 void md_html_models(md_strbuf *b, const cJSON *r)
 {
-    const cJSON *models = get(r, "models");
+    const cJSON *models = md_hj_get(r, "models");
     if (!cJSON_IsArray(models)) return;
     int n = cJSON_GetArraySize(models);
     md_strbuf_add(b, "<nav class=\"models\">Models: ");
     for (int i = 0; i < n; i++) {
-        model_link(b, i, str(cJSON_GetArrayItem(models, i), "name") ? str(cJSON_GetArrayItem(models, i), "name") : "?");
+        model_link(b, i, md_hj_str(cJSON_GetArrayItem(models, i), "name") ? md_hj_str(cJSON_GetArrayItem(models, i), "name") : "?");
         md_strbuf_add(b, " ");
     }
     md_strbuf_add(b, "</nav>\n");
-    if (cJSON_IsArray(get(get(r, "comparison"), "rows"))) comparison_section(b, r);
-    const cJSON *rows = get(get(r, "comparison"), "rows");
+    if (cJSON_IsArray(md_hj_get(md_hj_get(r, "comparison"), "rows"))) comparison_section(b, r);
+    const cJSON *rows = md_hj_get(md_hj_get(r, "comparison"), "rows");
     for (int i = 0; i < n; i++) model_section(b, cJSON_GetArrayItem(models, i), cJSON_GetArrayItem(rows, i), i, n);
 }
 
 int md_html_models_key(const cJSON *r, const char *key)
 {
-    if (!cJSON_IsArray(get(r, "models"))) return 0;
+    if (!cJSON_IsArray(md_hj_get(r, "models"))) return 0;
     return strcmp(key, "models") == 0 || strcmp(key, "comparison") == 0 || strcmp(key, "diagnostics") == 0;
 }
