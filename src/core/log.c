@@ -32,7 +32,7 @@ int md_log_color(void)
     return md_log_is_tty() && !(nc && *nc);
 }
 
-/* Text of stdout not yet ended by a newline: a line is wrapped (wrap.h) once
+/* Text of stdout whose newline has not come: a line is wrapped (wrap.h) once
  * it is whole. */
 static char *pending;
 static size_t npending, cappending;
