@@ -46,16 +46,18 @@ static void fmt_tick(double v, char *buf, size_t n)
     else snprintf(buf, n, "%.4g", fabs(v) < 1e-12 ? 0.0 : v);
 }
 
-static void svg_open(md_strbuf *b, const char *label, double w, double h)
+void md_html_svg_open(md_strbuf *b, const char *figure_class, const char *label, double w, double h)
 {
-    md_strbuf_printf(b, "<figure><svg class=\"chart\" role=\"img\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" aria-label=\"",
+    md_strbuf_add(b, "<figure");
+    if (figure_class) md_strbuf_printf(b, " class=\"%s\"", figure_class);
+    md_strbuf_printf(b, "><svg class=\"chart\" role=\"img\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" aria-label=\"",
                      w, h, w, h);
     md_strbuf_add_escaped(b, label);
     md_strbuf_add(b, "\">\n");
     md_strbuf_printf(b, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", w, h);
 }
 
-static void svg_close(md_strbuf *b, const char *caption)
+void md_html_svg_close(md_strbuf *b, const char *caption)
 {
     md_strbuf_add(b, "</svg>");
     if (caption) {
@@ -66,7 +68,7 @@ static void svg_close(md_strbuf *b, const char *caption)
     md_strbuf_add(b, "</figure>\n");
 }
 
-static void svg_text(md_strbuf *b, double x, double y, const char *anchor, const char *extra, const char *text)
+void md_html_svg_text(md_strbuf *b, double x, double y, const char *anchor, const char *extra, const char *text)
 {
     md_strbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s>", x, y, anchor, extra ? extra : "");
     md_strbuf_add_escaped(b, text);
@@ -84,13 +86,13 @@ static void svg_yaxis(md_strbuf *b, double y0, double y1, double step, int right
         if (!right)
             md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", ML, y,
                              CW - MR, y);
-        svg_text(b, right ? CW - MR + 6 : ML - 6, y + 4, right ? "start" : "end", " class=\"tick\"", t);
+        md_html_svg_text(b, right ? CW - MR + 6 : ML - 6, y + 4, right ? "start" : "end", " class=\"tick\"", t);
     }
     char style[64];
     snprintf(style, sizeof style, " class=\"axl\" fill=\"%s\"", color ? color : "#333");
     double x = right ? CW - 12 : 14;
     md_strbuf_printf(b, "<g transform=\"translate(%.1f %.1f) rotate(-90)\">", x, (top + bottom) / 2);
-    svg_text(b, 0, 0, "middle", style, label);
+    md_html_svg_text(b, 0, 0, "middle", style, label);
     md_strbuf_add(b, "</g>\n");
 }
 
@@ -98,9 +100,9 @@ static void svg_frame_at(md_strbuf *b, const char *title, const char *xlabel, in
 {
     md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", ML,
                      MT, CW - ML - MR, CH - MT - MB);
-    if (left_title) svg_text(b, ML, 18, "start", " class=\"ttl\"", title);
-    else svg_text(b, CW / 2, 20, "middle", " class=\"ttl\"", title);
-    if (xlabel) svg_text(b, (ML + CW - MR) / 2, CH - 10, "middle", " class=\"axl\"", xlabel);
+    if (left_title) md_html_svg_text(b, ML, 18, "start", " class=\"ttl\"", title);
+    else md_html_svg_text(b, CW / 2, 20, "middle", " class=\"ttl\"", title);
+    if (xlabel) md_html_svg_text(b, (ML + CW - MR) / 2, CH - 10, "middle", " class=\"axl\"", xlabel);
 }
 
 static void svg_frame(md_strbuf *b, const char *title, const char *xlabel) { svg_frame_at(b, title, xlabel, 0); }
@@ -127,7 +129,7 @@ void md_html_line_chart(md_strbuf *b, const char *title, const char *xlabel, con
     if (xhi > xlo) { x0 = xlo; x1 = xhi; } /* epochs: the axis spans the data */
     if (xs < 1) xs = 1;
     nice_axis(ylo, yhi, &y0, &y1, &ys);
-    svg_open(b, title, CW, CH);
+    md_html_svg_open(b, NULL, title, CW, CH);
     svg_yaxis(b, y0, y1, ys, 0, ylabel, NULL);
     double left = ML, right = CW - MR, top = MT, bottom = CH - MB;
 #define PX(v) (left + ((v) - x0) / (x1 - x0) * (right - left))
@@ -135,7 +137,7 @@ void md_html_line_chart(md_strbuf *b, const char *title, const char *xlabel, con
     for (double v = ceil(x0); v <= x1 + 1e-9; v += xs) {
         char t[32];
         fmt_tick(v, t, sizeof t);
-        svg_text(b, PX(v), bottom + 16, "middle", " class=\"tick\"", t);
+        md_html_svg_text(b, PX(v), bottom + 16, "middle", " class=\"tick\"", t);
     }
     for (int i = 0; i < ns; i++) {
         const char *c = palette[i % 6];
@@ -152,19 +154,19 @@ void md_html_line_chart(md_strbuf *b, const char *title, const char *xlabel, con
         double lx = right - 110.0 * (ns - i), ly = top - 6;
         md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
                          lx, ly - 4, lx + 22, ly - 4, c, s[i].dashed ? " stroke-dasharray=\"6 4\"" : "");
-        svg_text(b, lx + 26, ly, "start", " class=\"leg\"", s[i].name);
+        md_html_svg_text(b, lx + 26, ly, "start", " class=\"leg\"", s[i].name);
     }
     if (isfinite(mark_x) && mark_x >= x0 && mark_x <= x1) {
         md_strbuf_printf(b, "<line class=\"mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#2ca02c\" "
                             "stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>\n",
                          PX(mark_x), top, PX(mark_x), bottom);
         int at_right = PX(mark_x) > (left + right) / 2;
-        svg_text(b, PX(mark_x) + (at_right ? -4 : 4), top + 14, at_right ? "end" : "start", " class=\"leg\"", mark_label);
+        md_html_svg_text(b, PX(mark_x) + (at_right ? -4 : 4), top + 14, at_right ? "end" : "start", " class=\"leg\"", mark_label);
     }
 #undef PX
 #undef PY
     svg_frame_at(b, title, xlabel, 1);
-    svg_close(b, caption);
+    md_html_svg_close(b, caption);
 }
 
 
@@ -201,7 +203,7 @@ void md_html_histogram(md_strbuf *b, const char *title, const double *v, int n, 
     nice_axis(0, cmax, &y0, &y1, &ys);
     y0 = 0;
     if (ys < 1) ys = 1;
-    svg_open(b, title, CW, CH);
+    md_html_svg_open(b, NULL, title, CW, CH);
     svg_yaxis(b, y0, y1, ys, 0, "iterations", NULL);
     double left = ML, right = CW - MR, top = MT, bottom = CH - MB;
     double bw = (right - left) / bins;
@@ -218,7 +220,7 @@ void md_html_histogram(md_strbuf *b, const char *title, const double *v, int n, 
         fmt_tick(tv, t, sizeof t);
         double x = left + (tv - lo) / (hi - lo) * (right - left);
         md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>\n", x, bottom, x, bottom + 4);
-        svg_text(b, x, bottom + 16, "middle", " class=\"tick\"", t);
+        md_html_svg_text(b, x, bottom + 16, "middle", " class=\"tick\"", t);
     }
     static const char *const pk[] = {"p50", "p95", "p99"};
     for (int i = 0; i < 3; i++) {
@@ -227,10 +229,10 @@ void md_html_histogram(md_strbuf *b, const char *title, const double *v, int n, 
         double x = left + (p - lo) / (hi - lo) * (right - left);
         md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>\n",
                          x, top, x, bottom, i == 0 ? "#222222" : palette[3]);
-        svg_text(b, x + 3, top + 12 + 12 * i, "start", " class=\"leg\"", pk[i]);
+        md_html_svg_text(b, x + 3, top + 12 + 12 * i, "start", " class=\"leg\"", pk[i]);
     }
     svg_frame(b, title, "latency per batch (ms)");
-    svg_close(b, caption);
+    md_html_svg_close(b, caption);
 }
 
 /* Batch-size sweep: throughput line on the left axis, peak memory bars on the
@@ -268,7 +270,7 @@ void md_html_sweep_chart(md_strbuf *b, const cJSON *sweep)
     nice_axis(0, mmax > 0 ? mmax / mscale : 1, &m0, &m1, &msx);
     m0 = 0;
     const char *title = "Batch-size sweep: throughput and peak memory";
-    svg_open(b, title, CW, CH);
+    md_html_svg_open(b, NULL, title, CW, CH);
     svg_yaxis(b, t0, t1, ts, 0, "samples/s", palette[0]);
     svg_yaxis(b, m0, m1, msx, 1, munit, palette[1]);
     double left = ML, right = CW - MR, top = MT, bottom = CH - MB;
@@ -277,13 +279,13 @@ void md_html_sweep_chart(md_strbuf *b, const cJSON *sweep)
         double cx = left + slot * (i + 0.5);
         char t[32];
         snprintf(t, sizeof t, "%.0f", bs[i]);
-        svg_text(b, cx, bottom + 16, "middle", " class=\"tick\"", t);
+        md_html_svg_text(b, cx, bottom + 16, "middle", " class=\"tick\"", t);
         if (isfinite(mem[i])) {
             double h = mem[i] / mscale / (m1 - m0) * (bottom - top);
             md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" fill-opacity=\"0.35\"/>\n",
                              cx - slot * 0.3, bottom - h, slot * 0.6, h, palette[1]);
         }
-        if (!ok[i]) svg_text(b, cx, bottom - 8, "middle", " class=\"oom\"", "OOM");
+        if (!ok[i]) md_html_svg_text(b, cx, bottom - 8, "middle", " class=\"oom\"", "OOM");
     }
     md_strbuf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", palette[0]);
     for (int i = 0; i < n; i++)
@@ -295,7 +297,7 @@ void md_html_sweep_chart(md_strbuf *b, const cJSON *sweep)
             md_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", left + slot * (i + 0.5),
                              bottom - (thr[i] - t0) / (t1 - t0) * (bottom - top), palette[0]);
     svg_frame(b, title, "batch size");
-    svg_close(b, "Line: training samples/s (left axis). Bars: peak device memory (right axis).");
+    md_html_svg_close(b, "Line: training samples/s (left axis). Bars: peak device memory (right axis).");
 }
 
 /* Horizontal bars: one per record, value from `key`, label from `label_key`,
@@ -325,25 +327,25 @@ void md_html_hbars(md_strbuf *b, const char *title, const cJSON *arr, const char
     nice_axis(0, vmax > 0 ? vmax : 1, &a0, &a1, &as);
     a0 = 0;
     double rowh = 30, h = MT + MB + rowh * n, left = 110, right = CW - 170;
-    svg_open(b, title, CW, h);
-    svg_text(b, CW / 2, 20, "middle", " class=\"ttl\"", title);
+    md_html_svg_open(b, NULL, title, CW, h);
+    md_html_svg_text(b, CW / 2, 20, "middle", " class=\"ttl\"", title);
     double bottom = h - MB;
     for (double v = a0; v <= a1 + as * 0.5; v += as) {
         double x = left + (v - a0) / (a1 - a0) * (right - left);
         char t[32];
         fmt_tick(v, t, sizeof t);
         md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x, MT, x, bottom);
-        svg_text(b, x, bottom + 16, "middle", " class=\"tick\"", t);
+        md_html_svg_text(b, x, bottom + 16, "middle", " class=\"tick\"", t);
     }
     for (int i = 0; i < n; i++) {
         double y = MT + rowh * i + 5, w = val[i] / (a1 - a0) * (right - left);
         md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", left, y, w,
                          rowh - 10, palette[i % 6]);
-        svg_text(b, left - 6, y + rowh / 2 - 1, "end", " class=\"leg\"", label[i]);
+        md_html_svg_text(b, left - 6, y + rowh / 2 - 1, "end", " class=\"leg\"", label[i]);
         char t[64];
         if (isfinite(note[i])) snprintf(t, sizeof t, "%.4g %s (x%.2f)", val[i], unit, note[i]);
         else snprintf(t, sizeof t, "%.4g %s", val[i], unit);
-        svg_text(b, left + w + 4, y + rowh / 2 - 1, "start", " class=\"leg\"", t);
+        md_html_svg_text(b, left + w + 4, y + rowh / 2 - 1, "start", " class=\"leg\"", t);
     }
     md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>\n", left, MT, left, bottom);
     if (ref_line > 0 && ref_line <= a1) {
@@ -351,7 +353,7 @@ void md_html_hbars(md_strbuf *b, const char *title, const cJSON *arr, const char
         md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#222222\" stroke-dasharray=\"4 3\"/>\n",
                          x, MT - 4, x, bottom);
     }
-    svg_close(b, caption);
+    md_html_svg_close(b, caption);
 }
 
 /* Stacked bar of the memory breakdown (model, gradients, optimizer, activations). */
@@ -367,8 +369,8 @@ void md_html_memory_bar(md_strbuf *b, const cJSON *mem)
     }
     if (total <= 0) return;
     double w = CW, h = 112, left = 20, right = CW - 20, x = left, ly = 73;
-    svg_open(b, "Device memory breakdown", w, h);
-    svg_text(b, w / 2, 18, "middle", " class=\"ttl\"", "Device memory breakdown");
+    md_html_svg_open(b, NULL, "Device memory breakdown", w, h);
+    md_html_svg_text(b, w / 2, 18, "middle", " class=\"ttl\"", "Device memory breakdown");
     for (int i = 0; i < 5; i++) {
         if (v[i] <= 0) continue;
         double bw = v[i] / total * (right - left);
@@ -386,10 +388,10 @@ void md_html_memory_bar(md_strbuf *b, const cJSON *mem)
             ly += 18;
         }
         md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", x, ly - 9, palette[i]);
-        svg_text(b, x + 14, ly, "start", " class=\"leg\"", t);
+        md_html_svg_text(b, x + 14, ly, "start", " class=\"leg\"", t);
         x += tw;
     }
-    svg_close(b, NULL);
+    md_html_svg_close(b, NULL);
 }
 
 void md_html_forecast_chart(md_strbuf *b, const cJSON *f)
@@ -432,7 +434,7 @@ void md_html_forecast_chart(md_strbuf *b, const cJSON *f)
     for (double v = ceil(x0 / xs) * xs; v <= x1 + 1e-9; v += xs) {
         char t[32];
         fmt_tick(v, t, sizeof t);
-        svg_text(b, PX(v), bottom + 16, "middle", " class=\"tick\"", t);
+        md_html_svg_text(b, PX(v), bottom + 16, "middle", " class=\"tick\"", t);
     }
     /* the forecast starts after step 0 */
     md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f3f3f3\"/>\n", PX(0), top,
@@ -459,11 +461,11 @@ void md_html_forecast_chart(md_strbuf *b, const cJSON *f)
         double lx = right - 82.0 * (3 - i), ly = CH - 10;
         md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"/>\n", lx,
                          ly - 4, lx + 22, ly - 4, colors[i]);
-        svg_text(b, lx + 26, ly, "start", " class=\"leg\"", names[i]);
+        md_html_svg_text(b, lx + 26, ly, "start", " class=\"leg\"", names[i]);
     }
-    svg_text(b, left, CH - 10, "start", " class=\"axl\"", "time step (0 = last input)");
+    md_html_svg_text(b, left, CH - 10, "start", " class=\"axl\"", "time step (0 = last input)");
     svg_frame_at(b, title, NULL, 1);
-    svg_close(b, NULL);
+    md_html_svg_close(b, NULL);
 done:
     md_free(lb);
     md_free(ac);

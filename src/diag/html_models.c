@@ -39,29 +39,9 @@ static double last(const cJSON *o, const char *k)
 
 static void text(md_strbuf *b, double x, double y, const char *anchor, const char *cls, const char *t)
 {
-    md_strbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" class=\"%s\">", x, y, anchor, cls);
-    md_strbuf_add_escaped(b, t);
-    md_strbuf_add(b, "</text>\n");
-}
-
-static void svg_open(md_strbuf *b, const char *cls, const char *label, double w, double h)
-{
-    md_strbuf_printf(b, "<figure class=\"%s\"><svg class=\"chart\" role=\"img\" width=\"%.0f\" height=\"%.0f\" "
-                        "viewBox=\"0 0 %.0f %.0f\" aria-label=\"",
-                     cls, w, h, w, h);
-    md_strbuf_add_escaped(b, label);
-    md_strbuf_printf(b, "\">\n<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", w, h);
-}
-
-static void svg_close(md_strbuf *b, const char *caption)
-{
-    md_strbuf_add(b, "</svg>");
-    if (caption) {
-        md_strbuf_add(b, "<figcaption>");
-        md_strbuf_add_escaped(b, caption);
-        md_strbuf_add(b, "</figcaption>");
-    }
-    md_strbuf_add(b, "</figure>\n");
+    char attr[64];
+    snprintf(attr, sizeof attr, " class=\"%s\"", cls);
+    md_html_svg_text(b, x, y, anchor, attr, t);
 }
 
 /* Tick spacing of 1, 2 or 5 x 10^k covering [lo, hi] in about five steps. */
@@ -124,7 +104,7 @@ static void bars(md_strbuf *b, const char *title, const char *better, const stru
     axis(0, vmax > 0 ? vmax : 1, &a0, &a1, &st);
     a0 = 0;
     double rowh = 26, top = 40, h = top + rowh * n + 30, left = 120, right = W - 90;
-    svg_open(b, "cmp", title, W, h);
+    md_html_svg_open(b, "cmp", title, W, h);
     text(b, W / 2, 18, "middle", "ttl", title);
     text(b, W / 2, 32, "middle", "tick", better);
     double bottom = top + rowh * n;
@@ -155,7 +135,7 @@ static void bars(md_strbuf *b, const char *title, const char *better, const stru
     }
     md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>\n", left, top, left,
                      bottom);
-    svg_close(b, NULL);
+    md_html_svg_close(b, NULL);
 }
 
 static void fmt_pct(double v, char *t, size_t n) { snprintf(t, n, "%.2f%%", v); }
@@ -193,7 +173,7 @@ static void lines(md_strbuf *b, const char *title, const char *ylabel, const str
     if (!isfinite(ylo)) return;
     double y0, y1, ys, l = 60, r = LW - 20, t = 40, bt = LH - 40;
     axis(ylo, yhi, &y0, &y1, &ys);
-    svg_open(b, "curve", title, LW, LH);
+    md_html_svg_open(b, "curve", title, LW, LH);
     text(b, l, 18, "start", "ttl", title);
     double x0 = 1, x1 = xhi > 1 ? xhi : 2;
 #define PX(v) (l + ((v) - x0) / (x1 - x0) * (r - l))
@@ -248,7 +228,7 @@ static void lines(md_strbuf *b, const char *title, const char *ylabel, const str
 #undef PY
     md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", l,
                      t, r - l, bt - t);
-    svg_close(b, NULL);
+    md_html_svg_close(b, NULL);
 }
 
 /* ---- tables -------------------------------------------------------------------- */

@@ -97,6 +97,13 @@ void md_html_records(md_strbuf *b, const cJSON *arr);
 
 /* ---- charts (html_chart.c): inline SVG ----------------------------------------- */
 
+/* A chart's frame: <figure [class]><svg ...> on a white w x h background,
+ * labelled for screen readers; close adds the caption (NULL: none). */
+void md_html_svg_open(md_strbuf *b, const char *figure_class, const char *label, double w, double h);
+void md_html_svg_close(md_strbuf *b, const char *caption);
+/* <text> at (x, y), escaped; extra: more attributes (" class=\"tick\"") or NULL. */
+void md_html_svg_text(md_strbuf *b, double x, double y, const char *anchor, const char *extra, const char *text);
+
 struct md_html_series {
     const char *name;
     const double *x, *y; /* n points; NaN y = missing */
