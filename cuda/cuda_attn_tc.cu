@@ -3,7 +3,8 @@
  * (padded to DP = 64 or 128). The matrix products run as WMMA 16x16x16
  * fragments with fp32 accumulation; softmax statistics, logsumexp and the
  * gradients' elementwise parts are fp32. cuda_attn.cu dispatches here and
- * keeps its SIMT kernels for fp32 and the other head sizes.
+ * keeps its SIMT kernels for fp32 and the other head sizes. Calls that
+ * cuda_attn_mma.cu covers (head_dim <= 64, no dropout) go there.
  *
  * A block is 4 warps; a warp owns 16 rows of a 64-row tile. Tiles are staged
  * in shared memory as T (rows padded by 8 elements against bank conflicts).
@@ -31,6 +32,7 @@
 #include <mma.h>
 
 #include "cuda_attn.cuh"
+#include "cuda_attn_mma.cuh"
 
 using namespace nvcuda;
 
@@ -449,6 +451,7 @@ static int tc_vec(const struct md_attn_args *a, const attn_p *p, int bwd)
 
 md_status md_cuda_attn_tc_fwd(md_device *dev, const struct md_attn_args *a, const attn_p *p)
 {
+    if (md_cuda_attn_mma_covers(a, 0)) return md_cuda_attn_mma_fwd(dev, a, p);
     unsigned blocks = (unsigned)(a->batch * a->heads * ((a->tq + TC_B - 1) / TC_B));
     int dp = a->d <= 64 ? 64 : 128, vec = tc_vec(a, p, 0);
     cudaStream_t s = md_cuda_impl(dev)->stream;
@@ -464,6 +467,7 @@ md_status md_cuda_attn_tc_fwd(md_device *dev, const struct md_attn_args *a, cons
 
 md_status md_cuda_attn_tc_bwd(md_device *dev, const struct md_attn_args *a, const attn_p *p, const float *D)
 {
+    if (md_cuda_attn_mma_covers(a, 1)) return md_cuda_attn_mma_bwd(dev, a, p, D);
     int bh = a->batch * a->heads;
     unsigned qblocks = (unsigned)(bh * ((a->tq + TC_B - 1) / TC_B)),
              kblocks = (unsigned)(bh * ((a->tk + TC_B - 1) / TC_B));

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_attn_mma.cuh"
 #include "cuda_internal.h"
 
 /* ---------------------------------------------------------------------------
@@ -494,22 +495,41 @@ static void cu_graph_destroy(md_device *dev, void *graph)
 }
 
 /* The automatic attention path for short sequences (up to
- * MD_ATTN_GEMM_MAX_T tokens, half types): the forward through the flash
- * kernels, which never write the T x T scores (0.22 against 0.39 ms on an
- * H100 at ViT-S/14 shapes, batch 64), the backward through cuBLAS products
- * (0.76 against 0.87 ms; docs/kernels-attention.md). Both paths keep the same
- * per-row log-sum-exp and draw dropout from the same counters, so a forward
- * of one and a backward of the other give the gradients of either. A path
- * forced by the call or by MPSDIAG_ATTN runs both passes as it is. */
+ * MD_ATTN_GEMM_MAX_T tokens, half types). Head sizes the register-resident
+ * kernels cover (cuda_attn_mma.cu: 32 < head_dim <= 64, no dropout) run
+ * both passes there: at ViT-S/14 shapes, batch 64, on an H100 they beat the
+ * cuBLAS products in both directions (docs/kernels-attention.md). Otherwise
+ * the forward goes through the flash kernels, which never write the T x T
+ * scores (0.22 against 0.39 ms), and the backward through cuBLAS products
+ * (0.76 against 0.87 ms). Every path keeps the same per-row log-sum-exp and
+ * draws dropout from the same counters, so a forward of one and a backward
+ * of the other give the gradients of either. A path forced by the call or by
+ * MPSDIAG_ATTN runs both passes as it is. */
+static int attn_auto_short(md_device *dev, const struct md_attn_args *a)
+{
+    return a->path == MD_ATTN_AUTO && md_cuda_impl(dev)->attn_path == MD_ATTN_AUTO && a->tq <= MD_ATTN_GEMM_MAX_T &&
+           a->tk <= MD_ATTN_GEMM_MAX_T;
+}
+
 static md_status attn_fwd_auto(md_device *dev, const struct md_attn_args *a)
 {
-    if (a->path == MD_ATTN_AUTO && md_cuda_impl(dev)->attn_path == MD_ATTN_AUTO && a->tq <= MD_ATTN_GEMM_MAX_T &&
-        a->tk <= MD_ATTN_GEMM_MAX_T && md_cuda_attn_gemm_covers(a) && md_cuda_attn_tc_covers(a)) {
+    if (attn_auto_short(dev, a) &&
+        (md_cuda_attn_mma_covers(a, 0) || (md_cuda_attn_gemm_covers(a) && md_cuda_attn_tc_covers(a)))) {
         struct md_attn_args f = *a;
         f.path = MD_ATTN_FLASH;
         return md_cuda_attn_fwd(dev, &f);
     }
     return md_cuda_attn_fwd(dev, a);
+}
+
+static md_status attn_bwd_auto(md_device *dev, const struct md_attn_args *a)
+{
+    if (attn_auto_short(dev, a) && md_cuda_attn_mma_covers(a, 1)) {
+        struct md_attn_args f = *a;
+        f.path = MD_ATTN_FLASH;
+        return md_cuda_attn_bwd(dev, &f);
+    }
+    return md_cuda_attn_bwd(dev, a);
 }
 
 
@@ -582,7 +602,7 @@ md_cuda_backend_entry(int api_version)
     k->softmax_fwd = md_cuda_softmax_fwd;
     k->softmax_bwd = md_cuda_softmax_bwd;
     k->attn_fwd = attn_fwd_auto;
-    k->attn_bwd = md_cuda_attn_bwd;
+    k->attn_bwd = attn_bwd_auto;
     k->tiles_fwd = md_cuda_tiles_fwd;
     k->tiles_bwd = md_cuda_tiles_bwd;
     k->film_fwd = md_cuda_film_fwd;

@@ -1017,13 +1017,15 @@ static void op_softmax(struct harness *h, int op)
 /* Attention layouts: 0 contiguous (B, H, T, D); 1 a fused QKV projection's
  * (B, T, 3, H, D) output (tq == tk; dq/dk/dv into one such buffer); 2 (B, T, H, D).
  * On CUDA the case's path (enum md_attn_path) picks the kernels: F (FLASH)
- * runs fp16/bf16 with 32 < d <= 128 on the tensor-core kernels (64-row tiles:
+ * runs fp16/bf16 with 32 < d <= 128 on the tensor-core kernels (without
+ * dropout and d <= 64 a multiple of 8: the register-resident ones; 64-row tiles:
  * lengths that are not multiples of 64, d padded to 64 or 128, d not a
  * multiple of 8 for the unvectorised loads) and the rest on the SIMT kernels;
  * S forces the SIMT kernels; G the cuBLAS path for short sequences (ViT
  * shapes: 6 heads of 64, 261 = 256 patches + cls + 4 registers; d 100 is
  * misaligned for it and falls back); A leaves the choice to the backend
- * (GEMM at these lengths). Other backends ignore the path; the G and A cases
+ * (at these lengths: the register-resident kernels for d 64 without dropout,
+ * else GEMM). Other backends ignore the path; the G and A cases
  * run on CUDA only. */
 struct attn_case { int b, h, tq, tk, d, causal, dropout, layout, path; };
 
@@ -1042,7 +1044,8 @@ static const struct attn_case attn_cases[] = {
     {1, 6, 64, 64, 64, 1, 0, 0, G},    {2, 6, 261, 261, 64, 0, 0, 1, G}, {1, 6, 261, 261, 64, 1, 0, 1, G},
     {1, 6, 261, 261, 64, 0, 0, 1, A},  {2, 2, 33, 65, 64, 0, 1, 0, G},   {1, 2, 150, 90, 64, 1, 1, 2, G},
     {1, 1, 1, 1, 8, 0, 0, 0, G},       {2, 3, 17, 17, 16, 1, 1, 2, G},   {1, 2, 9, 31, 128, 1, 0, 0, G},
-    {1, 1, 33, 47, 100, 1, 0, 0, G},
+    {1, 1, 33, 47, 100, 1, 0, 0, G},   {2, 6, 261, 261, 64, 0, 0, 1, F}, {1, 3, 200, 200, 48, 1, 0, 2, F},
+    {1, 2, 150, 90, 64, 1, 0, 0, F},   {1, 2, 90, 150, 40, 1, 0, 0, F},  {2, 3, 261, 261, 64, 1, 0, 2, A},
 };
 #undef F
 #undef S
