@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "cuda_chred.cuh"
+#include "cuda_ln.cuh"
 
 /* ---------------------------------------------------------------------------
  * Batch norm
@@ -291,7 +292,8 @@ done:
 /* ---------------------------------------------------------------------------
  * Layer norm over the last dimension: a block per row (statistics by
  * block_sum, a fixed order), dgamma/dbeta a thread per column over the rows
- * in order (deterministic, no atomics).
+ * in order (deterministic, no atomics). Even d up to 1024 goes to the
+ * warp-per-row kernels of cuda_ln.cu.
  * ------------------------------------------------------------------------- */
 
 #define LN_THREADS 256
@@ -415,6 +417,7 @@ __global__ void k_ln_params_fin(int d, int splits, const float *part, float *dga
 md_status md_cuda_layernorm_fwd(md_device *dev, const struct md_layernorm_args *a)
 {
     if (a->rows <= 0 || a->d <= 0) return MD_OK;
+    if (md_cuda_ln_w_covers(a, 0)) return md_cuda_ln_w_fwd(dev, a);
     MD_CU_DISPATCH(a->dtype, "layernorm_fwd", {
         k_ln_fwd<T><<<a->rows, LN_THREADS, 0, md_cuda_impl(dev)->stream>>>(
             a->rows, a->d, a->eps, (const T *)a->x, (T *)a->y, a->gamma, a->beta_p, a->mean, a->rstd, a->beta);
@@ -426,6 +429,7 @@ md_status md_cuda_layernorm_bwd(md_device *dev, const struct md_layernorm_args *
 {
     struct md_cuda_dev *cd = md_cuda_impl(dev);
     if (a->rows <= 0 || a->d <= 0) return MD_OK;
+    if (md_cuda_ln_w_covers(a, 1)) return md_cuda_ln_w_bwd(dev, a);
     MD_TRY(md_cuda_scratch_get(dev, &cd->aux_ws, (size_t)a->rows * 2 * sizeof(float), "layernorm statistics"));
     float *st = (float *)cd->aux_ws.ptr;
     MD_CU_DISPATCH(a->dtype, "layernorm_bwd", {

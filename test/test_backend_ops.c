@@ -894,7 +894,12 @@ static void op_optim(struct harness *h)
 static void op_layernorm(struct harness *h, int op)
 {
     /* rows d affine saved(bwd) */
-    static const int cases[][4] = {{1, 1, 1, 1}, {3, 7, 0, 0}, {17, 64, 1, 1}, {5, 768, 1, 0}, {33, 200, 1, 1}, {40, 31, 0, 1}};
+    /* CUDA: even d up to 1024 on the warp-per-row kernels (5000 rows: more
+     * rows than the backward's warps on an H100, so warps take several), the
+     * rest on the block-per-row ones */
+    static const int cases[][4] = {{1, 1, 1, 1},     {3, 7, 0, 0},     {17, 64, 1, 1}, {5, 768, 1, 0},
+                                   {33, 200, 1, 1},  {40, 31, 0, 1},   {300, 384, 1, 1}, {70, 1024, 0, 0},
+                                   {9, 1030, 1, 1},  {5000, 16, 1, 0}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int di = 0; di < 3; di++) {
             md_dtype t = dtypes[di];
