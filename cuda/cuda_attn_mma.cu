@@ -122,6 +122,23 @@ __device__ __forceinline__ void am_load(T *dst, const T *src, const long long s[
     }
 }
 
+/* Starts loading key tile k1 of K and V into the other buffer when there is
+ * one (more), then waits for tile buf and for every thread to see it. */
+template <class T>
+__device__ __forceinline__ void am_next_kv(T *Ks, T *Vs, int buf, bool more, const T *k, const T *v, const attn_p &p,
+                                           int bh, int k1)
+{
+    if (more) {
+        am_load<T>(Ks + (buf ^ 1) * AM_TILE, k, p.sk, bh, p.heads, k1, p.tk, p.d);
+        am_load<T>(Vs + (buf ^ 1) * AM_TILE, v, p.sv, bh, p.heads, k1, p.tk, p.d);
+        am_commit();
+        am_wait<1>();
+    } else {
+        am_wait<0>();
+    }
+    __syncthreads();
+}
+
 /* A fragments (16 rows from row0, the 4 k-steps of 16 columns) of a staged tile. */
 template <class T> __device__ __forceinline__ void am_frag_a(uint32_t (&a)[4][4], const T *tile, int row0)
 {
@@ -229,15 +246,7 @@ __global__ void __launch_bounds__(AM_THREADS)
 
     for (int kt = 0; kt < nk; kt++) {
         const int buf = kt & 1, k0 = kt * AM_B;
-        if (kt + 1 < nk) {
-            am_load<T>(Ks + (buf ^ 1) * AM_TILE, k, p.sk, bh, p.heads, k0 + AM_B, p.tk, p.d);
-            am_load<T>(Vs + (buf ^ 1) * AM_TILE, v, p.sv, bh, p.heads, k0 + AM_B, p.tk, p.d);
-            am_commit();
-            am_wait<1>();
-        } else {
-            am_wait<0>();
-        }
-        __syncthreads();
+        am_next_kv<T>(Ks, Vs, buf, kt + 1 < nk, k, v, p, bh, k0 + AM_B);
         if (kt == 0) am_frag_a<T>(qa, Qs, warp * 16);
 
         float s[8][4];
@@ -412,15 +421,7 @@ __global__ void __launch_bounds__(AM_THREADS)
 
     for (int kt = 0; kt < nk; kt++) {
         const int buf = kt & 1, k0 = kt * AM_B;
-        if (kt + 1 < nk) {
-            am_load<T>(Ks + (buf ^ 1) * AM_TILE, k, p.sk, bh, p.heads, k0 + AM_B, p.tk, p.d);
-            am_load<T>(Vs + (buf ^ 1) * AM_TILE, v, p.sv, bh, p.heads, k0 + AM_B, p.tk, p.d);
-            am_commit();
-            am_wait<1>();
-        } else {
-            am_wait<0>();
-        }
-        __syncthreads();
+        am_next_kv<T>(Ks, Vs, buf, kt + 1 < nk, k, v, p, bh, k0 + AM_B);
         if (kt == 0) am_frag_a<T>(qa, Qs, warp * 16), am_frag_a<T>(ga, Gs, warp * 16);
         const T *Kb = Ks + buf * AM_TILE, *Vb = Vs + buf * AM_TILE;
 

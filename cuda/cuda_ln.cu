@@ -9,7 +9,8 @@
  * The backward is one kernel: each warp takes rows warp, warp + W, ... (W
  * warps in the grid), writes dx and keeps its columns' dgamma and dbeta
  * partials in registers; the block adds its warps' partials in a fixed order
- * into part (blocks, d, 2) and k_lnw_fin adds the blocks' in a fixed order.
+ * into part (blocks, d, 2) and cuda_norm.cu's k_ln_params_fin adds the
+ * blocks' in a fixed order.
  * No atomics: results repeat bit for bit on a given GPU. (The block-per-row
  * kernels took 37 us forward and 77 us backward for a 16,704 x 384 bf16
  * layer norm, ViT-S/14 at batch 64, on an H100, ~4x the memory time.) */
@@ -176,15 +177,6 @@ __global__ void __launch_bounds__(LNW_WARPS * 32)
     }
 }
 
-__global__ void k_lnw_fin(int d, int splits, const float *part, float *dgamma, float *dbeta, float beta)
-{
-    float sg, sb;
-    int j = fin_sums(part, d, splits, &sg, &sb);
-    if (j < 0) return;
-    if (dgamma) dgamma[j] = beta != 0.0f ? sg + beta * dgamma[j] : sg;
-    if (dbeta) dbeta[j] = beta != 0.0f ? sb + beta * dbeta[j] : sb;
-}
-
 static int lnw_aligned(const void *p) { return p == NULL || ((uintptr_t)p & 7u) == 0; }
 
 int md_cuda_ln_w_covers(const struct md_layernorm_args *a, int bwd)
@@ -236,9 +228,5 @@ md_status md_cuda_ln_w_bwd(md_device *dev, const struct md_layernorm_args *a)
         });
     });
     MD_TRY(md_cuda_check_launch("layernorm_bwd (warp a row)"));
-    if (part) {
-        k_lnw_fin<<<FIN_BLOCKS(a->d), 128, 0, cd->stream>>>(a->d, blocks, part, a->dgamma, a->dbeta, a->beta);
-        MD_TRY(md_cuda_check_launch("layernorm_bwd (dgamma, dbeta)"));
-    }
-    return MD_OK;
+    return part ? md_cuda_ln_params_fin(dev, a, part, blocks) : MD_OK;
 }

@@ -9,5 +9,7 @@
 int md_cuda_ln_w_covers(const struct md_layernorm_args *a, int bwd);
 md_status md_cuda_ln_w_fwd(md_device *dev, const struct md_layernorm_args *a);
 md_status md_cuda_ln_w_bwd(md_device *dev, const struct md_layernorm_args *a);
+/* cuda_norm.cu: dgamma, dbeta (+ beta * old) from splits partials part[(s * d + j) * 2 + {0, 1}]. */
+md_status md_cuda_ln_params_fin(md_device *dev, const struct md_layernorm_args *a, const float *part, int splits);
 
 #endif

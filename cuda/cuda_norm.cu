@@ -447,8 +447,15 @@ md_status md_cuda_layernorm_bwd(md_device *dev, const struct md_layernorm_args *
             k_ln_bwd_params<T><<<dim3(gx, sp), dim3(32, 8), 0, cd->stream>>>(a->rows, a->d, sp, (const T *)a->x,
                                                                             (const T *)a->dy, st, part);
             MD_TRY(md_cuda_check_launch("layernorm_bwd (dgamma, dbeta partials)"));
-            k_ln_params_fin<<<FIN_BLOCKS(a->d), 128, 0, cd->stream>>>(a->d, sp, part, a->dgamma, a->dbeta, a->beta);
+            MD_TRY(md_cuda_ln_params_fin(dev, a, part, sp));
         }
     });
+    return MD_OK;
+}
+
+md_status md_cuda_ln_params_fin(md_device *dev, const struct md_layernorm_args *a, const float *part, int splits)
+{
+    k_ln_params_fin<<<FIN_BLOCKS(a->d), 128, 0, md_cuda_impl(dev)->stream>>>(a->d, splits, part, a->dgamma, a->dbeta,
+                                                                            a->beta);
     return md_cuda_check_launch("layernorm_bwd (dgamma, dbeta)");
 }
