@@ -188,7 +188,7 @@ INLINE __attribute__((target("avx2,fma"))) void trv_256(__m256 r[8])
 struct fwd_ctx {
     const struct md_dconv *g;
     struct pad_geom pg;
-    int nhwc, kp, nkb, ncb, cbs, rs, grp, chunk, tasks;
+    int nhwc, kp, nkb, ncb, cbs, rs, grp, chunk, tasks, kgroups; /* tasks: image groups */
     const float *x, *wpk;
     float *y, *buf;
     float beta;
@@ -206,6 +206,7 @@ struct filt_ctx {
     const struct md_dconv *g;
     struct pad_geom pg;
     int nhwc, kp, kps, nkb, slots, rs; /* kps: dyt's row stride */
+    int ugroups;          /* groups of (tap, channel) tiles per (slot, K-block) */
     int waves, wave, cap; /* the batch in waves of at most cap images per slot (bounded scratch) */
     int dy_in_place;      /* dyt is dy itself (NHWC, K a multiple of 16 that does not alias; kps = K) */
     const float *x, *dy;
@@ -220,11 +221,18 @@ struct filt_ctx {
  * loaded and stored once per block (measured: 128 was ~5% slower). */
 #define FILT_PIXELS 1024
 #define FILT_ROWS 1024
+/* Backward-filter tasks per thread, for balance (see direct_filter). */
+#define FILT_TASKS_PER_THREAD 4
+/* dW elements per task of the final sum over slots. */
+#define FILT_SUM_RUN 576
 /* Scratch for the padded inputs and dy rows of one wave of images. */
 #define FILT_PREP_BYTES ((size_t)64 << 20)
 static size_t g_prep_bytes = FILT_PREP_BYTES;
 
 void md_cpu_direct_set_prep_bytes(size_t bytes) { g_prep_bytes = bytes ? bytes : FILT_PREP_BYTES; }
+
+/* Forward tasks per thread (image groups x K-block groups), for balance. */
+#define FWD_TASKS_PER_THREAD 4
 
 /* Pixels per staging chunk when C is one block: 16 tiles of 6 (24 KiB of
  * staging with AVX-512). */
