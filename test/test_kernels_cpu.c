@@ -144,7 +144,8 @@ Test(kernels_cpu, convolutions_do_not_depend_on_thread_count)
  * im2col/GEMM paths. Cases: fewer images than threads; a 1x1 stride-2
  * convolution with 130 input channels (direct forward and filter, GEMM
  * backward-data); 150 output channels over many K-blocks; the filter's
- * scratch budget cut so that it runs in waves. */
+ * scratch budget cut so that it runs in waves; a batch of 4 small planes
+ * (the forward splits K and pads the batch once for all tasks). */
 Test(kernels_cpu, convolutions_identical_for_1_2_3_7_threads, .timeout = 60)
 {
     static const struct { int n, c, h, w, k, r, stride, pad; size_t prep; } cases[] = {
@@ -152,6 +153,7 @@ Test(kernels_cpu, convolutions_identical_for_1_2_3_7_threads, .timeout = 60)
         {9, 130, 6, 5, 40, 1, 2, 0, 0},
         {16, 24, 8, 8, 150, 3, 1, 1, 0},
         {11, 17, 7, 6, 33, 3, 2, 1, 4096},
+        {4, 64, 4, 4, 128, 3, 1, 1, 0},
     };
     static const int threads[] = {1, 2, 3, 7};
     md_device *dev = open_cpu(1);

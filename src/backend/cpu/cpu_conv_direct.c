@@ -190,7 +190,7 @@ struct fwd_ctx {
     struct pad_geom pg;
     int nhwc, kp, nkb, ncb, cbs, rs, grp, chunk, tasks, kgroups; /* tasks: image groups */
     const float *x, *wpk;
-    float *y, *buf;
+    float *y, *buf, *xall; /* xall: every image padded, or NULL (each task pads its own) */
     float beta;
     const int *toff;
     size_t per_thread, stage_off;
@@ -233,6 +233,10 @@ void md_cpu_direct_set_prep_bytes(size_t bytes) { g_prep_bytes = bytes ? bytes :
 
 /* Forward tasks per thread (image groups x K-block groups), for balance. */
 #define FWD_TASKS_PER_THREAD 4
+/* ... each of at least this many products x 2 */
+#define FWD_TASK_FLOPS (4.0 * 1024 * 1024)
+/* Largest batch of padded images made once for every forward task. */
+#define FWD_SHARED_BYTES ((size_t)64 << 20)
 
 /* Pixels per staging chunk when C is one block: 16 tiles of 6 (24 KiB of
  * staging with AVX-512). */

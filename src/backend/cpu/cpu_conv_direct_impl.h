@@ -178,8 +178,8 @@ static void FN(fwd_range)(void *vc, long long b, long long e)
 {
     const struct fwd_ctx *c = vc;
     const struct md_dconv *g = c->g;
-    float *xp = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
-    float *stage = xp + c->stage_off; /* (chunk, KB) sums of a pixel chunk */
+    float *own = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    float *stage = own + c->stage_off; /* (chunk, KB) sums of a pixel chunk */
     int pq = g->p * g->q;
     for (long long task = b; task < e; task++) {
         /* task = (image group it, K-block group kg): images [it*n/T, (it+1)*n/T),
@@ -187,8 +187,11 @@ static void FN(fwd_range)(void *vc, long long b, long long e)
         long long it = task / c->kgroups, kg = task % c->kgroups;
         int img0 = (int)(it * g->n / c->tasks), gi = (int)((it + 1) * g->n / c->tasks) - img0, npix = gi * pq;
         int kb0 = (int)(kg * c->nkb / c->kgroups), kb1 = (int)((kg + 1) * c->nkb / c->kgroups);
-        for (int i = 0; i < gi; i++)
-            FN(pad_image)(g, &c->pg, c->nhwc, c->x + (size_t)(img0 + i) * g->c * g->h * g->w, xp + (size_t)i * c->pg.img);
+        /* the task's padded images: made once for all tasks (xall), or here */
+        float *xp = c->xall ? c->xall + (size_t)img0 * c->pg.img : own;
+        if (!c->xall)
+            for (int i = 0; i < gi; i++)
+                FN(pad_image)(g, &c->pg, c->nhwc, c->x + (size_t)(img0 + i) * g->c * g->h * g->w, xp + (size_t)i * c->pg.img);
         int chunk = c->ncb > 1 ? npix : c->chunk;
         for (int kb = kb0; kb < kb1; kb++) {
             int k0 = kb * KB, nv = (c->kp - k0) / VL < NVMAX ? (c->kp - k0) / VL : NVMAX;
@@ -213,6 +216,14 @@ static void FN(fwd_range)(void *vc, long long b, long long e)
             }
         }
     }
+}
+
+static void FN(fwd_pad_range)(void *vc, long long b, long long e)
+{
+    const struct fwd_ctx *c = vc;
+    const struct md_dconv *g = c->g;
+    for (long long i = b; i < e; i++)
+        FN(pad_image)(g, &c->pg, c->nhwc, c->x + (size_t)i * g->c * g->h * g->w, c->xall + (size_t)i * c->pg.img);
 }
 
 /* Channels per C-block: the block's packed weights (taps x cbs x 64 floats)
@@ -310,19 +321,28 @@ static md_status FN(direct_fwd)(const struct md_dconv *g, int nhwc, int flip, co
      * images [i*n/T, (i+1)*n/T)). Every output element is still one task's
      * sum in a fixed order: the split does not change the results. */
     int tasks = (g->n + c.grp - 1) / c.grp, want = threads > 1 ? threads * FWD_TASKS_PER_THREAD : 1;
+    /* but not below FWD_TASK_FLOPS a task (1x1 layers on 4x4 planes: the
+     * padding repeated per K group would cost as much as the products) */
+    double flops = 2.0 * g->n * pq * g->k * g->c * c.rs;
+    if (want > 1 && want > flops / FWD_TASK_FLOPS) want = flops / FWD_TASK_FLOPS > 1 ? (int)(flops / FWD_TASK_FLOPS) : 1;
     c.kgroups = 1;
     if (tasks < want) c.kgroups = (want + tasks - 1) / tasks < c.nkb ? (want + tasks - 1) / tasks : c.nkb;
     if ((long long)tasks * c.kgroups < want) tasks = (want + c.kgroups - 1) / c.kgroups;
     if (tasks > g->n) tasks = g->n;
     c.tasks = tasks;
     c.grp = (g->n + tasks - 1) / tasks; /* the largest task */
+    /* with K groups, the batch is padded once for all tasks (within
+     * FWD_SHARED_BYTES) instead of once per K group */
+    int shared = c.kgroups > 1 && (size_t)g->n * c.pg.img * sizeof(float) <= FWD_SHARED_BYTES;
     size_t stage_px = c.ncb > 1 ? (size_t)c.grp * pq : FWD_CHUNK;
-    c.stage_off = ((size_t)c.grp * c.pg.img + 15) / 16 * 16;
+    c.stage_off = shared ? 0 : ((size_t)c.grp * c.pg.img + 15) / 16 * 16;
     c.per_thread = c.stage_off + stage_px * KB;
     size_t rs = (size_t)c.rs;
     float *wpk = md_cpu_scratch(CPU_SCR_WTAP, sizeof(float) * (size_t)c.kp * rs * g->c + sizeof(int) * rs);
     c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)threads);
-    if (!wpk || !c.buf) return MD_ERR_OOM;
+    c.xall = shared ? md_cpu_scratch(CPU_SCR_TMP, sizeof(float) * (size_t)g->n * c.pg.img) : NULL;
+    if (!wpk || !c.buf || (shared && !c.xall)) return MD_ERR_OOM;
+    if (shared) md_parallel_for(g->n, 1, FN(fwd_pad_range), &c);
     struct pack_ctx pk = {&c, w, wpk, flip};
     md_parallel_for((long long)c.nkb * c.ncb, 1, FN(pack_range), &pk);
     int *toff = (int *)(wpk + (size_t)c.kp * rs * g->c);
