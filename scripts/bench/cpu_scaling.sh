@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # cpu_scaling.sh - how mpsdiag's CPU backend scales with threads, side by side
 # with PyTorch on the same threads, in one run:
+#   0. the direct convolution kernels alone (build/conv_direct_scaling: no
+#      library needed), with a check that results match 1 thread's bit for bit;
 #   1. the convolution kernels (forward, backward-data, backward-filter) on the
 #      conv layers of small_cnn (batch 128) and resnet18_cifar (batch 64),
 #      build/kernels_bench against kernels_bench_torch.py;
@@ -14,9 +16,9 @@
 # Environment:
 #   SKIP_BUILD=1       do not build: use the binaries below as they are
 #   MPSDIAG_BIN=DIR    where bench_step and kernels_bench are (default build)
-#   BENCH_STEP=PATH, KERNELS_BENCH=PATH   each binary on its own
+#   BENCH_STEP=PATH, KERNELS_BENCH=PATH, CONV_DIRECT=PATH   each binary on its own
 #   PYTHON             Python with torch (default /usr/bin/python3); NO_TORCH=1 skips PyTorch
-#   SECTIONS           "kernels steps" (default both)
+#   SECTIONS           any of "direct kernels steps" (default all three)
 #   LAYOUT             nhwc (channels-last, default) or nchw, the same on both sides
 #   ITERS              kernel repetitions, the best counts (default 5)
 #   STEP_ITERS, WARMUP steps timed and warm-up steps per run (default 5 and 2)
@@ -39,7 +41,7 @@ for t in $list; do
 done
 [ ${#threads[@]} -gt 0 ] || threads=(1)
 if [ "${threads[0]}" != 1 ]; then threads=(1 "${threads[@]}"); fi # efficiency is against 1 thread
-sections=${SECTIONS:-kernels steps}
+sections=${SECTIONS:-direct kernels steps}
 layout=${LAYOUT:-nhwc}
 iters=${ITERS:-5}
 step_iters=${STEP_ITERS:-5}
@@ -50,6 +52,7 @@ py=${PYTHON:-/usr/bin/python3}
 bindir=${MPSDIAG_BIN:-build}
 bench_step=${BENCH_STEP:-$bindir/bench_step}
 kernels_bench=${KERNELS_BENCH:-$bindir/kernels_bench}
+conv_direct=${CONV_DIRECT:-$bindir/conv_direct_scaling}
 case $layout in
 nhwc | channels_last) layout=nhwc; step_flags=channels_last ;;
 nchw) step_flags= ;;
@@ -74,10 +77,17 @@ else
 fi
 
 # ---- binaries ----------------------------------------------------------------
-want_kernels=0 want_steps=0
+want_direct=0 want_kernels=0 want_steps=0
+case " $sections " in *" direct "*) want_direct=1 ;; esac
 case " $sections " in *" kernels "*) want_kernels=1 ;; esac
 case " $sections " in *" steps "*) want_steps=1 ;; esac
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    if [ $want_direct = 1 ]; then
+        mkdir -p "$(dirname "$conv_direct")"
+        cc -std=c11 -O3 -fno-fast-math -D_POSIX_C_SOURCE=200809L -Isrc -pthread scripts/bench/conv_direct_scaling.c \
+            src/backend/cpu/cpu_conv_direct.c src/core/threadpool.c src/core/mem.c -o "$conv_direct" ||
+            die "building $conv_direct failed"
+    fi
     if [ $want_steps = 1 ]; then
         make --no-print-directory NO_CUDA="${NO_CUDA:-1}" "$bindir/bench_step" >/dev/null || die "building $bindir/bench_step failed"
     fi
@@ -90,6 +100,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
             -o "$kernels_bench" || die "building $kernels_bench failed"
     fi
 fi
+[ $want_direct = 0 ] || [ -x "$conv_direct" ] || die "$conv_direct is missing (build it, or set CONV_DIRECT / MPSDIAG_BIN)"
 [ $want_steps = 0 ] || [ -x "$bench_step" ] || die "$bench_step is missing (build it, or set BENCH_STEP / MPSDIAG_BIN)"
 [ $want_kernels = 0 ] || [ -x "$kernels_bench" ] || die "$kernels_bench is missing (build it, or set KERNELS_BENCH / MPSDIAG_BIN)"
 
@@ -106,7 +117,8 @@ fi
 blas_core=unknown
 bin=$bench_step
 [ -x "$bin" ] || bin=$kernels_bench
-lib=$(ldd "$bin" 2>/dev/null | sed -n 's/.*=> \([^ ]*\(openblas\|libblas\)[^ ]*\) .*/\1/p' | head -1)
+lib=
+[ -x "$bin" ] && lib=$(ldd "$bin" 2>/dev/null | sed -n 's/.*=> \([^ ]*\(openblas\|libblas\)[^ ]*\) .*/\1/p' | head -1)
 if [ -n "$lib" ] && command -v python3 >/dev/null; then
     blas_core=$(python3 -c 'import ctypes, sys
 l = ctypes.CDLL(sys.argv[1]); f = l.openblas_get_corename; f.restype = ctypes.c_char_p
@@ -126,6 +138,14 @@ echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 eff() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { if (b > 0 && t > 0) printf "%.0f%%", 100 * a / (t * b); else printf "-" }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else printf "-" }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# ---- 0. the direct kernels alone -----------------------------------------------
+if [ $want_direct = 1 ]; then
+    echo
+    echo "== direct convolution kernels alone =="
+    tmax=${threads[${#threads[@]} - 1]}
+    "$conv_direct" "$tmax" "$iters" || echo "cpu_scaling: $conv_direct failed or found results that differ" >&2
+fi
 
 # ---- 1. kernels ------------------------------------------------------------
 # kernels_bench prints "layer fwd bwd data filter count" lines; the totals
