@@ -17,19 +17,21 @@
  * products started from zero and added to a staging tile, as a blocked GEMM
  * does (one running sum per register rounds twice as badly). C is cut into
  * blocks whose packed weights fit in L2. Tasks are groups of images (several
- * where planes are small, so that a weight block serves ~192 pixels); each
- * output element is computed by one task in a fixed order, so results do not
- * depend on the thread count.
+ * where planes are small, so that a weight block serves ~192 pixels) times
+ * groups of K-blocks where images alone give too few tasks for the threads;
+ * each output element is computed by one task in a fixed order, so results
+ * do not depend on the thread count.
  *
  * Backward-filter: dW (tap, c, k) = sum over pixels of x(pixel + tap, c) *
  * dy(pixel, k). Output channels again go across the lanes (dy as (pixel, K)
  * rows: transposed or copied, or NHWC dy itself), and a tile is 6 input
  * channels x NV vectors of output channels, summed over blocks of 1024 pixels
  * in registers. Images are split into fixed slots (their number depends on
- * the shape only); tasks are (slot, 64-channel block) pairs writing disjoint
- * parts of per-slot partial sums, added in slot order at the end: again
- * independent of the thread count. The padded inputs and dy rows are made
- * for a wave of images at a time, within a fixed scratch budget.
+ * the shape only); tasks are (slot, 64-channel block, group of (tap,
+ * channel) tiles) writing disjoint parts of per-slot partial sums, added in
+ * slot order at the end: the groups follow the thread count (enough tasks
+ * for every thread) but no sum's order does. The padded inputs and dy rows
+ * are made for a wave of images at a time, within a fixed scratch budget.
  *
  * The kernels are written once (cpu_conv_direct_impl.h) and built twice:
  * AVX-512 (16 lanes, tiles of 6 x 4 vectors) and AVX2 + FMA (8 lanes, 16
