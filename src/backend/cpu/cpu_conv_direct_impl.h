@@ -315,14 +315,14 @@ static md_status FN(direct_fwd)(const struct md_dconv *g, int nhwc, int flip, co
     if (c.grp > 16) c.grp = 16;
     /* tasks: image groups x K-block groups, about FWD_TASKS_PER_THREAD per
      * thread so that many threads stay busy on small batches and planes
-     * (late layers: a few image groups, many K-blocks). K is split first (a
-     * task pads its images again for each K group, a small cost next to the
-     * products); then images are spread evenly over the groups (group i:
-     * images [i*n/T, (i+1)*n/T)). Every output element is still one task's
-     * sum in a fixed order: the split does not change the results. */
+     * (late layers: a few image groups, many K-blocks). K is split first
+     * (the batch is then padded once for all tasks, below); then images are
+     * spread evenly over the groups (group i: images [i*n/T, (i+1)*n/T)).
+     * Every output element is still one task's sum in a fixed order: the
+     * split does not change the results. */
     int tasks = (g->n + c.grp - 1) / c.grp, want = threads > 1 ? threads * FWD_TASKS_PER_THREAD : 1;
     /* but not below FWD_TASK_FLOPS a task (1x1 layers on 4x4 planes: the
-     * padding repeated per K group would cost as much as the products) */
+     * per-task costs would outweigh the products) */
     double flops = 2.0 * g->n * pq * g->k * g->c * c.rs;
     if (want > 1 && want > flops / FWD_TASK_FLOPS) want = flops / FWD_TASK_FLOPS > 1 ? (int)(flops / FWD_TASK_FLOPS) : 1;
     c.kgroups = 1;
