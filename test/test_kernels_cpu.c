@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_conv_direct.h"
 #include "backend/kernels_call.h"
 #include "core/threadpool.h"
 #include "helpers.h"
@@ -133,6 +134,70 @@ Test(kernels_cpu, convolutions_do_not_depend_on_thread_count)
     }
     for (int i = 0; i < 3; i++) free(out[i][0]), free(out[i][1]);
     free(x), free(w), free(dy);
+}
+
+/* The task splits of the convolutions follow the thread count (image groups,
+ * K-block groups, groups of filter tiles) but never the order of any sum, nor
+ * the choice of path: forward, backward-data and backward-filter are
+ * bit-identical for 1, 2, 3 and 7 threads (thread counts set with the pool's
+ * API), on the direct kernels (where the CPU has them) and on the
+ * im2col/GEMM paths. Cases: fewer images than threads; a 1x1 stride-2
+ * convolution with 130 input channels (direct forward and filter, GEMM
+ * backward-data); 150 output channels over many K-blocks; the filter's
+ * scratch budget cut so that it runs in waves; a batch of 4 small planes
+ * (the forward splits K and pads the batch once for all tasks). */
+Test(kernels_cpu, convolutions_identical_for_1_2_3_7_threads, .timeout = 60)
+{
+    static const struct { int n, c, h, w, k, r, stride, pad; size_t prep; } cases[] = {
+        {2, 20, 9, 11, 70, 3, 1, 1, 0},
+        {9, 130, 6, 5, 40, 1, 2, 0, 0},
+        {16, 24, 8, 8, 150, 3, 1, 1, 0},
+        {11, 17, 7, 6, 33, 3, 2, 1, 4096},
+        {4, 64, 4, 4, 128, 3, 1, 1, 0},
+    };
+    static const int threads[] = {1, 2, 3, 7};
+    md_device *dev = open_cpu(1);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int mode = 0; mode < 2; mode++) /* -1: the direct kernels where they run; 0: im2col/GEMM */
+            for (int lay = 0; lay < 2; lay++) {
+                struct md_conv2d_args a = {.n = cases[ci].n, .c = cases[ci].c, .h = cases[ci].h, .w = cases[ci].w,
+                                           .k = cases[ci].k, .r = cases[ci].r, .s = cases[ci].r,
+                                           .stride_h = cases[ci].stride, .stride_w = cases[ci].stride,
+                                           .pad_h = cases[ci].pad, .pad_w = cases[ci].pad, .dil_h = 1, .dil_w = 1,
+                                           .groups = 1, .layout = lay ? MD_NHWC : MD_NCHW, .dtype = MD_F32};
+                a.p = md_conv_out(a.h, a.r, a.stride_h, a.pad_h, 1);
+                a.q = md_conv_out(a.w, a.s, a.stride_w, a.pad_w, 1);
+                size_t n[3] = {(size_t)a.n * a.k * a.p * a.q, (size_t)a.n * a.c * a.h * a.w,
+                               (size_t)a.k * a.c * a.r * a.s}; /* y, dx, dw */
+                float *x = malloc(n[1] * 4), *w = malloc(n[2] * 4), *dy = malloc(n[0] * 4), *out[4][3];
+                kc_fill(x, n[1], 41 + ci, -1, 1);
+                kc_fill(w, n[2], 42 + ci, -1, 1);
+                kc_fill(dy, n[0], 43 + ci, -1, 1);
+                md_cpu_direct_set(mode ? 0 : -1);
+                md_cpu_direct_set_prep_bytes(cases[ci].prep);
+                for (int t = 0; t < 4; t++) {
+                    md_threadpool_set_size(threads[t]);
+                    for (int o = 0; o < 3; o++) out[t][o] = malloc(n[o] * 4);
+                    a.x = x, a.wt = w, a.dy = dy, a.y = out[t][0], a.dx = out[t][1], a.dwt = out[t][2];
+                    cr_assert_eq(md_k_conv2d_fwd(dev, &a), MD_OK, "%s", md_errmsg());
+                    cr_assert_eq(md_k_conv2d_bwd_data(dev, &a), MD_OK, "%s", md_errmsg());
+                    cr_assert_eq(md_k_conv2d_bwd_filter(dev, &a), MD_OK, "%s", md_errmsg());
+                }
+                md_cpu_direct_set(-1);
+                md_cpu_direct_set_prep_bytes(0);
+                static const char *what[3] = {"forward", "backward-data", "backward-filter"};
+                for (int t = 1; t < 4; t++)
+                    for (int o = 0; o < 3; o++)
+                        cr_assert(memcmp(out[0][o], out[t][o], n[o] * 4) == 0,
+                                  "case %zu %s %s (%s): %d threads differ from 1", ci, what[o],
+                                  lay ? "NHWC" : "NCHW", mode ? "im2col/GEMM" : "default kernels", threads[t]);
+                for (int t = 0; t < 4; t++)
+                    for (int o = 0; o < 3; o++) free(out[t][o]);
+                free(x), free(w), free(dy);
+            }
+    md_threadpool_shutdown();
+    md_threadpool_set_size(1);
+    md_device_close(dev);
 }
 
 /* fp16/bf16 arguments of a GEMM go through fp32 scratch: rows between ldc

@@ -409,12 +409,11 @@ static void shift_fwd_range(void *vc, long long b, long long e)
 }
 
 /* Where the junk columns and the thinner (K x C) GEMMs cost less than the
- * im2col they replace: planes of >= 256 outputs, one group, enough images
- * for every thread. */
+ * im2col they replace: planes of >= 256 outputs, one group. (Never on the
+ * thread count: the choice of path would change the results.) */
 static int shift_fwd_ok(const struct geom *g)
 {
-    return g->g == 1 && !g->is_1x1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->pq >= 256 &&
-           g->n >= md_threadpool_size();
+    return g->g == 1 && !g->is_1x1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->pq >= 256;
 }
 
 static md_status shift_fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)

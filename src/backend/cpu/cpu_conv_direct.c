@@ -17,19 +17,21 @@
  * products started from zero and added to a staging tile, as a blocked GEMM
  * does (one running sum per register rounds twice as badly). C is cut into
  * blocks whose packed weights fit in L2. Tasks are groups of images (several
- * where planes are small, so that a weight block serves ~192 pixels); each
- * output element is computed by one task in a fixed order, so results do not
- * depend on the thread count.
+ * where planes are small, so that a weight block serves ~192 pixels) times
+ * groups of K-blocks where images alone give too few tasks for the threads;
+ * each output element is computed by one task in a fixed order, so results
+ * do not depend on the thread count.
  *
  * Backward-filter: dW (tap, c, k) = sum over pixels of x(pixel + tap, c) *
  * dy(pixel, k). Output channels again go across the lanes (dy as (pixel, K)
  * rows: transposed or copied, or NHWC dy itself), and a tile is 6 input
  * channels x NV vectors of output channels, summed over blocks of 1024 pixels
  * in registers. Images are split into fixed slots (their number depends on
- * the shape only); tasks are (slot, 64-channel block) pairs writing disjoint
- * parts of per-slot partial sums, added in slot order at the end: again
- * independent of the thread count. The padded inputs and dy rows are made
- * for a wave of images at a time, within a fixed scratch budget.
+ * the shape only); tasks are (slot, 64-channel block, group of (tap,
+ * channel) tiles) writing disjoint parts of per-slot partial sums, added in
+ * slot order at the end: the groups follow the thread count (enough tasks
+ * for every thread) but no sum's order does. The padded inputs and dy rows
+ * are made for a wave of images at a time, within a fixed scratch budget.
  *
  * The kernels are written once (cpu_conv_direct_impl.h) and built twice:
  * AVX-512 (16 lanes, tiles of 6 x 4 vectors) and AVX2 + FMA (8 lanes, 16
@@ -188,9 +190,9 @@ INLINE __attribute__((target("avx2,fma"))) void trv_256(__m256 r[8])
 struct fwd_ctx {
     const struct md_dconv *g;
     struct pad_geom pg;
-    int nhwc, kp, nkb, ncb, cbs, rs, grp, chunk, tasks;
+    int nhwc, kp, nkb, ncb, cbs, rs, grp, chunk, tasks, kgroups; /* tasks: image groups */
     const float *x, *wpk;
-    float *y, *buf;
+    float *y, *buf, *xall; /* xall: every image padded, or NULL (each task pads its own) */
     float beta;
     const int *toff;
     size_t per_thread, stage_off;
@@ -206,6 +208,7 @@ struct filt_ctx {
     const struct md_dconv *g;
     struct pad_geom pg;
     int nhwc, kp, kps, nkb, slots, rs; /* kps: dyt's row stride */
+    int ugroups;          /* groups of (tap, channel) tiles per (slot, K-block) */
     int waves, wave, cap; /* the batch in waves of at most cap images per slot (bounded scratch) */
     int dy_in_place;      /* dyt is dy itself (NHWC, K a multiple of 16 that does not alias; kps = K) */
     const float *x, *dy;
@@ -220,11 +223,22 @@ struct filt_ctx {
  * loaded and stored once per block (measured: 128 was ~5% slower). */
 #define FILT_PIXELS 1024
 #define FILT_ROWS 1024
+/* Backward-filter tasks per thread, for balance (see direct_filter). */
+#define FILT_TASKS_PER_THREAD 4
+/* dW elements per task of the final sum over slots. */
+#define FILT_SUM_RUN 576
 /* Scratch for the padded inputs and dy rows of one wave of images. */
 #define FILT_PREP_BYTES ((size_t)64 << 20)
 static size_t g_prep_bytes = FILT_PREP_BYTES;
 
 void md_cpu_direct_set_prep_bytes(size_t bytes) { g_prep_bytes = bytes ? bytes : FILT_PREP_BYTES; }
+
+/* Forward tasks per thread (image groups x K-block groups), for balance. */
+#define FWD_TASKS_PER_THREAD 4
+/* ... each of at least this many products x 2 */
+#define FWD_TASK_FLOPS (4.0 * 1024 * 1024)
+/* Largest batch of padded images made once for every forward task. */
+#define FWD_SHARED_BYTES ((size_t)64 << 20)
 
 /* Pixels per staging chunk when C is one block: 16 tiles of 6 (24 KiB of
  * staging with AVX-512). */

@@ -178,15 +178,22 @@ static void FN(fwd_range)(void *vc, long long b, long long e)
 {
     const struct fwd_ctx *c = vc;
     const struct md_dconv *g = c->g;
-    float *xp = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
-    float *stage = xp + c->stage_off; /* (chunk, KB) sums of a pixel chunk */
+    float *own = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    float *stage = own + c->stage_off; /* (chunk, KB) sums of a pixel chunk */
     int pq = g->p * g->q;
     for (long long task = b; task < e; task++) {
-        int img0 = (int)(task * g->n / c->tasks), gi = (int)((task + 1) * g->n / c->tasks) - img0, npix = gi * pq;
-        for (int i = 0; i < gi; i++)
-            FN(pad_image)(g, &c->pg, c->nhwc, c->x + (size_t)(img0 + i) * g->c * g->h * g->w, xp + (size_t)i * c->pg.img);
+        /* task = (image group it, K-block group kg): images [it*n/T, (it+1)*n/T),
+         * K-blocks [kg*nkb/G, (kg+1)*nkb/G) */
+        long long it = task / c->kgroups, kg = task % c->kgroups;
+        int img0 = (int)(it * g->n / c->tasks), gi = (int)((it + 1) * g->n / c->tasks) - img0, npix = gi * pq;
+        int kb0 = (int)(kg * c->nkb / c->kgroups), kb1 = (int)((kg + 1) * c->nkb / c->kgroups);
+        /* the task's padded images: made once for all tasks (xall), or here */
+        float *xp = c->xall ? c->xall + (size_t)img0 * c->pg.img : own;
+        if (!c->xall)
+            for (int i = 0; i < gi; i++)
+                FN(pad_image)(g, &c->pg, c->nhwc, c->x + (size_t)(img0 + i) * g->c * g->h * g->w, xp + (size_t)i * c->pg.img);
         int chunk = c->ncb > 1 ? npix : c->chunk;
-        for (int kb = 0; kb < c->nkb; kb++) {
+        for (int kb = kb0; kb < kb1; kb++) {
             int k0 = kb * KB, nv = (c->kp - k0) / VL < NVMAX ? (c->kp - k0) / VL : NVMAX;
             int kn = g->k - k0 < nv * VL ? g->k - k0 : nv * VL; /* real channels in the block */
             const float *wk = c->wpk + (size_t)k0 * c->rs * g->c;
@@ -211,6 +218,14 @@ static void FN(fwd_range)(void *vc, long long b, long long e)
     }
 }
 
+static void FN(fwd_pad_range)(void *vc, long long b, long long e)
+{
+    const struct fwd_ctx *c = vc;
+    const struct md_dconv *g = c->g;
+    for (long long i = b; i < e; i++)
+        FN(pad_image)(g, &c->pg, c->nhwc, c->x + (size_t)i * g->c * g->h * g->w, c->xall + (size_t)i * c->pg.img);
+}
+
 /* Channels per C-block: the block's packed weights (taps x cbs x 64 floats)
  * within ~256 KiB, blocks of equal size. */
 static int FN(c_block)(const struct md_dconv *g, int *ncb)
@@ -231,8 +246,9 @@ static int FN(direct_fwd_ok)(const struct md_dconv *g)
     /* 1x1 with few input channels: a plain GEMM does as well, without the
      * transposes (measured on resnet18_cifar's 64 -> 128 stride-2 shortcut) */
     if (g->r * g->s == 1 && g->c < 128) return 0;
+    /* (not on the thread count: the choice of path would change the results) */
     return md_cpu_direct_enabled() && g->c * g->r * g->s >= 16 && (size_t)g->r * g->s <= 1024 &&
-           g->n >= md_threadpool_size() && pg.img * 16 < (size_t)1 << 30;
+           pg.img * 16 < (size_t)1 << 30;
 }
 
 
@@ -297,20 +313,36 @@ static md_status FN(direct_fwd)(const struct md_dconv *g, int nhwc, int flip, co
      * loaded serves ~192 pixels, while leaving a task per thread */
     c.grp = pq >= 192 ? 1 : (192 + pq - 1) / pq;
     if (c.grp > 16) c.grp = 16;
-    /* tasks: a multiple of the thread count where groups allow, then images
-     * spread evenly over them (task i: images [i*n/T, (i+1)*n/T)) */
-    int tasks = (g->n + c.grp - 1) / c.grp;
-    tasks = (tasks + threads - 1) / threads * threads;
+    /* tasks: image groups x K-block groups, about FWD_TASKS_PER_THREAD per
+     * thread so that many threads stay busy on small batches and planes
+     * (late layers: a few image groups, many K-blocks). K is split first
+     * (the batch is then padded once for all tasks, below); then images are
+     * spread evenly over the groups (group i: images [i*n/T, (i+1)*n/T)).
+     * Every output element is still one task's sum in a fixed order: the
+     * split does not change the results. */
+    int tasks = (g->n + c.grp - 1) / c.grp, want = threads > 1 ? threads * FWD_TASKS_PER_THREAD : 1;
+    /* but not below FWD_TASK_FLOPS a task (1x1 layers on 4x4 planes: the
+     * per-task costs would outweigh the products) */
+    double flops = 2.0 * g->n * pq * g->k * g->c * c.rs;
+    if (want > 1 && want > flops / FWD_TASK_FLOPS) want = flops / FWD_TASK_FLOPS > 1 ? (int)(flops / FWD_TASK_FLOPS) : 1;
+    c.kgroups = 1;
+    if (tasks < want) c.kgroups = (want + tasks - 1) / tasks < c.nkb ? (want + tasks - 1) / tasks : c.nkb;
+    if ((long long)tasks * c.kgroups < want) tasks = (want + c.kgroups - 1) / c.kgroups;
     if (tasks > g->n) tasks = g->n;
     c.tasks = tasks;
     c.grp = (g->n + tasks - 1) / tasks; /* the largest task */
+    /* with K groups, the batch is padded once for all tasks (within
+     * FWD_SHARED_BYTES) instead of once per K group */
+    int shared = c.kgroups > 1 && (size_t)g->n * c.pg.img * sizeof(float) <= FWD_SHARED_BYTES;
     size_t stage_px = c.ncb > 1 ? (size_t)c.grp * pq : FWD_CHUNK;
-    c.stage_off = ((size_t)c.grp * c.pg.img + 15) / 16 * 16;
+    c.stage_off = shared ? 0 : ((size_t)c.grp * c.pg.img + 15) / 16 * 16;
     c.per_thread = c.stage_off + stage_px * KB;
     size_t rs = (size_t)c.rs;
     float *wpk = md_cpu_scratch(CPU_SCR_WTAP, sizeof(float) * (size_t)c.kp * rs * g->c + sizeof(int) * rs);
     c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)threads);
-    if (!wpk || !c.buf) return MD_ERR_OOM;
+    c.xall = shared ? md_cpu_scratch(CPU_SCR_TMP, sizeof(float) * (size_t)g->n * c.pg.img) : NULL;
+    if (!wpk || !c.buf || (shared && !c.xall)) return MD_ERR_OOM;
+    if (shared) md_parallel_for(g->n, 1, FN(fwd_pad_range), &c);
     struct pack_ctx pk = {&c, w, wpk, flip};
     md_parallel_for((long long)c.nkb * c.ncb, 1, FN(pack_range), &pk);
     int *toff = (int *)(wpk + (size_t)c.kp * rs * g->c);
@@ -318,7 +350,7 @@ static md_status FN(direct_fwd)(const struct md_dconv *g, int nhwc, int flip, co
         for (int s = 0; s < g->s; s++) toff[r * g->s + s] = (r * g->dh * c.pg.wp + s * g->dw) * c.pg.cs;
     c.wpk = wpk;
     c.toff = toff;
-    md_parallel_for(c.tasks, 1, FN(fwd_range), &c);
+    md_parallel_for((long long)c.tasks * c.kgroups, 1, FN(fwd_range), &c);
     return MD_OK;
 }
 
@@ -410,14 +442,22 @@ static void FN(filt_range)(void *vc, long long b, long long e)
 {
     const struct filt_ctx *c = vc;
     const struct md_dconv *g = c->g;
+    int nct = (g->c + MR - 1) / MR, units = c->rs * nct; /* tiles (tap, MR input channels) */
     for (long long task = b; task < e; task++) {
-        int slot = (int)(task / c->nkb), kb = (int)(task % c->nkb);
+        /* task = (slot, K-block, unit group): the slot's pixels for the
+         * tiles [u0, u1) of one K-block, disjoint parts of the slot's partial */
+        int ug = (int)(task % c->ugroups), slot = (int)(task / c->ugroups / c->nkb), kb = (int)(task / c->ugroups % c->nkb);
+        int u0 = (int)((long long)ug * units / c->ugroups), u1 = (int)((long long)(ug + 1) * units / c->ugroups);
         int k0 = kb * KB, nv = (c->kp - k0) / VL < NVMAX ? (c->kp - k0) / VL : NVMAX;
         int i0, i1;
         FN(slot_images)(c, slot, &i0, &i1);
         float *part = c->part + (size_t)slot * c->rs * g->c * c->kp;
         if (c->wave == 0)
-            for (size_t j = 0; j < (size_t)c->rs * g->c; j++) memset(part + j * c->kp + k0, 0, sizeof(float) * nv * VL);
+            for (int u = u0; u < u1; u++) {
+                int t = u / nct, c0 = u % nct * MR, mr = g->c - c0 < MR ? g->c - c0 : MR;
+                for (int i = 0; i < mr; i++)
+                    memset(part + ((size_t)t * g->c + c0 + i) * c->kp + k0, 0, sizeof(float) * nv * VL);
+            }
         size_t buf0 = (size_t)slot * c->cap; /* the buffer index of image i0 */
         /* rows (image, p) of the slot in blocks of ~FILT_PIXELS pixels */
         /* runs of nq pixels: whole output rows, or single pixels where rows
@@ -436,12 +476,11 @@ static void FN(filt_range)(void *vc, long long b, long long e)
                 size_t dimg = c->dy_in_place ? (size_t)i0 + (size_t)(row / g->p) : img;
                 dr[j] = (c->dy_in_place ? c->dy : c->dyt) + ((dimg * g->p + p) * g->q + q) * c->kps;
             }
-            for (int t = 0; t < c->rs; t++)
-                for (int c0 = 0; c0 < g->c; c0 += MR) {
-                    int mr = g->c - c0 < MR ? g->c - c0 : MR;
-                    float *pd = part + ((size_t)t * g->c + c0) * c->kp + k0;
-                    FN(filt_tile_any)(mr, nv, c, xr, dr, nrow, nq, c->toff[t] + c0, k0, pd);
-                }
+            for (int u = u0; u < u1; u++) {
+                int t = u / nct, c0 = u % nct * MR, mr = g->c - c0 < MR ? g->c - c0 : MR;
+                float *pd = part + ((size_t)t * g->c + c0) * c->kp + k0;
+                FN(filt_tile_any)(mr, nv, c, xr, dr, nrow, nq, c->toff[t] + c0, k0, pd);
+            }
         }
     }
 }
@@ -452,9 +491,14 @@ static TARGET void FN(filt_sum_range)(void *vc, long long b, long long e)
     const struct md_dconv *g = c->g;
     size_t slot_floats = (size_t)c->rs * g->c * c->kp;
     float v[VL];
-    for (long long kbk = b; kbk < e; kbk++) {
+    int no = c->rs * g->c;
+    for (long long task = b; task < e; task++) {
+        /* task = (VL output channels, a run of FILT_SUM_RUN of dw's (c, tap)) */
+        long long kbk = task / ((no + FILT_SUM_RUN - 1) / FILT_SUM_RUN);
+        int o0 = (int)(task % ((no + FILT_SUM_RUN - 1) / FILT_SUM_RUN)) * FILT_SUM_RUN;
+        int o1 = o0 + FILT_SUM_RUN < no ? o0 + FILT_SUM_RUN : no;
         int k0 = (int)kbk * VL, kn = g->k - k0 < VL ? g->k - k0 : VL;
-        for (int o = 0; o < c->rs * g->c; o++) {
+        for (int o = o0; o < o1; o++) {
             /* o walks dw's order: (c, tap) for NCHW, (tap, c) for NHWC */
             int ch = c->nhwc ? o % g->c : o / c->rs, t = c->nhwc ? o / g->c : o % c->rs;
             const float *src = c->part + ((size_t)t * g->c + ch) * c->kp + k0;
@@ -489,10 +533,21 @@ static md_status FN(direct_filter)(const struct md_dconv *g, int nhwc, const flo
     c.dy_in_place = nhwc && g->k % VL == 0 && (g->k <= 64 || row_stride(g->k) == g->k);
     c.kps = c.dy_in_place ? g->k : row_stride(c.kp);
     c.nkb = (c.kp + KB - 1) / KB;
-    /* about 8 tasks whatever the thread count (from the shape alone, so the
-     * summation order is fixed); fewer slots where partials are large */
+    /* slots (runs of images with their own partial sums, added in slot
+     * order): about 8 (slot, K-block) pairs from the shape alone, so the
+     * summation order never depends on the thread count; fewer slots where
+     * partials are large. Each pair is then cut into groups of (tap, channel)
+     * tiles, which own disjoint dW elements: as many as it takes to give
+     * every thread FILT_TASKS_PER_THREAD tasks. That split follows the thread
+     * count but cannot change any sum. */
     c.slots = (8 + c.nkb - 1) / c.nkb;
     if (c.slots > g->n) c.slots = g->n;
+    {
+        int units = c.rs * ((g->c + MR - 1) / MR), base = c.slots * c.nkb, threads = md_threadpool_size();
+        int want = threads > 1 ? threads * FILT_TASKS_PER_THREAD : 1;
+        c.ugroups = base >= want ? 1 : (want + base - 1) / base;
+        if (c.ugroups > units) c.ugroups = units;
+    }
     size_t pq = (size_t)g->p * g->q, slot_floats = (size_t)c.rs * g->c * c.kp;
     /* padded inputs and dy rows of at most FILT_PREP_BYTES at a time (at
      * least one image per slot): waves of cap images per slot */
@@ -513,9 +568,10 @@ static md_status FN(direct_filter)(const struct md_dconv *g, int nhwc, const flo
     c.toff = toff;
     for (c.wave = 0; c.wave < c.waves; c.wave++) {
         md_parallel_for((long long)c.slots * c.cap, 1, FN(filt_prep_range), &c);
-        md_parallel_for((long long)c.slots * c.nkb, 1, FN(filt_range), &c);
+        md_parallel_for((long long)c.slots * c.nkb * c.ugroups, 1, FN(filt_range), &c);
     }
-    md_parallel_for((g->k + VL - 1) / VL, 1, FN(filt_sum_range), &c);
+    md_parallel_for((long long)(g->k + VL - 1) / VL * ((c.rs * g->c + FILT_SUM_RUN - 1) / FILT_SUM_RUN), 1,
+                    FN(filt_sum_range), &c);
     return MD_OK;
 }
 
