@@ -11,6 +11,7 @@
 
 #include "core/log.h"
 #include "core/mem.h"
+#include "core/platform.h"
 #include "diag/profile.h"
 
 /* Steps of the leak check that --profile runs when --leak-check is not given. */

@@ -6,10 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <unistd.h>
-#if defined(__APPLE__)
-#include <mach/mach.h>
-#endif
 
 #define MD_ALIGN 64
 /* Each block carries a header of MD_ALIGN bytes with the user size, so that
@@ -146,24 +142,6 @@ long long md_peak_rss_bytes(void)
     return (long long)ru.ru_maxrss; /* bytes on macOS */
 #else
     return (long long)ru.ru_maxrss * 1024; /* KiB on Linux */
-#endif
-}
-
-long long md_rss_bytes(void)
-{
-#if defined(__APPLE__)
-    struct mach_task_basic_info info;
-    mach_msg_type_number_t count = MACH_TASK_BASIC_INFO_COUNT;
-    if (task_info(mach_task_self(), MACH_TASK_BASIC_INFO, (task_info_t)&info, &count) != KERN_SUCCESS) return 0;
-    return (long long)info.resident_size;
-#else
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return 0;
-    long long size = 0, resident = 0;
-    int ok = fscanf(f, "%lld %lld", &size, &resident) == 2;
-    fclose(f);
-    long page = sysconf(_SC_PAGESIZE);
-    return ok && page > 0 ? resident * (long long)page : 0;
 #endif
 }
 

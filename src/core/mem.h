@@ -64,9 +64,6 @@ size_t md_alloc_size(const void *p);
 
 /* Peak resident set size of the process in bytes (0 if unknown). */
 long long md_peak_rss_bytes(void);
-/* Resident set size of the process now, in bytes (Linux: /proc/self/statm;
- * macOS: the task's resident size), or 0 if unknown. */
-long long md_rss_bytes(void);
 
 /* Formats a byte count with binary units ("1.50 GiB") into buf. */
 const char *md_fmt_bytes(double bytes, char *buf, size_t n);

@@ -9,6 +9,7 @@
 #include "backend/kernels_call.h"
 #include "core/log.h"
 #include "core/mem.h"
+#include "core/platform.h"
 #include "core/signals.h"
 #include "data/data.h"
 #include "diag/energy.h"
