@@ -140,3 +140,23 @@ Test(seq_metal_sim, tiled_two_stream, .timeout = 300)
     check_model("tiled_two_stream_tiny", NULL, 0);
     check_model("tiled_two_stream_tiny_separate", NULL, 0);
 }
+
+/* The driver's figures as the Metal backend reports them (the simulation:
+ * the device's own bytes of three quarters of RAM), which --profile shows
+ * beside mpsdiag's accounting (docs/doctor.md). */
+Test(seq_metal_sim, driver_memory_figures)
+{
+    md_device *d = open_dev("metal");
+    if (!d) cr_skip_test("no metal device here");
+    struct md_mem_stats a, b;
+    md_dev_mem_stats(d, &a);
+    void *p = NULL;
+    cr_assert_eq(md_dev_alloc(d, 1 << 20, &p, "test"), MD_OK);
+    md_dev_mem_stats(d, &b);
+    cr_assert_gt(b.driver_total, 0);
+    cr_assert_leq(b.driver_free, b.driver_total);
+    if (strstr(md_device_get_info(d)->name, "simulated")) /* a real GPU may hand out a cached buffer */
+        cr_assert_geq((b.driver_total - b.driver_free) - (a.driver_total - a.driver_free), 1 << 20);
+    md_dev_free(d, p);
+    md_device_close(d);
+}

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "core/platform.h"
 #include "metal_sim_run.h"
 #include "../metal_backend.h"
 #include "../metal_grid.h"
@@ -34,6 +35,17 @@ static void sim_close(md_device *dev)
 {
     md_free(dev->impl);
     dev->impl = NULL;
+}
+
+/* As MTLDevice reports them: recommendedMaxWorkingSetSize, which macOS sets
+ * to about three quarters of RAM on Apple silicon, and currentAllocatedSize,
+ * here the bytes the device holds through md_dev_alloc. */
+static void sim_driver_mem(md_device *dev, long long *total, long long *free_bytes, long long *reserved)
+{
+    long long used = __atomic_load_n(&dev->mem.current, __ATOMIC_RELAXED);
+    *total = md_mem_total_bytes() / 4 * 3;
+    *free_bytes = *total > used ? *total - used : 0;
+    *reserved = used;
 }
 
 /* As the real backend on Apple7+ GPUs: gemm/conv through the "_sg"
@@ -67,6 +79,7 @@ static const struct md_backend_ops sim_ops = {
     .open = sim_open,
     .close = sim_close,
     MD_HOST_MEMORY_OPS,
+    .driver_mem = sim_driver_mem,
     .kernels = {MD_METAL_PLANNED_KERNELS(SIM_TABLE_ENTRY)},
 };
 

@@ -15,6 +15,7 @@
 #include "backend/kernels_call.h"
 #include "app/run_info.h"
 #include "app/settings.h"
+#include "app/stage_profile.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
@@ -313,6 +314,7 @@ md_status md_job_run(md_options *opts)
     job.settings = cJSON_AddArrayToObject(job.report, "settings");
     device_settings(&job);
     md_stage_ci_defaults(&job);
+    md_profile_defaults(&job);
     if ((st = md_stage_policy(&job)) != MD_OK) goto finish;
 
     if (md_diagnostics_wanted(opts)) {

@@ -202,6 +202,11 @@ static const struct optdef table[] = {
     ON("find-batch-size", find_batch_size, "largest batch that fits, and the fastest"),
     ON("compare-devices", compare_devices, "same benchmark on every available device"),
     STR("ablate", ablate, "LIST", "measure each of compile,channels-last,precision,workers on and off"),
+    ON("profile", profile,
+       "time per layer against the device's peaks, memory as tool, driver and OS see it, energy per step "
+       "(no training unless --benchmark)"),
+    INT("leak-check", leak_check, "N", 5, 100000,
+        "memory after each of N more training steps; growth past the bound fails the run (exit 7)"),
 #undef GROUP
 #define GROUP "Report"
     STR("report", report, "FILE", "write the JSON report (schema in README)"),

@@ -113,6 +113,8 @@ typedef struct md_options {
     int find_batch_size;
     int compare_devices;
     char ablate[128];           /* compile,channels-last,precision,workers */
+    int profile;                /* --profile: per-layer time, memory side by side, energy (docs/doctor.md) */
+    int leak_check;             /* --leak-check N: steps of the leak check (0: none, or 20 with --profile) */
     char report[MD_PATH_MAX];
     char html[MD_PATH_MAX];
     int ci;

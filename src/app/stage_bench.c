@@ -18,6 +18,7 @@
 #include "app/diagnostics.h"
 #include "app/job.h"
 #include "app/resolve.h"
+#include "app/stage_profile.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mem.h"
@@ -179,6 +180,7 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     md_options *o = c->o;
     char a[32], b[32], d[32], e[32], f[32];
     struct md_bench_setup s = setup_for(c, c->batch, o->bench_iters, o->bench_iters, 0);
+    md_profile_setup(o, &s);
     int pg = md_progress_begin("benchmark", 0, NULL);
     md_status st = run(c, c->dev, &s, r);
     md_progress_end(pg);
@@ -381,6 +383,7 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
                r->step_ms.p50 > 0 ? r->eager_step_ms.p50 / r->step_ms.p50 : 0.0);
     md_out("\n  %-30s %12.1f samples/s\n", "training throughput", r->train_samples_per_s);
     md_out("  %-30s %12.1f samples/s\n", "inference throughput", r->inf_samples_per_s);
+    md_profile_energy_line(r);
     md_out("  %-30s %12.2f GFLOP/s %s\n", "achieved (training)", achieved, ref.text);
     md_out("  %-30s %12.1f samples/s with %d worker%s: %s\n", "loader", lsps, workers, md_s(workers),
            verdict);
@@ -394,7 +397,7 @@ static md_status main_benchmark(struct ctx *c, struct md_bench_result *r)
     else
         warn(c->job, "benchmark: the training loss is not finite (%s)", md_dtype_name(c->mopts.compute_dtype));
     if (!r->timer_events) cJSON_AddStringToObject(B, "timer_note", "the device has no events; each timing syncs the device first");
-    return MD_OK;
+    return md_stage_profile(c->job, c->dev, r, ref.gflops, ref.basis);
 }
 
 /* "8,16,32" or "auto" into a list of batch sizes. */
@@ -926,7 +929,7 @@ static void finder_fastest(struct ctx *c)
 static int wants_bench(const md_options *o)
 {
     return o->benchmark || o->benchmark_only || o->ci || o->batch_sweep[0] || o->find_batch_size ||
-           o->compare_devices || o->ablate[0];
+           o->compare_devices || o->ablate[0] || md_profile_wants_bench(o);
 }
 
 md_status md_stage_bench(md_job *job)
@@ -1082,6 +1085,7 @@ static void rec_inputs(md_job *job, struct md_rec_in *in, struct md_rec_sweep_po
     in->activations_bytes = (long long)jnum(m, "activations_bytes", 0);
     in->peak_bytes = (long long)jnum(m, "device_peak_bytes", 0);
     in->gemm_peak_gflops = jnum(jget(B, "peak"), "gflops", 0);
+    md_profile_rec_inputs(job->report, in);
     const cJSON *w = jget(jget(jget(job->report, "system"), "blas"), "warning");
     in->blas_warning = cJSON_IsString(w) ? w->valuestring : "";
     int found = 0;
@@ -1235,11 +1239,12 @@ md_status md_stage_recommend(md_job *job)
         return MD_OK;
     }
     md_recommend_report(job, NULL, 1);
-    if (!job->opts->ci) return MD_OK;
+    md_status leak = md_profile_leak_status(job);
+    if (!job->opts->ci) return leak;
     char msg[600];
     md_ci_check(job, msg, sizeof msg, 1);
     if (msg[0]) return md_errf(MD_ERR_THRESHOLD, "--ci: %s", msg);
-    return MD_OK;
+    return leak == MD_OK ? MD_OK : md_profile_leak_status(job); /* its message again, after the CI section */
 }
 
 /* ---- --html and --junit ----------------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #endif
 #if defined(__APPLE__)
 #include <mach-o/dyld.h>
+#include <mach/mach.h>
 #include <sys/sysctl.h>
 #endif
 
@@ -170,4 +171,22 @@ const char *md_exe_dir(void)
     char *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';
     return dir;
+}
+
+long long md_rss_bytes(void)
+{
+#if defined(__APPLE__)
+    struct mach_task_basic_info info;
+    mach_msg_type_number_t count = MACH_TASK_BASIC_INFO_COUNT;
+    if (task_info(mach_task_self(), MACH_TASK_BASIC_INFO, (task_info_t)&info, &count) != KERN_SUCCESS) return 0;
+    return (long long)info.resident_size;
+#else
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    long long size = 0, resident = 0;
+    int ok = fscanf(f, "%lld %lld", &size, &resident) == 2;
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return ok && page > 0 ? resident * (long long)page : 0;
+#endif
 }

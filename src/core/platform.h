@@ -14,6 +14,9 @@ int md_cpu_logical_cores(void);
 const char *md_cpu_model(void);
 /* Bytes of RAM in total / available now; 0 if unknown. */
 long long md_mem_total_bytes(void);
+/* Resident set size of this process now, in bytes (Linux: /proc/self/statm;
+ * macOS: the task's resident size), or 0 if unknown. */
+long long md_rss_bytes(void);
 long long md_mem_available_bytes(void);
 /* SIMD features the CPU reports, space separated ("sse4.2 avx2 fma avx512f ..."). */
 const char *md_cpu_simd(void);

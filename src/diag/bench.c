@@ -3,13 +3,16 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/kernels_call.h"
 #include "core/log.h"
 #include "core/mem.h"
+#include "core/platform.h"
 #include "core/signals.h"
 #include "data/data.h"
+#include "diag/energy.h"
 
 /* Distinct batches kept on the device and cycled through, so the loss is
  * that of training rather than of memorising one batch. */
@@ -18,6 +21,8 @@
 void md_bench_result_clear(struct md_bench_result *r)
 {
     md_free(r->inf_samples_ms);
+    md_free(r->prof);
+    md_free(r->leak_current);
     memset(r, 0, sizeof *r);
 }
 
@@ -161,6 +166,8 @@ struct bench {
     long long step;
     int optimizer;          /* enum md_optim_kind */
     float lr, wd;
+    void **leaked;          /* MPSDIAG_TEST_LEAK: the buffers held back, freed at the end */
+    int nleaked;
 };
 
 static md_status copy_inputs(struct bench *b, int slot)
@@ -291,9 +298,24 @@ static md_status profile_kinds(struct bench *b, struct md_bench_result *r)
     }
     r->nkinds = 0;
     r->profiled_layers_ms = 0;
+    md_free(r->prof);
+    r->nprof = 0;
+    r->prof = md_calloc((size_t)nl, sizeof *r->prof);
+    if (!r->prof) {
+        md_free(f);
+        return MD_ERR_OOM;
+    }
     for (int i = 0; i < nl; i++) {
         const char *type = md_model_layer_type(b->m, i);
         if (!type || (f[i] == 0 && bw[i] == 0)) continue;
+        struct md_prof_layer *P = &r->prof[r->nprof++];
+        snprintf(P->name, sizeof P->name, "%s", md_model_layer_name(b->m, i));
+        snprintf(P->type, sizeof P->type, "%s", type);
+        P->fwd_ms = f[i] / MD_BENCH_PROFILE_STEPS;
+        P->bwd_ms = bw[i] / MD_BENCH_PROFILE_STEPS;
+        P->flops = 3.0 * md_model_layer_flops(b->m, i) * b->s->batch;
+        P->bytes = 3.0 * md_model_layer_bytes(b->m, i, b->s->batch);
+        P->layers = 1;
         int j = 0;
         while (j < r->nkinds && strcmp(r->kinds[j].kind, type)) j++;
         if (j == r->nkinds) {
@@ -385,6 +407,61 @@ static md_status infer(struct bench *b, int slot, double *ms_out)
     return MD_OK;
 }
 
+/* MPSDIAG_TEST_LEAK=BYTES[K|M|G]: each leak-check step allocates that much
+ * on the device and keeps it until the measurement ends (a test hook: the
+ * leak check must flag it). 0 when unset; -1 when malformed. */
+static long long test_leak_bytes(void)
+{
+    const char *e = getenv("MPSDIAG_TEST_LEAK");
+    if (!e || !*e) return 0;
+    char *end;
+    double v = strtod(e, &end);
+    double mul = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
+    if (mul > 1) end++;
+    if (end == e || *end || !(v > 0)) return -1;
+    return (long long)(v * mul);
+}
+
+/* The leak check: s->leak_steps more training steps (as the timed ones ran:
+ * graph replays or op by op), memory read after each once the device is
+ * idle. */
+static md_status leak_check(struct bench *b, struct md_bench_result *r)
+{
+    int n = b->s->leak_steps;
+    long long inject = test_leak_bytes();
+    if (inject < 0) return md_errf(MD_ERR_USAGE, "MPSDIAG_TEST_LEAK: '%s' is not a byte count (BYTES[K|M|G])",
+                                   getenv("MPSDIAG_TEST_LEAK"));
+    r->leak_current = md_calloc((size_t)n * 4, sizeof(double));
+    b->leaked = inject ? md_calloc((size_t)n, sizeof *b->leaked) : NULL;
+    if (!r->leak_current || (inject && !b->leaked)) return MD_ERR_OOM;
+    r->leak_reserved = r->leak_current + n;
+    r->leak_rss = r->leak_current + 2 * n;
+    r->leak_driver = r->leak_current + 3 * n;
+    r->leak_injected = inject;
+    double t[4];
+    int pg = md_progress_begin("leak check", n, "steps");
+    md_status st = MD_OK;
+    for (int i = 0; i < n && st == MD_OK; i++) {
+        if ((st = md_interrupt_check("during the leak check (step %d of %d)", i + 1, n)) != MD_OK) break;
+        if ((st = (r->graph ? graph_step : train_step)(b, i % b->ring.n, t, NULL)) != MD_OK) break;
+        if (inject) {
+            if ((st = md_dev_alloc(b->dev, (size_t)inject, &b->leaked[b->nleaked], "MPSDIAG_TEST_LEAK")) != MD_OK) break;
+            if ((st = md_dev_memset0(b->dev, b->leaked[b->nleaked++], (size_t)inject)) != MD_OK) break;
+        }
+        if ((st = md_dev_sync(b->dev)) != MD_OK) break;
+        struct md_mem_stats ms;
+        md_dev_mem_stats(b->dev, &ms);
+        r->leak_current[i] = (double)ms.current;
+        r->leak_reserved[i] = (double)ms.reserved;
+        r->leak_rss[i] = (double)md_rss_bytes();
+        r->leak_driver[i] = ms.driver_total > 0 ? (double)(ms.driver_total - ms.driver_free) : 0;
+        r->leak_n = i + 1;
+        md_progress_update(i + 1);
+    }
+    md_progress_end(pg);
+    return st;
+}
+
 static void stats4(double *v, int n, md_stats *out) { *out = md_stats_of(v, (size_t)n); }
 
 md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md_data **data, struct md_bench_result *r)
@@ -399,6 +476,10 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
     double *buf = NULL;
     md_status st = MD_OK;
     const struct md_bench_opts *o = s->opts;
+    struct md_energy en;
+    struct md_energy_reading e0;
+    memset(&en, 0, sizeof en);
+    memset(&e0, 0, sizeof e0);
     /* this run's own peak; the device's overall peak is put back at the end */
     struct md_mem_stats ms0;
     md_dev_mem_stats(dev, &ms0);
@@ -498,6 +579,11 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
         }
     }
     md_progress_end(pg);
+    if (s->measure_energy) {
+        md_energy_open(&en, md_device_kind(dev), md_device_get_info(dev)->index, md_device_get_info(dev)->name);
+        if ((st = md_dev_sync(dev)) != MD_OK) goto fail;
+        if (en.kind != MD_ENERGY_NONE) md_energy_read(&en, &e0);
+    }
     pg = s->iters > 0 ? md_progress_begin("training steps", s->iters, "steps") : 0;
     if (pg) md_progress_budget(s->time_budget_s);
     tstart = md_now();
@@ -517,6 +603,20 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
         md_progress_update(n + 1);
     }
     r->train_iters = n;
+    if (s->measure_energy) {
+        struct md_energy_reading e1;
+        /* the steps have ended: each timing waited for its end event */
+        if (en.kind != MD_ENERGY_NONE && md_energy_read(&en, &e1) == 0) {
+            r->energy_j = md_energy_joules(&en, &e0, &e1);
+            r->energy_window_s = e1.t - e0.t;
+            r->energy_steps = n;
+            r->energy_ok = isfinite(r->energy_j) && n > 0;
+            if (!r->energy_ok) snprintf(en.reason, sizeof en.reason, "the counter went back without a known range");
+        }
+        snprintf(r->energy_source, sizeof r->energy_source, "%s", en.source);
+        snprintf(r->energy_reason, sizeof r->energy_reason, "%s", r->energy_ok ? "" : en.reason);
+        md_energy_close(&en);
+    }
     if (n > 0) {
         stats4(step, n, &r->step_ms);
         if (!r->graph) {
@@ -529,6 +629,7 @@ md_status md_bench_run(md_device *dev, const struct md_bench_setup *s, struct md
 
     md_progress_end(pg);
     pg = 0;
+    if (s->leak_steps > 0 && (st = leak_check(&b, r)) != MD_OK) goto fail;
     if (s->inference_iters > 0) {
         pg = md_progress_begin("inference", s->inference_iters, "batches");
         if (pg) md_progress_budget(s->time_budget_s);
@@ -566,7 +667,10 @@ fail:
     }
     r->status = st;
     md_dev_raise_peak(dev, ms0.peak);
+    md_energy_close(&en);
     md_free(buf);
+    for (int i = 0; i < b.nleaked; i++) md_dev_free(dev, b.leaked[i]);
+    md_free(b.leaked);
     for (int i = 0; i < 5; i++)
         if (b.ev[i]) md_event_destroy(dev, b.ev[i]);
     for (int i = 0; i < RING; i++) md_dev_graph_destroy(dev, b.graph[i]);
@@ -622,6 +726,39 @@ md_status md_bench_gemm_peak(md_device *dev, md_dtype dtype, int n, double *gflo
 fail:
     md_dev_free(dev, a);
     md_dev_free(dev, bm);
+    md_dev_free(dev, c);
+    return st;
+}
+
+md_status md_bench_copy_peak(md_device *dev, size_t bytes, double *gbs)
+{
+    *gbs = 0;
+    void *a = NULL, *c = NULL;
+    md_event *e0 = NULL, *e1 = NULL;
+    md_status st;
+    if ((st = md_dev_alloc(dev, bytes, &a, "copy peak source")) != MD_OK) goto fail;
+    if ((st = md_dev_alloc(dev, bytes, &c, "copy peak destination")) != MD_OK) goto fail;
+    if ((st = md_dev_memset0(dev, a, bytes)) != MD_OK) goto fail;
+    if ((st = md_dev_memset0(dev, c, bytes)) != MD_OK) goto fail;
+    if ((st = md_event_create(dev, &e0)) != MD_OK) goto fail;
+    if ((st = md_event_create(dev, &e1)) != MD_OK) goto fail;
+    if ((st = md_dev_copy(dev, c, a, bytes)) != MD_OK) goto fail; /* first touch */
+    double best = 0;
+    for (int i = 0; i < 5; i++) {
+        if ((st = md_interrupt_check("during the profile (copy rate)")) != MD_OK) goto fail;
+        float ms = 0;
+        if ((st = md_event_record(dev, e0)) != MD_OK) goto fail;
+        if ((st = md_dev_copy(dev, c, a, bytes)) != MD_OK) goto fail;
+        if ((st = md_event_record(dev, e1)) != MD_OK) goto fail;
+        if ((st = md_event_elapsed_ms(dev, e0, e1, &ms)) != MD_OK) goto fail;
+        double r = ms > 0 ? 2.0 * (double)bytes / ((double)ms / 1e3) / 1e9 : 0;
+        if (r > best) best = r;
+    }
+    *gbs = best;
+fail:
+    if (e0) md_event_destroy(dev, e0);
+    if (e1) md_event_destroy(dev, e1);
+    md_dev_free(dev, a);
     md_dev_free(dev, c);
     return st;
 }

@@ -24,6 +24,7 @@
 #include "backend/kernels.h"
 #include "core/timer.h"
 #include "data/data.h"
+#include "diag/profile.h"
 #include "nn/model.h"
 
 /* The run's options a benchmark uses besides the model's, resolved by the
@@ -50,6 +51,8 @@ struct md_bench_setup {
     double time_budget_s;       /* stop a timing loop after this (0: none); at least 2 iterations run */
     const struct md_bench_opts *opts; /* dataset, loader, optimizer (borrowed) */
     long long mem_budget;       /* refuse batches whose planned bytes exceed this (0: none) */
+    int measure_energy;         /* read the energy counters (energy.h) around the timed training steps */
+    int leak_steps;             /* after the timed steps: this many more, memory read after each (0: none) */
 };
 
 #define MD_BENCH_MAX_KINDS 32
@@ -99,6 +102,23 @@ struct md_bench_result {
     } kinds[MD_BENCH_MAX_KINDS];
     double profiled_step_ms;    /* the same steps' whole time (the events add a little) */
     double profiled_layers_ms;  /* the sum of the kinds' times */
+    /* the same steps per layer (md_malloc'd, nprof entries; layers that
+     * ran nothing left out), in the model's order */
+    int nprof;
+    struct md_prof_layer *prof;
+    /* energy over the timed training steps (setup.measure_energy) */
+    int energy_ok;              /* 1: energy_j is measured */
+    char energy_source[160];    /* what was read (energy.h) */
+    char energy_reason[400];    /* why not, when not */
+    double energy_j, energy_window_s;
+    int energy_steps;           /* the steps inside the window */
+    /* leak check (setup.leak_steps): bytes after each step (md_malloc'd, leak_n
+     * entries each): the tool's accounting (live, reserved by a caching
+     * allocator), the process's RSS, the driver's used memory (total - free;
+     * 0 = not reported) */
+    int leak_n;
+    double *leak_current, *leak_reserved, *leak_rss, *leak_driver;
+    long long leak_injected;    /* bytes the MPSDIAG_TEST_LEAK hook held back per step */
 };
 
 void md_bench_result_clear(struct md_bench_result *r);
@@ -130,6 +150,11 @@ struct md_peak_ref {
     char text[256];  /* for the Benchmark line: "(12.3% of ...)" */
 };
 void md_bench_peak_ref(double achieved, double gemm_gflops, double fma_gflops, struct md_peak_ref *out);
+
+/* Measured device copy rate (md_dev_copy of `bytes`, best of a few; read
+ * plus write: 2 x bytes per copy), in GB/s: the bandwidth the per-layer
+ * profile compares bytes/s with. */
+md_status md_bench_copy_peak(md_device *dev, size_t bytes, double *gbs);
 
 /* What the loader sustains alone: samples/s over up to max_batches batches of
  * `batch` with `workers` threads (0: in the caller's thread). */

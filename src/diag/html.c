@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "core/mem.h"
 #include "diag/html_epochs.h"
+#include "diag/html_profile.h"
 #include "diag/html_models.h"
 #include "diag/html_util.h"
 #include "diag/strbuf.h"
@@ -531,7 +532,7 @@ static void nav(md_strbuf *b, const cJSON *r, int summary)
     static const char *const ids[][2] = {
         {"system", "System"},   {"devices", "Devices"},     {"settings", "Settings"},
         {"model", "Model"},     {"data", "Data"},           {"run", "Run"}, {"training", "Training"}, {"folds", "Cross-validation"},
-        {"benchmark", "Benchmark"}, {"memory", "Memory"}, {"recommendations", "Recommendations"},
+        {"benchmark", "Benchmark"}, {"profile", "Profile"}, {"memory", "Memory"}, {"recommendations", "Recommendations"},
         {"warnings", "Warnings"},
     };
     md_strbuf_add(b, "<nav>");
@@ -1223,7 +1224,7 @@ static void run_section(md_strbuf *b, const cJSON *run)
 static void other_sections(md_strbuf *b, const cJSON *r)
 {
     static const char *const known[] = {"schema_version", "tool", "started_at", "system", "devices", "selected_device",
-                                        "settings", "model", "data", "training", "benchmark", "memory",
+                                        "settings", "model", "data", "training", "benchmark", "profile", "memory",
                                         "recommendations", "warnings", "status", "duration_s", "folds", "run", "fallback", NULL};
     const cJSON *f;
     int other = 0;
@@ -1322,6 +1323,7 @@ md_status md_html_render(const cJSON *r, char **out, size_t *len)
     if (md_hj_get(r, "training")) training_section(&b, md_hj_get(r, "training"), &fs);
     if (cJSON_IsObject(md_hj_get(r, "folds"))) folds_section(&b, md_hj_get(r, "folds"));
     if (md_hj_get(r, "benchmark")) benchmark_section(&b, md_hj_get(r, "benchmark"), &fs);
+    if (cJSON_IsObject(md_hj_get(r, "profile"))) md_html_profile(&b, md_hj_get(r, "profile"));
     if (md_hj_get(r, "memory") || md_hj_get(md_hj_get(r, "benchmark"), "memory")) memory_section(&b, r);
     if (cJSON_IsObject(md_hj_get(r, "fallback"))) generic_section(&b, r, "fallback", "Operations run on the CPU (fallback)");
     if (cJSON_IsArray(md_hj_get(r, "recommendations"))) recommendations_section(&b, md_hj_get(r, "recommendations"));

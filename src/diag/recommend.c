@@ -484,9 +484,67 @@ static void preset_rule(const struct md_rec_in *in, struct recs *rs)
     figure(r, "%s", in->preset->source);
 }
 
+/* Profile share at which a layer is named in the advice, and the fraction of
+ * a peak at which it counts as bound by it (docs/doctor.md). */
+#define PROF_SHARE 0.15
+#define PROF_BOUND 0.5
+
+static void pct(double f, char *buf, size_t n)
+{
+    if (isfinite(f)) snprintf(buf, n, "%.0f%%", 100 * f);
+    else snprintf(buf, n, "an unknown share");
+}
+
+static void profile_rule(const struct md_rec_in *in, struct recs *rs)
+{
+    for (int i = 0; i < in->n_prof && i < 2; i++) {
+        const struct md_rec_prof *p = &in->prof[i];
+        if (!(p->share >= PROF_SHARE)) continue;
+        char fp[32], bp[32];
+        pct(p->frac_flops, fp, sizeof fp);
+        pct(p->frac_bytes, bp, sizeof bp);
+        struct md_rec *r;
+        if (isfinite(p->frac_bytes) && p->frac_bytes >= PROF_BOUND)
+            r = add(rs, "slowest layer", "measured",
+                    "%s takes %.0f%% of the step at %s of peak, bound by memory traffic (%s of the copy rate): "
+                    "fewer bytes help (--amp halves them; compile fuses passes)", p->name, 100 * p->share, fp, bp);
+        else if (isfinite(p->frac_flops) && p->frac_flops >= PROF_BOUND)
+            r = add(rs, "slowest layer", "measured",
+                    "%s takes %.0f%% of the step at %s of peak: it is compute-bound; only less arithmetic helps "
+                    "(half precision where the device has faster half-precision units, or a smaller layer)",
+                    p->name, 100 * p->share, fp);
+        else if (isfinite(p->frac_bytes))
+            r = add(rs, "slowest layer", "measured",
+                    "%s takes %.0f%% of the step at %s of peak and %s of the copy rate: below half of both, so "
+                    "per-call overhead or a kernel slow for its shape; a larger batch spreads the calls", p->name,
+                    100 * p->share, fp, bp);
+        else
+            r = add(rs, "slowest layer", "measured",
+                    "%s takes %.0f%% of the step at %s of peak: below half of it, so memory traffic, per-call "
+                    "overhead or a kernel slow for its shape (--profile compares its bytes/s with the copy rate)",
+                    p->name, 100 * p->share, fp);
+        char pk[64] = "no FLOP/s peak known", bw[64] = "no copy rate measured";
+        if (p->peak_gflops > 0) snprintf(pk, sizeof pk, "peak %.4g GFLOP/s", p->peak_gflops);
+        if (p->peak_gbs > 0) snprintf(bw, sizeof bw, "copy rate %.4g GB/s", p->peak_gbs);
+        figure(r, "%.4g GFLOP/s (%s), %.4g GB/s (%s); per-layer profile", p->gflops, pk, p->gbs, bw);
+    }
+}
+
+static void leak_rule(const struct md_rec_in *in, struct recs *rs)
+{
+    if (!in->leak_measure[0]) return;
+    char a[32], b[32];
+    struct md_rec *r = add(rs, "memory leak", "measured",
+                           "memory grows by %s per training step after warm-up (%s): something allocates every step "
+                           "and keeps it; long runs will run out of memory",
+                           md_fmt_bytes(in->leak_per_step, a, sizeof a), in->leak_measure);
+    figure(r, "%s more after %d steps of the leak check", md_fmt_bytes(in->leak_growth, b, sizeof b), in->leak_steps);
+}
+
 int md_recommend(const struct md_rec_in *in, struct md_rec *out, int max)
 {
     struct recs rs = {out, 0, max};
+    leak_rule(in, &rs);
     batch_rule(in, &rs);
     precision_rule(in, &rs);
     compile_rule(in, &rs);
@@ -496,6 +554,7 @@ int md_recommend(const struct md_rec_in *in, struct md_rec *out, int max)
     ckpt_rule(in, &rs);
     blas_rule(in, &rs);
     preset_rule(in, &rs);
+    profile_rule(in, &rs);
     return rs.n;
 }
 

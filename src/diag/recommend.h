@@ -121,6 +121,20 @@ struct md_rec_in {
     const char *blas_warning;      /* sysinfo's OpenBLAS kernel note ("" = none) */
 
     const struct md_preset *preset; /* chip preset (Metal), or NULL */
+
+    /* the per-layer profile (report.profile): its largest rows by time */
+    int n_prof;
+    struct md_rec_prof {
+        char name[128];
+        double share;                 /* of the profiled step */
+        double frac_flops, frac_bytes; /* of the device's peaks (NaN: not known) */
+        double gflops, gbs;
+        double peak_gflops, peak_gbs; /* the peaks (0: not known) */
+    } prof[2];
+    /* the leak check: the series that grew past its bound ("" = none) */
+    char leak_measure[48];
+    double leak_per_step, leak_growth;
+    int leak_steps;
 };
 
 struct md_rec {

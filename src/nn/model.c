@@ -1025,6 +1025,22 @@ size_t md_model_ndecay(const md_model *m) { return m->ndecay; }
 double md_model_flops_fwd(const md_model *m) { return m->flops_fwd; }
 double md_model_flops_train(const md_model *m) { return 3.0 * m->flops_fwd; }
 int md_model_num_layers(const md_model *m) { return m->nlayers - m->ninputs; }
+
+double md_model_layer_flops(const md_model *m, int i) { return m->layers[m->ninputs + i].flops; }
+
+double md_model_layer_bytes(const md_model *m, int i, int batch)
+{
+    const struct md_layer *L = &m->layers[m->ninputs + i];
+    if (L->alias >= 0) return 0;
+    double es = (double)md_dtype_size(m->opts.compute_dtype), el = 0;
+    for (int k = 0; k < L->nin; k++) {
+        const struct md_layer *I = &m->layers[L->in[k]];
+        double e = (double)md_shape_numel(I->out) * I->fold;
+        el += L->in[k] < m->ninputs ? e * 4 / es : e; /* the model's inputs are fp32 */
+    }
+    el += (double)md_shape_numel(L->out) * L->fold;
+    return el * es * batch + (double)L->nparams * es;
+}
 const struct md_model_opts *md_model_get_opts(const md_model *m) { return &m->opts; }
 int md_model_num_tensors(const md_model *m) { return m->ntensors; }
 const struct md_param_info *md_model_tensor(const md_model *m, int i) { return &m->tensors[i]; }

@@ -110,6 +110,13 @@ int md_model_num_layers(const md_model *m);
  * [0, md_model_num_layers) (the inputs not counted); borrowed. */
 const char *md_model_layer_type(const md_model *m, int i);
 const char *md_model_layer_name(const md_model *m, int i);
+/* Layer i's forward FLOPs per sample (0 for a fused alias or a view), and
+ * the least bytes its forward moves for `batch` samples: its inputs read,
+ * its output written and its parameters read once, in the compute dtype (an
+ * fp32 input in fp32). A layer that runs nothing (a fused ReLU, a view)
+ * moves 0. Backward is counted as 2x both (docs/doctor.md). */
+double md_model_layer_flops(const md_model *m, int i);
+double md_model_layer_bytes(const md_model *m, int i, int batch);
 
 /* Per-layer timing ("where does the time go"): between begin and end, every
  * layer's forward (recomputed ones included) and backward is bracketed by
