@@ -186,9 +186,11 @@ test-run: all $(TESTBIN)
 # sample otherwise) with its recipe and a one-minute budget, unless RUN_ARGS
 # names the data itself.
 RUN_DATA := $(if $(or $(findstring --dataset,$(RUN_ARGS)),$(findstring --data-dir,$(RUN_ARGS)),$(findstring --data_dir,$(RUN_ARGS)),$(findstring --config,$(RUN_ARGS)),$(findstring --ci,$(RUN_ARGS)),$(findstring --models,$(RUN_ARGS))),,--dataset fashion-mnist)
+# Its checkpoints go to $(BUILD)/run, replaced by each make run.
+RUN_CKPT := $(if $(or $(findstring checkpoint,$(RUN_ARGS)),$(findstring --resume,$(RUN_ARGS)),$(findstring --overwrite,$(RUN_ARGS)),$(findstring --config,$(RUN_ARGS))),,--checkpoint-dir $(BUILD)/run --overwrite)
 run: deps
 	@$(MAKE) --no-print-directory all
-	$(BIN) $(RUN_DATA) $(RUN_ARGS)
+	$(BIN) $(RUN_DATA) $(RUN_CKPT) $(RUN_ARGS)
 
 asan: deps
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS=suppressions=$(abspath test/lsan.supp) \

@@ -14,6 +14,7 @@
 #include "core/timer.h"
 #include "helpers.h"
 #include "helpers_job.h"
+#include "json_schema.h"
 
 /* A tiny CNN for 28x28 gray inputs (the synthetic dataset follows the model). */
 static const char tiny_model[] =
@@ -225,4 +226,29 @@ Test(tta, recipe_applies_to_fashion_mnist_like_data_and_small_models)
     struct md_recipe_in synth = {.dataset = "synthetic", .c = 1, .h = 28, .w = 28, .classes = 10, .params = 1000};
     md_recipe_decide(&synth, &r);
     cr_assert_null(r.name);
+}
+
+/* The report's time_budget and target objects follow the schema (the binary,
+ * both options, the target reached before the budget binds). */
+Test(tta, report_with_budget_and_target_follows_the_schema, .timeout = 60)
+{
+    char *dir = th_tmpdir();
+    char args[2600], *err = NULL;
+    snprintf(args, sizeof args, "%s --lr 0.01 --epochs 12 --target-accuracy 30 --time-budget 30 --report %s/r.json",
+             base_args(dir), dir);
+    int rc = th_run(args, NULL, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    free(err);
+    char path[2200];
+    snprintf(path, sizeof path, "%s/r.json", dir);
+    cJSON *r = th_load_json(path), *schema = th_load_json("docs/schema/report.schema.json");
+    char why[512];
+    cr_assert(th_schema_validate(schema, r, why, sizeof why), "%s", why);
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(r, "training");
+    cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(tr, "time_budget")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tr, "target"), "reached")));
+    cJSON_Delete(r);
+    cJSON_Delete(schema);
+    th_rmtree(dir);
+    free(dir);
 }
