@@ -104,6 +104,19 @@ Test(tta, target_accuracy_stops_early, .timeout = 60)
     cr_assert(num(g, "wall_s") >= num(g, "train_time_s") - 1e-9);
     th_job_end(&j);
 
+    /* without a validation split the test split is the one checked, after each epoch, and the final
+     * test score is that last check's */
+    snprintf(args, sizeof args, "%s --lr 0.01 --epochs 12 --target-accuracy 30 --val-split 0 --overwrite",
+             base_args(dir));
+    th_job_run(&j, args, 0, 0);
+    cr_assert_eq(j.st, MD_OK, "%s", j.err);
+    g = cJSON_GetObjectItemCaseSensitive(j.training, "target");
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(g, "metric")->valuestring, "test_acc");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "reached")));
+    cr_assert((int)num(j.training, "epochs_run") < 12);
+    cr_assert_eq(num(cJSON_GetObjectItemCaseSensitive(j.training, "test"), "acc"), num(g, "value"));
+    th_job_end(&j);
+
     /* out of reach: every epoch runs and the report says it was not reached */
     snprintf(args, sizeof args, "%s --lr 0.01 --epochs 2 --target-accuracy 99 --overwrite", base_args(dir));
     th_job_run(&j, args, 0, 0);

@@ -164,7 +164,10 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
     double t0 = md_now(), ep_before = t->ep_time_before;
     long long samples_now = 0, last = md_trainer_budget_epoch_steps(t);
     char label[48];
-    snprintf(label, sizeof label, "epoch %d/%d", t->epoch + 1, t->n_epochs);
+    if (t->n_epochs >= 100000) /* --time-budget before its plan: as many as fit */
+        snprintf(label, sizeof label, "epoch %d", t->epoch + 1);
+    else
+        snprintf(label, sizeof label, "epoch %d/%d", t->epoch + 1, t->n_epochs);
     int pg = md_progress_begin(label, (double)last, "steps");
     t->ph_load = t->ph_upload = t->ph_fwd = t->ph_bwd = t->ph_sync = t->ph_opt = t->ph_step = 0;
     long long pipe0 = t->pipe_steps, replay0 = t->graph_replays;
@@ -303,15 +306,16 @@ static md_status run_once(md_trainer *t)
             st = md_trainer_interrupted(t, 0, 0, NULL);
             goto done;
         }
-        md_trainer_budget_after_epoch(t, t->global_step - step0, t->ph_epoch, md_now() - end0);
         /* --target-accuracy: validation accuracy, else the test split's (scored now), else training's */
         if (o->target_acc > 0 && !t->regress) {
             double acc = t->val_l ? va : ta;
             const char *metric = t->val_l ? "val_acc" : "train_acc";
             if (!t->val_l && t->test_l) {
-                double tl2;
-                long long tn;
-                if ((st = md_trainer_evaluate(t, t->test_l, t->epoch, &tl2, &acc, &tn, "test")) != MD_OK) goto done;
+                if ((st = md_trainer_evaluate(t, t->test_l, t->epoch, &t->test_cache_loss, &acc, &t->test_cache_n,
+                                              "test")) != MD_OK)
+                    goto done;
+                t->test_cache_acc = acc;
+                t->test_cache_step = t->global_step;
                 metric = "test_acc";
             }
             if (md_trainer_target_check(t, acc, metric)) {
@@ -319,6 +323,8 @@ static md_status run_once(md_trainer *t)
                 break;
             }
         }
+        /* the epoch's end (validation, checkpoint, the target's test score) as measured */
+        md_trainer_budget_after_epoch(t, t->global_step - step0, t->ph_epoch, md_now() - end0);
         if (md_trainer_budget_done(t)) {
             t->epoch++;
             break;

@@ -3,7 +3,7 @@
  * --time-budget S: the run (from its start, data loading included, to the
  * test score) should end within S seconds, having trained as long as fits.
  * The first steps run on the schedule sized for --epochs; after a short
- * timed warm-up (2 untimed steps, then at least 5 steps and about a second,
+ * timed warm-up (4 untimed steps, then at least 5 steps and about a second,
  * or 2% of a short budget) the steps that fit are counted from the measured
  * step time, less the time each epoch's end takes (validation, checkpoint:
  * estimated from the step time until the first epoch's end measures it) and
@@ -25,8 +25,8 @@
 #include "core/timer.h"
 #include "train/trainer_impl.h"
 
-/* untimed first steps (lazy allocations, plans, graph capture) */
-#define WARM_SKIP 2
+/* untimed first steps (lazy allocations, plans, a graph captured per input set) */
+#define WARM_SKIP 4
 /* timed warm-up: at least this many steps and about WARM_S seconds (or
  * WARM_SHARE of the budget when that is less); never more than WARM_MAX steps */
 #define WARM_MIN 5
@@ -34,7 +34,7 @@
 #define WARM_S 1.0
 #define WARM_SHARE 0.02
 /* an evaluation sample costs about this share of a training sample (forward only) */
-#define EVAL_SHARE 0.4
+#define EVAL_SHARE 0.33
 /* kept free at the end: a share of the budget, for the pace's noise and the exit */
 #define MARGIN_SHARE 0.02
 #define MARGIN_S 0.05
@@ -65,13 +65,22 @@ static long long split_count(const md_trainer *t, md_split s)
     return md_data_count(t->data, s);
 }
 
-/* Seconds of one epoch's end (validation, checkpoint), measured or estimated. */
+/* --target-accuracy without a validation split scores the test split after each epoch */
+static int target_on_test(const md_trainer *t)
+{
+    return t->o->target_acc > 0 && !t->regress && !t->val_l && t->test_l;
+}
+
+/* Seconds of one epoch's end (validation, checkpoint, the target's test score),
+ * measured or estimated. */
 static double epoch_end_s(const md_trainer *t, double step_s)
 {
     if (t->bud_val_s >= 0) return t->bud_val_s;
-    return t->val_l ? (double)split_count(t, MD_SPLIT_VAL) / t->batch * step_s * EVAL_SHARE : 0.0;
+    long long n = (t->val_l ? split_count(t, MD_SPLIT_VAL) : 0) + (target_on_test(t) ? split_count(t, MD_SPLIT_TEST) : 0);
+    return (double)n / t->batch * step_s * EVAL_SHARE;
 }
 
+/* Seconds of a test scoring. */
 static double test_s(const md_trainer *t, double step_s)
 {
     if (!t->test_l) return 0.0;
@@ -88,8 +97,10 @@ static long long plan_total(md_trainer *t, double step_s, double now)
     long long done = t->global_step - (long long)t->epoch * spe; /* of the current epoch */
     if (done < 0) done = 0;
     double end_s = epoch_end_s(t, step_s);
+    /* the final test scoring; none when the last epoch's end scored the test split (the target's) */
     t->bud_test_s = test_s(t, step_s);
-    double avail = t->bud_end - now - t->bud_test_s - (MARGIN_SHARE * o->time_budget + MARGIN_S);
+    double final_s = target_on_test(t) ? 0.0 : t->bud_test_s;
+    double avail = t->bud_end - now - final_s - (MARGIN_SHARE * o->time_budget + MARGIN_S);
     long long s = step_s > 0 ? (long long)floor(avail / step_s) : 0;
     for (int it = 0; it < 4 && s > 0; it++) { /* each epoch that ends costs its end */
         long long ends = (done + s + spe - 1) / spe;
@@ -119,11 +130,10 @@ static void print_plan(const md_trainer *t, const char *what)
 {
     char a[32];
     long long spe = t->steps_per_epoch > 0 ? t->steps_per_epoch : 1;
-    md_out("  %-16s %s: %.3g s a step, %.2g s an epoch's end; %s steps (%.2f epochs) end the schedule at "
-           "%.1f s of %.4g s\n",
-           "time budget", what, t->bud_step_s, epoch_end_s(t, t->bud_step_s),
-           md_fmt_thousands(t->bud_total, a, sizeof a), (double)t->bud_total / (double)spe,
-           t->o->time_budget - (MARGIN_SHARE * t->o->time_budget + MARGIN_S) - t->bud_test_s, t->o->time_budget);
+    md_out("  %-16s %s: %.3g s a step, %.2g s an epoch's end, %.2g s the test; %s steps (%.2f epochs) fit "
+           "the %g s, the schedule's length\n",
+           "time budget", what, t->bud_step_s, epoch_end_s(t, t->bud_step_s), t->bud_test_s,
+           md_fmt_thousands(t->bud_total, a, sizeof a), (double)t->bud_total / (double)spe, t->o->time_budget);
 }
 
 long long md_trainer_budget_epoch_steps(const md_trainer *t)

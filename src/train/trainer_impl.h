@@ -137,6 +137,11 @@ struct md_trainer {
     int bud_said;                        /* the plan line was printed */
     double bud_steps_end;                /* md_now when the steps ended */
     double bud_first_total;              /* the first plan's steps */
+    /* --target-accuracy on the test split: its score after the last epoch, which the
+       final test scoring reuses while the weights are those (test_cache_step == global_step) */
+    long long test_cache_step;
+    double test_cache_loss, test_cache_acc;
+    long long test_cache_n;
     /* --target-accuracy */
     int tgt_epoch;                       /* the epoch that reached it (0: not reached) */
     double tgt_value, tgt_train_s, tgt_wall_s;
