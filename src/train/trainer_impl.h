@@ -10,6 +10,7 @@
  *   trainer_pipe.c     pipelined steps and their CUDA-graph capture
  *   trainer_eval.c     validation and test scoring
  *   trainer_diag.c     per-epoch diagnostics (norms, update ratios, dead ReLUs)
+ *   trainer_budget.c   --time-budget (warm-up, plan, schedule length) and --target-accuracy
  *   trainer_metrics.c  report["training"], its curves, --metrics lines, the printed table
  */
 #ifndef MD_TRAINER_IMPL_H
