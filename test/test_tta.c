@@ -226,9 +226,14 @@ Test(tta, recipe_applies_to_fashion_mnist_like_data_and_small_models)
     in.dataset = "mnist";
     md_recipe_decide(&in, &r);
     cr_assert_not_null(r.name);
+    in.several = 1; /* --models, --fold all: no default budget (it would be shared) */
+    md_recipe_decide(&in, &r);
+    cr_assert_not_null(r.name);
+    cr_assert_eq(r.time_budget, 0.0);
+    in.several = 0;
     in.ci = 1; /* --ci keeps its own short run */
     md_recipe_decide(&in, &r);
-    cr_assert_eq(r.time_budget, 0.0);
+    cr_assert_null(r.name);
     in.ci = 0;
     in.params = 11000000; /* a large model keeps the generic defaults */
     md_recipe_decide(&in, &r);

@@ -22,6 +22,7 @@ struct md_recipe_in {
 struct md_recipe {
     const char *name;          /* NULL: no recipe (the generic defaults) */
     const char *why;           /* the reason, printed with each setting */
+    int batch;                 /* the batch the recipe was measured at */
     int nesterov;
     const char *lradj;
     double label_smoothing;
