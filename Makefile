@@ -2,7 +2,7 @@
 #
 #   make            build build/mpsdiag (+ build/libmpsdiag_cuda.so when nvcc is found)
 #   make test       install missing dependencies, build, run the whole test suite
-#   make run        install missing dependencies, build, run the bundled default job
+#   make run        install missing dependencies, build, train on Fashion-MNIST for about a minute
 #   make asan       the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make clean
 #
@@ -182,9 +182,15 @@ test: deps
 test-run: all $(TESTBIN)
 	MPSDIAG_BIN=$(abspath $(BIN)) $(TESTBIN) --jobs $(TEST_JOBS) $(TEST_ARGS)
 
+# make run trains on the full Fashion-MNIST when it is installed (the bundled
+# sample otherwise) with its recipe and a one-minute budget, unless RUN_ARGS
+# names the data itself.
+RUN_DATA := $(if $(or $(findstring --dataset,$(RUN_ARGS)),$(findstring --data-dir,$(RUN_ARGS)),$(findstring --data_dir,$(RUN_ARGS)),$(findstring --config,$(RUN_ARGS)),$(findstring --ci,$(RUN_ARGS)),$(findstring --models,$(RUN_ARGS))),,--dataset fashion-mnist)
+# Its checkpoints go to $(BUILD)/run, replaced by each make run.
+RUN_CKPT := $(if $(or $(findstring checkpoint,$(RUN_ARGS)),$(findstring --resume,$(RUN_ARGS)),$(findstring --overwrite,$(RUN_ARGS)),$(findstring --config,$(RUN_ARGS))),,--checkpoint-dir $(BUILD)/run --overwrite)
 run: deps
 	@$(MAKE) --no-print-directory all
-	$(BIN) $(RUN_ARGS)
+	$(BIN) $(RUN_DATA) $(RUN_CKPT) $(RUN_ARGS)
 
 asan: deps
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS=suppressions=$(abspath test/lsan.supp) \

@@ -548,6 +548,9 @@ md_status md_diagnostics_run(md_job *job)
     char names[MAX_MODELS][MD_PATH_MAX];
     int n = 0;
     const char *list = o->models[0] ? o->models : MD_DIAGNOSTICS_DEFAULT_MODELS;
+    if (o->time_budget > 0)
+        return md_errf(MD_ERR_USAGE, "--time-budget sizes one training; the diagnostics run trains several models "
+                       "(give one --model)");
     MD_TRY(split_models(list, names, &n));
 
     cJSON *diag = cJSON_AddObjectToObject(job->report, "diagnostics");

@@ -127,6 +127,8 @@ static const struct optdef table[] = {
     OFF_KEY("no-pin-memory", pin_memory, NULL, "ordinary host memory for batches"),
     ON("cache-images", cache_images, "keep decoded images in RAM (checked against available memory)"),
     OFF("no-augment", augment, "no random crop/flip for training"),
+    ON_KEY("augment", augment, NULL,
+           "random crop/flip for training also where the dataset's recipe turns it off (docs/defaults.md)"),
     CHOICE("on-bad-sample", on_bad_sample, "WHAT", "skip|fail",
            "skip | fail when an image cannot be decoded"),
     INT("image-size", image_size, "PX", 8, 4096,
@@ -181,6 +183,11 @@ static const struct optdef table[] = {
            "auto (by the model's task: cross_entropy or mse) | cross_entropy | mse | mae | huber | financial"),
     INT("patience", patience, "N", 0, 100000,
         "stop after N epochs without a better validation score (loss for regression, accuracy else; 0: off)"),
+    DBL("time-budget", time_budget, "SECONDS", 1.0, 1e7,
+        "train as well as possible within SECONDS of wall time (start to report): epochs and schedule sized from "
+        "the step time measured after a short warm-up; --epochs, when given, is the most it runs"),
+    DBL("target-accuracy", target_accuracy, "P", 1.0, 100.0,
+        "stop once the validation accuracy (test accuracy with --val-split 0) reaches P percent"),
     INT("d-model", d_model, "N", 1, 65536, "sequence models: token width (the model's d_model parameter)"),
     INT("d-ff", d_ff, "N", 1, 262144, "sequence models: feed-forward width (d_ff)"),
     INT("n-heads", n_heads, "N", 1, 1024, "sequence models: attention heads (n_heads)"),
@@ -672,6 +679,16 @@ md_status md_options_validate(const md_options *o)
         return md_errf(MD_ERR_USAGE, "--fold all trains every fold afresh; --resume continues one run (give --fold I)");
     if (o->folds > 1 && o->fold < 0 && o->models[0])
         return md_errf(MD_ERR_USAGE, "--fold all and --models both run several trainings; give one --model with --fold all");
+    if ((o->time_budget > 0 || o->target_accuracy > 0) && o->benchmark_only)
+        return md_errf(MD_ERR_USAGE, "--%s needs training; it contradicts --benchmark-only",
+                       o->time_budget > 0 ? "time-budget" : "target-accuracy");
+    if (o->time_budget > 0 && md_options_given(o, "time-budget") && o->resume[0])
+        return md_errf(MD_ERR_USAGE, "--time-budget sizes a fresh run from its measured step time; it contradicts --resume");
+    if (o->time_budget > 0 && md_options_given(o, "time-budget") && (o->models[0] || (o->folds > 1 && o->fold < 0)))
+        return md_errf(MD_ERR_USAGE, "--time-budget sizes one training; it contradicts %s",
+                       o->models[0] ? "--models" : "--fold all");
+    if (o->target_accuracy > 0 && md_options_given(o, "epochs") && o->epochs == 0)
+        return md_errf(MD_ERR_USAGE, "--target-accuracy needs training; it contradicts --epochs 0");
     if ((o->expect_min_throughput > 0 || o->expect_max_loss > 0 || o->junit[0]) && !o->ci)
         return md_errf(MD_ERR_USAGE, "--expect-min-throughput, --expect-max-loss and --junit need --ci");
     return MD_OK;

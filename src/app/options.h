@@ -96,6 +96,8 @@ typedef struct md_options {
     int val_batch_multiplier;
     char loss_function[16];     /* auto|cross_entropy|mse|mae|huber|financial (auto: by the model's task) */
     int patience;               /* early stopping after this many epochs without improvement (0 = off) */
+    double time_budget;         /* > 0: seconds for the whole run; epochs and schedule sized to fit */
+    double target_accuracy;     /* > 0: percent; stop once the monitored accuracy reaches it */
     /* model parameters over the config's "params" (0 = the config's) */
     int d_model, d_ff, n_heads, e_layers;
     char checkpoint_dir[MD_PATH_MAX];

@@ -98,6 +98,8 @@ void md_resolve_train(const md_options *o, struct md_train_opts *t)
     t->label_smoothing = o->label_smoothing;
     COPY_STR(t->loss_function, o->loss_function);
     t->patience = o->patience;
+    t->time_budget = o->time_budget;
+    t->target_acc = o->target_accuracy / 100.0;
     t->val_batch_multiplier = o->val_batch_multiplier;
     t->auto_batch = o->auto_batch;
     COPY_STR(t->checkpoint_dir, o->checkpoint_dir);

@@ -156,7 +156,9 @@ static void data_settings(md_job *job)
     const md_options *o = job->opts;
     char v[64], why[200];
     if (!o->augment) {
-        put(job, "augmentation", "off", NULL, "--no-augment: training images as they are");
+        put(job, "augmentation", "off", NULL,
+            md_options_given(o, "no-augment") ? "--no-augment: training images as they are"
+                                              : "training images as they are");
     } else if (job->data) {
         int pad = md_data_aug_pad(job->data), flip = md_data_aug_flip(job->data);
         snprintf(v, sizeof v, "%s", pad && flip ? "crop+flip" : pad ? "crop" : flip ? "flip" : "none");
@@ -175,6 +177,7 @@ static void data_settings(md_job *job)
             "random crop and flip where the dataset allows (no dataset opened)");
     }
     snprintf(v, sizeof v, "%d", o->epochs);
+    if (o->time_budget > 0 && o->epochs >= 100000) snprintf(v, sizeof v, "as fit");
     put(job, "epochs", v, "epochs", o->benchmark_only ? "--benchmark-only: no training" : "");
     snprintf(v, sizeof v, "%d", o->steps);
     put(job, "steps", o->steps > 0 ? v : "all", "steps",

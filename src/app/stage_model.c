@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "app/job.h"
+#include "app/recipe.h"
 #include "app/resolve.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -171,6 +172,7 @@ md_status md_stage_model(md_job *job)
     }
     cJSON_Delete(root);
     if (st != MD_OK) return st;
+    md_recipe_apply(job); /* the dataset's and model's recipe where no flag decided */
     if (mo.layout == MD_NHWC && md_model_get_opts(job->model)->layout == MD_NCHW)
         md_job_setting(job, "channels_last", "off", "the model has token-sequence layers, which run in NCHW");
     if (!job->no_layer_table) md_model_print_summary(job->model);

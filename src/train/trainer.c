@@ -80,6 +80,9 @@ md_status md_trainer_create(const struct md_train_opts *opts, const struct md_tr
     const struct md_train_opts *o = t->o;
     st = choose_loss(t);
     md_trainer_report_init(t);
+    if (st == MD_OK && o->target_acc > 0 && t->regress)
+        st = md_errf(MD_ERR_USAGE, "--target-accuracy: model %s is a regression model (it has no accuracy)",
+                     md_model_name(t->model));
     if (st != MD_OK) goto fail;
 
     t->batch = o->batch_size > 0 ? o->batch_size : 64;
@@ -159,9 +162,12 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
     t->snapshot = 0;
     MD_TRY(md_loader_start_epoch(t->train_l, t->epoch));
     double t0 = md_now(), ep_before = t->ep_time_before;
-    long long samples_now = 0, last = t->steps_per_epoch;
+    long long samples_now = 0, last = md_trainer_budget_epoch_steps(t);
     char label[48];
-    snprintf(label, sizeof label, "epoch %d/%d", t->epoch + 1, t->o->epochs);
+    if (t->n_epochs >= 100000) /* --time-budget before its plan: as many as fit */
+        snprintf(label, sizeof label, "epoch %d", t->epoch + 1);
+    else
+        snprintf(label, sizeof label, "epoch %d/%d", t->epoch + 1, t->n_epochs);
     int pg = md_progress_begin(label, (double)last, "steps");
     t->ph_load = t->ph_upload = t->ph_fwd = t->ph_bwd = t->ph_sync = t->ph_opt = t->ph_step = 0;
     long long pipe0 = t->pipe_steps, replay0 = t->graph_replays;
@@ -211,6 +217,8 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
         md_progress_rate(samples_now / (el > 0 ? el : 1e-9), "samples");
         md_progress_update((double)(i + 1));
         if (t->interrupt_after > 0 && t->global_step >= t->interrupt_after) md_interrupt_set(1);
+        /* --time-budget: the plan's last step ran, or the budget's end came */
+        if (md_trainer_budget_after_step(t) && !md_interrupted()) break;
         if (md_interrupted()) {
             md_progress_end(pg);
             MD_TRY(md_trainer_pipe_finish(t)); /* the checkpoint holds every step counted */
@@ -245,14 +253,24 @@ static md_status run_once(md_trainer *t)
 {
     const struct md_train_opts *o = t->o;
     md_status st = MD_OK;
+    md_trainer_budget_start(t);
     md_trainer_report_start(t);
     if ((st = md_trainer_pipe_setup(t)) != MD_OK) return st;
     md_trainer_print_start(t);
     int start_epoch = t->epoch;
-    for (; t->epoch < o->epochs; t->epoch++) {
+    for (; t->epoch < t->n_epochs; t->epoch++) {
         double sps = 0, ep_time = 0;
         md_trainer_unfreeze_check(t);
+        long long step0 = t->global_step;
         if ((st = run_epoch(t, &sps, &ep_time)) != MD_OK) goto done;
+        if (t->bud_cut) { /* no time left for this epoch's validation: on to the test */
+            char a[32];
+            md_out("  Time budget: its end came during epoch %d, after step %s (no validation of it)\n",
+                   t->epoch + 1, md_fmt_thousands(t->global_step, a, sizeof a));
+            t->epoch++;
+            break;
+        }
+        double end0 = md_now();
         double tl = t->ep_seen ? t->ep_loss / (double)t->ep_seen : 0;
         double ta = t->ep_seen ? (double)t->ep_correct / (double)t->ep_seen : 0;
         double vl = -1, va = 0;
@@ -287,6 +305,29 @@ static md_status run_once(md_trainer *t)
             t->epoch++;
             st = md_trainer_interrupted(t, 0, 0, NULL);
             goto done;
+        }
+        /* --target-accuracy: validation accuracy, else the test split's (scored now), else training's */
+        if (o->target_acc > 0 && !t->regress) {
+            double acc = t->val_l ? va : ta;
+            const char *metric = t->val_l ? "val_acc" : "train_acc";
+            if (!t->val_l && t->test_l) {
+                if ((st = md_trainer_evaluate(t, t->test_l, t->epoch, &t->test_cache_loss, &acc, &t->test_cache_n,
+                                              "test")) != MD_OK)
+                    goto done;
+                t->test_cache_acc = acc;
+                t->test_cache_step = t->global_step;
+                metric = "test_acc";
+            }
+            if (md_trainer_target_check(t, acc, metric)) {
+                t->epoch++;
+                break;
+            }
+        }
+        /* the epoch's end (validation, checkpoint, the target's test score) as measured */
+        md_trainer_budget_after_epoch(t, t->global_step - step0, t->ph_epoch, md_now() - end0);
+        if (md_trainer_budget_done(t)) {
+            t->epoch++;
+            break;
         }
         if (o->patience > 0) {
             t->bad_epochs = t->best_epoch != best_before ? 0 : t->bad_epochs + 1;

@@ -77,6 +77,12 @@ struct md_train_opts {
     double label_smoothing;
     char loss_function[16];     /* ""/"auto": by the model's task; cross_entropy|mse|mae|huber|financial */
     int patience;               /* > 0: stop after this many epochs without a better validation score */
+    double time_budget;         /* > 0: seconds from t_start by which the run (test scoring included) ends:
+                                   the steps and the schedule are sized from the step time measured after a
+                                   short warm-up; `epochs` stays the most it runs */
+    double t_start;             /* md_now() when the run started (the budget's origin; 0: at md_trainer_run) */
+    double target_acc;          /* > 0: fraction; stop after the epoch whose validation accuracy (test accuracy
+                                   without a validation split) reaches it */
     int val_batch_multiplier;
     int auto_batch;             /* halve the batch on out-of-memory */
     /* files ("" = none) */

@@ -270,7 +270,15 @@ md_status md_trainer_score_test(md_trainer *t)
         cJSON_DeleteItemFromObjectCaseSensitive(t->report, "forecasts");
         t->forecasts = cJSON_AddArrayToObject(t->report, "forecasts");
     }
-    st = md_trainer_evaluate(t, t->test_l, 0, &tl, &ta, &tn, "test");
+    if (!t->regress && t->test_cache_step > 0 && t->test_cache_step == t->global_step && after == t->epoch) {
+        /* --target-accuracy scored the test split with these very weights after the last epoch */
+        tl = t->test_cache_loss;
+        ta = t->test_cache_acc;
+        tn = t->test_cache_n;
+        st = MD_OK;
+    } else {
+        st = md_trainer_evaluate(t, t->test_l, 0, &tl, &ta, &tn, "test");
+    }
     t->forecasts = NULL;
     if (st != MD_OK) {
         if (st == MD_ERR_INTERRUPTED && t->last_path[0]) {

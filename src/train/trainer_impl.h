@@ -10,6 +10,7 @@
  *   trainer_pipe.c     pipelined steps and their CUDA-graph capture
  *   trainer_eval.c     validation and test scoring
  *   trainer_diag.c     per-epoch diagnostics (norms, update ratios, dead ReLUs)
+ *   trainer_budget.c   --time-budget (warm-up, plan, schedule length) and --target-accuracy
  *   trainer_metrics.c  report["training"], its curves, --metrics lines, the printed table
  */
 #ifndef MD_TRAINER_IMPL_H
@@ -121,6 +122,30 @@ struct md_trainer {
 
     double best_acc;
     int best_epoch;
+
+    /* the epochs this run goes to: opts.epochs, or fewer once --time-budget sized it */
+    int n_epochs;
+    /* --time-budget (trainer_budget.c) */
+    double bud_t0, bud_end;              /* the budget's origin and end (md_now) */
+    double bud_warm_t0;                  /* the warm-up's timing starts here ... */
+    long long bud_warm_s0;               /* ... at this step */
+    int bud_planned;                     /* the steps are sized */
+    double bud_step_s, bud_val_s;        /* measured seconds per training step and per validation */
+    double bud_test_s;                   /* estimated seconds of the test scoring */
+    long long bud_total;                 /* planned optimizer steps (the schedule's total) */
+    long long bud_warm_steps;            /* steps timed before the plan */
+    int bud_replans, bud_cut;            /* re-plans after epochs; steps stopped at the budget's end */
+    int bud_said;                        /* the plan line was printed */
+    double bud_steps_end;                /* md_now when the steps ended */
+    double bud_first_total;              /* the first plan's steps */
+    /* --target-accuracy on the test split: its score after the last epoch, which the
+       final test scoring reuses while the weights are those (test_cache_step == global_step) */
+    long long test_cache_step;
+    double test_cache_loss, test_cache_acc;
+    long long test_cache_n;
+    /* --target-accuracy */
+    int tgt_epoch;                       /* the epoch that reached it (0: not reached) */
+    double tgt_value, tgt_train_s, tgt_wall_s;
     double run_time;           /* training seconds so far (all sessions) */
 
     char ckpt_dir[MD_PATH_MAX];
@@ -256,6 +281,27 @@ void md_trainer_regress_val_report(md_trainer *t);
  * phases (t->ph_*), and the probe: dead units and pathway balance on a fixed
  * batch (taken at the first call; overwrites the input buffers). Syncs. */
 md_status md_trainer_diagnostics(md_trainer *t, int have_update);
+
+/* ---- trainer_budget.c --------------------------------------------------------------- */
+
+/* At a run's start: t->n_epochs, and the budget's clock. */
+void md_trainer_budget_start(md_trainer *t);
+/* Steps of the epoch that starts now at the current plan (<= steps_per_epoch). */
+long long md_trainer_budget_epoch_steps(const md_trainer *t);
+/* After each optimizer step: times the warm-up and sizes the run once it is
+ * done. Returns 1 when no further step may run (the plan's last step ran, or
+ * the budget's end came). */
+int md_trainer_budget_after_step(md_trainer *t);
+/* After an epoch and its validation (`steps` steps in `steps_s` seconds,
+ * validation `val_s`): the plan at the measured pace. */
+void md_trainer_budget_after_epoch(md_trainer *t, long long steps, double steps_s, double val_s);
+/* Whether training is over by the budget (the plan's steps ran, or its end came). */
+int md_trainer_budget_done(const md_trainer *t);
+/* After an epoch: `acc` of `metric` (val_acc, test_acc) against
+ * --target-accuracy; prints and records a hit. Returns 1 when reached. */
+int md_trainer_target_check(md_trainer *t, double acc, const char *metric);
+/* report.training.time_budget and .target (what each option decided). */
+void md_trainer_budget_report(md_trainer *t);
 
 /* ---- trainer_metrics.c -------------------------------------------------------------- */
 

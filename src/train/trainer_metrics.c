@@ -223,6 +223,12 @@ void md_trainer_print_start(md_trainer *t)
         md_out("  %-16s after %d epoch%s without a better validation %s (--patience)\n", "early stopping",
                o->patience, o->patience == 1 ? "" : "s", t->regress ? "loss" : "accuracy");
     md_out("  %-16s %s\n", "steps", t->pipe_why);
+    if (o->time_budget > 0)
+        md_out("  %-16s %g s from the run's start to its test score: steps and schedule sized after a short "
+               "warm-up\n", "time budget", o->time_budget);
+    if (o->target_acc > 0)
+        md_out("  %-16s stop once %s accuracy reaches %.2f%%\n", "target",
+               t->val_l ? "validation" : t->test_l ? "test" : "training", 100 * o->target_acc);
     if (t->have_load) md_load_report_print(&t->load);
     size_t frozen = md_optim_frozen_count(t->opt);
     if (o->freeze[0] || o->backbone_lr > 0) {
@@ -245,10 +251,9 @@ void md_trainer_print_start(md_trainer *t)
 void md_trainer_epoch_output(md_trainer *t, double tl, double ta, double vl, double va, double lr, double sps,
                              double ep_time)
 {
-    const struct md_train_opts *o = t->o;
     char a[32];
     /* run_time covers every epoch so far, also those before a resume */
-    double eta = (o->epochs - t->epoch - 1) * (t->run_time / (t->epoch + 1));
+    double eta = (t->n_epochs - t->epoch - 1) * (t->run_time / (t->epoch + 1));
     char et[16], es[16], vls[16], vas[16];
     fmt_duration(ep_time, et, sizeof et);
     fmt_duration(eta, es, sizeof es);
@@ -323,4 +328,5 @@ void md_trainer_report_finish(md_trainer *t, int start_epoch)
         else cJSON_AddNullToObject(es, "stopped_after_epoch");
     }
     if (t->last_path[0]) cJSON_AddStringToObject(t->report, "last_checkpoint", t->last_path);
+    md_trainer_budget_report(t);
 }

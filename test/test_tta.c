@@ -1,0 +1,272 @@
+/* test_tta.c - time to accuracy: --time-budget sizes the run and its schedule
+ * from the measured step time and ends within the budget; --target-accuracy
+ * stops at the first epoch that reaches it; bad values are one-line usage
+ * errors; Fashion-MNIST-like data with a small CNN gets its recipe, each
+ * setting with its reason. Tiny model, synthetic data: seconds in all. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/recipe.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "helpers.h"
+#include "helpers_job.h"
+#include "json_schema.h"
+
+/* A tiny CNN for 28x28 gray inputs (the synthetic dataset follows the model). */
+static const char tiny_model[] =
+    "{\"name\": \"tiny\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"
+    " \"layers\": [\n"
+    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 16, \"kernel\": 3, \"padding\": 1, \"bias\": false},\n"
+    "  {\"name\": \"bn1\", \"type\": \"batchnorm\"}, {\"name\": \"relu1\", \"type\": \"relu\"},\n"
+    "  {\"name\": \"pool1\", \"type\": \"maxpool\", \"kernel\": 4},\n"
+    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
+    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
+
+static const char *base_args(const char *dir)
+{
+    static char b[2048];
+    char *m = th_write(dir, "tiny.json", tiny_model);
+    snprintf(b, sizeof b,
+             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
+             "--num-workers 0 --seed 7 --quiet --checkpoint-dir %s/ck",
+             m, dir);
+    free(m);
+    return b;
+}
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(v), "%s is not a number", key);
+    return v->valuedouble;
+}
+
+/* The budget's plan is a schedule that ends when the budget does: the run
+ * (training and test scoring) ends within the budget plus a little, having
+ * run the planned steps, and the last step's learning rate is the one-cycle
+ * schedule's last (lr/25/1e4). */
+#define BUDGET_S 3.0
+#define SLACK_S 1.5
+Test(tta, time_budget_sizes_the_schedule_and_ends_in_time, .timeout = 60)
+{
+    char *dir = th_tmpdir();
+    char args[2400];
+    snprintf(args, sizeof args, "%s --lr 0.01 --lradj onecycle --time-budget %g", base_args(dir), BUDGET_S);
+    struct th_job j;
+    double t0 = md_now();
+    th_job_run(&j, args, 0, 0);
+    double wall = md_now() - t0;
+    cr_assert_eq(j.st, MD_OK, "%s", j.err);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(j.training, "time_budget");
+    cr_assert(cJSON_IsObject(b), "training.time_budget");
+    double planned = num(b, "planned_steps"), run = num(b, "steps_run"), lr_end = num(b, "final_lr");
+    fprintf(stderr, "  time budget %g s: %.2f s, %.0f of %.0f planned steps (%.4g s a step), final lr %.3g\n",
+            BUDGET_S, wall, run, planned, num(b, "step_time_s"), lr_end);
+    cr_assert(wall <= BUDGET_S + SLACK_S, "the run took %.2f s of a %g s budget", wall, BUDGET_S);
+    cr_assert(planned >= 12, "a plan of %.0f steps: not even one epoch of 12 in %g s", planned, BUDGET_S);
+    cr_assert_eq(run, planned, "ran %.0f of %.0f planned steps", run, planned);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "schedule_completed")), "schedule not completed");
+    cr_assert(fabs(lr_end - 0.01 / 25 / 1e4) < 1e-9, "the last step's lr %g is not the schedule's end", lr_end);
+    /* the schedule's length is the plan, not --epochs' (here: as many as fit) */
+    cr_assert(num(j.training, "epochs_run") >= 1);
+    th_job_end(&j);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* An easy set: validation accuracy passes 30% in the second epoch, so a
+ * target of 30% stops there, long before --epochs 12; the report says when. */
+Test(tta, target_accuracy_stops_early, .timeout = 60)
+{
+    char *dir = th_tmpdir();
+    char args[2400];
+    snprintf(args, sizeof args, "%s --lr 0.01 --epochs 12 --target-accuracy 30", base_args(dir));
+    struct th_job j;
+    th_job_run(&j, args, 0, 0);
+    cr_assert_eq(j.st, MD_OK, "%s", j.err);
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(j.training, "target");
+    cr_assert(cJSON_IsObject(g), "training.target");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "reached")));
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(g, "metric")->valuestring, "val_acc");
+    int epoch = (int)num(g, "epoch"), ran = (int)num(j.training, "epochs_run");
+    fprintf(stderr, "  target 30%%: reached after epoch %d (%.2f%%), %.2f s training\n", epoch,
+            100 * num(g, "value"), num(g, "train_time_s"));
+    cr_assert_eq(epoch, ran, "stopped after epoch %d, reached at %d", ran, epoch);
+    cr_assert(ran < 12, "ran all %d epochs", ran);
+    cr_assert(num(g, "value") >= 0.30);
+    const cJSON *va = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j.training, "curves"), "val_acc");
+    for (int e = 0; e < ran - 1; e++)
+        cr_assert(cJSON_GetArrayItem(va, e)->valuedouble < 0.30, "epoch %d already reached it", e + 1);
+    cr_assert(num(g, "wall_s") >= num(g, "train_time_s") - 1e-9);
+    th_job_end(&j);
+
+    /* without a validation split the test split is the one checked, after each epoch, and the final
+     * test score is that last check's */
+    snprintf(args, sizeof args, "%s --lr 0.01 --epochs 12 --target-accuracy 30 --val-split 0 --overwrite",
+             base_args(dir));
+    th_job_run(&j, args, 0, 0);
+    cr_assert_eq(j.st, MD_OK, "%s", j.err);
+    g = cJSON_GetObjectItemCaseSensitive(j.training, "target");
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(g, "metric")->valuestring, "test_acc");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "reached")));
+    cr_assert((int)num(j.training, "epochs_run") < 12);
+    cr_assert_eq(num(cJSON_GetObjectItemCaseSensitive(j.training, "test"), "acc"), num(g, "value"));
+    th_job_end(&j);
+
+    /* out of reach: every epoch runs and the report says it was not reached */
+    snprintf(args, sizeof args, "%s --lr 0.01 --epochs 2 --target-accuracy 99 --overwrite", base_args(dir));
+    th_job_run(&j, args, 0, 0);
+    cr_assert_eq(j.st, MD_OK, "%s", j.err);
+    g = cJSON_GetObjectItemCaseSensitive(j.training, "target");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(g, "reached")));
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(g, "epoch")));
+    cr_assert_eq((int)num(j.training, "epochs_run"), 2);
+    th_job_end(&j);
+    th_rmtree(dir);
+    free(dir);
+}
+
+Test(tta, bad_values_are_one_line_usage_errors, .timeout = 60)
+{
+    static const struct {
+        const char *args, *needle;
+    } cases[] = {
+        {"--time-budget 0", "--time-budget: 0 is out of range"},
+        {"--time-budget -5", "--time-budget: -5 is out of range"},
+        {"--time-budget soon", "--time-budget: 'soon' is not a number"},
+        {"--time-budget", "--time-budget: missing value"},
+        {"--target-accuracy 101", "--target-accuracy: 101 is out of range"},
+        {"--target-accuracy 0.5", "--target-accuracy: 0.5 is out of range (1 to 100)"},
+        {"--target-accuracy high", "--target-accuracy: 'high' is not a number"},
+        {"--time-budget 60 --benchmark-only", "--time-budget needs training"},
+        {"--target-accuracy 90 --benchmark-only", "--target-accuracy needs training"},
+        {"--time-budget 60 --resume x.safetensors", "contradicts --resume"},
+        {"--time-budget 60 --models small_cnn,small_cnn", "contradicts --models"},
+        {"--target-accuracy 90 --epochs 0", "contradicts --epochs 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[256], *err = NULL;
+        snprintf(args, sizeof args, "--device cpu --quiet %s", cases[i].args);
+        int rc = th_run(args, NULL, &err);
+        cr_assert_eq(rc, 2, "%s: exit %d: %s", args, rc, err);
+        cr_assert(strstr(err, cases[i].needle), "%s: '%s' lacks '%s'", args, err, cases[i].needle);
+        cr_assert_eq(th_count_messages(err), 1, "%s: one line: '%s'", args, err);
+        free(err);
+    }
+}
+
+static const cJSON *setting(const md_job *job, const char *name)
+{
+    return th_setting(job->report, name);
+}
+
+static void expect_setting(const md_job *job, const char *name, const char *value, const char *why_has)
+{
+    const cJSON *s = setting(job, name);
+    cr_assert_not_null(s, "no setting %s", name);
+    const char *v = cJSON_GetObjectItemCaseSensitive(s, "value")->valuestring;
+    const char *w = cJSON_GetObjectItemCaseSensitive(s, "why")->valuestring;
+    cr_assert_str_eq(v, value, "%s = %s (%s)", name, v, w);
+    cr_assert(strstr(w, why_has), "%s: why '%s' lacks '%s'", name, w, why_has);
+}
+
+/* Fashion-MNIST (the bundled sample) with small_cnn: the recipe's settings,
+ * each with its reason, and a flag given keeps its own value. */
+Test(tta, fashion_mnist_gets_its_recipe_in_settings, .timeout = 60)
+{
+    struct th_job j;
+    th_job_open(&j, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir data/fashion-mnist-sample "
+                    "--max-samples 64");
+    cr_assert_eq(md_stage_policy(&j.job), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_stage_model(&j.job), MD_OK, "%s", md_errmsg());
+    const char *recipe = "recipe for 28x28 grayscale data and a small CNN";
+    expect_setting(&j.job, "lr_schedule", "onecycle", recipe);
+    expect_setting(&j.job, "nesterov", "on", recipe);
+    expect_setting(&j.job, "label_smoothing", "0.1", recipe);
+    expect_setting(&j.job, "augmentation", "off", recipe);
+    expect_setting(&j.job, "epochs", "20", recipe);
+    expect_setting(&j.job, "time_budget", "60 s", recipe);
+    cr_assert_eq(j.o.augment, 0);
+    cr_assert_eq(j.o.nesterov, 1);
+    cr_assert_str_eq(j.o.lradj, "onecycle");
+    cr_assert_eq(j.o.epochs, 20);
+    cr_assert_eq(j.o.time_budget, 60.0);
+    th_job_end(&j);
+
+    /* flags win: their settings are theirs, and --epochs means no default budget */
+    th_job_open(&j, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir data/fashion-mnist-sample "
+                    "--max-samples 64 --lradj cosine --augment --epochs 3 --label-smoothing 0");
+    cr_assert_eq(md_stage_policy(&j.job), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_stage_model(&j.job), MD_OK, "%s", md_errmsg());
+    cr_assert_null(setting(&j.job, "lr_schedule"), "a given --lradj is not the recipe's");
+    cr_assert_null(setting(&j.job, "augmentation"));
+    cr_assert_null(setting(&j.job, "time_budget"));
+    cr_assert_str_eq(j.o.lradj, "cosine");
+    cr_assert_eq(j.o.augment, 1);
+    cr_assert_eq(j.o.epochs, 3);
+    cr_assert_eq(j.o.label_smoothing, 0.0);
+    cr_assert_eq(j.o.time_budget, 0.0);
+    expect_setting(&j.job, "nesterov", "on", recipe);
+    th_job_end(&j);
+}
+
+/* Which data and models get the recipe (pure). */
+Test(tta, recipe_applies_to_fashion_mnist_like_data_and_small_models)
+{
+    struct md_recipe r;
+    struct md_recipe_in in = {.dataset = "fashion-mnist", .c = 1, .h = 28, .w = 28, .classes = 10, .params = 421738};
+    md_recipe_decide(&in, &r);
+    cr_assert_not_null(r.name);
+    cr_assert_str_eq(r.lradj, "onecycle");
+    cr_assert_eq(r.time_budget, 60.0);
+    in.dataset = "mnist";
+    md_recipe_decide(&in, &r);
+    cr_assert_not_null(r.name);
+    in.several = 1; /* --models, --fold all: no default budget (it would be shared) */
+    md_recipe_decide(&in, &r);
+    cr_assert_not_null(r.name);
+    cr_assert_eq(r.time_budget, 0.0);
+    in.several = 0;
+    in.ci = 1; /* --ci keeps its own short run */
+    md_recipe_decide(&in, &r);
+    cr_assert_null(r.name);
+    in.ci = 0;
+    in.params = 11000000; /* a large model keeps the generic defaults */
+    md_recipe_decide(&in, &r);
+    cr_assert_null(r.name);
+    struct md_recipe_in cifar = {.dataset = "cifar10", .c = 3, .h = 32, .w = 32, .classes = 10, .params = 421738};
+    md_recipe_decide(&cifar, &r);
+    cr_assert_null(r.name);
+    struct md_recipe_in synth = {.dataset = "synthetic", .c = 1, .h = 28, .w = 28, .classes = 10, .params = 1000};
+    md_recipe_decide(&synth, &r);
+    cr_assert_null(r.name);
+}
+
+/* The report's time_budget and target objects follow the schema (the binary,
+ * both options, the target reached before the budget binds). */
+Test(tta, report_with_budget_and_target_follows_the_schema, .timeout = 60)
+{
+    char *dir = th_tmpdir();
+    char args[2600], *err = NULL;
+    snprintf(args, sizeof args, "%s --lr 0.01 --epochs 12 --target-accuracy 30 --time-budget 30 --report %s/r.json",
+             base_args(dir), dir);
+    int rc = th_run(args, NULL, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    free(err);
+    char path[2200];
+    snprintf(path, sizeof path, "%s/r.json", dir);
+    cJSON *r = th_load_json(path), *schema = th_load_json("docs/schema/report.schema.json");
+    char why[512];
+    cr_assert(th_schema_validate(schema, r, why, sizeof why), "%s", why);
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(r, "training");
+    cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(tr, "time_budget")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tr, "target"), "reached")));
+    cJSON_Delete(r);
+    cJSON_Delete(schema);
+    th_rmtree(dir);
+    free(dir);
+}
