@@ -203,6 +203,15 @@ static const struct optdef table[] = {
     ON("compare-devices", compare_devices, "same benchmark on every available device"),
     STR("ablate", ablate, "LIST", "measure each of compile,channels-last,precision,workers on and off"),
 #undef GROUP
+#define GROUP "Doctor"
+    ON_KEY("check", check, NULL,
+           "one batch forward and backward on the device and on the CPU reference: per-layer errors, "
+           "fallback, time, memory (docs/doctor.md; exit 6 when a layer is beyond the tolerance)"),
+    ON_KEY("precision-audit", precision_audit, NULL,
+           "the same batch in fp16 and bf16 against fp32: range, errors, loss scale, a precision plan"),
+    STR("precision-plan", precision_plan, "FILE",
+        "with --precision-audit: write the recommended plan here; otherwise: train with this plan"),
+#undef GROUP
 #define GROUP "Report"
     STR("report", report, "FILE", "write the JSON report (schema in README)"),
     STR("html", html, "FILE", "write a self-contained HTML report with charts"),
@@ -667,6 +676,14 @@ md_status md_options_validate(const md_options *o)
         return md_errf(MD_ERR_USAGE, "--fold all trains every fold afresh; --resume continues one run (give --fold I)");
     if (o->folds > 1 && o->fold < 0 && o->models[0])
         return md_errf(MD_ERR_USAGE, "--fold all and --models both run several trainings; give one --model with --fold all");
+    if ((o->check || o->precision_audit) && (o->benchmark || o->benchmark_only || o->models[0] || o->folds > 1 ||
+                                            o->resume[0] || o->list_devices || o->ci))
+        return md_errf(MD_ERR_USAGE, "--%s runs one batch and nothing else; it contradicts --benchmark, "
+                       "--benchmark-only, --models, --folds, --resume, --list-devices and --ci",
+                       o->check ? "check" : "precision-audit");
+    if (o->precision_plan[0] && !o->precision_audit && md_options_given(o, "precision"))
+        return md_errf(MD_ERR_USAGE, "--precision-plan %s sets the precision; do not also give --precision",
+                       o->precision_plan);
     if ((o->expect_min_throughput > 0 || o->expect_max_loss > 0 || o->junit[0]) && !o->ci)
         return md_errf(MD_ERR_USAGE, "--expect-min-throughput, --expect-max-loss and --junit need --ci");
     return MD_OK;
