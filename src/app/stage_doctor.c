@@ -103,33 +103,6 @@ md_status md_stage_precision_plan(md_job *job)
     MD_TRY(md_precision_plan_read(o->precision_plan, &p));
     o->precision = p.precision;
     job->plan_loss_scale = p.loss_scale;
-    char msg[1024];
-    if (p.nkinds || p.nlayers) {
-        /* what the engine can do: one compute type per model; normalisation statistics always in fp32 */
-        char part[512] = "", none[512] = "";
-        for (int k = 0; k < p.nkinds; k++) {
-            int norm = strcmp(p.kinds[k], "batchnorm") == 0 || strcmp(p.kinds[k], "layernorm") == 0 ||
-                       strcmp(p.kinds[k], "instance_norm") == 0;
-            char *dst = norm ? part : none;
-            size_t l = strlen(dst);
-            snprintf(dst + l, 512 - l, "%s%s", l ? ", " : "", p.kinds[k]);
-        }
-        for (int k = 0; k < p.nlayers; k++) {
-            size_t l = strlen(none);
-            snprintf(none + l, sizeof none - l, "%s%s", l ? ", " : "", p.layers[k]);
-        }
-        if (part[0]) {
-            snprintf(msg, sizeof msg, "--precision-plan %s: keep_fp32 %s: only partly honoured: their statistics are "
-                     "computed in fp32, their outputs are stored in %s", o->precision_plan, part,
-                     md_precision_name(p.precision));
-            warn(job, msg);
-        }
-        if (none[0]) {
-            snprintf(msg, sizeof msg, "--precision-plan %s: keep_fp32 %s: not honoured: every layer of a model runs "
-                     "in the one compute type (%s)", o->precision_plan, none, md_precision_name(p.precision));
-            warn(job, msg);
-        }
-    }
     return MD_OK;
 }
 
@@ -137,6 +110,8 @@ void md_stage_precision_plan_setting(md_job *job)
 {
     md_options *o = job->opts;
     if (!o->precision_plan[0] || o->precision_audit) return;
+    struct md_precision_plan p;
+    if (md_precision_plan_read(o->precision_plan, &p) != MD_OK) return; /* read before the policy */
     const cJSON *s = md_job_find_setting(job, "precision");
     const cJSON *why = cJSON_GetObjectItemCaseSensitive(s, "why");
     char w[600], v[32];
@@ -147,5 +122,40 @@ void md_stage_precision_plan_setting(md_job *job)
         snprintf(v, sizeof v, "%g", job->plan_loss_scale);
         snprintf(w, sizeof w, "--precision-plan %s: the initial loss scale (dynamic from there)", o->precision_plan);
         md_job_setting(job, "loss_scale", v, w);
+    } else if (job->plan_loss_scale > 0) {
+        snprintf(w, sizeof w, "--precision-plan %s: loss_scale %g not used: the run computes in %s (loss scaling is "
+                 "for fp16 only)", o->precision_plan, job->plan_loss_scale, md_precision_name(o->precision));
+        if (o->precision != MD_PREC_FP32 || p.precision == MD_PREC_FP16) warn(job, w);
+    }
+    if (!p.nkinds && !p.nlayers) return;
+    /* what the engine can do: one compute type per model; normalisation statistics always in fp32 */
+    char part[512] = "", none[512] = "", msg[1400];
+    for (int k = 0; k < p.nkinds; k++) {
+        int norm = strcmp(p.kinds[k], "batchnorm") == 0 || strcmp(p.kinds[k], "layernorm") == 0 ||
+                   strcmp(p.kinds[k], "instance_norm") == 0;
+        char *dst = norm ? part : none;
+        size_t l = strlen(dst);
+        snprintf(dst + l, 512 - l, "%s%s", l ? ", " : "", p.kinds[k]);
+    }
+    for (int k = 0; k < p.nlayers; k++) {
+        size_t l = strlen(none);
+        snprintf(none + l, sizeof none - l, "%s%s", l ? ", " : "", p.layers[k]);
+    }
+    if (o->precision == MD_PREC_FP32) {
+        snprintf(msg, sizeof msg, "--precision-plan %s: keep_fp32 needs nothing: the run computes in fp32",
+                 o->precision_plan);
+        md_out("  %s\n", msg);
+        return;
+    }
+    if (part[0]) {
+        snprintf(msg, sizeof msg, "--precision-plan %s: keep_fp32 %s: only partly honoured: their statistics are "
+                 "computed in fp32, their outputs are stored in %s", o->precision_plan, part,
+                 md_precision_name(o->precision));
+        warn(job, msg);
+    }
+    if (none[0]) {
+        snprintf(msg, sizeof msg, "--precision-plan %s: keep_fp32 %s: not honoured: every layer of a model runs "
+                 "in the one compute type (%s)", o->precision_plan, none, md_precision_name(o->precision));
+        warn(job, msg);
     }
 }

@@ -796,7 +796,7 @@ md_status md_precision_plan_read(const char *path, struct md_precision_plan *p)
         if ((st = plan_strings(keep, "layers", path, NULL, p->layers, &p->nlayers)) != MD_OK) goto done;
     }
 done:
-    if (st != MD_OK && !strstr(md_errmsg(), path)) md_err_prefix("%s", path);
+    if (st != MD_OK) md_err_prefix("--precision-plan");
     cJSON_Delete(root);
     return st;
 }
