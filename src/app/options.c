@@ -209,6 +209,9 @@ static const struct optdef table[] = {
            "fallback, time, memory (docs/doctor.md; exit 6 when a layer is beyond the tolerance)"),
     ON_KEY("precision-audit", precision_audit, NULL,
            "the same batch in fp16 and bf16 against fp32: range, errors, loss scale, a precision plan"),
+    OPT("input-scale", NULL, T_DOUBLE, input_scale, NULL, "S",
+        "--check, --precision-audit: standard deviation of the seeded inputs (255: unnormalised pixels)", NULL,
+        1e-6, 1e12, 0, NULL),
     STR("precision-plan", precision_plan, "FILE",
         "with --precision-audit: write the recommended plan here; otherwise: train with this plan"),
 #undef GROUP
@@ -242,6 +245,7 @@ void md_options_defaults(md_options *o)
     o->seed = 42;
     o->verbosity = MD_NORMAL;
     o->dropout = -1;
+    o->input_scale = 1.0;
     o->compile = 1;
     snprintf(o->compile_mode, sizeof o->compile_mode, "default");
     snprintf(o->dataset, sizeof o->dataset, "auto");

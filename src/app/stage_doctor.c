@@ -50,7 +50,7 @@ md_status md_stage_doctor(md_job *job)
     co.mopts = *md_model_get_opts(job->model);
     co.batch = md_options_given(o, "batch-size") ? o->batch_size : 2;
     co.seed = o->seed;
-    co.input_scale = 1.0;
+    co.input_scale = o->input_scale > 0 ? o->input_scale : 1.0;
     co.tf32 = o->tf32 && md_device_kind(job->dev) == MD_BACKEND_CUDA;
     int failed = 0;
     if (o->check) {

@@ -632,7 +632,10 @@ md_status md_precision_audit_run(const struct md_check_opts *o, md_device *dev, 
         /* fp32 by rule (statistics, softmax) or by measurement (fp16 beyond its tolerance or out of range) */
         char why[160] = "";
         if (rule) {
-            snprintf(why, sizeof why, "rule: %s%s", rule, rin.sq_overflow ? "; input squares overflow fp16" : "");
+            if (rin.sq_overflow)
+                snprintf(why, sizeof why, "rule: %s; %lld input squares above 65504", rule, rin.sq_overflow);
+            else
+                snprintf(why, sizeof why, "rule: %s", rule);
             int seen = 0;
             for (int k = 0; k < nkeep_kinds; k++) seen |= strcmp(kinds[k], type) == 0;
             if (!seen && nkeep_kinds < MD_PLAN_MAX_KEEP) kinds[nkeep_kinds++] = type;
@@ -689,6 +692,16 @@ done:
     return st;
 }
 
+/* A half type's relative L2 error, or "NaN/Inf" when its output has them. */
+static const char *half_err(const cJSON *c, char *buf, size_t n)
+{
+    if (jnum(c, "nan") + jnum(c, "inf") > 0) {
+        snprintf(buf, n, "NaN/Inf");
+        return buf;
+    }
+    return fmt_rel(cJSON_GetObjectItemCaseSensitive(c, "rel_l2"), buf, n);
+}
+
 void md_precision_audit_print(const cJSON *au)
 {
     char b1[40], b2[40], name[24], type[16];
@@ -705,21 +718,22 @@ void md_precision_audit_print(const cJSON *au)
         const char *why = jstr(L, "why");
         md_out("  %-18s %-10s %9.3g %8.0f %8.0f %8s %8s  %.21s\n", cut(jstr(L, "name"), name, 18),
                cut(jstr(L, "type"), type, 10), jnum(f, "max_abs"), jnum(f, "overflow_fp16"),
-               jnum(f, "flush_to_zero_fp16"), fmt_rel(cJSON_GetObjectItemCaseSensitive(y16, "rel_l2"), b1, sizeof b1),
-               fmt_rel(cJSON_GetObjectItemCaseSensitive(ybf, "rel_l2"), b2, sizeof b2),
+               jnum(f, "flush_to_zero_fp16"), half_err(y16, b1, sizeof b1), half_err(ybf, b2, sizeof b2),
                why[0] ? (strncmp(why, "rule", 4) == 0 ? "yes (rule)" : "yes (measured)") : "");
     }
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(au, "gradients");
-    md_out("  gradients: largest %.3g, smallest significant (0.1%% quantile) %.3g; fp16 needs a loss scale\n",
-           jnum(g, "max_abs"), jnum(g, "small_abs"));
-    md_out("    between %g and %g (%s)\n", jnum(g, "loss_scale_min"), jnum(g, "loss_scale_max"),
-           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "fits_fp16")) ? "fits" : "no single scale fits");
+    md_out("  gradients: largest %.3g, smallest significant (0.1%% quantile) %.3g\n", jnum(g, "max_abs"),
+           jnum(g, "small_abs"));
+    md_out("  fp16 loss scale: at least %g (small gradients above 2^-14), at most %g (largest below 65504/2)%s\n",
+           jnum(g, "loss_scale_min"), jnum(g, "loss_scale_max"),
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "fits_fp16")) ? "" : ": none fits");
     const cJSON *loss = cJSON_GetObjectItemCaseSensitive(au, "loss");
     md_out("  loss: fp32 %.6g, fp16 %.6g, bf16 %.6g\n", jnum(loss, "fp32"), jnum(loss, "fp16"), jnum(loss, "bf16"));
     cJSON_ArrayForEach(L, cJSON_GetObjectItemCaseSensitive(au, "layers"))
     {
         const char *why = jstr(L, "why");
-        if (why[0] && strncmp(why, "rule", 4) != 0) md_out("  %s: %s\n", cut(jstr(L, "name"), name, 18), why);
+        if (why[0] && (strncmp(why, "rule", 4) != 0 || strstr(why, "squares")))
+            md_out("  %s: %s\n", cut(jstr(L, "name"), name, 18), why);
     }
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(au, "plan");
     md_out("  plan: %s, initial loss scale %g; %s\n", jstr(p, "precision"), jnum(p, "loss_scale"), jstr(p, "why"));

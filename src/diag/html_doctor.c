@@ -31,6 +31,16 @@ static double num(const cJSON *o, const char *key)
     return v;
 }
 
+/* A half type's relative L2 error, or "NaN/Inf" when its output has them. */
+static const char *half_err(const cJSON *c, char *buf, size_t n)
+{
+    if (num(c, "nan") + num(c, "inf") > 0) {
+        snprintf(buf, n, "NaN/Inf");
+        return buf;
+    }
+    return rel(c, "rel_l2", buf, n);
+}
+
 static void failure(md_strbuf *b, const char *name, const char *what, const cJSON *c)
 {
     if (!cJSON_IsObject(c) || !cJSON_IsFalse(md_hj_get(c, "ok"))) return;
@@ -111,8 +121,8 @@ static void audit_section(md_strbuf *b, const cJSON *au)
         md_html_table_cell(b, w);
         snprintf(x, sizeof x, "%.0f", num(f, "flush_to_zero_fp16"));
         md_html_table_cell(b, x);
-        md_html_table_cell(b, rel(md_hj_get(md_hj_get(L, "fp16"), "output"), "rel_l2", y, sizeof y));
-        md_html_table_cell(b, rel(md_hj_get(md_hj_get(L, "bf16"), "output"), "rel_l2", v, sizeof v));
+        md_html_table_cell(b, half_err(md_hj_get(md_hj_get(L, "fp16"), "output"), y, sizeof y));
+        md_html_table_cell(b, half_err(md_hj_get(md_hj_get(L, "bf16"), "output"), v, sizeof v));
         md_html_table_cell(b, md_hj_str(L, "why") ? md_hj_str(L, "why") : "");
         md_html_table_row_end(b);
     }
