@@ -362,8 +362,8 @@ void md_check_print(const cJSON *ck)
     char b1[40], b2[40], b3[40];
     md_out("  %s on %s (%s, batch %.0f) against the reference (fp32); tolerance %.0e x max |ref|\n",
            jstr(ck, "model"), jstr(ck, "device"), jstr(ck, "precision"), jnum(ck, "batch"), jnum(ck, "rtol"));
-    md_out("  %-18s %-10s %8s %8s %7s %-8s %8s %8s %9s %s\n", "layer", "type", "out rel", "grad rel", "NaN/Inf",
-           "ran", "fwd ms", "bwd ms", "act", "");
+    md_out("  %-18s %-10s %8s %8s %7s %-8s %8s %8s %9s\n", "layer", "type", "out rel", "grad rel", "NaN/Inf", "ran",
+           "fwd ms", "bwd ms", "act");
     const cJSON *L;
     cJSON_ArrayForEach(L, cJSON_GetObjectItemCaseSensitive(ck, "layers"))
     {
@@ -724,7 +724,7 @@ void md_precision_audit_print(const cJSON *au)
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(au, "gradients");
     md_out("  gradients: largest %.3g, smallest significant (0.1%% quantile) %.3g\n", jnum(g, "max_abs"),
            jnum(g, "small_abs"));
-    md_out("  fp16 loss scale: at least %g (small gradients above 2^-14), at most %g (largest below 65504/2)%s\n",
+    md_out("  fp16 loss scale: at least %g (small gradients above 2^-14), at most %g (largest < 32752)%s\n",
            jnum(g, "loss_scale_min"), jnum(g, "loss_scale_max"),
            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "fits_fp16")) ? "" : ": none fits");
     const cJSON *loss = cJSON_GetObjectItemCaseSensitive(au, "loss");
