@@ -16,7 +16,9 @@
 #include "app/job.h"
 #include "backend/backend_impl.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "diag/check.h"
+#include "diag/html.h"
 #include "helpers.h"
 #include "json_schema.h"
 #include "nn/model.h"
@@ -249,6 +251,14 @@ Test(doctor, check_exit_code_report_and_text, .timeout = 60)
     cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r.report, "status"), "exit_code")->valuedouble, 6);
     expect_valid(r.report);
     expect_width(r.text);
+    /* the HTML page carries the table and the failure in words */
+    char *html = NULL;
+    size_t len = 0;
+    cr_assert_eq(md_html_render(r.report, &html, &len), MD_OK, "%s", md_errmsg());
+    cr_expect(strstr(html, "<section id=\"check\">") && strstr(html, "differs first at element 3") &&
+                  strstr(html, "<th>conv1</th>") && strstr(html, ">FAIL<"),
+              "no check section in the page");
+    md_free(html);
     md_backend_set_test_ops("cpu", NULL);
     free(r.text);
     cJSON_Delete(r.report);
