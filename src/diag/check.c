@@ -362,6 +362,8 @@ void md_check_print(const cJSON *ck)
     char b1[40], b2[40], b3[40];
     md_out("  %s on %s (%s, batch %.0f) against the reference (fp32); tolerance %.0e x max |ref|\n",
            jstr(ck, "model"), jstr(ck, "device"), jstr(ck, "precision"), jnum(ck, "batch"), jnum(ck, "rtol"));
+    md_out("  inputs: seeded N(0, 1) x %g; each reference layer gets the device layer's inputs and gradient\n",
+           jnum(ck, "input_scale"));
     md_out("  %-18s %-10s %8s %8s %7s %-8s %8s %8s %9s\n", "layer", "type", "out rel", "grad rel", "NaN/Inf", "ran",
            "fwd ms", "bwd ms", "act");
     const cJSON *L;
