@@ -313,13 +313,14 @@ ifneq ($(UNAME_S),Darwin)
 METAL_SIM_TESTBIN := $(BUILD)/metal-sim-tests
 METAL_SIM_TEST_OBJS := $(BUILD)/obj/test/test_backend_ops.o $(BUILD)/obj/test/helpers.o $(BUILD)/obj/test/kernel_cases.o \
                        $(BUILD)/obj/test/test_seq_metal_sim.o $(BUILD)/obj/test/test_nn_vit.o \
+                       $(BUILD)/obj/test/test_doctor.o $(BUILD)/obj/test/json_schema.o \
                        $(BUILD)/obj/metal/sim/metal_sim_backend.o
 $(METAL_SIM_TESTBIN): $(METAL_SIM_TEST_OBJS) $(filter-out %/metal_stub.o,$(LIB_OBJS)) $(METAL_C_OBJS) $(METAL_SIM_OBJS)
 	$(say) LINK $@
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null) $(LDLIBS) $(METAL_SIM_LIBS)
 .PHONY: metal-sim-test
 metal-sim-test: $(METAL_SIM_TESTBIN)
-	$(METAL_SIM_TESTBIN) --filter '@(backend_ops/metal|seq_metal_sim/*|vit_metal_sim/*)' $(TEST_ARGS)
+	$(METAL_SIM_TESTBIN) --filter '@(backend_ops/metal|seq_metal_sim/*|vit_metal_sim/*|doctor_metal_sim/*)' $(TEST_ARGS)
 # Under the sanitizers the simulation is ~8x slower; test/test_metal_sim.c
 # still runs there.
 ifeq ($(SANITIZE),)

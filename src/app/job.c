@@ -315,7 +315,9 @@ md_status md_job_run(md_options *opts)
     device_settings(&job);
     md_stage_ci_defaults(&job);
     md_profile_defaults(&job);
+    if ((st = md_stage_precision_plan(&job)) != MD_OK) goto finish;
     if ((st = md_stage_policy(&job)) != MD_OK) goto finish;
+    md_stage_precision_plan_setting(&job);
 
     if (md_diagnostics_wanted(opts)) {
         /* Several models in turn, then a comparison (src/app/diagnostics.c). */
@@ -323,6 +325,12 @@ md_status md_job_run(md_options *opts)
     } else if (md_folds_wanted(opts)) {
         /* Every fold in turn, then mean +- std (src/app/folds.c). */
         if ((st = md_folds_run(&job)) != MD_OK) goto finish;
+    } else if (md_doctor_wanted(opts)) {
+        /* One batch on the device against the reference, or in each precision (src/app/stage_doctor.c). */
+        if ((st = md_stage_model(&job)) != MD_OK) goto finish;
+        md_settings_record_run(&job);
+        md_settings_print(job.settings, 0);
+        if ((st = md_stage_doctor(&job)) != MD_OK) goto finish;
     } else {
         /* a signal that came between the loops that check it stops the run here */
         if ((st = md_stage_model(&job)) != MD_OK) goto finish;

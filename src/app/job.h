@@ -35,6 +35,7 @@ typedef struct md_job {
     double t_start;
     int no_layer_table;     /* the model stage prints no per-layer table (the diagnostics run
                                without --verbose) */
+    double plan_loss_scale; /* --precision-plan: the initial loss scale (0: the trainer's) */
 } md_job;
 
 /* Runs the whole job; returns the status that decides the exit code. */
@@ -66,6 +67,16 @@ void md_stage_train_cleanup(md_job *job);
  * (app/resolve.c); tests drive it themselves. */
 md_status md_stage_train_create(md_job *job, struct md_trainer **out);
 md_status md_stage_bench(md_job *job);   /* app/stage_bench.c  */
+/* The doctor (app/stage_doctor.c, docs/doctor.md): --check and/or
+ * --precision-audit instead of data, training and benchmark; a failed check
+ * is MD_ERR_NUMERIC. md_stage_precision_plan reads --precision-plan FILE for
+ * a training run before the policy (precision, loss scale; warns about the
+ * entries it cannot honour); md_stage_precision_plan_setting records it
+ * after the policy. */
+int md_doctor_wanted(const md_options *o);
+md_status md_stage_doctor(md_job *job);
+md_status md_stage_precision_plan(md_job *job);
+void md_stage_precision_plan_setting(md_job *job);
 md_status md_stage_recommend(md_job *job); /* app/stage_bench.c */
 /* The recommendations from job->report's own benchmark, into
  * job->report["recommendations"] (the diagnostics run calls it with a model's

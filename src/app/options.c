@@ -215,6 +215,18 @@ static const struct optdef table[] = {
     INT("leak-check", leak_check, "N", 5, 100000,
         "memory after each of N more training steps; growth past the bound fails the run (exit 7)"),
 #undef GROUP
+#define GROUP "Doctor"
+    ON_KEY("check", check, NULL,
+           "one batch forward and backward on the device and on the CPU reference: per-layer errors, "
+           "fallback, time, memory (docs/doctor.md; exit 6 when a layer is beyond the tolerance)"),
+    ON_KEY("precision-audit", precision_audit, NULL,
+           "the same batch in fp16 and bf16 against fp32: range, errors, loss scale, a precision plan"),
+    OPT("input-scale", NULL, T_DOUBLE, input_scale, NULL, "S",
+        "--check, --precision-audit: standard deviation of the seeded inputs (255: unnormalised pixels)", NULL,
+        1e-6, 1e12, 0, NULL),
+    STR("precision-plan", precision_plan, "FILE",
+        "with --precision-audit: write the recommended plan here; otherwise: train with this plan"),
+#undef GROUP
 #define GROUP "Report"
     STR("report", report, "FILE", "write the JSON report (schema in README)"),
     STR("html", html, "FILE", "write a self-contained HTML report with charts"),
@@ -245,6 +257,7 @@ void md_options_defaults(md_options *o)
     o->seed = 42;
     o->verbosity = MD_NORMAL;
     o->dropout = -1;
+    o->input_scale = 1.0;
     o->compile = 1;
     snprintf(o->compile_mode, sizeof o->compile_mode, "default");
     snprintf(o->dataset, sizeof o->dataset, "auto");
@@ -689,6 +702,14 @@ md_status md_options_validate(const md_options *o)
                        o->models[0] ? "--models" : "--fold all");
     if (o->target_accuracy > 0 && md_options_given(o, "epochs") && o->epochs == 0)
         return md_errf(MD_ERR_USAGE, "--target-accuracy needs training; it contradicts --epochs 0");
+    if ((o->check || o->precision_audit) && (o->benchmark || o->benchmark_only || o->profile || o->leak_check ||
+                                            o->models[0] || o->folds > 1 || o->resume[0] || o->list_devices || o->ci))
+        return md_errf(MD_ERR_USAGE, "--%s runs one batch and nothing else; it contradicts --benchmark, "
+                       "--benchmark-only, --profile, --leak-check, --models, --folds, --resume, --list-devices and --ci",
+                       o->check ? "check" : "precision-audit");
+    if (o->precision_plan[0] && !o->precision_audit && md_options_given(o, "precision"))
+        return md_errf(MD_ERR_USAGE, "--precision-plan %s sets the precision; do not also give --precision",
+                       o->precision_plan);
     if ((o->expect_min_throughput > 0 || o->expect_max_loss > 0 || o->junit[0]) && !o->ci)
         return md_errf(MD_ERR_USAGE, "--expect-min-throughput, --expect-max-loss and --junit need --ci");
     return MD_OK;

@@ -124,6 +124,12 @@ typedef struct md_options {
     double expect_max_loss;
     char junit[MD_PATH_MAX];
 
+    /* doctor (docs/doctor.md) */
+    int check;                  /* --check: device against the reference, per layer */
+    int precision_audit;        /* --precision-audit: fp16/bf16 against fp32 */
+    double input_scale;         /* the doctor's seeded inputs: N(0, 1) times this */
+    char precision_plan[MD_PATH_MAX]; /* written by --precision-audit, else read for training */
+
     /* bookkeeping */
     unsigned char set_by_flag[128]; /* per table row: given on the command line */
     unsigned char set_by_config[128];

@@ -148,15 +148,18 @@ static int same_file(const struct named *a, const struct named *b)
 md_status md_outputs_check(const md_options *o, struct md_output_problems *p)
 {
     memset(p, 0, sizeof *p);
-    struct named out[5] = {
+    struct named out[6] = {
         {"--report", o->report, ""}, {"--html", o->html, ""}, {"--junit", o->junit, ""},
         {"--metrics", o->metrics, ""}, {"--dump-grads", o->dump_grads, ""},
+        /* written by the audit; read by a training run */
+        {"--precision-plan", o->precision_audit ? o->precision_plan : "", ""},
     };
     int nout = (int)(sizeof out / sizeof out[0]);
     for (int i = 0; i < nout; i++)
         if (out[i].path[0]) check_file(p, out[i].flag, out[i].path, out[i].target, sizeof out[i].target);
     /* checkpoints are written when training runs */
-    if (o->checkpoint_dir[0] && !o->list_devices && !o->benchmark_only && o->epochs > 0 && !o->dump_grads[0])
+    if (o->checkpoint_dir[0] && !o->list_devices && !o->benchmark_only && o->epochs > 0 && !o->dump_grads[0] &&
+        !o->check && !o->precision_audit)
         check_dir(p, "--checkpoint-dir", o->checkpoint_dir);
     for (int i = 0; i < nout; i++)
         for (int j = 0; j < i; j++)

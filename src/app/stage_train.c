@@ -40,6 +40,7 @@ md_status md_stage_train_create(md_job *job, md_trainer **out)
     struct md_train_opts to;
     md_resolve_train(job->opts, &to);
     to.t_start = job->t_start; /* a --time-budget counts from the run's start */
+    to.init_loss_scale = job->plan_loss_scale;
     struct md_train_hooks hooks = {
         .ctx = job,
         .setting = hook_setting,

@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "core/mem.h"
 #include "diag/html_epochs.h"
+#include "diag/html_doctor.h"
 #include "diag/html_profile.h"
 #include "diag/html_models.h"
 #include "diag/html_util.h"
@@ -532,7 +533,8 @@ static void nav(md_strbuf *b, const cJSON *r, int summary)
     static const char *const ids[][2] = {
         {"system", "System"},   {"devices", "Devices"},     {"settings", "Settings"},
         {"model", "Model"},     {"data", "Data"},           {"run", "Run"}, {"training", "Training"}, {"folds", "Cross-validation"},
-        {"benchmark", "Benchmark"}, {"profile", "Profile"}, {"memory", "Memory"}, {"recommendations", "Recommendations"},
+        {"benchmark", "Benchmark"}, {"profile", "Profile"}, {"check", "Check"},
+        {"precision_audit", "Precision audit"}, {"memory", "Memory"}, {"recommendations", "Recommendations"},
         {"warnings", "Warnings"},
     };
     md_strbuf_add(b, "<nav>");
@@ -1233,6 +1235,7 @@ static void other_sections(md_strbuf *b, const cJSON *r)
         int k = 0;
         for (const char *const *s = known; *s; s++) k |= strcmp(*s, f->string) == 0;
         k |= md_html_models_key(r, f->string);
+        k |= md_html_doctor_key(f->string);
         if (k) continue;
         if (!other++) md_html_section_begin(b, "other", "Other");
         char lab[160];
@@ -1324,6 +1327,7 @@ md_status md_html_render(const cJSON *r, char **out, size_t *len)
     if (cJSON_IsObject(md_hj_get(r, "folds"))) folds_section(&b, md_hj_get(r, "folds"));
     if (md_hj_get(r, "benchmark")) benchmark_section(&b, md_hj_get(r, "benchmark"), &fs);
     if (cJSON_IsObject(md_hj_get(r, "profile"))) md_html_profile(&b, md_hj_get(r, "profile"));
+    md_html_doctor(&b, r); /* --check, --precision-audit */
     if (md_hj_get(r, "memory") || md_hj_get(md_hj_get(r, "benchmark"), "memory")) memory_section(&b, r);
     if (cJSON_IsObject(md_hj_get(r, "fallback"))) generic_section(&b, r, "fallback", "Operations run on the CPU (fallback)");
     if (cJSON_IsArray(md_hj_get(r, "recommendations"))) recommendations_section(&b, md_hj_get(r, "recommendations"));

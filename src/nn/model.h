@@ -301,6 +301,51 @@ struct md_fusion_stat {
 md_status md_model_probe_stats(md_model *m, int batch, struct md_act_stat *acts, int max_acts, int *nacts,
                                struct md_fusion_stat *fus, int max_fus, int *nfus);
 
+/* ---- per-layer capture (--check, --precision-audit) ----
+ * Between md_model_capture_begin and md_model_capture_end, each layer's
+ * forward (not a recomputed one) and backward is bracketed by device syncs
+ * and followed by host copies: its output, and the gradients it has just
+ * written for its inputs. Run with compile off (md_model_opts.compile = 0),
+ * so every layer has its own output. Meant for one batch: the copies and
+ * syncs make a step much slower.
+ *
+ * Fed capture (`feed` non-NULL: a capturing model of the same config that
+ * ran its step first): before each layer's forward, its inputs are
+ * overwritten with feed's captured outputs of those layers, and before its
+ * backward its output gradient and its inputs' gradient buffers with feed's
+ * (dy, dx_before). Each layer then computes on exactly what the other model's
+ * layer saw, so the two differ only by this layer's own kernels: no error
+ * carried over from earlier layers, no ReLU or max-pool decision flipped by
+ * an upstream rounding. */
+struct md_layer_capture {
+    int ran;               /* 1 once its forward ran in the capture */
+    float *y;              /* (ny) its output as fp32, device layout (batch, fold items, c, h, w) */
+    size_t ny;
+    float *dx;             /* (ndx) the gradients of its inputs right after its backward, input
+                            * after input (model inputs, which get none, left out); NULL if none */
+    size_t ndx;
+    float *dy;             /* (ny) its output gradient just before its backward */
+    float *dx_before;      /* (ndx) its inputs' gradient buffers just before its backward (what
+                            * other consumers added already; unwritten buffers hold anything) */
+    double fwd_ms, bwd_ms; /* host clock between device syncs */
+    long long fallback_fwd, fallback_bwd; /* kernel calls that went to the CPU fallback */
+    size_t act_bytes;      /* its output buffer: batch x elements x compute dtype size */
+};
+/* Starts capturing (after bind); `feed`: NULL, or the model to take each
+ * layer's inputs and gradients from (borrowed until md_model_capture_end;
+ * its capture must stay alive). Errors: MD_ERR_OOM; MD_ERR_INTERNAL when feed
+ * is not a model of the same layers. */
+md_status md_model_capture_begin(md_model *m, const md_model *feed);
+/* Layer i's capture (i as md_model_layer_name), or NULL when not capturing.
+ * A layer that is another's alias (a view) has ran 0. Borrowed; valid until
+ * md_model_capture_end. */
+const struct md_layer_capture *md_model_capture_layer(const md_model *m, int i);
+/* Stops capturing and frees the copies. NULL-safe on a model without a capture. */
+void md_model_capture_end(md_model *m);
+/* Layer i's input layers: *n of them, their indices in md_model_layer_name's
+ * numbering (-1 for a model input) into in[] (at most max). */
+void md_model_layer_inputs(const md_model *m, int i, int *in, int max, int *n);
+
 /* ---- weights (safetensors, tensor names as md_model_tensor) ---- */
 /* Host copies of all parameters in PyTorch order (NHWC conv weights are
  * permuted back to (K, C/g, R, S)); dst/src hold nparams floats. After bind. */

@@ -24,6 +24,7 @@
 #include "core/mem.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
+#include "core/timer.h"
 
 
 #define NONE SIZE_MAX
@@ -290,6 +291,7 @@ size_t md_model_activation_bytes(const md_model *m, int batch, int training)
 
 struct md_model_prof;
 static void prof_free(md_device *dev, struct md_model_prof *p);
+static void cap_free(struct md_model *m);
 
 static void unbind(struct md_model *m)
 {
@@ -326,6 +328,7 @@ void md_model_free(md_model *m)
     if (!m) return;
     if (m->prof) prof_free(m->dev, m->prof);
     m->prof = NULL;
+    cap_free(m);
     unbind(m);
     md_model_free_host(m);
 }
@@ -534,15 +537,191 @@ static md_status prof_mark(struct md_model *m, int i, int bwd, int after)
 const char *md_model_layer_type(const md_model *m, int i) { return m->layers[m->ninputs + i].type; }
 const char *md_model_layer_name(const md_model *m, int i) { return m->layers[m->ninputs + i].name; }
 
+/* ---- per-layer capture (md_model_capture_begin) ---- */
+
+static void cap_free(struct md_model *m)
+{
+    if (!m->cap) return;
+    for (int i = 0; i < m->nlayers; i++) {
+        md_free(m->cap[i].y);
+        md_free(m->cap[i].dx);
+        md_free(m->cap[i].dy);
+        md_free(m->cap[i].dx_before);
+    }
+    md_free(m->cap);
+    m->cap = NULL;
+    m->feed = NULL;
+}
+
+md_status md_model_capture_begin(md_model *m, const md_model *feed)
+{
+    MD_ASSERT(m->dev);
+    cap_free(m);
+    if (feed && (feed->nlayers != m->nlayers || feed->ninputs != m->ninputs || !feed->cap))
+        return md_errf(MD_ERR_INTERNAL, "model %s: the fed capture comes from another model or none", m->name);
+    m->cap = md_calloc((size_t)m->nlayers, sizeof *m->cap);
+    if (!m->cap) return md_errf(MD_ERR_OOM, "model %s: out of host memory for the layer capture", m->name);
+    m->feed = feed;
+    return MD_OK;
+}
+
+const struct md_layer_capture *md_model_capture_layer(const md_model *m, int i)
+{
+    if (!m->cap || i < 0 || i >= m->nlayers - m->ninputs) return NULL;
+    return &m->cap[m->ninputs + i];
+}
+
+void md_model_capture_end(md_model *m) { cap_free(m); }
+
+void md_model_layer_inputs(const md_model *m, int i, int *in, int max, int *n)
+{
+    const struct md_layer *L = &m->layers[m->ninputs + i];
+    *n = 0;
+    for (int k = 0; k < L->nin && k < max; k++) in[(*n)++] = L->in[k] < m->ninputs ? -1 : L->in[k] - m->ninputs;
+}
+
+/* Every fallback call so far (a layer's share is the difference). */
+static long long fallback_total(const md_device *dev)
+{
+    long long s = 0;
+    for (int k = 0; k < MD_KERNEL_COUNT; k++) s += md_dev_fallback_count(dev, k);
+    return s;
+}
+
+/* Appends `n` elements of the compute dtype at `src` (device) to *dst as fp32. */
+static md_status cap_append(struct md_model *m, float **dst, size_t *len, const void *src, size_t n)
+{
+    md_dtype dt = m->opts.compute_dtype;
+    size_t es = md_dtype_size(dt);
+    float *grown = md_realloc(*dst, (*len + n + 1) * sizeof *grown);
+    void *raw = md_malloc(n * es + 4);
+    if (!grown || !raw) {
+        if (grown) *dst = grown;
+        md_free(raw);
+        return md_errf(MD_ERR_OOM, "model %s: out of host memory for the layer capture", m->name);
+    }
+    *dst = grown;
+    md_status st = md_dev_download(m->dev, raw, src, n * es);
+    if (st == MD_OK) st = md_dev_sync(m->dev);
+    for (size_t e = 0; st == MD_OK && e < n; e++) grown[*len + e] = md_load_f(raw, dt, e);
+    if (st == MD_OK) *len += n;
+    md_free(raw);
+    return st;
+}
+
+/* Writes `n` host floats into a device buffer of the compute dtype (fed capture). */
+static md_status cap_put(struct md_model *m, void *dst, const float *src, size_t n)
+{
+    md_dtype dt = m->opts.compute_dtype;
+    void *raw = md_malloc(n * md_dtype_size(dt) + 4);
+    if (!raw) return md_errf(MD_ERR_OOM, "model %s: out of host memory for the layer capture", m->name);
+    for (size_t e = 0; e < n; e++) md_store_f(raw, dt, e, src[e]);
+    md_status st = md_dev_upload(m->dev, dst, raw, n * md_dtype_size(dt));
+    if (st == MD_OK) st = md_dev_sync(m->dev);
+    md_free(raw);
+    return st;
+}
+
+/* Before a fed layer's pass: its inputs (forward), or its output gradient
+ * and its inputs' gradient buffers (backward), from the feeding model. */
+static md_status cap_feed(const struct md_layer_run *r, int i, int bwd)
+{
+    struct md_model *m = r->m;
+    const struct md_layer_capture *f = &m->feed->cap[i];
+    const struct md_layer *L = &m->layers[i];
+    if (!bwd) {
+        for (int k = 0; k < L->nin; k++) {
+            int t = md_model_tensor_of(m, L->in[k]);
+            const struct md_layer_capture *ft = &m->feed->cap[t];
+            size_t n = (size_t)r->n * numel(&m->layers[t]);
+            if (!ft->ran || ft->ny != n)
+                return md_errf(MD_ERR_INTERNAL, "model %s: no fed output of %s", m->name, m->layers[t].name);
+            if (t < m->ninputs && !has_act(m, t)) {
+                /* an fp32 model input read in place: the feeding model's (rounded) copy goes there */
+                MD_TRY(md_dev_upload(m->dev, m->inputs[t], ft->y, n * sizeof(float)));
+                MD_TRY(md_dev_sync(m->dev));
+            } else {
+                MD_TRY(cap_put(m, md_layer_act(r, t), ft->y, n));
+            }
+        }
+        return MD_OK;
+    }
+    size_t n = (size_t)r->n * numel(L);
+    if (f->dy) MD_TRY(cap_put(m, md_layer_grad(r, i), f->dy, n));
+    size_t off = 0;
+    for (int k = 0; k < L->nin && f->dx_before; k++) {
+        int t = md_model_tensor_of(m, L->in[k]);
+        if (t < m->ninputs) continue;
+        size_t nt = (size_t)r->n * numel(&m->layers[t]);
+        if (off + nt > f->ndx) return md_errf(MD_ERR_INTERNAL, "model %s: fed gradients of %s too short", m->name, L->name);
+        MD_TRY(cap_put(m, md_layer_grad(r, t), f->dx_before + off, nt));
+        off += nt;
+    }
+    return MD_OK;
+}
+
+/* Before (after 0) and after (after 1) a captured layer's pass: syncs, the
+ * host clock and the fallback counter; after a forward its output, around a
+ * backward the gradients of its output and inputs. */
+static md_status cap_mark(const struct md_layer_run *r, int i, int bwd, int after, double *t0, long long *f0)
+{
+    struct md_model *m = r->m;
+    if (!m->cap || r->recompute) return MD_OK;
+    struct md_layer_capture *c = &m->cap[i];
+    const struct md_layer *L = &m->layers[i];
+    if (!after) {
+        if (m->feed) MD_TRY(cap_feed(r, i, bwd));
+        if (bwd) {
+            size_t nb = 0;
+            MD_TRY(cap_append(m, &c->dy, &nb, md_layer_grad(r, i), (size_t)r->n * numel(L)));
+            nb = 0;
+            for (int k = 0; k < L->nin; k++) {
+                int t = md_model_tensor_of(m, L->in[k]);
+                if (t < m->ninputs) continue;
+                MD_TRY(cap_append(m, &c->dx_before, &nb, md_layer_grad(r, t), (size_t)r->n * numel(&m->layers[t])));
+            }
+        }
+        MD_TRY(md_dev_sync(m->dev));
+        *f0 = fallback_total(m->dev);
+        *t0 = md_now();
+        return MD_OK;
+    }
+    MD_TRY(md_dev_sync(m->dev));
+    double ms = (md_now() - *t0) * 1e3;
+    long long fb = fallback_total(m->dev) - *f0;
+    if (!bwd) {
+        c->ran = 1;
+        c->fwd_ms += ms;
+        c->fallback_fwd += fb;
+        c->ny = 0;
+        size_t n = (size_t)r->n * numel(L);
+        c->act_bytes = n * md_dtype_size(m->opts.compute_dtype);
+        return cap_append(m, &c->y, &c->ny, md_layer_act(r, i), n);
+    }
+    c->bwd_ms += ms;
+    c->fallback_bwd += fb;
+    c->ndx = 0;
+    for (int k = 0; k < L->nin; k++) {
+        int t = md_model_tensor_of(m, L->in[k]);
+        if (t < m->ninputs) continue;
+        MD_TRY(cap_append(m, &c->dx, &c->ndx, md_layer_grad(r, t), (size_t)r->n * numel(&m->layers[t])));
+    }
+    return MD_OK;
+}
+
 /* One layer through its kind's ops (nn/layer.h); the kinds' files hold the
  * kernel calls. */
 static md_status fwd_layer(const struct md_layer_run *r, int i)
 {
     struct md_layer_run ri = *r;
     ri.n = r->n * r->m->layers[i].fold; /* kinds see items, not samples */
+    double t0 = 0;
+    long long f0 = 0;
+    MD_TRY(cap_mark(r, i, 0, 0, &t0, &f0));
     MD_TRY(prof_mark(r->m, i, 0, 0));
     MD_TRY(r->m->layers[i].ops->forward(&ri, i));
-    return prof_mark(r->m, i, 0, 1);
+    MD_TRY(prof_mark(r->m, i, 0, 1));
+    return cap_mark(r, i, 0, 1, &t0, &f0);
 }
 
 static md_status bwd_layer(const struct md_layer_run *r, int i)
@@ -557,9 +736,13 @@ static md_status bwd_layer(const struct md_layer_run *r, int i)
     }
     struct md_layer_run ri = *r;
     ri.n = r->n * L->fold;
+    double t0 = 0;
+    long long f0 = 0;
+    MD_TRY(cap_mark(r, i, 1, 0, &t0, &f0));
     MD_TRY(prof_mark(m, i, 1, 0));
     MD_TRY(L->ops->backward(&ri, i));
-    return prof_mark(m, i, 1, 1);
+    MD_TRY(prof_mark(m, i, 1, 1));
+    return cap_mark(r, i, 1, 1, &t0, &f0);
 }
 
 static md_status check_bound(const struct md_model *m, int batch)

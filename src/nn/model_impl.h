@@ -100,6 +100,8 @@ struct md_model {
     const uint64_t *step_dev;   /* md_model_set_step_dev: dropout offset in device memory */
     void **own_inputs;          /* the bound input buffers (inputs[] may point elsewhere) */
     struct md_model_prof *prof; /* md_model_profile_begin .. _end, else NULL */
+    struct md_layer_capture *cap; /* (nlayers) md_model_capture_begin .. _end, else NULL */
+    const struct md_model *feed;  /* md_model_capture_begin's feed, or NULL */
 };
 
 /* Tensor of layer i after aliasing. */

@@ -50,6 +50,7 @@ typedef struct md_trainer md_trainer;
 struct md_train_opts {
     char model[MD_PATH_MAX];    /* (recorded) the model's name or path */
     md_precision precision;     /* of matrix work; fp16 turns on dynamic loss scaling */
+    double init_loss_scale;     /* fp16: the first loss scale (0: 65536) */
     double dropout;             /* (recorded) < 0: the model config's */
     int compile;                /* 0: host-synced steps only */
     int tf32;                   /* (recorded) */

@@ -146,6 +146,7 @@ static md_status setup_batch_once(md_trainer *t)
         .steps_per_epoch = t->steps_per_epoch,
     };
     md_scaler_init(&t->scaler, o->precision == MD_PREC_FP16);
+    if (t->scaler.enabled && o->init_loss_scale > 0) t->scaler.scale = (float)o->init_loss_scale;
     t->best_acc = -1;
     t->best_epoch = -1;
     return MD_OK;
