@@ -256,3 +256,36 @@ md_device *th_open_device(const char *name)
     cr_assert_eq(md_device_open(b, 0, &o, &d), MD_OK, "%s", md_errmsg());
     return d;
 }
+
+md_device *th_try_device(const char *name)
+{
+    const md_backend *b = md_backend_find(name);
+    if (!b) return NULL;
+    struct md_device_opts o;
+    memset(&o, 0, sizeof o);
+    o.threads = 1;
+    md_device *d = NULL;
+    return md_device_open(b, 0, &o, &d) == MD_OK ? d : NULL;
+}
+
+int th_compare_torch(const md_st_file *ref, const char *key, const float *got, size_t n, const char *what, int quiet)
+{
+    const struct md_st_tensor *t = md_st_find(ref, key);
+    cr_assert(t, "%s: the fixture lacks %s", what, key);
+    cr_assert_eq((size_t)t->numel, n, "%s: %s has %lld elements, want %zu", what, key, t->numel, n);
+    float *want = malloc(n ? n * sizeof *want : 1);
+    cr_assert(want);
+    memcpy(want, t->data, n * sizeof *want);
+    double mx = 0;
+    for (size_t k = 0; k < n; k++) mx = fmax(mx, fabs(want[k]));
+    int bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        double tol = 1e-4 * mx + 1e-3 * fabs(want[k]);
+        if (!(fabs((double)got[k] - want[k]) <= tol)) {
+            if (!bad && !quiet) cr_log_error("%s: %s[%zu] %.8g, PyTorch %.8g", what, key, k, got[k], want[k]);
+            bad++;
+        }
+    }
+    free(want);
+    return bad;
+}

@@ -5,6 +5,7 @@
 #ifndef MD_TEST_HELPERS_H
 #define MD_TEST_HELPERS_H
 
+#include "core/safetensors.h"
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
@@ -75,8 +76,16 @@ extern const char th_unstable_model[];
 int th_allclose(const char *what, const float *got, const float *ref, size_t n, double atol, double rtol);
 int th_allclose_d(const char *what, const double *got, const double *ref, size_t n, double atol, double rtol);
 
+/* got[] against tensor `key` of a PyTorch fixture: the number of elements
+ * off by more than 1e-4 * max|want| + 1e-3 * |want| (the first one logged
+ * under `what` unless `quiet`); fails the test when the fixture lacks the
+ * tensor or its size differs. */
+int th_compare_torch(const md_st_file *ref, const char *key, const float *got, size_t n, const char *what, int quiet);
+
 /* Device 0 of backend `name` with one thread (the tests' deterministic
  * setting); fails the test when it cannot open. */
 md_device *th_open_device(const char *name);
+/* The same, or NULL when the backend is missing or does not open. */
+md_device *th_try_device(const char *name);
 
 #endif

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "helpers.h"
+
 #include "backend/backend.h"
 #include "core/rng.h"
 #include "nn/model.h"
@@ -21,17 +23,6 @@ struct param {
     const char *k;
     double v;
 };
-
-static md_device *open_dev(const char *name)
-{
-    const md_backend *b = md_backend_find(name);
-    if (!b) return NULL;
-    struct md_device_opts o;
-    memset(&o, 0, sizeof o);
-    o.threads = 1;
-    md_device *d = NULL;
-    return md_device_open(b, 0, &o, &d) == MD_OK ? d : NULL;
-}
 
 /* Output and parameter gradients of one forward/backward on `d`, as host
  * copies (caller frees); the same inputs and R on every device. */
@@ -91,9 +82,9 @@ static int differ(const char *what, const float *x, const float *ref, size_t n)
 
 static void check_model(const char *model, const struct param *p, int np)
 {
-    md_device *dm = open_dev("metal");
+    md_device *dm = th_try_device("metal");
     if (!dm) cr_skip_test("no Metal device here (%s)", md_errmsg());
-    md_device *dr = open_dev("ref");
+    md_device *dr = th_try_device("ref");
     cr_assert(dr);
     float *ym, *yr, *gm, *gr;
     size_t nym, nyr, ngm, ngr;
