@@ -115,17 +115,9 @@ static md_status linear_forward(const struct md_layer_run *r, int i)
     int nr = r->n * rows;
     md_dtype dt = m->opts.compute_dtype;
     void *y = md_layer_act(r, i);
-    struct md_gemm_args g;                 /* y (n, out) = x (n, in) @ W^T */
-    memset(&g, 0, sizeof g);
-    g.trans_b = 1;
-    g.m = nr; g.n = a->k; g.k = cin;
-    g.alpha = 1.0f;
-    g.a = md_layer_act(r, L->in[0]); g.lda = cin;
-    g.b = md_layer_weight(m, L->param[0]); g.ldb = cin;
-    g.c = y; g.ldc = a->k;
-    g.batch = 1;
-    g.dtype = dt;
-    MD_TRY(md_k_gemm(m->dev, &g));
+    /* y (n, out) = x (n, in) @ W^T */
+    MD_TRY(md_layer_gemm(m, 0, 1, nr, a->k, cin, md_layer_act(r, L->in[0]), cin, md_layer_weight(m, L->param[0]), cin,
+                         y, a->k, 0.0f));
     if (L->param[1] < 0) return MD_OK;
     struct md_bias_args b = {nr, a->k, 1, MD_NCHW, dt, y, md_layer_param32(m, L->param[1]), NULL, NULL, 0};
     return md_k_bias_add(m->dev, &b);
@@ -145,27 +137,14 @@ static md_status linear_backward(const struct md_layer_run *r, int i)
         struct md_bias_args b = {nr, a->k, 1, MD_NCHW, dt, NULL, NULL, dy, md_layer_grad32(m, L->param[1]), 0};
         MD_TRY(md_k_bias_grad(m->dev, &b));
     }
-    struct md_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.trans_a = 1;                      /* dW (out, in) = dy^T (out, n) @ x (n, in) */
-    g.m = a->k; g.n = cin; g.k = nr;
-    g.alpha = 1.0f;
-    g.a = dy; g.lda = a->k;
-    g.b = md_layer_act(r, L->in[0]); g.ldb = cin;
-    g.c = md_layer_wgrad(m, L->param[0]); g.ldc = cin;
-    g.batch = 1;
-    g.dtype = dt;
-    MD_TRY(md_k_gemm(m->dev, &g));
+    /* dW (out, in) = dy^T (out, n) @ x (n, in) */
+    MD_TRY(md_layer_gemm(m, 1, 0, a->k, cin, nr, dy, a->k, md_layer_act(r, L->in[0]), cin,
+                         md_layer_wgrad(m, L->param[0]), cin, 0.0f));
     if (L->in[0] < m->ninputs) return MD_OK; /* no gradient for the data */
-    memset(&g, 0, sizeof g);            /* dx (n, in) = dy (n, out) @ W (out, in) */
-    g.m = nr; g.n = cin; g.k = a->k;
-    g.alpha = 1.0f;
-    g.a = dy; g.lda = a->k;
-    g.b = md_layer_weight(m, L->param[0]); g.ldb = cin;
-    g.c = md_layer_dx(r, i, 0, &g.beta); g.ldc = cin;
-    g.batch = 1;
-    g.dtype = dt;
-    return md_k_gemm(m->dev, &g);
+    /* dx (n, in) = dy (n, out) @ W (out, in) */
+    float beta;
+    void *dx = md_layer_dx(r, i, 0, &beta);
+    return md_layer_gemm(m, 0, 0, nr, cin, a->k, dy, a->k, md_layer_weight(m, L->param[0]), cin, dx, cin, beta);
 }
 
 static int linear_needs_x(const struct md_layer *L) { (void)L; return 1; }
