@@ -10,6 +10,8 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
+#include "core/rng.h"
+#include "nn/model.h"
 
 /* ---- the built binary ---------------------------------------------------- */
 
@@ -81,6 +83,20 @@ int th_allclose_d(const char *what, const double *got, const double *ref, size_t
  * under `what` unless `quiet`); fails the test when the fixture lacks the
  * tensor or its size differs. */
 int th_compare_torch(const md_st_file *ref, const char *key, const float *got, size_t n, const char *what, int quiet);
+
+/* Uploads the inputs of m (bound for `batch`): element k of each input is
+ * scale * u - 1 + ramp * (k % period), u uniform from `r` (one stream over
+ * all inputs) or, with r NULL, from a stream seeded seed + the input's index. */
+void th_upload_inputs(md_model *m, int batch, md_rng *r, uint64_t seed, float scale, float ramp, int period);
+
+/* The parameter gradients of m (read back to the host) against the
+ * fixture's grad.<tensor name>: how many tensors differ. */
+int th_compare_torch_grads(const md_st_file *ref, md_model *m, const char *what, int quiet);
+
+/* With the inputs uploaded: forward, the MSE loss against the fixture's
+ * "target" (b x k outputs, at most 64) and its gradient, backward; then how
+ * many tensors (output, loss, gradients) differ from the fixture's. */
+int th_torch_mse_case(const md_st_file *ref, md_device *d, md_model *m, int b, int k, const char *what, int quiet);
 
 /* Device 0 of backend `name` with one thread (the tests' deterministic
  * setting); fails the test when it cannot open. */

@@ -498,36 +498,10 @@ static int torch_case(const char *dev, const struct md_model_opts *o, int tamper
         cr_assert_eq(md_dev_upload(d, md_model_input_buffer(m, i), x, t->nbytes), MD_OK);
         free(x);
     }
-    const struct md_st_tensor *tt = md_st_find(ref, "target");
-    float target[6], y[6], dy[6];
-    memcpy(target, tt->data, sizeof target);
-    cr_assert_eq(md_model_forward(m, B, 1), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(md_dev_download(d, y, md_model_logits(m), sizeof y), MD_OK);
-    double loss = 0;
-    for (int k = 0; k < B * K; k++) {
-        loss += ((double)y[k] - target[k]) * ((double)y[k] - target[k]) / (B * K);
-        dy[k] = 2.0f * (y[k] - target[k]) / (float)(B * K);
-    }
-    void *dy_dev = dev_copy(d, dy, B * K);
-    cr_assert_eq(md_model_set_output_grad(m, dy_dev), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(md_model_backward(m), MD_OK, "%s", md_errmsg());
     char what[64];
     snprintf(what, sizeof what, "tiled_two_stream on %s", dev);
-    int bad = th_compare_torch(ref, "output", y, (size_t)B * K, what, quiet) != 0;
-    float lf = (float)loss;
-    bad += th_compare_torch(ref, "loss", &lf, 1, what, quiet) != 0;
-    size_t np = md_model_nparams(m);
-    float *g = malloc(np * 4);
-    cr_assert_eq(md_model_get_grads_host(m, g), MD_OK);
     cr_assert_eq(md_model_num_tensors(m), 10);
-    for (int t = 0; t < md_model_num_tensors(m); t++) {
-        const struct md_param_info *ti = md_model_tensor(m, t);
-        char key[700];
-        snprintf(key, sizeof key, "grad.%s", ti->name);
-        bad += th_compare_torch(ref, key, g + ti->offset, ti->numel, what, quiet) != 0;
-    }
-    free(g);
-    md_dev_free(d, dy_dev);
+    int bad = th_torch_mse_case(ref, d, m, B, K, what, quiet);
     md_model_free(m);
     md_device_close(d);
     md_st_close(ref);

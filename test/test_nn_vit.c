@@ -69,15 +69,7 @@ static md_model *make(const char *model, const struct param *p, int np, int ckpt
     cr_assert_eq(md_model_bind(m, d, BATCH), MD_OK, "%s", md_errmsg());
     md_rng r;
     md_rng_init(&r, 9);
-    for (int i = 0; i < md_model_num_inputs(m); i++) {
-        int c, h, w;
-        md_model_input_shape(m, i, &c, &h, &w);
-        size_t n = (size_t)BATCH * c * h * w;
-        float *x = malloc(n * 4);
-        for (size_t k = 0; k < n; k++) x[k] = 2.0f * md_rng_next_uniform(&r) - 1.0f + 0.3f * (float)(k % 5);
-        cr_assert_eq(md_dev_upload(d, md_model_input_buffer(m, i), x, n * 4), MD_OK);
-        free(x);
-    }
+    th_upload_inputs(m, BATCH, &r, 0, 2.0f, 0.3f, 5);
     return m;
 }
 
@@ -340,12 +332,7 @@ static int torch_case(const char *dev, int pool)
     snprintf(what, sizeof what, "vit_tiny (pool %d) on %s", pool, dev);
     float lf = (float)loss;
     int bad = (th_compare_torch(ref, "output", y, ny, what, quiet) != 0) + (th_compare_torch(ref, "loss", &lf, 1, what, quiet) != 0);
-    for (int t = 0; t < md_model_num_tensors(m); t++) {
-        const struct md_param_info *ti = md_model_tensor(m, t);
-        char key[700];
-        snprintf(key, sizeof key, "grad.%s", ti->name);
-        bad += th_compare_torch(ref, key, g + ti->offset, ti->numel, what, quiet) != 0;
-    }
+    bad += th_compare_torch_grads(ref, m, what, quiet);
     cr_assert_eq(md_model_num_tensors(m), 37);
     free(y), free(R), free(g);
     md_model_free(m);

@@ -38,15 +38,7 @@ static void run(const char *model, const struct param *p, int np, md_device *d, 
     cr_assert_eq(md_model_bind(m, d, BATCH), MD_OK, "%s", md_errmsg());
     md_rng r;
     md_rng_init(&r, 9);
-    for (int i = 0; i < md_model_num_inputs(m); i++) {
-        int c, h, w;
-        md_model_input_shape(m, i, &c, &h, &w);
-        size_t n = (size_t)BATCH * c * h * w;
-        float *x = malloc(n * 4);
-        for (size_t k = 0; k < n; k++) x[k] = 2.0f * md_rng_next_uniform(&r) - 1.0f + 0.5f * (float)(k % 5);
-        cr_assert_eq(md_dev_upload(d, md_model_input_buffer(m, i), x, n * 4), MD_OK);
-        free(x);
-    }
+    th_upload_inputs(m, BATCH, &r, 0, 2.0f, 0.5f, 5);
     int c, h, w;
     md_model_output_shape(m, &c, &h, &w);
     *ny = (size_t)BATCH * c * h * w;
