@@ -350,3 +350,17 @@ void th_upload_inputs(md_model *m, int batch, md_rng *r, uint64_t seed, float sc
         free(x);
     }
 }
+
+double th_num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(v), "%s is not a number", key);
+    return v->valuedouble;
+}
+
+const cJSON *th_obj(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert_not_null(v, "no key %s", key);
+    return v;
+}

@@ -61,6 +61,10 @@ int th_count_messages(const char *s);
 char *th_unwrap(char *s);
 /* The number of non-overlapping occurrences of needle in s. */
 int th_count(const char *s, const char *needle);
+/* o[key]: its number, or its value (borrowed); fails the test when it is
+ * not a number / missing. */
+double th_num(const cJSON *o, const char *key);
+const cJSON *th_obj(const cJSON *o, const char *key);
 /* The entry of report.settings named `name`, or NULL (borrowed). */
 const cJSON *th_setting(const cJSON *report, const char *name);
 
