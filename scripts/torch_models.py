@@ -1,10 +1,14 @@
 """torch_models.py - what the PyTorch scripts share: safetensors reading and
 writing (the subset mpsdiag and PyTorch state dicts use; no `safetensors`
 package needed) and the models of configs/models built as torch.nn.Modules
-with mpsdiag's parameter names. Imported by scripts/torch_interop.py and
+with mpsdiag's parameter names, and the writing of the reference fixtures the
+tests compare against (weights, outputs, gradients). Imported by
+scripts/torch_interop.py, scripts/torch_vit*.py, scripts/torch_tiled.py and
 scripts/bench/cpu_step_vs_torch.py."""
 import json
+import os
 import struct
+import sys
 
 import torch
 from torch import nn
@@ -50,6 +54,43 @@ def st_write(path, tensors, meta=None):
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+
+
+# ---- PyTorch reference fixtures (weights + outputs and gradients) ------------------------
+def f32(t):
+    """A tensor as the fixtures store it: fp32, contiguous, detached."""
+    return t.detach().float().contiguous()
+
+
+def perturb(model, g, scale=0.1):
+    """Moves every parameter away from its initial value (so that every one matters), keeping
+    fp32-representable values."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+            p.copy_(p.float())
+
+
+def write_fixture(outdir, stem, weights, ref, grads):
+    """<outdir>/<stem>.torch.safetensors: the weights; <stem>.ref.safetensors: ref plus
+    "grad.<name>" of grads (all fp32 but ref's integer tensors)."""
+    os.makedirs(outdir, exist_ok=True)
+    st_write(os.path.join(outdir, stem + ".torch.safetensors"), {k: f32(v) for k, v in weights.items()})
+    ref = dict(ref)
+    for k, v in grads.items():
+        ref["grad." + k] = f32(v)
+    st_write(os.path.join(outdir, stem + ".ref.safetensors"), ref)
+
+
+def fixture_main(doc, fixture, counts, default_dir):
+    """`script fixture [outdir]` or `script counts`, single-threaded; else the usage (doc)."""
+    torch.set_num_threads(1)
+    if len(sys.argv) > 1 and sys.argv[1] == "fixture":
+        fixture(sys.argv[2] if len(sys.argv) > 2 else default_dir)
+    elif len(sys.argv) > 1 and sys.argv[1] == "counts":
+        counts()
+    else:
+        sys.exit(doc)
 
 
 # ---- the models, as configs/models/*.json build them ---------------------------------

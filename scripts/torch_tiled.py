@@ -35,6 +35,21 @@ def _make_edges(length, n):
     return [(i * length // n, (i + 1) * length // n) for i in range(n)]
 
 
+def tiles(x, grid, input_res):
+    """The guide's batched _tiles_backbone, up to the backbone: the tiles of x (B, C, H, W) on a
+    grid (rows, cols), row-major, each resized to input_res x input_res (bilinear, align_corners=False)."""
+    H, W = x.shape[-2:]
+    r, c = grid
+    out = []
+    for rs, re in _make_edges(H, r):
+        for cs, ce in _make_edges(W, c):
+            xt = x[:, :, rs:re, cs:ce]
+            if xt.shape[-2:] != (input_res, input_res):
+                xt = F.interpolate(xt, size=(input_res, input_res), mode="bilinear", align_corners=False)
+            out.append(xt)
+    return out
+
+
 class Backbone(nn.Module):
     def __init__(self, cin, width, dim):
         super().__init__()
@@ -55,18 +70,7 @@ class TwoStreamTiledFiLM(nn.Module):
         self.head = nn.Linear(2 * dim, targets)
 
     def _tiles(self, x):
-        """The guide's batched _tiles_backbone, up to the backbone: the tiles of x, row-major."""
-        B, C, H, W = x.shape
-        r, c = self.grid
-        tiles = []
-        for rs, re in _make_edges(H, r):
-            for cs, ce in _make_edges(W, c):
-                xt = x[:, :, rs:re, cs:ce]
-                if xt.shape[-2:] != (self.input_res, self.input_res):
-                    xt = F.interpolate(xt, size=(self.input_res, self.input_res), mode="bilinear",
-                                       align_corners=False)
-                tiles.append(xt)
-        return tiles
+        return tiles(x, self.grid, self.input_res)
 
     def forward(self, left, right):
         B = left.shape[0]

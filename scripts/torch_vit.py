@@ -162,15 +162,12 @@ def counts():
 
 
 def fixture(outdir):
-    from torch_models import st_write
+    from torch_models import f32, perturb, write_fixture
 
     torch.manual_seed(5)
     g = torch.Generator().manual_seed(17)
     m = build_vit("vit_tiny")
-    with torch.no_grad():  # away from the initial values so that every parameter matters
-        for p in m.parameters():
-            p.add_(0.1 * torch.randn(p.shape, generator=g))
-            p.copy_(p.float())
+    perturb(m, g)
     m = m.double()
     B = 2
     x = torch.randn(B, 1, 28, 28, generator=g).float()
@@ -179,24 +176,14 @@ def fixture(outdir):
     loss = F.cross_entropy(out, labels)
     R = torch.autograd.grad(loss, out, retain_graph=True)[0]
     loss.backward()
-    f32 = lambda t: t.detach().float().contiguous()  # noqa: E731
-    os.makedirs(outdir, exist_ok=True)
-    st_write(os.path.join(outdir, "vit_tiny.torch.safetensors"),
-             {k: f32(v) for k, v in to_mpsdiag(m.state_dict()).items()})
     ref = {"input.image": f32(x), "labels": labels.int(), "output": f32(out), "loss": f32(loss.reshape(1)),
            "R": f32(R)}
-    grads = to_mpsdiag({k: p.grad for k, p in m.named_parameters()})
-    for k, v in grads.items():
-        ref["grad." + k] = f32(v)
-    st_write(os.path.join(outdir, "vit_tiny.ref.safetensors"), ref)
+    write_fixture(outdir, "vit_tiny", to_mpsdiag(m.state_dict()), ref,
+                  to_mpsdiag({k: p.grad for k, p in m.named_parameters()}))
     print(f"vit_tiny: output {tuple(out.shape)}, loss {loss.item():.6f}, {count(m)} parameters")
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    if len(sys.argv) > 1 and sys.argv[1] == "fixture":
-        fixture(sys.argv[2] if len(sys.argv) > 2 else os.path.join("test", "fixtures", "vit"))
-    elif len(sys.argv) > 1 and sys.argv[1] == "counts":
-        counts()
-    else:
-        sys.exit(__doc__)
+    from torch_models import fixture_main
+
+    fixture_main(__doc__, fixture, counts, os.path.join("test", "fixtures", "vit"))

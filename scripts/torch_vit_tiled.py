@@ -27,7 +27,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_vit import build_vit, count, to_mpsdiag  # noqa: E402
-from torch_tiled import _make_edges  # noqa: E402
+from torch_tiled import tiles  # noqa: E402
+from torch_models import f32, fixture_main, perturb, write_fixture  # noqa: E402
 
 # The shipped configs: the backbone's arguments, the tile size and the FiLM MLP's width.
 CONFIGS = {
@@ -53,18 +54,7 @@ class TwoStreamViTTiledFiLM(nn.Module):
         self.head = nn.Linear(2 * self.dim, targets)
 
     def _tiles(self, x):
-        """The guide's batched _tiles_backbone, up to the backbone: the tiles of x, row-major."""
-        B, C, H, W = x.shape
-        r, c = self.grid
-        tiles = []
-        for rs, re in _make_edges(H, r):
-            for cs, ce in _make_edges(W, c):
-                xt = x[:, :, rs:re, cs:ce]
-                if xt.shape[-2:] != (self.input_res, self.input_res):
-                    xt = F.interpolate(xt, size=(self.input_res, self.input_res), mode="bilinear",
-                                       align_corners=False)
-                tiles.append(xt)
-        return tiles
+        return tiles(x, self.grid, self.input_res)
 
     def _feats(self, backbone, tiles, B):
         n = len(tiles)
@@ -113,16 +103,11 @@ def counts():
 
 
 def fixture(outdir):
-    from torch_models import st_write
-
     torch.manual_seed(7)
     g = torch.Generator().manual_seed(23)
     cfg = CONFIGS["vit_tiled_two_stream_tiny"]
     m = TwoStreamViTTiledFiLM(cfg["backbone"], cfg["film_hidden"])
-    with torch.no_grad():  # away from the initial values so that every parameter matters
-        for p in m.parameters():
-            p.add_(0.1 * torch.randn(p.shape, generator=g))
-            p.copy_(p.float())
+    perturb(m, g)
     m = m.double()
     B = 2
     # 3 x 31 x 31 halves: tiles of 15 and 16 pixels a side resized up to 28 x 28 (uneven: a wrong edge shows)
@@ -132,23 +117,12 @@ def fixture(outdir):
     y = m(left.double(), right.double())
     loss = F.mse_loss(y, target.double())
     loss.backward()
-    f32 = lambda t: t.detach().float().contiguous()  # noqa: E731
-    os.makedirs(outdir, exist_ok=True)
-    st_write(os.path.join(outdir, "vit_tiled_tiny.torch.safetensors"),
-             {k: f32(v) for k, v in mpsdiag_state(m.state_dict()).items()})
     ref = {"input.left": f32(left), "input.right": f32(right), "target": f32(target), "output": f32(y),
            "loss": f32(loss.reshape(1))}
-    for k, v in mpsdiag_state({k: p.grad for k, p in m.named_parameters()}).items():
-        ref["grad." + k] = f32(v)
-    st_write(os.path.join(outdir, "vit_tiled_tiny.ref.safetensors"), ref)
+    write_fixture(outdir, "vit_tiled_tiny", mpsdiag_state(m.state_dict()), ref,
+                  mpsdiag_state({k: p.grad for k, p in m.named_parameters()}))
     print(f"vit_tiled_tiny: output {tuple(y.shape)}, loss {loss.item():.6f}, {count(m)} parameters")
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    if len(sys.argv) > 1 and sys.argv[1] == "fixture":
-        fixture(sys.argv[2] if len(sys.argv) > 2 else os.path.join("test", "fixtures", "vit_tiles"))
-    elif len(sys.argv) > 1 and sys.argv[1] == "counts":
-        counts()
-    else:
-        sys.exit(__doc__)
+    fixture_main(__doc__, fixture, counts, os.path.join("test", "fixtures", "vit_tiles"))

@@ -256,3 +256,111 @@ md_device *th_open_device(const char *name)
     cr_assert_eq(md_device_open(b, 0, &o, &d), MD_OK, "%s", md_errmsg());
     return d;
 }
+
+md_device *th_try_device(const char *name)
+{
+    const md_backend *b = md_backend_find(name);
+    if (!b) return NULL;
+    struct md_device_opts o;
+    memset(&o, 0, sizeof o);
+    o.threads = 1;
+    md_device *d = NULL;
+    return md_device_open(b, 0, &o, &d) == MD_OK ? d : NULL;
+}
+
+int th_compare_torch(const md_st_file *ref, const char *key, const float *got, size_t n, const char *what, int quiet)
+{
+    const struct md_st_tensor *t = md_st_find(ref, key);
+    cr_assert(t, "%s: the fixture lacks %s", what, key);
+    cr_assert_eq((size_t)t->numel, n, "%s: %s has %lld elements, want %zu", what, key, t->numel, n);
+    float *want = malloc(n ? n * sizeof *want : 1);
+    cr_assert(want);
+    memcpy(want, t->data, n * sizeof *want);
+    double mx = 0;
+    for (size_t k = 0; k < n; k++) mx = fmax(mx, fabs(want[k]));
+    int bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        double tol = 1e-4 * mx + 1e-3 * fabs(want[k]);
+        if (!(fabs((double)got[k] - want[k]) <= tol)) {
+            if (!bad && !quiet) cr_log_error("%s: %s[%zu] %.8g, PyTorch %.8g", what, key, k, got[k], want[k]);
+            bad++;
+        }
+    }
+    free(want);
+    return bad;
+}
+
+int th_compare_torch_grads(const md_st_file *ref, md_model *m, const char *what, int quiet)
+{
+    float *g = malloc(md_model_nparams(m) * sizeof *g + 1);
+    cr_assert(g);
+    cr_assert_eq(md_model_get_grads_host(m, g), MD_OK);
+    int bad = 0;
+    for (int t = 0; t < md_model_num_tensors(m); t++) {
+        const struct md_param_info *ti = md_model_tensor(m, t);
+        char key[700];
+        snprintf(key, sizeof key, "grad.%s", ti->name);
+        bad += th_compare_torch(ref, key, g + ti->offset, ti->numel, what, quiet) != 0;
+    }
+    free(g);
+    return bad;
+}
+
+int th_torch_mse_case(const md_st_file *ref, md_device *d, md_model *m, int b, int k, const char *what, int quiet)
+{
+    const int n = b * k;
+    float target[64], y[64], dy[64];
+    cr_assert(n > 0 && n <= 64);
+    const struct md_st_tensor *tt = md_st_find(ref, "target");
+    cr_assert(tt && (size_t)tt->numel == (size_t)n, "%s: the fixture's target", what);
+    memcpy(target, tt->data, (size_t)n * sizeof *target);
+    cr_assert_eq(md_model_forward(m, b, 1), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_dev_download(d, y, md_model_logits(m), (size_t)n * sizeof *y), MD_OK);
+    double loss = 0;
+    for (int i = 0; i < n; i++) {
+        loss += ((double)y[i] - target[i]) * ((double)y[i] - target[i]) / n;
+        dy[i] = 2.0f * (y[i] - target[i]) / (float)n;
+    }
+    void *dy_dev = NULL;
+    cr_assert_eq(md_dev_alloc(d, (size_t)n * sizeof *dy, &dy_dev, "dy"), MD_OK);
+    cr_assert_eq(md_dev_upload(d, dy_dev, dy, (size_t)n * sizeof *dy), MD_OK);
+    cr_assert_eq(md_model_set_output_grad(m, dy_dev), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_model_backward(m), MD_OK, "%s", md_errmsg());
+    int bad = th_compare_torch(ref, "output", y, (size_t)n, what, quiet) != 0;
+    float lf = (float)loss;
+    bad += th_compare_torch(ref, "loss", &lf, 1, what, quiet) != 0;
+    bad += th_compare_torch_grads(ref, m, what, quiet);
+    md_dev_free(d, dy_dev);
+    return bad;
+}
+
+void th_upload_inputs(md_model *m, int batch, md_rng *r, uint64_t seed, float scale, float ramp, int period)
+{
+    for (int i = 0; i < md_model_num_inputs(m); i++) {
+        int c, h, w;
+        md_model_input_shape(m, i, &c, &h, &w);
+        size_t n = (size_t)batch * c * h * w;
+        float *x = malloc(n * sizeof *x + 1);
+        cr_assert(x);
+        md_rng own;
+        if (!r) md_rng_init(&own, seed + (uint64_t)i);
+        md_rng *u = r ? r : &own;
+        for (size_t k = 0; k < n; k++) x[k] = scale * md_rng_next_uniform(u) - 1.0f + ramp * (float)(k % (size_t)period);
+        cr_assert_eq(md_dev_upload(md_model_device(m), md_model_input_buffer(m, i), x, n * sizeof *x), MD_OK);
+        free(x);
+    }
+}
+
+double th_num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(v), "%s is not a number", key);
+    return v->valuedouble;
+}
+
+const cJSON *th_obj(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert_not_null(v, "no key %s", key);
+    return v;
+}

@@ -5,10 +5,13 @@
 #ifndef MD_TEST_HELPERS_H
 #define MD_TEST_HELPERS_H
 
+#include "core/safetensors.h"
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
 #include "backend/backend.h"
+#include "core/rng.h"
+#include "nn/model.h"
 
 /* ---- the built binary ---------------------------------------------------- */
 
@@ -58,6 +61,10 @@ int th_count_messages(const char *s);
 char *th_unwrap(char *s);
 /* The number of non-overlapping occurrences of needle in s. */
 int th_count(const char *s, const char *needle);
+/* o[key]: its number, or its value (borrowed); fails the test when it is
+ * not a number / missing. */
+double th_num(const cJSON *o, const char *key);
+const cJSON *th_obj(const cJSON *o, const char *key);
 /* The entry of report.settings named `name`, or NULL (borrowed). */
 const cJSON *th_setting(const cJSON *report, const char *name);
 
@@ -75,8 +82,30 @@ extern const char th_unstable_model[];
 int th_allclose(const char *what, const float *got, const float *ref, size_t n, double atol, double rtol);
 int th_allclose_d(const char *what, const double *got, const double *ref, size_t n, double atol, double rtol);
 
+/* got[] against tensor `key` of a PyTorch fixture: the number of elements
+ * off by more than 1e-4 * max|want| + 1e-3 * |want| (the first one logged
+ * under `what` unless `quiet`); fails the test when the fixture lacks the
+ * tensor or its size differs. */
+int th_compare_torch(const md_st_file *ref, const char *key, const float *got, size_t n, const char *what, int quiet);
+
+/* Uploads the inputs of m (bound for `batch`): element k of each input is
+ * scale * u - 1 + ramp * (k % period), u uniform from `r` (one stream over
+ * all inputs) or, with r NULL, from a stream seeded seed + the input's index. */
+void th_upload_inputs(md_model *m, int batch, md_rng *r, uint64_t seed, float scale, float ramp, int period);
+
+/* The parameter gradients of m (read back to the host) against the
+ * fixture's grad.<tensor name>: how many tensors differ. */
+int th_compare_torch_grads(const md_st_file *ref, md_model *m, const char *what, int quiet);
+
+/* With the inputs uploaded: forward, the MSE loss against the fixture's
+ * "target" (b x k outputs, at most 64) and its gradient, backward; then how
+ * many tensors (output, loss, gradients) differ from the fixture's. */
+int th_torch_mse_case(const md_st_file *ref, md_device *d, md_model *m, int b, int k, const char *what, int quiet);
+
 /* Device 0 of backend `name` with one thread (the tests' deterministic
  * setting); fails the test when it cannot open. */
 md_device *th_open_device(const char *name);
+/* The same, or NULL when the backend is missing or does not open. */
+md_device *th_try_device(const char *name);
 
 #endif

@@ -14,15 +14,6 @@
 #include "helpers.h"
 #include "test_data_files.h"
 
-static struct md_data_opts opts_for(const char *dataset, const char *dir)
-{
-    struct md_data_opts o;
-    md_data_opts_default(&o);
-    snprintf(o.dataset, sizeof o.dataset, "%s", dataset);
-    if (dir) snprintf(o.data_dir, sizeof o.data_dir, "%s", dir);
-    return o;
-}
-
 /* All samples of a split, in order, no augmentation: inputs[0] and labels. */
 static void load_all(struct md_data *d, md_split s, int workers, float **x, int32_t **y, long long *n)
 {
@@ -55,7 +46,7 @@ Test(data, idx_plain_and_gzip)
         char *dir = th_tmpdir();
         tf_write_idx(dir, "train", 50, 50, 6, 5, gz);
         tf_write_idx(dir, "t10k", 20, 20, 6, 5, gz);
-        struct md_data_opts o = opts_for("mnist", dir);
+        struct md_data_opts o = tf_opts("mnist", dir);
         o.val_split = 0.2;
         struct md_data *d = NULL;
         cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK, "%s", md_errmsg());
@@ -102,7 +93,7 @@ Test(data, split_sizes_seeded_and_max_samples)
     char p[1200];
     snprintf(p, sizeof p, "%s/train.bin", dir);
     tf_write_cifar(p, 200, 1, 0);
-    struct md_data_opts o = opts_for("cifar100", dir);
+    struct md_data_opts o = tf_opts("cifar100", dir);
     struct md_data *a = NULL, *b = NULL, *c = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &a), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_data_count(a, MD_SPLIT_TRAIN), 180, "the seeds' 45,000/5,000 at 1/250 scale");
@@ -151,7 +142,7 @@ Test(data, cifar10_and_cifar100_labels_and_pixels)
     tf_write_cifar(p, 8, 1, 0);
 
     snprintf(p, sizeof p, "%s/c10", dir);
-    struct md_data_opts o = opts_for("auto", p);
+    struct md_data_opts o = tf_opts("auto", p);
     o.val_split = 0;
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK, "%s", md_errmsg());
@@ -177,7 +168,7 @@ Test(data, cifar10_and_cifar100_labels_and_pixels)
     md_data_free(d);
 
     snprintf(p, sizeof p, "%s/c100", dir);
-    o = opts_for("auto", p);
+    o = tf_opts("auto", p);
     o.val_split = 0;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK, "%s", md_errmsg());
     cr_assert_str_eq(md_data_name(d), "cifar100");
@@ -203,7 +194,7 @@ Test(data, jpeg_folders_decode_resize_and_val_folder)
 {
     char *dir = th_tmpdir();
     tf_write_jpeg_tree(dir, 3, 4, 2, 40, 36);
-    struct md_data_opts o = opts_for("auto", dir);
+    struct md_data_opts o = tf_opts("auto", dir);
     o.image_size = 16;
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK, "%s", md_errmsg());
@@ -260,7 +251,7 @@ Test(data, luma_input_and_channel_conversion)
     char p[1200];
     snprintf(p, sizeof p, "%s/data_batch_1.bin", dir);
     tf_write_cifar(p, 20, 0, 0);
-    struct md_data_opts o = opts_for("cifar10", dir);
+    struct md_data_opts o = tf_opts("cifar10", dir);
     o.val_split = 0;
     struct md_data_request req = {
         .num_inputs = 2,
@@ -297,7 +288,7 @@ Test(data, luma_input_and_channel_conversion)
 
     /* gray IDX to a 3-channel 8x8 input: replicated and resized */
     tf_write_idx(dir, "train", 10, 10, 4, 4, 0);
-    o = opts_for("mnist", dir);
+    o = tf_opts("mnist", dir);
     struct md_data_request r3 = {.num_inputs = 1, .inputs = {{.kind = MD_INPUT_IMAGE, .c = 3, .h = 8, .w = 8}}};
     cr_assert_eq(md_data_open(&o, &r3, &d), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_data_input_elems(d, 0), 192);
@@ -350,7 +341,7 @@ Test(data, cache_accounting_and_refusal)
 {
     char *dir = th_tmpdir();
     tf_write_jpeg_tree(dir, 2, 5, 0, 24, 24);
-    struct md_data_opts o = opts_for("jpeg", dir);
+    struct md_data_opts o = tf_opts("jpeg", dir);
     o.image_size = 12;
     o.val_split = 0.2;
     o.cache_images = 1;
@@ -376,7 +367,7 @@ Test(data, cache_accounting_and_refusal)
     cr_assert(strstr(md_errmsg(), "--cache-images") && strstr(md_errmsg(), "available"), "%s", md_errmsg());
     /* in-memory formats need no cache */
     tf_write_idx(dir, "train", 10, 10, 4, 4, 0);
-    struct md_data_opts oi = opts_for("mnist", dir);
+    struct md_data_opts oi = tf_opts("mnist", dir);
     oi.cache_images = 1;
     cr_assert_eq(md_data_open(&oi, &req, &d), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_data_cache_estimate(d), 0);
@@ -390,7 +381,7 @@ Test(data, synthetic_is_learnable)
 {
     /* Nearest class mean on raw pixels must beat chance by far: the classes
      * differ in a way a model can pick up. */
-    struct md_data_opts o = opts_for("synthetic", NULL);
+    struct md_data_opts o = tf_opts("synthetic", NULL);
     struct md_data_request req = {.num_inputs = 1, .inputs = {{.c = 3, .h = 16, .w = 16}}, .num_classes = 6};
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, &req, &d), MD_OK, "%s", md_errmsg());
@@ -515,7 +506,7 @@ Test(data, bad_input_names_the_file)
             write_huge_jpeg(p);
             break;
         }
-        struct md_data_opts o = opts_for(cases[t].dataset, arg);
+        struct md_data_opts o = tf_opts(cases[t].dataset, arg);
         struct md_data *d = NULL;
         md_status st = md_data_open(&o, NULL, &d);
         const char *msg = md_errmsg();
@@ -554,7 +545,7 @@ Test(data, skip_bad_samples_counts_them)
     }
     snprintf(p, sizeof p, "%s/classb/huge.jpg", dir);
     write_huge_jpeg(p);
-    struct md_data_opts o = opts_for("jpeg", dir);
+    struct md_data_opts o = tf_opts("jpeg", dir);
     o.skip_bad = 1;
     o.val_split = 0;
     struct md_data *d = NULL;
@@ -597,7 +588,7 @@ Test(data, peek_matches_open)
     char p[1200];
     snprintf(p, sizeof p, "%s/train.bin", dir);
     tf_write_cifar(p, 10, 1, 0);
-    struct md_data_opts o = opts_for("auto", dir);
+    struct md_data_opts o = tf_opts("auto", dir);
     struct md_data_peek pk;
     cr_assert_eq(md_data_peek(&o, &pk), MD_OK, "%s", md_errmsg());
     cr_assert_str_eq(pk.name, "cifar100");
@@ -609,16 +600,16 @@ Test(data, peek_matches_open)
     snprintf(sub, sizeof sub, "%s/idx", dir);
     mkdir(sub, 0755);
     tf_write_idx(sub, "train", 12, 12, 9, 7, 1);
-    o = opts_for("mnist", sub);
+    o = tf_opts("mnist", sub);
     cr_assert_eq(md_data_peek(&o, &pk), MD_OK, "%s", md_errmsg());
     cr_assert(pk.num_classes == 10 && pk.c == 1 && pk.h == 9 && pk.w == 7);
     snprintf(sub, sizeof sub, "%s/jp", dir);
     mkdir(sub, 0755);
     tf_write_jpeg_tree(sub, 4, 1, 0, 8, 8);
-    o = opts_for("auto", sub);
+    o = tf_opts("auto", sub);
     cr_assert_eq(md_data_peek(&o, &pk), MD_OK, "%s", md_errmsg());
     cr_assert(pk.num_classes == 4 && pk.c == 3 && pk.h == 0);
-    o = opts_for("auto", "/nonexistent/dir");
+    o = tf_opts("auto", "/nonexistent/dir");
     cr_assert_eq(md_data_peek(&o, &pk), MD_ERR_DATA);
     th_rmtree(dir);
     free(dir);

@@ -12,6 +12,18 @@
 #include <turbojpeg.h>
 #include <zlib.h>
 
+#include "data/data.h"
+
+/* Data options for `dataset` in `dir` (NULL: the default folder). */
+static inline struct md_data_opts tf_opts(const char *dataset, const char *dir)
+{
+    struct md_data_opts o;
+    md_data_opts_default(&o);
+    snprintf(o.dataset, sizeof o.dataset, "%s", dataset);
+    if (dir) snprintf(o.data_dir, sizeof o.data_dir, "%s", dir);
+    return o;
+}
+
 /* Pixel (y, x) of IDX image i: a value that tells images apart. */
 static inline uint8_t tf_idx_px(int i, int y, int x) { return (uint8_t)((i * 7 + y * 3 + x * 11) & 0xff); }
 

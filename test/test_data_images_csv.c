@@ -56,15 +56,6 @@ static char *make_set(int n)
     return dir;
 }
 
-static struct md_data_opts opts_for(const char *dir)
-{
-    struct md_data_opts o;
-    md_data_opts_default(&o);
-    snprintf(o.dataset, sizeof o.dataset, "images-csv");
-    snprintf(o.data_dir, sizeof o.data_dir, "%s", dir);
-    return o;
-}
-
 static struct md_data_request image_req(int h, int w)
 {
     struct md_data_request r;
@@ -103,7 +94,7 @@ static md_status open_err(struct md_data_opts *o, const struct md_data_request *
 Test(data_images_csv, parses_numeric_columns_as_targets)
 {
     char *dir = make_set(10);
-    struct md_data_opts o = opts_for(dir);
+    struct md_data_opts o = tf_opts("images-csv", dir);
     struct md_data_request r = image_req(8, 16);
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, &r, &d), MD_OK, "%s", md_errmsg());
@@ -137,7 +128,7 @@ Test(data_images_csv, csv_errors_name_file_row_and_column)
 {
     char *dir = make_set(4);
     struct md_data_request r = image_req(8, 16);
-    struct md_data_opts o = opts_for(dir);
+    struct md_data_opts o = tf_opts("images-csv", dir);
 
     snprintf(o.images.target_cols, sizeof o.images.target_cols, "a,zz");
     cr_assert_eq(open_err(&o, &r), MD_ERR_DATA);
@@ -202,7 +193,7 @@ Test(data_images_csv, csv_errors_name_file_row_and_column)
 Test(data_images_csv, standardisation_round_trip)
 {
     char *dir = make_set(12);
-    struct md_data_opts o = opts_for(dir);
+    struct md_data_opts o = tf_opts("images-csv", dir);
     snprintf(o.images.target_cols, sizeof o.images.target_cols, "a,b");
     o.val_split = 0.25;
     struct md_data_request r = image_req(8, 16);
@@ -247,7 +238,7 @@ Test(data_images_csv, standardisation_round_trip)
 Test(data_images_csv, side_input)
 {
     char *dir = make_set(9);
-    struct md_data_opts o = opts_for(dir);
+    struct md_data_opts o = tf_opts("images-csv", dir);
     snprintf(o.images.target_cols, sizeof o.images.target_cols, "a");
     snprintf(o.images.side_cols, sizeof o.images.side_cols, "side,b");
     struct md_data_request r = image_req(8, 16);
@@ -294,7 +285,7 @@ static double channel_mean(const struct md_data *d, const struct md_batch *b, in
 Test(data_images_csv, halves)
 {
     char *dir = make_set(6);
-    struct md_data_opts o = opts_for(dir);
+    struct md_data_opts o = tf_opts("images-csv", dir);
     snprintf(o.images.target_cols, sizeof o.images.target_cols, "a");
     struct md_data_request r = image_req(8, 8);
     r.num_inputs = 2;
@@ -366,7 +357,7 @@ static void fold_rows(struct md_data_opts *o, int k, int n, int *val_of, int *tr
 Test(data_images_csv, folds_disjoint_cover_reproducible_seeded)
 {
     char *dir = make_set(23);
-    struct md_data_opts o = opts_for(dir);
+    struct md_data_opts o = tf_opts("images-csv", dir);
     int a[23], b2[23], c[23], tc[5];
     fold_rows(&o, 5, 23, a, tc);
     for (int i = 0; i < 23; i++) cr_assert_neq(a[i], -1, "row %d in no fold", i);
@@ -402,7 +393,7 @@ Test(data_images_csv, class_column)
         snprintf(csv + k, sizeof csv - k, "img/%d.jpg,%s\n", i, i % 2 ? "moss" : "bark");
     }
     free(th_write(dir, "labels.csv", csv));
-    struct md_data_opts o = opts_for(dir);
+    struct md_data_opts o = tf_opts("images-csv", dir);
     snprintf(o.images.class_col, sizeof o.images.class_col, "kind");
     o.val_split = 0;
     struct md_data_request r = image_req(16, 16);
@@ -420,7 +411,7 @@ Test(data_images_csv, class_column)
 /* The shipped sample: 192 wide images, three measured targets and a side column. */
 Test(data_images_csv, shipped_sample)
 {
-    struct md_data_opts o = opts_for(SAMPLE);
+    struct md_data_opts o = tf_opts("images-csv", SAMPLE);
     snprintf(o.images.target_cols, sizeof o.images.target_cols, "green_cover,brightness,blue_cover");
     struct md_data_request r = image_req(32, 64);
     struct md_data *d = NULL;

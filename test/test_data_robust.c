@@ -15,15 +15,6 @@
 #include "helpers.h"
 #include "test_data_files.h"
 
-static struct md_data_opts opts_for(const char *dataset, const char *dir)
-{
-    struct md_data_opts o;
-    md_data_opts_default(&o);
-    snprintf(o.dataset, sizeof o.dataset, "%s", dataset);
-    if (dir) snprintf(o.data_dir, sizeof o.data_dir, "%s", dir);
-    return o;
-}
-
 /* ---- --max-samples ------------------------------------------------------------- */
 
 Test(data_robust, max_samples_caps_validation_and_test_too)
@@ -31,7 +22,7 @@ Test(data_robust, max_samples_caps_validation_and_test_too)
     char *dir = th_tmpdir();
     tf_write_idx(dir, "train", 300, 300, 8, 8, 0);
     tf_write_idx(dir, "t10k", 100, 100, 8, 8, 0);
-    struct md_data_opts o = opts_for("mnist", dir);
+    struct md_data_opts o = tf_opts("mnist", dir);
     o.max_samples = 7;
     struct md_data *d = NULL;
     cr_assert_eq(md_data_open(&o, NULL, &d), MD_OK, "%s", md_errmsg());
@@ -126,7 +117,7 @@ Test(data_robust, cmyk_jpeg_decodes_to_its_colour)
     char p[1200];
     snprintf(p, sizeof p, "%s/classa/cmyk.jpg", dir);
     write_cmyk_jpeg(p, 16, 16, want);
-    struct md_data_opts o = opts_for("jpeg", dir);
+    struct md_data_opts o = tf_opts("jpeg", dir);
     o.val_split = 0;
     o.image_size = 16;
     struct md_data *d = NULL;
@@ -186,7 +177,7 @@ Test(data_robust, undecodable_jpeg_fails_at_open)
     char p[1200];
     snprintf(p, sizeof p, "%s/classb/cut.jpg", dir);
     write_truncated_jpeg(p);
-    struct md_data_opts o = opts_for("jpeg", dir);
+    struct md_data_opts o = tf_opts("jpeg", dir);
     o.val_split = 0;
     struct md_data *d = NULL;
     md_status st = md_data_open(&o, NULL, &d);
@@ -207,7 +198,7 @@ Test(data_robust, skip_reports_how_many_and_which, .timeout = 60)
     }
     snprintf(p, sizeof p, "%s/classb/text.jpg", dir);
     tf_put(p, "not a jpeg", 10, 0);
-    struct md_data_opts o = opts_for("jpeg", dir);
+    struct md_data_opts o = tf_opts("jpeg", dir);
     o.skip_bad = 1;
     o.val_split = 0;
     struct md_data *d = NULL;

@@ -142,39 +142,25 @@ Test(folds, flag_errors, .timeout = 30)
     "--model itransformer --seq-len 16 --pred-len 8 --d-model 16 --d-ff 16 --e-layers 1 --n-heads 2 --steps 3 "        \
     "--epochs 2 --optimizer adamw --lr 0.003"
 
-static double num(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    cr_assert(cJSON_IsNumber(v), "%s is not a number", key);
-    return v->valuedouble;
-}
-
-static const cJSON *obj(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    cr_assert_not_null(v, "no key %s", key);
-    return v;
-}
-
 /* summary[key] equals the mean and population std of runs[i].metrics[key],
  * and each of those the fold's own report figure at `src` (NULL: skip). */
 static void check_summary(const cJSON *folds, const char *key, int k)
 {
     double v[8], mu = 0, q = 0;
-    const cJSON *runs = obj(folds, "runs");
+    const cJSON *runs = th_obj(folds, "runs");
     cr_assert_eq(cJSON_GetArraySize(runs), k);
     for (int i = 0; i < k; i++) {
         const cJSON *r = cJSON_GetArrayItem(runs, i);
-        cr_assert_eq((int)num(r, "fold"), i);
-        cr_assert_str_eq(obj(obj(r, "status"), "result")->valuestring, "ok");
-        v[i] = num(obj(r, "metrics"), key);
+        cr_assert_eq((int)th_num(r, "fold"), i);
+        cr_assert_str_eq(th_obj(th_obj(r, "status"), "result")->valuestring, "ok");
+        v[i] = th_num(th_obj(r, "metrics"), key);
         mu += v[i] / k;
     }
     for (int i = 0; i < k; i++) q += (v[i] - mu) * (v[i] - mu);
-    const cJSON *s = obj(obj(folds, "summary"), key);
-    cr_assert_float_eq(num(s, "mean"), mu, 1e-12 * (1 + fabs(mu)), "%s mean", key);
-    cr_assert_float_eq(num(s, "std"), sqrt(q / k), 1e-12 * (1 + fabs(mu)), "%s std", key);
-    cr_assert_eq((int)num(s, "folds"), k);
+    const cJSON *s = th_obj(th_obj(folds, "summary"), key);
+    cr_assert_float_eq(th_num(s, "mean"), mu, 1e-12 * (1 + fabs(mu)), "%s mean", key);
+    cr_assert_float_eq(th_num(s, "std"), sqrt(q / k), 1e-12 * (1 + fabs(mu)), "%s std", key);
+    cr_assert_eq((int)th_num(s, "folds"), k);
 }
 
 static int is_file(const char *p)
@@ -193,23 +179,23 @@ Test(folds, fold_all_regression_end_to_end, .timeout = 120)
     cr_assert_eq(rc, 0, "%s\n%s", out, err);
     snprintf(path, sizeof path, "%s/r.json", dir);
     cJSON *r = th_load_json(path);
-    const cJSON *folds = obj(r, "folds");
-    cr_assert_eq((int)num(folds, "k"), K);
+    const cJSON *folds = th_obj(r, "folds");
+    cr_assert_eq((int)th_num(folds, "k"), K);
     check_summary(folds, "val_loss", K);
     check_summary(folds, "r2", K);
     check_summary(folds, "mae", K);
     check_summary(folds, "rmse", K);
-    cr_assert_null(cJSON_GetObjectItemCaseSensitive(obj(folds, "summary"), "val_acc"));
+    cr_assert_null(cJSON_GetObjectItemCaseSensitive(th_obj(folds, "summary"), "val_acc"));
     /* each fold's figures are its own training report's; the folds differ */
     double r2_0 = 0;
     for (int i = 0; i < K; i++) {
-        const cJSON *run = cJSON_GetArrayItem(obj(folds, "runs"), i);
-        const cJSON *tr = obj(run, "training");
-        cr_assert_float_eq(num(obj(run, "metrics"), "r2"), num(obj(tr, "regression_metrics"), "r2"), 0);
-        const cJSON *vl = obj(obj(tr, "curves"), "val_loss");
-        cr_assert_float_eq(num(obj(run, "metrics"), "val_loss"), cJSON_GetArrayItem(vl, 1)->valuedouble, 0);
-        if (i == 0) r2_0 = num(obj(run, "metrics"), "r2");
-        else cr_assert(num(obj(run, "metrics"), "r2") != r2_0, "fold %d scored as fold 0", i);
+        const cJSON *run = cJSON_GetArrayItem(th_obj(folds, "runs"), i);
+        const cJSON *tr = th_obj(run, "training");
+        cr_assert_float_eq(th_num(th_obj(run, "metrics"), "r2"), th_num(th_obj(tr, "regression_metrics"), "r2"), 0);
+        const cJSON *vl = th_obj(th_obj(tr, "curves"), "val_loss");
+        cr_assert_float_eq(th_num(th_obj(run, "metrics"), "val_loss"), cJSON_GetArrayItem(vl, 1)->valuedouble, 0);
+        if (i == 0) r2_0 = th_num(th_obj(run, "metrics"), "r2");
+        else cr_assert(th_num(th_obj(run, "metrics"), "r2") != r2_0, "fold %d scored as fold 0", i);
         snprintf(path, sizeof path, "%s/ck/fold-%d/last.safetensors", dir, i);
         cr_assert(is_file(path), "%s", path);
     }
@@ -225,8 +211,8 @@ Test(folds, fold_all_regression_end_to_end, .timeout = 120)
     cr_assert(strstr(html, "<th>val R&#178;</th>"), "no R2 column");
     cr_assert_eq(th_count(html, "<td>ok</td></tr>"), K);
     char want[96];
-    const cJSON *sr2 = obj(obj(folds, "summary"), "r2");
-    snprintf(want, sizeof want, "<td class=\"n\">%.4g &#177; %.2g</td>", num(sr2, "mean"), num(sr2, "std"));
+    const cJSON *sr2 = th_obj(th_obj(folds, "summary"), "r2");
+    snprintf(want, sizeof want, "<td class=\"n\">%.4g &#177; %.2g</td>", th_num(sr2, "mean"), th_num(sr2, "std"));
     cr_assert(strstr(html, want), "no %s", want);
     md_free(html);
     /* the report and every metrics line validate; one header per fold, with its fold */
@@ -241,7 +227,7 @@ Test(folds, fold_all_regression_end_to_end, .timeout = 120)
     for (char *l = strtok(lines, "\n"); l; l = strtok(NULL, "\n")) {
         cJSON *j = cJSON_Parse(l);
         cr_assert(th_schema_validate(s, j, e, sizeof e), "%s: %s", l, e);
-        if (strcmp(obj(j, "kind")->valuestring, "header") == 0) cr_assert_eq((int)num(j, "fold"), headers++);
+        if (strcmp(th_obj(j, "kind")->valuestring, "header") == 0) cr_assert_eq((int)th_num(j, "fold"), headers++);
         cJSON_Delete(j);
     }
     cr_assert_eq(headers, K);
@@ -265,10 +251,10 @@ Test(folds, fold_all_classification, .timeout = 120)
     cr_assert_eq(rc, 0, "%s\n%s", out, err);
     snprintf(path, sizeof path, "%s/r.json", dir);
     cJSON *r = th_load_json(path);
-    const cJSON *folds = obj(r, "folds");
+    const cJSON *folds = th_obj(r, "folds");
     check_summary(folds, "val_acc", 2);
     check_summary(folds, "val_loss", 2);
-    cr_assert_null(cJSON_GetObjectItemCaseSensitive(obj(folds, "summary"), "r2"));
+    cr_assert_null(cJSON_GetObjectItemCaseSensitive(th_obj(folds, "summary"), "r2"));
     cr_assert(strstr(out, "val acc"), "%s", out);
     cJSON *s = th_load_json("docs/schema/report.schema.json");
     char e[1024];

@@ -213,8 +213,12 @@ Test(metal_check, msl_wrong_buffer_index_fails)
 Test(metal_check, msl_host_binding_mismatch_fails)
 {
     static const struct mistake ms[] = {
-        {PLAN, "BIND(d, a->x, a->y, a->mask);", "BIND(d, a->x, a->y);",
+        {PLAN, "BUFS(md_dropout_args, x, y, mask)", "BUFS(md_dropout_args, x, y)",
          {"md_dropout_fwd_<type> binds buffers 1..2 but kernel md_mtl_dropout_fwd"}},
+        /* the reduction scratch counts as a buffer */
+        {PLAN, "SCRATCH_AT(2)", "NO_SCRATCH", {"md_reduce_part_<type> binds buffers 1..2 but kernel"}},
+        {PLAN, "PARAMS(md_mtl_softmax_params)", "PARAMS(md_mtl_ln_params)",
+         {"md_softmax_fwd packs struct md_mtl_ln_params into buffer(0) but kernel"}},
         {PLAN, "d->tg_mem = MD_MTL_MM_TGMEM;", "d->tg_mem = MD_MTL_MM_TGMEM * 4;", {"is 65536 bytes, over Apple's 32768"}},
     };
     expect_mistakes(ms, sizeof ms / sizeof *ms);

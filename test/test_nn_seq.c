@@ -110,20 +110,7 @@ static size_t out_numel(const md_model *m, int batch)
     return (size_t)batch * c * h * w;
 }
 
-static void fill_inputs(md_model *m, int batch, uint64_t seed)
-{
-    for (int i = 0; i < md_model_num_inputs(m); i++) {
-        int c, h, w;
-        md_model_input_shape(m, i, &c, &h, &w);
-        size_t n = (size_t)batch * c * h * w;
-        float *x = malloc(n * sizeof *x);
-        md_rng r;
-        md_rng_init(&r, seed + (uint64_t)i);
-        for (size_t k = 0; k < n; k++) x[k] = 3.0f * md_rng_next_uniform(&r) - 1.0f + 0.3f * (float)(k % 3);
-        cr_assert_eq(md_dev_upload(md_model_device(m), md_model_input_buffer(m, i), x, n * sizeof *x), MD_OK);
-        free(x);
-    }
-}
+static void fill_inputs(md_model *m, int batch, uint64_t seed) { th_upload_inputs(m, batch, NULL, seed, 3.0f, 0.3f, 3); }
 
 /* L = sum(out * R) of one training forward (no dropout in these models);
  * with backward, the parameter gradients follow. */

@@ -48,17 +48,6 @@ struct param {
     double v;
 };
 
-static md_device *open_dev(const char *name)
-{
-    const md_backend *b = md_backend_find(name);
-    if (!b) return NULL;
-    struct md_device_opts o;
-    memset(&o, 0, sizeof o);
-    o.threads = 1;
-    md_device *d = NULL;
-    return md_device_open(b, 0, &o, &d) == MD_OK ? d : NULL;
-}
-
 /* A model from a config name or JSON text, bound for BATCH on d, with
  * seeded inputs. */
 static md_model *make(const char *model, const struct param *p, int np, int ckpt, md_device *d)
@@ -80,15 +69,7 @@ static md_model *make(const char *model, const struct param *p, int np, int ckpt
     cr_assert_eq(md_model_bind(m, d, BATCH), MD_OK, "%s", md_errmsg());
     md_rng r;
     md_rng_init(&r, 9);
-    for (int i = 0; i < md_model_num_inputs(m); i++) {
-        int c, h, w;
-        md_model_input_shape(m, i, &c, &h, &w);
-        size_t n = (size_t)BATCH * c * h * w;
-        float *x = malloc(n * 4);
-        for (size_t k = 0; k < n; k++) x[k] = 2.0f * md_rng_next_uniform(&r) - 1.0f + 0.3f * (float)(k % 5);
-        cr_assert_eq(md_dev_upload(d, md_model_input_buffer(m, i), x, n * 4), MD_OK);
-        free(x);
-    }
+    th_upload_inputs(m, BATCH, &r, 0, 2.0f, 0.3f, 5);
     return m;
 }
 
@@ -198,9 +179,9 @@ Test(nn_vit, gradients_both_pool_match_finite_differences, .timeout = 120) { gra
  * skips when the device cannot open. */
 static void against_ref(const char *dev, const char *model, const struct param *p, int np, int ckpt)
 {
-    md_device *dd = open_dev(dev);
+    md_device *dd = th_try_device(dev);
     if (!dd) cr_skip_test("no %s device here (%s)", dev, md_errmsg());
-    md_device *dr = open_dev("ref");
+    md_device *dr = th_try_device("ref");
     cr_assert(dr);
     md_model *mr = make(model, p, np, 0, dr), *md = make(model, p, np, ckpt, dd);
     size_t ny = out_numel(mr), ng = md_model_nparams(mr);
@@ -318,21 +299,6 @@ Test(nn_vit, config_errors_name_the_field)
 
 static int quiet;
 
-static int compare(const md_st_file *ref, const char *key, const float *got, size_t n, const char *what)
-{
-    const struct md_st_tensor *t = md_st_find(ref, key);
-    cr_assert(t, "%s: the fixture lacks %s", what, key);
-    cr_assert_eq((size_t)t->numel, n, "%s: %s has %lld elements, want %zu", what, key, t->numel, n);
-    const float *want = (const float *)t->data;
-    double mx = 0;
-    for (size_t k = 0; k < n; k++) mx = fmax(mx, fabs(want[k]));
-    int bad = 0;
-    for (size_t k = 0; k < n; k++)
-        if (!(fabs((double)got[k] - want[k]) <= 1e-4 * mx + 1e-3 * fabs(want[k])) && bad++ < 2 && !quiet)
-            cr_log_error("%s: %s[%zu]: %.8g, PyTorch %.8g", what, key, k, got[k], want[k]);
-    return bad;
-}
-
 /* vit_tiny with the fixture's weights on dev (pool: the config's 0..2);
  * the number of tensors (output, loss, gradients) that differ. */
 static int torch_case(const char *dev, int pool)
@@ -365,13 +331,8 @@ static int torch_case(const char *dev, int pool)
     char what[64];
     snprintf(what, sizeof what, "vit_tiny (pool %d) on %s", pool, dev);
     float lf = (float)loss;
-    int bad = (compare(ref, "output", y, ny, what) != 0) + (compare(ref, "loss", &lf, 1, what) != 0);
-    for (int t = 0; t < md_model_num_tensors(m); t++) {
-        const struct md_param_info *ti = md_model_tensor(m, t);
-        char key[700];
-        snprintf(key, sizeof key, "grad.%s", ti->name);
-        bad += compare(ref, key, g + ti->offset, ti->numel, what) != 0;
-    }
+    int bad = (th_compare_torch(ref, "output", y, ny, what, quiet) != 0) + (th_compare_torch(ref, "loss", &lf, 1, what, quiet) != 0);
+    bad += th_compare_torch_grads(ref, m, what, quiet);
     cr_assert_eq(md_model_num_tensors(m), 37);
     free(y), free(R), free(g);
     md_model_free(m);

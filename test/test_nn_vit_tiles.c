@@ -28,27 +28,6 @@ enum tamper { NONE, WEIGHT, SWAP_STREAMS, SWAP_SAMPLES };
 
 static int quiet;
 
-static int compare(const md_st_file *ref, const char *key, const float *got, size_t n, const char *what)
-{
-    const struct md_st_tensor *t = md_st_find(ref, key);
-    cr_assert(t, "%s: the fixture lacks %s", what, key);
-    cr_assert_eq((size_t)t->numel, n, "%s: %s has %lld elements, want %zu", what, key, t->numel, n);
-    float *want = malloc(n * 4);
-    memcpy(want, t->data, n * 4);
-    double mx = 0;
-    for (size_t k = 0; k < n; k++) mx = fmax(mx, fabs(want[k]));
-    int bad = 0;
-    for (size_t k = 0; k < n; k++) {
-        double tol = 1e-4 * mx + 1e-3 * fabs(want[k]);
-        if (!(fabs((double)got[k] - want[k]) <= tol)) {
-            if (!bad && !quiet) cr_log_error("%s: %s[%zu] %.8g, PyTorch %.8g", what, key, k, got[k], want[k]);
-            bad++;
-        }
-    }
-    free(want);
-    return bad;
-}
-
 /* Forward, MSE loss and backward of the tiny config with the fixture's
  * weights and inputs; returns the number of tensors (output, loss,
  * gradients) that differ from PyTorch's. */
@@ -94,39 +73,11 @@ static int torch_case(const char *dev, struct md_model_opts *o, enum tamper tamp
         cr_assert_eq(md_dev_upload(d, md_model_input_buffer(m, i), x, t->nbytes), MD_OK);
         free(x);
     }
-    const struct md_st_tensor *tt = md_st_find(ref, "target");
-    float target[6], y[6], dy[6];
-    memcpy(target, tt->data, sizeof target);
-    cr_assert_eq(md_model_forward(m, B, 1), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(md_dev_download(d, y, md_model_logits(m), sizeof y), MD_OK);
-    double loss = 0;
-    for (int k = 0; k < B * K; k++) {
-        loss += ((double)y[k] - target[k]) * ((double)y[k] - target[k]) / (B * K);
-        dy[k] = 2.0f * (y[k] - target[k]) / (float)(B * K);
-    }
-    void *dy_dev = NULL;
-    cr_assert_eq(md_dev_alloc(d, sizeof dy, &dy_dev, "dy"), MD_OK);
-    cr_assert_eq(md_dev_upload(d, dy_dev, dy, sizeof dy), MD_OK);
-    cr_assert_eq(md_model_set_output_grad(m, dy_dev), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(md_model_backward(m), MD_OK, "%s", md_errmsg());
     char what[64];
     snprintf(what, sizeof what, "vit_tiled_two_stream_tiny on %s", dev);
-    int bad = compare(ref, "output", y, (size_t)B * K, what) != 0;
-    float lf = (float)loss;
-    bad += compare(ref, "loss", &lf, 1, what) != 0;
-    size_t np = md_model_nparams(m);
-    float *g = malloc(np * 4);
-    cr_assert_eq(md_model_get_grads_host(m, g), MD_OK);
     /* 5 before the blocks, 14 per block, norm 2, film 4, head 2 */
     cr_assert_eq(md_model_num_tensors(m), 5 + 2 * 14 + 2 + 4 + 2);
-    for (int t = 0; t < md_model_num_tensors(m); t++) {
-        const struct md_param_info *ti = md_model_tensor(m, t);
-        char key[700];
-        snprintf(key, sizeof key, "grad.%s", ti->name);
-        bad += compare(ref, key, g + ti->offset, ti->numel, what) != 0;
-    }
-    free(g);
-    md_dev_free(d, dy_dev);
+    int bad = th_torch_mse_case(ref, d, m, B, K, what, quiet);
     md_model_free(m);
     md_device_close(d);
     md_st_close(ref);

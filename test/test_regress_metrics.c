@@ -237,20 +237,6 @@ Test(regress_metrics, text_table, .init = cr_redirect_stdout)
     "--model itransformer --seq-len 16 --pred-len 8 --d-model 16 --d-ff 16 --e-layers 1 --n-heads 2 --steps 3 "        \
     "--epochs 2 --optimizer adamw --lr 0.003 --overwrite"
 
-static double num(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    cr_assert(cJSON_IsNumber(v), "%s is not a number", key);
-    return v->valuedouble;
-}
-
-static const cJSON *obj(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    cr_assert_not_null(v, "no key %s", key);
-    return v;
-}
-
 /* The forecasting run reports R2/MAE/RMSE per variate for validation and
  * test beside the standardised figures; the overall MAE in original units is
  * the figure the run already gave (the uniform average of equal-sized
@@ -264,28 +250,28 @@ Test(regress_metrics, forecasting_report, .timeout = 60)
     cr_assert_eq(rc, 0, "%s\n%s", out, err);
     snprintf(path, sizeof path, "%s/r.json", dir);
     cJSON *r = th_load_json(path);
-    const cJSON *tr = obj(r, "training"), *te = obj(tr, "test");
-    const cJSON *vm = obj(tr, "regression_metrics"), *tm = obj(te, "regression_metrics");
-    cr_assert_str_eq(obj(vm, "split")->valuestring, "val");
-    cr_assert_str_eq(obj(tm, "split")->valuestring, "test");
-    cr_assert_str_eq(obj(tm, "units")->valuestring, "original");
-    const cJSON *per = obj(tm, "per_target");
+    const cJSON *tr = th_obj(r, "training"), *te = th_obj(tr, "test");
+    const cJSON *vm = th_obj(tr, "regression_metrics"), *tm = th_obj(te, "regression_metrics");
+    cr_assert_str_eq(th_obj(vm, "split")->valuestring, "val");
+    cr_assert_str_eq(th_obj(tm, "split")->valuestring, "test");
+    cr_assert_str_eq(th_obj(tm, "units")->valuestring, "original");
+    const cJSON *per = th_obj(tm, "per_target");
     cr_assert_eq(cJSON_GetArraySize(per), 7); /* the sample's 7 variates (M) */
-    cr_assert_str_eq(obj(cJSON_GetArrayItem(per, 6), "name")->valuestring, "OT");
-    cr_assert_str_eq(obj(cJSON_GetArrayItem(per, 0), "name")->valuestring, "HUFL");
+    cr_assert_str_eq(th_obj(cJSON_GetArrayItem(per, 6), "name")->valuestring, "OT");
+    cr_assert_str_eq(th_obj(cJSON_GetArrayItem(per, 0), "name")->valuestring, "HUFL");
     /* windows x pred_len values per target */
-    cr_assert_eq((long long)num(tm, "count"), (long long)num(te, "samples") * 8);
-    cr_assert_float_eq(num(tm, "mae"), num(te, "mae_original_units"), 1e-9 * num(tm, "mae"));
+    cr_assert_eq((long long)th_num(tm, "count"), (long long)th_num(te, "samples") * 8);
+    cr_assert_float_eq(th_num(tm, "mae"), th_num(te, "mae_original_units"), 1e-9 * th_num(tm, "mae"));
     double r2 = 0, mae = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, per)
     {
-        r2 += num(t, "r2") / 7;
-        mae += num(t, "mae") / 7;
-        cr_assert_leq(num(t, "r2"), 1.0);
+        r2 += th_num(t, "r2") / 7;
+        mae += th_num(t, "mae") / 7;
+        cr_assert_leq(th_num(t, "r2"), 1.0);
     }
-    cr_assert_float_eq(num(tm, "r2"), r2, 1e-9);
-    cr_assert_float_eq(num(tm, "mae"), mae, 1e-9);
+    cr_assert_float_eq(th_num(tm, "r2"), r2, 1e-9);
+    cr_assert_float_eq(th_num(tm, "mae"), mae, 1e-9);
     cr_assert(strstr(out, "overall (target mean)"), "%s", out);
     /* the HTML page: a table per split, a row per target and the overall row */
     char *html = th_html_render(r);
@@ -295,7 +281,7 @@ Test(regress_metrics, forecasting_report, .timeout = 60)
     cr_assert_eq(th_count(html, "<tr><th>OT</th>"), 2);
     cr_assert_eq(th_count(html, "<tr><th>overall</th>"), 2);
     char want[64];
-    snprintf(want, sizeof want, "<td class=\"n\">%.4g</td>", num(tm, "r2"));
+    snprintf(want, sizeof want, "<td class=\"n\">%.4g</td>", th_num(tm, "r2"));
     cr_assert(strstr(html, want), "no %s", want);
     md_free(html);
     cJSON *s = th_load_json("docs/schema/report.schema.json");
@@ -316,9 +302,9 @@ Test(regress_metrics, forecasting_report, .timeout = 60)
         cJSON *j = cJSON_Parse(l);
         cr_assert_not_null(j, "%s", l);
         cr_assert(th_schema_validate(s, j, e, sizeof e), "%s: %s", l, e);
-        if (strcmp(obj(j, "kind")->valuestring, "epoch") == 0) {
+        if (strcmp(th_obj(j, "kind")->valuestring, "epoch") == 0) {
             epochs++;
-            cr_assert(cJSON_IsNumber(obj(j, "val_r2")), "%s", l);
+            cr_assert(cJSON_IsNumber(th_obj(j, "val_r2")), "%s", l);
         }
         cJSON_Delete(j);
     }

@@ -6,33 +6,12 @@
 
 #include "diag/preset.h"
 #include "diag/recommend.h"
+#include "helpers_rec.h"
 #include "helpers.h"
-
-#define MiB (1LL << 20)
-#define GiB (1LL << 30)
-
-static const struct md_rec *find(const struct md_rec *r, int n, const char *topic)
-{
-    for (int i = 0; i < n; i++)
-        if (strcmp(r[i].topic, topic) == 0) return &r[i];
-    return NULL;
-}
 
 static void dump(const struct md_rec *r, int n)
 {
     for (int i = 0; i < n; i++) fprintf(stderr, "  [%s] %s | %s (%s)\n", r[i].topic, r[i].advice, r[i].figure, r[i].source);
-}
-
-static struct md_rec_in base(void)
-{
-    struct md_rec_in in;
-    memset(&in, 0, sizeof in);
-    in.kind = MD_BACKEND_CPU;
-    in.device_name = "test CPU";
-    in.batch_size = 64;
-    in.compile = 1;
-    in.logical_cores = 8;
-    return in;
 }
 
 Test(recommend, knee_within_memory_budget)

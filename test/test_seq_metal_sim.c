@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "helpers.h"
+
 #include "backend/backend.h"
 #include "core/rng.h"
 #include "nn/model.h"
@@ -21,17 +23,6 @@ struct param {
     const char *k;
     double v;
 };
-
-static md_device *open_dev(const char *name)
-{
-    const md_backend *b = md_backend_find(name);
-    if (!b) return NULL;
-    struct md_device_opts o;
-    memset(&o, 0, sizeof o);
-    o.threads = 1;
-    md_device *d = NULL;
-    return md_device_open(b, 0, &o, &d) == MD_OK ? d : NULL;
-}
 
 /* Output and parameter gradients of one forward/backward on `d`, as host
  * copies (caller frees); the same inputs and R on every device. */
@@ -47,15 +38,7 @@ static void run(const char *model, const struct param *p, int np, md_device *d, 
     cr_assert_eq(md_model_bind(m, d, BATCH), MD_OK, "%s", md_errmsg());
     md_rng r;
     md_rng_init(&r, 9);
-    for (int i = 0; i < md_model_num_inputs(m); i++) {
-        int c, h, w;
-        md_model_input_shape(m, i, &c, &h, &w);
-        size_t n = (size_t)BATCH * c * h * w;
-        float *x = malloc(n * 4);
-        for (size_t k = 0; k < n; k++) x[k] = 2.0f * md_rng_next_uniform(&r) - 1.0f + 0.5f * (float)(k % 5);
-        cr_assert_eq(md_dev_upload(d, md_model_input_buffer(m, i), x, n * 4), MD_OK);
-        free(x);
-    }
+    th_upload_inputs(m, BATCH, &r, 0, 2.0f, 0.5f, 5);
     int c, h, w;
     md_model_output_shape(m, &c, &h, &w);
     *ny = (size_t)BATCH * c * h * w;
@@ -91,9 +74,9 @@ static int differ(const char *what, const float *x, const float *ref, size_t n)
 
 static void check_model(const char *model, const struct param *p, int np)
 {
-    md_device *dm = open_dev("metal");
+    md_device *dm = th_try_device("metal");
     if (!dm) cr_skip_test("no Metal device here (%s)", md_errmsg());
-    md_device *dr = open_dev("ref");
+    md_device *dr = th_try_device("ref");
     cr_assert(dr);
     float *ym, *yr, *gm, *gr;
     size_t nym, nyr, ngm, ngr;

@@ -5,8 +5,9 @@
  *     in MSL for kernel and ordinary functions alike);
  *   - [[buffer(n)]] indices that repeat, leave gaps, or disagree with the
  *     order metal/metal_plan.c binds the buffers in (buffer(0) is the
- *     params struct, BIND(d, ...) / bind() / bind_scratch() then fill 1, 2,
- *     ...), or a params struct other than the one the host packs;
+ *     params struct, then a STEP row's BUFS(args, ...) fill 1, 2, ...,
+ *     with the reduction scratch where SCRATCH_AT puts it), or a params
+ *     struct other than the PARAMS(...) of the row;
  *   - threadgroup memory over Apple's 32 KiB (the host's tg_mem values, the
  *     *_TGMEM sizes, static threadgroup arrays) and threadgroups over 1024
  *     threads (the *_THREADS sizes);
@@ -540,45 +541,6 @@ static void split_args(const struct md_mchk_toks *tk, int lp, struct call_args *
     }
 }
 
-/* Enclosing function of token i in plan.c: its '(' of parameters and its body's '{' / '}'. */
-static int enclosing(const struct md_mchk_toks *tk, int i, int *lp, int *body, int *end)
-{
-    for (int k = 0; k < tk->n; k++) {
-        if (!md_mchk_is(tk, k, "{")) continue;
-        int close = md_mchk_match(tk, k);
-        if (k < i && i < close && md_mchk_is(tk, k - 1, ")")) {
-            int open = k - 1, depth = 0;
-            for (; open > 0; open--) {
-                if (md_mchk_is(tk, open, ")")) depth++;
-                if (md_mchk_is(tk, open, "(") && --depth == 0) break;
-            }
-            *lp = open;
-            *body = k;
-            *end = close;
-            return 1;
-        }
-        k = close;
-    }
-    return 0;
-}
-
-/* Buffers bound after token `from` up to the next begin() or `end`. */
-static int count_binds(const struct md_mchk_toks *tk, int from, int end)
-{
-    int n = 0;
-    for (int i = from; i < end; i++) {
-        if (md_mchk_is(tk, i, "begin") && md_mchk_is(tk, i + 1, "(") && i > from) break;
-        if ((md_mchk_is(tk, i, "BIND") || md_mchk_is(tk, i, "bind") || md_mchk_is(tk, i, "bind_scratch")) &&
-            md_mchk_is(tk, i + 1, "(") && !md_mchk_is(tk, i - 1, "void") && !md_mchk_is(tk, i - 1, "define")) {
-            struct call_args ca;
-            split_args(tk, i + 1, &ca);
-            n += md_mchk_is(tk, i, "BIND") ? ca.n - 1 : 1;
-            i = md_mchk_match(tk, i + 1);
-        }
-    }
-    return n;
-}
-
 static void check_dispatch(struct mctx *c, const struct md_mchk_toks *tk, int line, const char *name, int suffixed,
                            int nbinds, const char *ptype)
 {
@@ -605,17 +567,6 @@ static void check_dispatch(struct mctx *c, const struct md_mchk_toks *tk, int li
     if (!matched) problem(c, tk->path, line, "no kernel of the .metal sources is named %s%s", name, suffixed ? "_<type>" : "");
 }
 
-/* The params struct type of variable v (struct md_mtl_x_params v) in [a, b). */
-static void var_struct(const struct md_mchk_toks *tk, int a, int b, const char *v, char *out, size_t n)
-{
-    *out = '\0';
-    for (int i = a; i < b; i++)
-        if (md_mchk_is(tk, i, "struct") && tk->t[i + 1].kind == MCHK_ID && md_mchk_is(tk, i + 2, v)) {
-            snprintf(out, n, "%s", tk->t[i + 1].s);
-            return;
-        }
-}
-
 static void check_plan(struct mctx *c, const struct md_mchk_toks *tk)
 {
     for (int i = 0; i < tk->n; i++) {
@@ -632,62 +583,31 @@ static void check_plan(struct mctx *c, const struct md_mchk_toks *tk)
             else if (v > MD_MCHK_TGMEM_LIMIT)
                 problem(c, tk->path, tk->t[i].line, "tg_mem = %s is %lld bytes, over Apple's %d", expr, v, MD_MCHK_TGMEM_LIMIT);
         }
-        if (!md_mchk_is(tk, i, "begin") || !md_mchk_is(tk, i + 1, "(") || md_mchk_is(tk, i - 1, "*")) continue;
+        /* STEP(kernel, naming, grid, when, scratch, BUFS(args, field, ...) or NO_BUFS) */
+        if (!md_mchk_is(tk, i, "STEP") || !md_mchk_is(tk, i + 1, "(") || md_mchk_is(tk, i - 1, "define")) continue;
         struct call_args ca;
         split_args(tk, i + 1, &ca);
-        if (ca.n != 6) continue;
-        int lp, body, end;
-        if (!enclosing(tk, i, &lp, &body, &end)) continue;
-        int suffixed = !(md_mchk_is(tk, ca.a[3], "-") && md_mchk_is(tk, ca.a[3] + 1, "1"));
-        char ptype[64];
-        var_struct(tk, body, end, tk->t[ca.a[4] + 1].s, ptype, sizeof ptype);
-        int line = tk->t[i].line, nb = count_binds(tk, i, end);
-        int nlit = 0;
-        for (int k = ca.a[2]; k < ca.e[2]; k++)
-            if (tk->t[k].kind == MCHK_STR) {
-                char name[64];
-                snprintf(name, sizeof name, "%.*s", (int)strlen(tk->t[k].s) - 2, tk->t[k].s + 1);
-                check_dispatch(c, tk, line, name, suffixed, nb, ptype);
-                nlit++;
-            }
-        if (nlit || ca.e[2] != ca.a[2] + 1) continue;
-        const char *var = tk->t[ca.a[2]].s;
-        /* snprintf(var, sizeof var, "prefix%s", ...) in the same function */
-        int done = 0;
-        for (int k = body; k < i && !done; k++)
-            if (md_mchk_is(tk, k, "snprintf") && md_mchk_is(tk, k + 2, var)) {
-                struct call_args sa;
-                split_args(tk, k + 1, &sa);
-                if (sa.n >= 3 && tk->t[sa.a[2]].kind == MCHK_STR) {
-                    char name[64];
-                    const char *s = tk->t[sa.a[2]].s + 1, *pc = strchr(s, '%');
-                    snprintf(name, sizeof name, "%.*s", (int)(pc ? pc - s : (long)strlen(s) - 1), s);
-                    /* "md_cast_%s" + "_<dst>": a prefix of the names */
-                    if (name[0] && name[strlen(name) - 1] == '_') name[strlen(name) - 1] = '\0';
-                    check_dispatch(c, tk, line, name, 1, nb, ptype);
-                    done = 1;
-                }
-            }
-        if (done) continue;
-        /* a parameter of the enclosing function: the literal comes from its callers */
-        int pos = -1;
-        struct call_args pa;
-        split_args(tk, lp, &pa);
-        for (int k = 0; k < pa.n; k++)
-            if (md_mchk_is(tk, pa.e[k] - 1, var)) pos = k;
-        const char *fname = tk->t[lp - 1].s;
-        for (int k = 0; k < tk->n && pos >= 0; k++) {
-            if (k == lp - 1 || !md_mchk_is(tk, k, fname) || !md_mchk_is(tk, k + 1, "(")) continue;
-            struct call_args cargs;
-            split_args(tk, k + 1, &cargs);
-            int clp, cbody, cend;
-            if (pos >= cargs.n || tk->t[cargs.a[pos]].kind != MCHK_STR || !enclosing(tk, k, &clp, &cbody, &cend)) continue;
-            char name[64];
-            snprintf(name, sizeof name, "%.*s", (int)strlen(tk->t[cargs.a[pos]].s) - 2, tk->t[cargs.a[pos]].s + 1);
-            check_dispatch(c, tk, tk->t[k].line, name, suffixed, nb + count_binds(tk, k, cend), ptype);
-            done = 1;
+        int line = tk->t[i].line;
+        if (ca.n != 6 || tk->t[ca.a[0]].kind != MCHK_STR || ca.e[0] != ca.a[0] + 1) {
+            problem(c, tk->path, line, "cannot tell which kernel this STEP dispatches");
+            continue;
         }
-        if (!done) problem(c, tk->path, line, "cannot tell which kernel this begin() dispatches");
+        int nb = 0;
+        if (md_mchk_is(tk, ca.a[5], "BUFS") && md_mchk_is(tk, ca.a[5] + 1, "(")) {
+            struct call_args ba;
+            split_args(tk, ca.a[5] + 1, &ba);
+            nb = ba.n - 1; /* less the args struct */
+        } else if (!md_mchk_is(tk, ca.a[5], "NO_BUFS"))
+            problem(c, tk->path, line, "cannot tell the buffers this STEP binds");
+        if (md_mchk_is(tk, ca.a[4], "SCRATCH_AT")) nb++;
+        /* the params struct: PARAMS(md_mtl_x_params) of the enclosing OP row */
+        char ptype[64] = "";
+        for (int k = i - 1; k > 0 && !*ptype; k--)
+            if (md_mchk_is(tk, k, "PARAMS") && md_mchk_is(tk, k + 1, "(") && !md_mchk_is(tk, k - 1, "define"))
+                snprintf(ptype, sizeof ptype, "%s", tk->t[k + 2].s);
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)strlen(tk->t[ca.a[0]].s) - 2, tk->t[ca.a[0]].s + 1);
+        check_dispatch(c, tk, line, name, !md_mchk_is(tk, ca.a[1], "PLAIN"), nb, ptype);
     }
 }
 

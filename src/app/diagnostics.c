@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "app/settings.h"
+#include "app/sub_run.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/timer.h"
@@ -253,13 +254,9 @@ static md_status run_one(md_job *job, const md_options *base, const char *name, 
     cJSON *root = job->report, *root_settings = job->settings;
     cJSON *sub = cJSON_CreateObject();
     cJSON_AddStringToObject(sub, "name", name);
-    job->report = sub;
     /* the run's settings so far (device, policy, the recipe), so that each
      * model's entry stands on its own; its text shows only what it adds */
-    job->settings = cJSON_Duplicate(root_settings, 1);
-    cJSON_AddItemToObject(sub, "settings", job->settings);
-    int shown = cJSON_GetArraySize(job->settings);
-    md_dev_reset_peak(job->dev);
+    int shown = md_sub_run_begin(job, sub, root_settings);
     double t0 = md_now();
 
     char title[MD_PATH_MAX + 32];
@@ -297,26 +294,11 @@ static md_status run_one(md_job *job, const md_options *base, const char *name, 
     /* a model that failed early: its settings and config as far as they went */
     if (!cJSON_GetObjectItemCaseSensitive(sub, "run")) md_settings_record_run(job);
 
-    struct md_mem_stats ms;
-    md_dev_mem_stats(job->dev, &ms);
-    cJSON *m = cJSON_AddObjectToObject(sub, "memory");
-    cJSON_AddNumberToObject(m, "device_peak_bytes", (double)ms.peak);
-    cJSON_AddNumberToObject(m, "host_peak_rss_bytes", (double)md_peak_rss_bytes());
-    cJSON_AddNumberToObject(sub, "duration_s", md_now() - t0);
-    cJSON *status = cJSON_AddObjectToObject(sub, "status");
-    cJSON_AddStringToObject(status, "result", md_status_name(st));
-    if (st != MD_OK) {
-        cJSON_AddStringToObject(status, "error", md_errmsg());
-        md_out("❌ %s failed: %s\n", name, md_errmsg());
-    } else {
-        cJSON_AddNullToObject(status, "error");
-    }
+    md_sub_run_memory(job, sub, t0);
+    md_sub_run_status(sub, st, name);
 
-    /* The next model starts from a clean job; the stages' cleanups accept a
-     * job whose stage never ran. */
-    md_stage_train_cleanup(job);
-    md_stage_data_cleanup(job);
-    md_stage_model_cleanup(job);
+    /* The next model starts from a clean job. */
+    md_sub_run_cleanup(job);
     job->trainer = NULL;
     job->data = NULL;
     job->model = NULL;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "app/settings.h"
+#include "app/sub_run.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/timer.h"
@@ -92,11 +93,7 @@ static md_status run_fold(md_job *job, const md_options *base, int i, cJSON *run
     cJSON *sub = cJSON_CreateObject();
     cJSON_AddNumberToObject(sub, "fold", i);
     if (o->checkpoint_dir[0]) cJSON_AddStringToObject(sub, "checkpoint_dir", o->checkpoint_dir);
-    job->report = sub;
-    job->settings = cJSON_Duplicate(root_settings, 1);
-    cJSON_AddItemToObject(sub, "settings", job->settings);
-    int shown = cJSON_GetArraySize(job->settings);
-    md_dev_reset_peak(job->dev);
+    int shown = md_sub_run_begin(job, sub, root_settings);
     double t0 = md_now();
 
     char title[64];
@@ -111,28 +108,16 @@ static md_status run_fold(md_job *job, const md_options *base, int i, cJSON *run
     }
     if (!cJSON_GetObjectItemCaseSensitive(sub, "run")) md_settings_record_run(job);
 
-    struct md_mem_stats ms;
-    md_dev_mem_stats(job->dev, &ms);
-    cJSON *m = cJSON_AddObjectToObject(sub, "memory");
-    cJSON_AddNumberToObject(m, "device_peak_bytes", (double)ms.peak);
-    cJSON_AddNumberToObject(m, "host_peak_rss_bytes", (double)md_peak_rss_bytes());
-    cJSON_AddNumberToObject(sub, "duration_s", md_now() - t0);
+    md_sub_run_memory(job, sub, t0);
     double v[FV_COUNT];
     fold_figures(sub, v);
     cJSON *fig = cJSON_AddObjectToObject(sub, "metrics");
     for (int k = 0; k < FV_COUNT; k++) cJSON_AddItemToObject(fig, fv_key[k], num_or_null(v[k]));
-    cJSON *status = cJSON_AddObjectToObject(sub, "status");
-    cJSON_AddStringToObject(status, "result", md_status_name(st));
-    if (st != MD_OK) {
-        cJSON_AddStringToObject(status, "error", md_errmsg());
-        md_out("❌ fold %d failed: %s\n", i, md_errmsg());
-    } else {
-        cJSON_AddNullToObject(status, "error");
-    }
+    char what[32];
+    snprintf(what, sizeof what, "fold %d", i);
+    md_sub_run_status(sub, st, what);
 
-    md_stage_train_cleanup(job);
-    md_stage_data_cleanup(job);
-    md_stage_model_cleanup(job);
+    md_sub_run_cleanup(job);
     job->report = root;
     job->settings = root_settings;
     *o = *base;

@@ -122,6 +122,22 @@ static int blank_line(const char *s, const char *end)
     return s >= end || *s == '\n';
 }
 
+/* The start of the line after the one at s. */
+static const char *next_line(const char *s, const char *end)
+{
+    while (s < end && *s != '\n') s++;
+    return s < end ? s + 1 : s;
+}
+
+/* The error of a row split_line() refused (-1: too many `what`, -2: an
+ * unclosed quote, -3: out of memory). */
+static md_status split_error(const char *path, long long row, int code, const char *what)
+{
+    if (code == -3) return MD_ERR_OOM;
+    if (code == -1) return md_errf(MD_ERR_DATA, "%s: row %lld: more than 1024 %s", path, row, what);
+    return md_errf(MD_ERR_DATA, "%s: row %lld: unclosed quote", path, row);
+}
+
 static md_status table_read(const char *path, struct table *t)
 {
     memset(t, 0, sizeof *t);
@@ -136,16 +152,14 @@ static md_status table_read(const char *path, struct table *t)
     char **f = md_calloc(MAX_COLS, sizeof *f);
     if (!f) { md_free(buf); return MD_ERR_OOM; }
     while (p < end && blank_line(p, end)) {
-        while (p < end && *p != '\n') p++;
-        if (p < end) p++;
+        p = next_line(p, end);
         lineno++;
     }
     if (p >= end) { st = md_errf(MD_ERR_DATA, "%s: empty (no header line)", path); goto done; }
     long long first = lineno;
     int n = split_line(&p, end, f, MAX_COLS, &lineno);
     if (n < 0) {
-        st = n == -3 ? MD_ERR_OOM : md_errf(MD_ERR_DATA, "%s: row %lld: %s", path, first,
-                                            n == -1 ? "more than 1024 columns" : "unclosed quote");
+        st = split_error(path, first, n, "columns");
         goto done;
     }
     t->ncols = n;
@@ -164,16 +178,14 @@ static md_status table_read(const char *path, struct table *t)
     long long rcap = 0;
     while (p < end) {
         if (blank_line(p, end)) {
-            while (p < end && *p != '\n') p++;
-            if (p < end) p++;
+            p = next_line(p, end);
             lineno++;
             continue;
         }
         long long at = lineno;
         int m = split_line(&p, end, f, MAX_COLS, &lineno);
         if (m < 0) {
-            st = m == -3 ? MD_ERR_OOM : md_errf(MD_ERR_DATA, "%s: row %lld: %s", path, at,
-                                                m == -1 ? "more than 1024 fields" : "unclosed quote");
+            st = split_error(path, at, m, "fields");
             goto done;
         }
         if (m != t->ncols) {

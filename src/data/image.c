@@ -31,6 +31,17 @@ static int cols_init(struct cols *c, int w, int ow)
     return 1;
 }
 
+/* Column x's source indices and weight: from the table, or computed when
+ * the table could not be allocated (fast == 0). */
+static void col_coef(const struct cols *cl, int fast, int x, int w, int ow, int *x0, int *x1, float *tx)
+{
+    if (fast) {
+        *x0 = cl->x0[x], *x1 = cl->x1[x], *tx = cl->tx[x];
+    } else {
+        axis_coef(x, w, ow, x0, x1, tx);
+    }
+}
+
 static void cols_free(struct cols *c)
 {
     md_free(c->x0);
@@ -41,23 +52,7 @@ static void cols_free(struct cols *c)
 void md_image_resize_f32(const float *src, int c, int h, int w, float *dst, int oh, int ow)
 {
     struct cols cl;
-    if (!cols_init(&cl, w, ow)) { /* out of memory: plain per-pixel path */
-        cols_free(&cl);
-        for (int y = 0; y < oh; y++)
-            for (int x = 0; x < ow; x++) {
-                int y0, y1, x0, x1;
-                float ty, tx;
-                axis_coef(y, h, oh, &y0, &y1, &ty);
-                axis_coef(x, w, ow, &x0, &x1, &tx);
-                for (int ch = 0; ch < c; ch++) {
-                    const float *p = src + (size_t)ch * h * w;
-                    float top = p[y0 * w + x0] + (p[y0 * w + x1] - p[y0 * w + x0]) * tx;
-                    float bot = p[y1 * w + x0] + (p[y1 * w + x1] - p[y1 * w + x0]) * tx;
-                    dst[((size_t)ch * oh + y) * ow + x] = top + (bot - top) * ty;
-                }
-            }
-        return;
-    }
+    int fast = cols_init(&cl, w, ow);
     for (int ch = 0; ch < c; ch++) {
         const float *p = src + (size_t)ch * h * w;
         for (int y = 0; y < oh; y++) {
@@ -67,8 +62,11 @@ void md_image_resize_f32(const float *src, int c, int h, int w, float *dst, int 
             const float *r0 = p + (size_t)y0 * w, *r1 = p + (size_t)y1 * w;
             float *o = dst + ((size_t)ch * oh + y) * ow;
             for (int x = 0; x < ow; x++) {
-                float top = r0[cl.x0[x]] + (r0[cl.x1[x]] - r0[cl.x0[x]]) * cl.tx[x];
-                float bot = r1[cl.x0[x]] + (r1[cl.x1[x]] - r1[cl.x0[x]]) * cl.tx[x];
+                int x0, x1;
+                float tx;
+                col_coef(&cl, fast, x, w, ow, &x0, &x1, &tx);
+                float top = r0[x0] + (r0[x1] - r0[x0]) * tx;
+                float bot = r1[x0] + (r1[x1] - r1[x0]) * tx;
                 o[x] = top + (bot - top) * ty;
             }
         }
@@ -93,8 +91,7 @@ void md_image_resize_u8(const uint8_t *src, int c, int h, int w, uint8_t *dst, i
             for (int x = 0; x < ow; x++) {
                 int x0, x1;
                 float tx;
-                if (fast) { x0 = cl.x0[x]; x1 = cl.x1[x]; tx = cl.tx[x]; }
-                else axis_coef(x, w, ow, &x0, &x1, &tx);
+                col_coef(&cl, fast, x, w, ow, &x0, &x1, &tx);
                 float top = (float)r0[x0] + ((float)r0[x1] - (float)r0[x0]) * tx;
                 float bot = (float)r1[x0] + ((float)r1[x1] - (float)r1[x0]) * tx;
                 o[x] = clamp_u8(top + (bot - top) * ty + 0.5f);
@@ -117,8 +114,7 @@ void md_image_resize_hwc_u8(const uint8_t *src, int c, int h, int w, uint8_t *ds
         for (int x = 0; x < ow; x++) {
             int x0, x1;
             float tx;
-            if (fast) { x0 = cl.x0[x]; x1 = cl.x1[x]; tx = cl.tx[x]; }
-            else axis_coef(x, w, ow, &x0, &x1, &tx);
+            col_coef(&cl, fast, x, w, ow, &x0, &x1, &tx);
             for (int ch = 0; ch < c; ch++) {
                 float a = (float)r0[x0 * c + ch], b = (float)r0[x1 * c + ch];
                 float e = (float)r1[x0 * c + ch], f = (float)r1[x1 * c + ch];

@@ -18,7 +18,8 @@
 #define MT 34.0
 #define MB 48.0
 
-static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"};
+static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                                      "#e377c2", "#7f7f7f"};
 
 /* "Nice" tick spacing (1, 2, 5 x 10^k) covering [lo, hi] with at most ~6 ticks. */
 static void nice_axis(double lo, double hi, double *a0, double *a1, double *step)
@@ -472,3 +473,10 @@ done:
     md_free(pr);
 }
 
+/* ---- the axis, tick and colour rules, for the charts of other pages ------------ */
+
+void md_html_nice_axis(double lo, double hi, double *a0, double *a1, double *step) { nice_axis(lo, hi, a0, a1, step); }
+
+void md_html_tick(double v, char *buf, size_t n) { fmt_tick(v, buf, n); }
+
+const char *md_html_colour(int i) { return palette[(i % 8 + 8) % 8]; }

@@ -16,9 +16,6 @@
 #define LH 280.0 /* line chart height */
 #define MAXM 32
 
-static const char *const colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-                                      "#e377c2", "#7f7f7f"};
-
 /* The finite number at o.k, else NaN. */
 static double num(const cJSON *o, const char *k)
 {
@@ -42,29 +39,6 @@ static void text(md_strbuf *b, double x, double y, const char *anchor, const cha
     char attr[64];
     snprintf(attr, sizeof attr, " class=\"%s\"", cls);
     md_html_svg_text(b, x, y, anchor, attr, t);
-}
-
-/* Tick spacing of 1, 2 or 5 x 10^k covering [lo, hi] in about five steps. */
-static void axis(double lo, double hi, double *a0, double *a1, double *step)
-{
-    if (!(hi > lo)) {
-        double pad = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1.0;
-        lo -= pad;
-        hi += pad;
-    }
-    double raw = (hi - lo) / 5.0, mag = pow(10.0, floor(log10(raw))), f = raw / mag;
-    *step = (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
-    *a0 = floor(lo / *step) * *step;
-    *a1 = ceil(hi / *step) * *step;
-}
-
-static void tick(double v, char *buf, size_t n)
-{
-    double a = fabs(v);
-    if (a >= 1e9) snprintf(buf, n, "%.3gG", v / 1e9);
-    else if (a >= 1e6) snprintf(buf, n, "%.3gM", v / 1e6);
-    else if (a >= 1e4) snprintf(buf, n, "%.3gk", v / 1e3);
-    else snprintf(buf, n, "%.4g", a < 1e-12 ? 0.0 : v);
 }
 
 /* A model's name as the charts show it: its file's stem ("a/b/tiny.json":
@@ -101,7 +75,7 @@ static void bars(md_strbuf *b, const char *title, const char *better, const stru
         }
     if (!have) return;
     double a0, a1, st;
-    axis(0, vmax > 0 ? vmax : 1, &a0, &a1, &st);
+    md_html_nice_axis(0, vmax > 0 ? vmax : 1, &a0, &a1, &st);
     a0 = 0;
     double rowh = 26, top = 40, h = top + rowh * n + 30, left = 120, right = W - 90;
     md_html_svg_open(b, "cmp", title, W, h);
@@ -111,7 +85,7 @@ static void bars(md_strbuf *b, const char *title, const char *better, const stru
     for (double v = a0; v <= a1 + st * 0.5; v += st) {
         double x = left + (v - a0) / (a1 - a0) * (right - left);
         char t[32];
-        tick(v, t, sizeof t);
+        md_html_tick(v, t, sizeof t);
         md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x, top, x,
                          bottom);
         text(b, x, bottom + 14, "middle", "tick", t);
@@ -128,7 +102,7 @@ static void bars(md_strbuf *b, const char *title, const char *better, const stru
         }
         double w = r[i].v / (a1 - a0) * (right - left);
         md_strbuf_printf(b, "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n",
-                         left, y, w, rowh - 8, colours[r[i].colour % 8]);
+                         left, y, w, rowh - 8, md_html_colour(r[i].colour));
         char t[48];
         fmt(r[i].v, t, sizeof t);
         text(b, left + w + 4, y + rowh / 2 - 2, "start", "leg", t);
@@ -172,7 +146,7 @@ static void lines(md_strbuf *b, const char *title, const char *ylabel, const str
     }
     if (!isfinite(ylo)) return;
     double y0, y1, ys, l = 60, r = LW - 20, t = 40, bt = LH - 40;
-    axis(ylo, yhi, &y0, &y1, &ys);
+    md_html_nice_axis(ylo, yhi, &y0, &y1, &ys);
     md_html_svg_open(b, "curve", title, LW, LH);
     text(b, l, 18, "start", "ttl", title);
     double x0 = 1, x1 = xhi > 1 ? xhi : 2;
@@ -180,7 +154,7 @@ static void lines(md_strbuf *b, const char *title, const char *ylabel, const str
 #define PY(v) (bt - ((v) - y0) / (y1 - y0) * (bt - t))
     for (double v = y0; v <= y1 + ys * 0.5; v += ys) {
         char tk[32];
-        tick(v, tk, sizeof tk);
+        md_html_tick(v, tk, sizeof tk);
         md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", l, PY(v), r,
                          PY(v));
         text(b, l - 6, PY(v) + 4, "end", "tick", tk);
@@ -196,7 +170,7 @@ static void lines(md_strbuf *b, const char *title, const char *ylabel, const str
     text(b, 0, 0, "middle", "axl", ylabel);
     md_strbuf_add(b, "</g>\n");
     for (int i = 0; i < ns; i++) {
-        const char *c = colours[s[i].colour % 8];
+        const char *c = md_html_colour(s[i].colour);
         const char *dash = s[i].dashed ? " stroke-dasharray=\"6 4\"" : "";
         md_strbuf_printf(b, "<polyline class=\"line\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", c, dash);
         int k = 0;

@@ -130,4 +130,11 @@ void md_html_memory_bar(md_strbuf *b, const cJSON *mem);
 /* A forecast window (lookback, actual, predicted). */
 void md_html_forecast_chart(md_strbuf *b, const cJSON *f);
 
+/* The charts' rules, for charts drawn elsewhere: "nice" tick spacing (1, 2,
+ * 5 x 10^k) covering [lo, hi] in about five steps; a tick label (k, M, G);
+ * colour i of the palette (8 colours, repeating). */
+void md_html_nice_axis(double lo, double hi, double *a0, double *a1, double *step);
+void md_html_tick(double v, char *buf, size_t n);
+const char *md_html_colour(int i);
+
 #endif

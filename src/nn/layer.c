@@ -119,6 +119,24 @@ md_status md_layer_check_inputs(const struct md_model *m, const struct md_layer 
 
 /* ---- execution helpers ---------------------------------------------------------------- */
 
+md_status md_layer_gemm(struct md_model *m, int ta, int tb, int mm, int nn, int kk, const void *a, int lda,
+                        const void *b, int ldb, void *c, int ldc, float beta)
+{
+    struct md_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.m = mm; g.n = nn; g.k = kk;
+    g.alpha = 1.0f;
+    g.beta = beta;
+    g.a = a; g.lda = lda;
+    g.b = b; g.ldb = ldb;
+    g.c = c; g.ldc = ldc;
+    g.batch = 1;
+    g.dtype = m->opts.compute_dtype;
+    return md_k_gemm(m->dev, &g);
+}
+
 md_status md_layer_axpby(struct md_model *m, size_t n, float alpha, const float *s, const void *a, float beta,
                          const void *b, void *y)
 {

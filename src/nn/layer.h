@@ -221,6 +221,11 @@ static inline size_t md_layer_align16(size_t b) { return (b + 15) & ~(size_t)15;
  * in the default NCHW layout; errors name L->path and what was given. */
 md_status md_layer_check_tokens(const struct md_model *m, const struct md_layer *L, struct md_shape x);
 
+/* C (mm x nn, ldc) = A @ B (+ beta * C) in the compute dtype, one matrix:
+ * A (mm x kk) or, with ta, A^T of (kk x mm); B (kk x nn) or, with tb, B^T. */
+md_status md_layer_gemm(struct md_model *m, int ta, int tb, int mm, int nn, int kk, const void *a, int lda,
+                        const void *b, int ldb, void *c, int ldc, float beta);
+
 /* y = alpha * s * a + beta * b in the compute dtype (a copy when only a),
  * reading b only when beta != 0; s: a device scalar or NULL. */
 md_status md_layer_axpby(struct md_model *m, size_t n, float alpha, const float *s, const void *a, float beta,

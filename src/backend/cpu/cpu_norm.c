@@ -216,7 +216,8 @@ static md_status bn_alloc(struct bn_ctx *c, long long nchunks, void **block)
 }
 
 static void bwd_stats(const struct md_batchnorm_args *a, int ci, double *mean, double *invstd);
-static md_status f32_nchw_fwd(struct bn_ctx *c);
+static md_status f32_fwd(struct bn_ctx *c, int nchw);
+static md_status f32_bwd(struct bn_ctx *c, int nchw);
 
 static md_status bn_check(const char *op, const struct md_batchnorm_args *a)
 {
@@ -313,83 +314,17 @@ static void f32_nhwc_apply_range(void *vc, long long b, long long e)
     }
 }
 
-static md_status f32_nhwc_fwd(struct bn_ctx *c)
-{
-    const struct md_batchnorm_args *a = c->a;
-    long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
-    void *block;
-    MD_TRY(bn_alloc(c, nchunks, &block));
-    double m = (double)rows;
-    const float *x = a->x;
-    for (int ci = 0; ci < a->c; ci++) c->fk[ci] = rows > 0 ? x[ci] : 0.0f;
-    if (a->training) {
-        c->pass = 0;
-        md_parallel_for(nchunks, 1, f32_nhwc_part_range, c);
-        nhwc_combine(c, nchunks);
-    }
-    for (int ci = 0; ci < a->c; ci++) {
-        double mean = 0.0, var = 0.0;
-        if (a->training) {
-            double d = c->s1[ci] / m;
-            mean = (double)c->fk[ci] + d;
-            var = c->s2[ci] / m - d * d;
-            if (var < 0.0) var = 0.0;
-        }
-        bn_finalize(a, ci, mean, var, &c->scale[ci], &c->shift[ci]);
-    }
-    c->pass = 0;
-    md_parallel_for(rows, md_parallel_grain(rows, 16), f32_nhwc_apply_range, c);
-    md_free(block);
-    return MD_OK;
-}
-
-static md_status f32_nhwc_bwd(struct bn_ctx *c)
-{
-    const struct md_batchnorm_args *a = c->a;
-    long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
-    void *block;
-    MD_TRY(bn_alloc(c, nchunks, &block));
-    double m = (double)rows;
-    for (int ci = 0; ci < a->c; ci++) {
-        bwd_stats(a, ci, &c->mean[ci], &c->invstd[ci]);
-        double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
-        c->scale[ci] = (float)(gam * c->invstd[ci]);
-        c->shift[ci] = (float)(bet - c->mean[ci] * gam * c->invstd[ci]);
-        c->fk[ci] = (float)c->mean[ci];
-    }
-    c->pass = 1;
-    md_parallel_for(nchunks, 1, f32_nhwc_part_range, c);
-    nhwc_combine(c, nchunks);
-    for (int ci = 0; ci < a->c; ci++) {
-        double invstd = c->invstd[ci], gam = a->gamma ? (double)a->gamma[ci] : 1.0, sdy = c->s1[ci];
-        /* sum dy*(x - mean) from deviations to the float mean */
-        double sdyx = (c->s2[ci] - sdy * (c->mean[ci] - (double)c->fk[ci])) * invstd;
-        c->k1[ci] = (float)(gam * invstd);
-        c->k2[ci] = a->training ? (float)(sdy / m) : 0.0f;
-        c->k3[ci] = a->training ? (float)(sdyx / m * invstd) : 0.0f;
-        c->s1[ci] = sdy;
-        c->s2[ci] = sdyx;
-    }
-    if (a->dx) md_parallel_for(rows, md_parallel_grain(rows, 16), f32_nhwc_apply_range, c);
-    for (int ci = 0; ci < a->c; ci++) {
-        if (a->dgamma) a->dgamma[ci] = (float)(c->s2[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
-        if (a->dbeta) a->dbeta[ci] = (float)(c->s1[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
-    }
-    md_free(block);
-    return MD_OK;
-}
-
 md_status md_cpu_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a)
 {
     (void)dev;
     MD_TRY(bn_check("batchnorm_fwd", a));
     struct bn_ctx c = {.a = a};
-    if (a->layout == MD_NCHW && a->dtype == MD_F32) return f32_nchw_fwd(&c);
+    if (a->layout == MD_NCHW && a->dtype == MD_F32) return f32_fwd(&c, 1);
     if (a->layout == MD_NCHW) {
         md_parallel_for(a->c, 1, nchw_fwd_range, &c);
         return MD_OK;
     }
-    if (a->dtype == MD_F32) return f32_nhwc_fwd(&c);
+    if (a->dtype == MD_F32) return f32_fwd(&c, 0);
     long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
     void *block;
     MD_TRY(bn_alloc(&c, nchunks, &block));
@@ -444,6 +379,30 @@ static void bwd_stats(const struct md_batchnorm_args *a, int ci, double *mean, d
     }
 }
 
+/* mean, invstd (double) and the forward's scale, shift (float) of every channel. */
+static void bwd_scale_shift(struct bn_ctx *c)
+{
+    const struct md_batchnorm_args *a = c->a;
+    for (int ci = 0; ci < a->c; ci++) {
+        bwd_stats(a, ci, &c->mean[ci], &c->invstd[ci]);
+        double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
+        c->scale[ci] = (float)(gam * c->invstd[ci]);
+        c->shift[ci] = (float)(bet - c->mean[ci] * gam * c->invstd[ci]);
+    }
+}
+
+/* dgamma/dbeta of channel ci from sum dy*xhat and sum dy (+ beta * the old value). */
+static void param_grad(const struct md_batchnorm_args *a, int ci, double sdyx, double sdy)
+{
+    if (a->dgamma) a->dgamma[ci] = (float)(sdyx + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
+    if (a->dbeta) a->dbeta[ci] = (float)(sdy + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+}
+
+static void param_grads(const struct md_batchnorm_args *a, const double *sdyx, const double *sdy)
+{
+    for (int ci = 0; ci < a->c; ci++) param_grad(a, ci, sdyx[ci], sdy[ci]);
+}
+
 static ALWAYS_INLINE void nchw_bwd_channel(const struct md_batchnorm_args *a, int ci, md_dtype t)
 {
     double mean, invstd;
@@ -476,8 +435,7 @@ static ALWAYS_INLINE void nchw_bwd_channel(const struct md_batchnorm_args *a, in
             }
         }
     }
-    if (a->dgamma) a->dgamma[ci] = (float)(sdyx + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
-    if (a->dbeta) a->dbeta[ci] = (float)(sdy + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
+    param_grad(a, ci, sdyx, sdy);
 }
 
 /* ---- fp32 NCHW fast path: float lanes inside blocks (vectorised), double
@@ -651,24 +609,46 @@ static void plane_apply_range(void *vc, long long b, long long e)
     }
 }
 
-static md_status f32_nchw_fwd(struct bn_ctx *c)
+/* ---- the fp32 paths' drivers: the same passes over NHWC row chunks or NCHW planes ---- */
+
+struct f32_split {
+    long long sum_tasks, sum_grain, nparts; /* partial sums: tasks, grain, partials combined */
+    md_range_fn sums;
+    long long apply_tasks, apply_grain;     /* the element-wise pass */
+    md_range_fn apply;
+    size_t fk_stride;                       /* channel ci's first element: x[ci * fk_stride] */
+};
+
+static struct f32_split f32_split_of(const struct md_batchnorm_args *a, int nchw)
+{
+    long long rows = (long long)a->n * a->hw, planes = (long long)a->n * a->c;
+    if (nchw)
+        return (struct f32_split){planes, plane_grain(a), a->n, plane_sums_range,
+                                  planes, plane_grain(a), plane_apply_range, (size_t)a->hw};
+    long long nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
+    return (struct f32_split){nchunks, 1, nchunks, f32_nhwc_part_range,
+                              rows, md_parallel_grain(rows, 16), f32_nhwc_apply_range, 1};
+}
+
+static md_status f32_fwd(struct bn_ctx *c, int nchw)
 {
     const struct md_batchnorm_args *a = c->a;
-    long long planes = (long long)a->n * a->c;
+    struct f32_split s = f32_split_of(a, nchw);
     void *block;
-    MD_TRY(bn_alloc(c, a->n, &block));
+    MD_TRY(bn_alloc(c, s.nparts, &block));
     double m = (double)a->n * a->hw;
     const float *x = a->x;
     /* the shift of the sums: each channel's first element */
-    for (int ci = 0; ci < a->c; ci++) c->fk[ci] = m > 0 ? x[(size_t)ci * a->hw] : 0.0f;
+    for (int ci = 0; ci < a->c; ci++) c->fk[ci] = m > 0 ? x[(size_t)ci * s.fk_stride] : 0.0f;
     if (a->training) {
         c->pass = 0;
-        md_parallel_for(planes, plane_grain(a), plane_sums_range, c);
-        nhwc_combine(c, a->n);
+        md_parallel_for(s.sum_tasks, s.sum_grain, s.sums, c);
+        nhwc_combine(c, s.nparts);
     }
     for (int ci = 0; ci < a->c; ci++) {
         double mean = 0.0, var = 0.0;
-        if (a->training && m > 0) {
+        /* NCHW: no statistics of an empty batch (NHWC computes them, as NaN) */
+        if (a->training && (!nchw || m > 0)) {
             double d = c->s1[ci] / m;
             mean = (double)c->fk[ci] + d;
             var = c->s2[ci] / m - d * d;
@@ -677,28 +657,23 @@ static md_status f32_nchw_fwd(struct bn_ctx *c)
         bn_finalize(a, ci, mean, var, &c->scale[ci], &c->shift[ci]);
     }
     c->pass = 0;
-    md_parallel_for(planes, plane_grain(a), plane_apply_range, c);
+    md_parallel_for(s.apply_tasks, s.apply_grain, s.apply, c);
     md_free(block);
     return MD_OK;
 }
 
-static md_status f32_nchw_bwd(struct bn_ctx *c)
+static md_status f32_bwd(struct bn_ctx *c, int nchw)
 {
     const struct md_batchnorm_args *a = c->a;
-    long long planes = (long long)a->n * a->c;
+    struct f32_split s = f32_split_of(a, nchw);
     void *block;
-    MD_TRY(bn_alloc(c, a->n, &block));
+    MD_TRY(bn_alloc(c, s.nparts, &block));
     double m = (double)a->n * a->hw;
-    for (int ci = 0; ci < a->c; ci++) {
-        bwd_stats(a, ci, &c->mean[ci], &c->invstd[ci]);
-        double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
-        c->scale[ci] = (float)(gam * c->invstd[ci]);
-        c->shift[ci] = (float)(bet - c->mean[ci] * gam * c->invstd[ci]);
-        c->fk[ci] = (float)c->mean[ci];
-    }
+    bwd_scale_shift(c);
+    for (int ci = 0; ci < a->c; ci++) c->fk[ci] = (float)c->mean[ci];
     c->pass = 1;
-    md_parallel_for(planes, plane_grain(a), plane_sums_range, c);
-    nhwc_combine(c, a->n);
+    md_parallel_for(s.sum_tasks, s.sum_grain, s.sums, c);
+    nhwc_combine(c, s.nparts);
     for (int ci = 0; ci < a->c; ci++) {
         double invstd = c->invstd[ci], gam = a->gamma ? (double)a->gamma[ci] : 1.0, sdy = c->s1[ci];
         /* sum dy*(x - mean) from deviations to the float mean */
@@ -709,11 +684,8 @@ static md_status f32_nchw_bwd(struct bn_ctx *c)
         c->s1[ci] = sdy;
         c->s2[ci] = sdyx;
     }
-    if (a->dx) md_parallel_for(planes, plane_grain(a), plane_apply_range, c);
-    for (int ci = 0; ci < a->c; ci++) {
-        if (a->dgamma) a->dgamma[ci] = (float)(c->s2[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
-        if (a->dbeta) a->dbeta[ci] = (float)(c->s1[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
-    }
+    if (a->dx) md_parallel_for(s.apply_tasks, s.apply_grain, s.apply, c);
+    param_grads(a, c->s2, c->s1);
     md_free(block);
     return MD_OK;
 }
@@ -757,29 +729,21 @@ md_status md_cpu_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
     (void)dev;
     MD_TRY(bn_check("batchnorm_bwd", a));
     struct bn_ctx c = {.a = a};
-    if (a->layout == MD_NCHW && a->dtype == MD_F32) return f32_nchw_bwd(&c);
+    if (a->layout == MD_NCHW && a->dtype == MD_F32) return f32_bwd(&c, 1);
     if (a->layout == MD_NCHW) {
         md_parallel_for(a->c, 1, nchw_bwd_range, &c);
         return MD_OK;
     }
-    if (a->dtype == MD_F32) return f32_nhwc_bwd(&c);
+    if (a->dtype == MD_F32) return f32_bwd(&c, 0);
     long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
     void *block;
     MD_TRY(bn_alloc(&c, nchunks, &block));
-    for (int ci = 0; ci < a->c; ci++) {
-        bwd_stats(a, ci, &c.mean[ci], &c.invstd[ci]);
-        double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
-        c.scale[ci] = (float)(gam * c.invstd[ci]);
-        c.shift[ci] = (float)(bet - c.mean[ci] * gam * c.invstd[ci]);
-    }
+    bwd_scale_shift(&c);
     c.pass = 2;
     md_parallel_for(nchunks, 1, nhwc_part_range, &c);
     nhwc_combine(&c, nchunks);
     if (a->dx) md_parallel_for(rows, md_parallel_grain(rows, 16), nhwc_bwd_range, &c);
-    for (int ci = 0; ci < a->c; ci++) {
-        if (a->dgamma) a->dgamma[ci] = (float)(c.s2[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dgamma[ci] : 0.0));
-        if (a->dbeta) a->dbeta[ci] = (float)(c.s1[ci] + (a->beta != 0.0f ? (double)a->beta * (double)a->dbeta[ci] : 0.0));
-    }
+    param_grads(a, c.s2, c.s1);
     md_free(block);
     return MD_OK;
 }

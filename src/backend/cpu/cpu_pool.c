@@ -41,8 +41,21 @@ static inline struct win window(const struct md_pool2d_args *a, int pi, int qi)
 
 /* ---- one (image, channel) pair, both layouts: strides make the difference ---- */
 
-static ALWAYS_INLINE void pool_fwd_pair(const struct md_pool2d_args *a, int ni, int ci, md_dtype t)
+/* Element (i, j) of the pair's h x w plane sits at base + i * sh + j * sw. */
+struct plane { size_t base, sh, sw; };
+
+static ALWAYS_INLINE struct plane plane_of(const struct md_pool2d_args *a, md_layout layout, int ni, int ci, int h,
+                                           int w)
 {
+    if (layout == MD_NHWC) return (struct plane){(size_t)ni * h * w * a->c + ci, (size_t)w * a->c, (size_t)a->c};
+    return (struct plane){((size_t)ni * a->c + ci) * h * w, (size_t)w, 1};
+}
+
+/* `t` and `layout` are the call's; the fp32 NCHW call passes them as constants
+ * so that the plane's unit stride is known to the compiler. */
+static ALWAYS_INLINE void pool_fwd_pair(const struct md_pool2d_args *a, int ni, int ci, md_dtype t, md_layout layout)
+{
+    struct plane X = plane_of(a, layout, ni, ci, a->h, a->w), Y = plane_of(a, layout, ni, ci, a->p, a->q);
     for (int pi = 0; pi < a->p; pi++)
         for (int qi = 0; qi < a->q; qi++) {
             struct win w = window(a, pi, qi);
@@ -51,16 +64,16 @@ static ALWAYS_INLINE void pool_fwd_pair(const struct md_pool2d_args *a, int ni, 
                 int first = 1;
                 for (int hi = w.h0; hi < w.h1; hi++)
                     for (int wi = w.w0; wi < w.w1; wi++) {
-                        float x = ldf(a->x, t, md_nchw_at(a->layout, a->c, a->h, a->w, ni, ci, hi, wi));
+                        float x = ldf(a->x, t, X.base + hi * X.sh + wi * X.sw);
                         if (first || x > v) v = x, first = 0;
                     }
             } else {
                 float s = 0.0f;
                 for (int hi = w.h0; hi < w.h1; hi++)
-                    for (int wi = w.w0; wi < w.w1; wi++) s += ldf(a->x, t, md_nchw_at(a->layout, a->c, a->h, a->w, ni, ci, hi, wi));
+                    for (int wi = w.w0; wi < w.w1; wi++) s += ldf(a->x, t, X.base + hi * X.sh + wi * X.sw);
                 v = w.div > 0.0f ? s / w.div : 0.0f;
             }
-            size_t o = md_nchw_at(a->layout, a->c, a->p, a->q, ni, ci, pi, qi);
+            size_t o = Y.base + pi * Y.sh + qi * Y.sw;
             if (a->beta != 0.0f) v += a->beta * ldf(a->y_out, t, o);
             md_store_f(a->y_out, t, o, v);
         }
@@ -68,23 +81,25 @@ static ALWAYS_INLINE void pool_fwd_pair(const struct md_pool2d_args *a, int ni, 
 
 /* dx of one (image, channel) pair: beta-scaled, then every output's share added.
  * The pair's dx elements belong to this task only. */
-static ALWAYS_INLINE void pool_bwd_pair(const struct md_pool2d_args *a, int ni, int ci, md_dtype t)
+static ALWAYS_INLINE void pool_bwd_pair(const struct md_pool2d_args *a, int ni, int ci, md_dtype t, md_layout layout)
 {
-    for (int hi = 0; hi < a->h; hi++)
-        for (int wi = 0; wi < a->w; wi++) {
-            size_t o = md_nchw_at(a->layout, a->c, a->h, a->w, ni, ci, hi, wi);
-            md_store_f(a->dx, t, o, a->beta != 0.0f ? a->beta * ldf(a->dx, t, o) : 0.0f);
-        }
+    struct plane X = plane_of(a, layout, ni, ci, a->h, a->w), Y = plane_of(a, layout, ni, ci, a->p, a->q);
+    if (a->beta != 1.0f) /* times 1: unchanged */
+        for (int hi = 0; hi < a->h; hi++)
+            for (int wi = 0; wi < a->w; wi++) {
+                size_t o = X.base + hi * X.sh + wi * X.sw;
+                md_store_f(a->dx, t, o, a->beta != 0.0f ? a->beta * ldf(a->dx, t, o) : 0.0f);
+            }
     for (int pi = 0; pi < a->p; pi++)
         for (int qi = 0; qi < a->q; qi++) {
             struct win w = window(a, pi, qi);
-            float d = ldf(a->dy, t, md_nchw_at(a->layout, a->c, a->p, a->q, ni, ci, pi, qi));
+            float d = ldf(a->dy, t, Y.base + pi * Y.sh + qi * Y.sw);
             if (a->kind == MD_POOL_MAX) {
                 long long best = -1;
                 float bv = 0.0f;
                 for (int hi = w.h0; hi < w.h1; hi++)
                     for (int wi = w.w0; wi < w.w1; wi++) {
-                        size_t o = md_nchw_at(a->layout, a->c, a->h, a->w, ni, ci, hi, wi);
+                        size_t o = X.base + hi * X.sh + wi * X.sw;
                         float x = ldf(a->x, t, o);
                         if (best < 0 || x > bv) best = (long long)o, bv = x;
                     }
@@ -93,68 +108,9 @@ static ALWAYS_INLINE void pool_bwd_pair(const struct md_pool2d_args *a, int ni, 
                 float share = d / w.div;
                 for (int hi = w.h0; hi < w.h1; hi++)
                     for (int wi = w.w0; wi < w.w1; wi++) {
-                        size_t o = md_nchw_at(a->layout, a->c, a->h, a->w, ni, ci, hi, wi);
+                        size_t o = X.base + hi * X.sh + wi * X.sw;
                         md_store_f(a->dx, t, o, ldf(a->dx, t, o) + share);
                     }
-            }
-        }
-}
-
-/* ---- fp32 NCHW: one plane, plain pointer arithmetic ---- */
-
-static void f32_nchw_fwd_plane(const struct md_pool2d_args *a, size_t plane)
-{
-    const float *xp = (const float *)a->x + plane * (size_t)a->h * a->w;
-    float *yp = (float *)a->y_out + plane * (size_t)a->p * a->q;
-    for (int pi = 0; pi < a->p; pi++)
-        for (int qi = 0; qi < a->q; qi++) {
-            struct win w = window(a, pi, qi);
-            float v = 0.0f;
-            if (a->kind == MD_POOL_MAX) {
-                int first = 1;
-                for (int hi = w.h0; hi < w.h1; hi++)
-                    for (int wi = w.w0; wi < w.w1; wi++) {
-                        float x = xp[hi * a->w + wi];
-                        if (first || x > v) v = x, first = 0;
-                    }
-            } else {
-                float s = 0.0f;
-                for (int hi = w.h0; hi < w.h1; hi++)
-                    for (int wi = w.w0; wi < w.w1; wi++) s += xp[hi * a->w + wi];
-                v = w.div > 0.0f ? s / w.div : 0.0f;
-            }
-            float *o = &yp[pi * a->q + qi];
-            *o = a->beta != 0.0f ? v + a->beta * *o : v;
-        }
-}
-
-static void f32_nchw_bwd_plane(const struct md_pool2d_args *a, size_t plane)
-{
-    const float *xp = (const float *)a->x + plane * (size_t)a->h * a->w;
-    const float *dyp = (const float *)a->dy + plane * (size_t)a->p * a->q;
-    float *dxp = (float *)a->dx + plane * (size_t)a->h * a->w;
-    size_t hw = (size_t)a->h * a->w;
-    if (a->beta == 0.0f)
-        memset(dxp, 0, sizeof(float) * hw);
-    else if (a->beta != 1.0f)
-        for (size_t i = 0; i < hw; i++) dxp[i] *= a->beta;
-    for (int pi = 0; pi < a->p; pi++)
-        for (int qi = 0; qi < a->q; qi++) {
-            struct win w = window(a, pi, qi);
-            float d = dyp[pi * a->q + qi];
-            if (a->kind == MD_POOL_MAX) {
-                int best = -1;
-                float bv = 0.0f;
-                for (int hi = w.h0; hi < w.h1; hi++)
-                    for (int wi = w.w0; wi < w.w1; wi++) {
-                        float x = xp[hi * a->w + wi];
-                        if (best < 0 || x > bv) best = hi * a->w + wi, bv = x;
-                    }
-                if (best >= 0) dxp[best] += d;
-            } else if (w.div > 0.0f) {
-                float share = d / w.div;
-                for (int hi = w.h0; hi < w.h1; hi++)
-                    for (int wi = w.w0; wi < w.w1; wi++) dxp[hi * a->w + wi] += share;
             }
         }
 }
@@ -260,11 +216,9 @@ static void f32_nhwc_bwd_image(const struct md_pool2d_args *a, int ni)
         for (long long t = b; t < e; t++) {                                       \
             int ni = (int)(t / a->c), ci = (int)(t % a->c);                       \
             if (a->dtype == MD_F32 && a->layout == MD_NCHW)                       \
-                f32_nchw_##dir##_plane(a, (size_t)t);                             \
-            else if (a->dtype == MD_F32)                                          \
-                pool_##dir##_pair(a, ni, ci, MD_F32);                             \
+                pool_##dir##_pair(a, ni, ci, MD_F32, MD_NCHW);                    \
             else                                                                  \
-                pool_##dir##_pair(a, ni, ci, a->dtype);                           \
+                pool_##dir##_pair(a, ni, ci, a->dtype, a->layout);                \
         }                                                                         \
     }
 

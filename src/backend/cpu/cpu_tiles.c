@@ -207,16 +207,6 @@ static void chscale_fwd_range(void *vc, long long b, long long e)
     }
 }
 
-static void chscale_dx_range(void *vc, long long b, long long e)
-{
-    const struct md_chscale_args *a = vc;
-    for (long long r = b; r < e; r++) {
-        size_t i = (size_t)r * (size_t)a->d;
-        for (int j = 0; j < a->d; j++)
-            stf(a->dx, a->dtype, i + (size_t)j, ldf(a->dy, a->dtype, i + (size_t)j) * a->g[j], a->beta);
-    }
-}
-
 static void chscale_dg_range(void *vc, long long b, long long e)
 {
     const struct md_chscale_args *a = vc;
@@ -254,7 +244,10 @@ md_status md_cpu_chscale_bwd(md_device *dev, const struct md_chscale_args *a)
         md_parallel_for((a->d + CHS_COLS - 1) / CHS_COLS,
                         md_cpu_tasks_per_chunk((long long)a->rows * CHS_COLS, CPU_GRAIN), chscale_dg_range,
                         (void *)a);
-    if (a->dx && a->rows > 0)
-        md_parallel_for(a->rows, md_cpu_tasks_per_chunk(a->d, CPU_GRAIN), chscale_dx_range, (void *)a);
+    if (a->dx && a->rows > 0) { /* dx = dy * g: the forward's rows */
+        struct md_chscale_args f = *a;
+        f.x = a->dy, f.y = a->dx;
+        md_parallel_for(a->rows, md_cpu_tasks_per_chunk(a->d, CPU_GRAIN), chscale_fwd_range, &f);
+    }
     return MD_OK;
 }

@@ -20,6 +20,15 @@ static md_status conv_check(const char *op, const struct md_conv2d_args *a)
     return MD_OK;
 }
 
+/* The input element tap (ri, si) of output (pi, qi) reads in image ni,
+ * channel ci; 0 for padding (else its index + 1). */
+static size_t tap_at(const struct md_conv2d_args *a, int ni, int ci, int pi, int qi, int ri, int si)
+{
+    int hi = pi * a->stride_h - a->pad_h + ri * a->dil_h, wi = qi * a->stride_w - a->pad_w + si * a->dil_w;
+    if (hi < 0 || hi >= a->h || wi < 0 || wi >= a->w) return 0;
+    return md_nchw_at(a->layout, a->c, a->h, a->w, ni, ci, hi, wi) + 1;
+}
+
 md_status md_ref_conv2d_fwd(md_device *dev, const struct md_conv2d_args *a)
 {
     (void)dev;
@@ -32,17 +41,13 @@ md_status md_ref_conv2d_fwd(md_device *dev, const struct md_conv2d_args *a)
                 for (int qi = 0; qi < a->q; qi++) {
                     double acc = 0.0;
                     for (int cg = 0; cg < cpg; cg++)
-                        for (int ri = 0; ri < a->r; ri++) {
-                            int hi = pi * a->stride_h - a->pad_h + ri * a->dil_h;
-                            if (hi < 0 || hi >= a->h) continue;
+                        for (int ri = 0; ri < a->r; ri++)
                             for (int si = 0; si < a->s; si++) {
-                                int wi = qi * a->stride_w - a->pad_w + si * a->dil_w;
-                                if (wi < 0 || wi >= a->w) continue;
-                                acc += ld(a->x, a->dtype,
-                                          md_nchw_at(a->layout, a->c, a->h, a->w, ni, g * cpg + cg, hi, wi)) *
+                                size_t xi = tap_at(a, ni, g * cpg + cg, pi, qi, ri, si);
+                                if (!xi) continue;
+                                acc += ld(a->x, a->dtype, xi - 1) *
                                        ld(a->wt, a->dtype, md_filter_at(a->layout, cpg, a->r, a->s, ki, cg, ri, si));
                             }
-                        }
                     st(a->y, a->dtype, md_nchw_at(a->layout, a->k, a->p, a->q, ni, ki, pi, qi), acc, a->beta);
                 }
         }
@@ -65,16 +70,13 @@ md_status md_ref_conv2d_bwd_data(md_device *dev, const struct md_conv2d_args *a)
                 for (int qi = 0; qi < a->q; qi++) {
                     double d = ld(a->dy, a->dtype, md_nchw_at(a->layout, a->k, a->p, a->q, ni, ki, pi, qi));
                     for (int cg = 0; cg < cpg; cg++)
-                        for (int ri = 0; ri < a->r; ri++) {
-                            int hi = pi * a->stride_h - a->pad_h + ri * a->dil_h;
-                            if (hi < 0 || hi >= a->h) continue;
+                        for (int ri = 0; ri < a->r; ri++)
                             for (int si = 0; si < a->s; si++) {
-                                int wi = qi * a->stride_w - a->pad_w + si * a->dil_w;
-                                if (wi < 0 || wi >= a->w) continue;
-                                acc[md_nchw_at(a->layout, a->c, a->h, a->w, ni, g * cpg + cg, hi, wi)] +=
+                                size_t xi = tap_at(a, ni, g * cpg + cg, pi, qi, ri, si);
+                                if (!xi) continue;
+                                acc[xi - 1] +=
                                     d * ld(a->wt, a->dtype, md_filter_at(a->layout, cpg, a->r, a->s, ki, cg, ri, si));
                             }
-                        }
                 }
         }
     for (size_t i = 0; i < nx; i++) st(a->dx, a->dtype, i, acc[i], a->beta);
@@ -94,17 +96,13 @@ md_status md_ref_conv2d_bwd_filter(md_device *dev, const struct md_conv2d_args *
                 for (int si = 0; si < a->s; si++) {
                     double acc = 0.0;
                     for (int ni = 0; ni < a->n; ni++)
-                        for (int pi = 0; pi < a->p; pi++) {
-                            int hi = pi * a->stride_h - a->pad_h + ri * a->dil_h;
-                            if (hi < 0 || hi >= a->h) continue;
+                        for (int pi = 0; pi < a->p; pi++)
                             for (int qi = 0; qi < a->q; qi++) {
-                                int wi = qi * a->stride_w - a->pad_w + si * a->dil_w;
-                                if (wi < 0 || wi >= a->w) continue;
-                                acc += ld(a->x, a->dtype,
-                                          md_nchw_at(a->layout, a->c, a->h, a->w, ni, g * cpg + cg, hi, wi)) *
+                                size_t xi = tap_at(a, ni, g * cpg + cg, pi, qi, ri, si);
+                                if (!xi) continue;
+                                acc += ld(a->x, a->dtype, xi - 1) *
                                        ld(a->dy, a->dtype, md_nchw_at(a->layout, a->k, a->p, a->q, ni, ki, pi, qi));
                             }
-                        }
                     st(a->dwt, a->dtype, md_filter_at(a->layout, cpg, a->r, a->s, ki, cg, ri, si), acc, a->beta);
                 }
     }

@@ -31,6 +31,29 @@ static md_status tiles_check(const char *op, const struct md_tiles_args *a)
     return MD_OK;
 }
 
+/* Output pixel (oy, ox) of tile (ti, tj) of image b: where it reads within
+ * a channel's plane (rows p0, p1 + columns x0, x1, weights ly, lx) and the
+ * tile's item in the output. */
+struct tap {
+    size_t item, p0, p1;
+    int x0, x1;
+    double ly, lx;
+};
+
+static struct tap tap_of(const struct md_tiles_args *a, int b, int ti, int tj, int oy, int ox)
+{
+    int r0 = md_tile_edge(a->h, a->rows, ti), th = md_tile_edge(a->h, a->rows, ti + 1) - r0;
+    int c0 = md_tile_edge(a->w, a->cols, tj), tw = md_tile_edge(a->w, a->cols, tj + 1) - c0;
+    struct tap t;
+    int y0, y1;
+    src_index(oy, th, a->size, &y0, &y1, &t.ly);
+    src_index(ox, tw, a->size, &t.x0, &t.x1, &t.lx);
+    t.item = (size_t)b * (size_t)a->ld + (size_t)(ti * a->cols + tj);
+    t.p0 = (size_t)(r0 + y0) * (size_t)a->w + (size_t)c0;
+    t.p1 = (size_t)(r0 + y1) * (size_t)a->w + (size_t)c0;
+    return t;
+}
+
 md_status md_ref_tiles_fwd(md_device *dev, const struct md_tiles_args *a)
 {
     (void)dev;
@@ -38,32 +61,21 @@ md_status md_ref_tiles_fwd(md_device *dev, const struct md_tiles_args *a)
     size_t ss = (size_t)a->size * (size_t)a->size;
     for (int b = 0; b < a->n; b++)
         for (int ti = 0; ti < a->rows; ti++)
-            for (int tj = 0; tj < a->cols; tj++) {
-                int r0 = md_tile_edge(a->h, a->rows, ti), th = md_tile_edge(a->h, a->rows, ti + 1) - r0;
-                int c0 = md_tile_edge(a->w, a->cols, tj), tw = md_tile_edge(a->w, a->cols, tj + 1) - c0;
-                size_t item = (size_t)b * (size_t)a->ld + (size_t)(ti * a->cols + tj);
+            for (int tj = 0; tj < a->cols; tj++)
                 for (int ch = 0; ch < a->c; ch++) {
                     size_t xp = ((size_t)b * (size_t)a->c + (size_t)ch) * (size_t)a->h * (size_t)a->w;
-                    size_t yp = (item * (size_t)a->c + (size_t)ch) * ss;
-                    for (int oy = 0; oy < a->size; oy++) {
-                        int y0, y1;
-                        double ly;
-                        src_index(oy, th, a->size, &y0, &y1, &ly);
+                    for (int oy = 0; oy < a->size; oy++)
                         for (int ox = 0; ox < a->size; ox++) {
-                            int x0, x1;
-                            double lx;
-                            src_index(ox, tw, a->size, &x0, &x1, &lx);
-                            size_t r0p = xp + (size_t)(r0 + y0) * (size_t)a->w + (size_t)c0;
-                            size_t r1p = xp + (size_t)(r0 + y1) * (size_t)a->w + (size_t)c0;
-                            double v = (1 - ly) * ((1 - lx) * ld(a->x, a->dtype, r0p + (size_t)x0) +
-                                                   lx * ld(a->x, a->dtype, r0p + (size_t)x1)) +
-                                       ly * ((1 - lx) * ld(a->x, a->dtype, r1p + (size_t)x0) +
-                                             lx * ld(a->x, a->dtype, r1p + (size_t)x1));
+                            struct tap t = tap_of(a, b, ti, tj, oy, ox);
+                            size_t yp = (t.item * (size_t)a->c + (size_t)ch) * ss;
+                            double ly = t.ly, lx = t.lx;
+                            double v = (1 - ly) * ((1 - lx) * ld(a->x, a->dtype, xp + t.p0 + (size_t)t.x0) +
+                                                   lx * ld(a->x, a->dtype, xp + t.p0 + (size_t)t.x1)) +
+                                       ly * ((1 - lx) * ld(a->x, a->dtype, xp + t.p1 + (size_t)t.x0) +
+                                             lx * ld(a->x, a->dtype, xp + t.p1 + (size_t)t.x1));
                             st(a->y, a->dtype, yp + (size_t)oy * (size_t)a->size + (size_t)ox, v, a->beta);
                         }
-                    }
                 }
-            }
     return MD_OK;
 }
 
@@ -78,29 +90,18 @@ md_status md_ref_tiles_bwd(md_device *dev, const struct md_tiles_args *a)
         for (int ch = 0; ch < a->c; ch++) {
             for (size_t e = 0; e < hw; e++) acc[e] = 0;
             for (int ti = 0; ti < a->rows; ti++)
-                for (int tj = 0; tj < a->cols; tj++) {
-                    int r0 = md_tile_edge(a->h, a->rows, ti), th = md_tile_edge(a->h, a->rows, ti + 1) - r0;
-                    int c0 = md_tile_edge(a->w, a->cols, tj), tw = md_tile_edge(a->w, a->cols, tj + 1) - c0;
-                    size_t item = (size_t)b * (size_t)a->ld + (size_t)(ti * a->cols + tj);
-                    size_t yp = (item * (size_t)a->c + (size_t)ch) * ss;
-                    for (int oy = 0; oy < a->size; oy++) {
-                        int y0, y1;
-                        double ly;
-                        src_index(oy, th, a->size, &y0, &y1, &ly);
+                for (int tj = 0; tj < a->cols; tj++)
+                    for (int oy = 0; oy < a->size; oy++)
                         for (int ox = 0; ox < a->size; ox++) {
-                            int x0, x1;
-                            double lx;
-                            src_index(ox, tw, a->size, &x0, &x1, &lx);
+                            struct tap t = tap_of(a, b, ti, tj, oy, ox);
+                            size_t yp = (t.item * (size_t)a->c + (size_t)ch) * ss;
                             double g = ld(a->dy, a->dtype, yp + (size_t)oy * (size_t)a->size + (size_t)ox);
-                            size_t p0 = (size_t)(r0 + y0) * (size_t)a->w + (size_t)c0;
-                            size_t p1 = (size_t)(r0 + y1) * (size_t)a->w + (size_t)c0;
-                            acc[p0 + (size_t)x0] += g * (1 - ly) * (1 - lx);
-                            acc[p0 + (size_t)x1] += g * (1 - ly) * lx;
-                            acc[p1 + (size_t)x0] += g * ly * (1 - lx);
-                            acc[p1 + (size_t)x1] += g * ly * lx;
+                            double ly = t.ly, lx = t.lx;
+                            acc[t.p0 + (size_t)t.x0] += g * (1 - ly) * (1 - lx);
+                            acc[t.p0 + (size_t)t.x1] += g * (1 - ly) * lx;
+                            acc[t.p1 + (size_t)t.x0] += g * ly * (1 - lx);
+                            acc[t.p1 + (size_t)t.x1] += g * ly * lx;
                         }
-                    }
-                }
             size_t xp = ((size_t)b * (size_t)a->c + (size_t)ch) * hw;
             for (size_t e = 0; e < hw; e++) st(a->dx, a->dtype, xp + e, acc[e], a->beta);
         }

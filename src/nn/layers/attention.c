@@ -125,25 +125,6 @@ static struct attn_off attn_offsets(const struct md_layer *L)
 
 static size_t attention_mask_per_sample(const struct md_layer *L) { return attn_offsets(L).total; }
 
-/* C (rows, n) = A (rows, k) @ B^T or A^T... : a plain GEMM call */
-static md_status gemm(struct md_model *m, int ta, int tb, int mm, int nn, int kk, const void *a, int lda,
-                      const void *b, int ldb, void *c, int ldc, float beta)
-{
-    struct md_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.trans_a = ta;
-    g.trans_b = tb;
-    g.m = mm; g.n = nn; g.k = kk;
-    g.alpha = 1.0f;
-    g.beta = beta;
-    g.a = a; g.lda = lda;
-    g.b = b; g.ldb = ldb;
-    g.c = c; g.ldc = ldc;
-    g.batch = 1;
-    g.dtype = m->opts.compute_dtype;
-    return md_k_gemm(m->dev, &g);
-}
-
 static void attn_args(const struct md_layer_run *r, int i, struct md_attn_args *g)
 {
     struct md_model *m = r->m;
@@ -188,14 +169,14 @@ static md_status attention_forward(const struct md_layer_run *r, int i)
     struct md_attn_args g;
     attn_args(r, i, &g);
     void *qkv = (void *)g.q;
-    MD_TRY(gemm(m, 0, 1, nr, 3 * d, d, md_layer_act(r, L->in[0]), d, md_layer_weight(m, pw_in), d, qkv, 3 * d, 0.0f));
+    MD_TRY(md_layer_gemm(m, 0, 1, nr, 3 * d, d, md_layer_act(r, L->in[0]), d, md_layer_weight(m, pw_in), d, qkv, 3 * d, 0.0f));
     if (pb_in >= 0) {
         struct md_bias_args b = {nr, 3 * d, 1, MD_NCHW, dt, qkv, md_layer_param32(m, pb_in), NULL, NULL, 0};
         MD_TRY(md_k_bias_add(m->dev, &b));
     }
     MD_TRY(md_k_attn_fwd(m->dev, &g));
     void *y = md_layer_act(r, i);
-    MD_TRY(gemm(m, 0, 1, nr, d, d, g.o, d, md_layer_weight(m, pw_out), d, y, d, 0.0f));
+    MD_TRY(md_layer_gemm(m, 0, 1, nr, d, d, g.o, d, md_layer_weight(m, pw_out), d, y, d, 0.0f));
     if (pb_out < 0) return MD_OK;
     struct md_bias_args b = {nr, d, 1, MD_NCHW, dt, y, md_layer_param32(m, pb_out), NULL, NULL, 0};
     return md_k_bias_add(m->dev, &b);
@@ -220,9 +201,9 @@ static md_status attention_backward(const struct md_layer_run *r, int i)
         MD_TRY(md_k_bias_grad(m->dev, &b));
     }
     /* dW_out (D, D) = dy^T o; d(o) = dy W_out */
-    MD_TRY(gemm(m, 1, 0, d, d, nr, dy, d, g.o, d, md_layer_wgrad(m, pw_out), d, 0.0f));
+    MD_TRY(md_layer_gemm(m, 1, 0, d, d, nr, dy, d, g.o, d, md_layer_wgrad(m, pw_out), d, 0.0f));
     void *d_o = md_layer_saved(r, i, f.d_o);
-    MD_TRY(gemm(m, 0, 0, nr, d, d, dy, d, md_layer_weight(m, pw_out), d, d_o, d, 0.0f));
+    MD_TRY(md_layer_gemm(m, 0, 0, nr, d, d, dy, d, md_layer_weight(m, pw_out), d, d_o, d, 0.0f));
     char *dqkv = md_layer_saved(r, i, f.dqkv);
     g.d_o = d_o;
     g.dq = dqkv;
@@ -235,12 +216,12 @@ static md_status attention_backward(const struct md_layer_run *r, int i)
         MD_TRY(md_k_bias_grad(m->dev, &b));
     }
     /* dW_in (3D, D) = dqkv^T x; dx = dqkv W_in */
-    MD_TRY(gemm(m, 1, 0, 3 * d, d, nr, dqkv, 3 * d, md_layer_act(r, L->in[0]), d, md_layer_wgrad(m, pw_in), d,
+    MD_TRY(md_layer_gemm(m, 1, 0, 3 * d, d, nr, dqkv, 3 * d, md_layer_act(r, L->in[0]), d, md_layer_wgrad(m, pw_in), d,
                 0.0f));
     if (L->in[0] < m->ninputs) return MD_OK;
     float beta;
     void *dx = md_layer_dx(r, i, 0, &beta);
-    return gemm(m, 0, 0, nr, d, 3 * d, dqkv, 3 * d, md_layer_weight(m, pw_in), d, dx, d, beta);
+    return md_layer_gemm(m, 0, 0, nr, d, 3 * d, dqkv, 3 * d, md_layer_weight(m, pw_in), d, dx, d, beta);
 }
 
 static int attention_needs_x(const struct md_layer *L) { (void)L; return 1; }

@@ -105,67 +105,58 @@ static void linear_init(const struct md_model *m, const struct md_layer *L, floa
     if (L->param[1] >= 0) uniform(m, L->param[1], bound, p);
 }
 
+/* A run's shape: nr rows of cin inputs and k outputs; `bias`: the bias
+ * kernels' arguments over the (nr, k) output (pointers left to the caller). */
+struct lin {
+    int cin, nr, k;
+    struct md_bias_args bias;
+};
+
+static struct lin lin_of(const struct md_layer_run *r, int i)
+{
+    const struct md_layer *L = &r->m->layers[i];
+    struct lin s;
+    int rows;
+    linear_dims(r->m, L, &s.cin, &rows);
+    s.nr = r->n * rows;
+    s.k = ((const struct linear_cfg *)L->args)->k;
+    s.bias = (struct md_bias_args){s.nr, s.k, 1, MD_NCHW, r->m->opts.compute_dtype, NULL, NULL, NULL, NULL, 0};
+    return s;
+}
+
 static md_status linear_forward(const struct md_layer_run *r, int i)
 {
     struct md_model *m = r->m;
     const struct md_layer *L = &m->layers[i];
-    const struct linear_cfg *a = L->args;
-    int cin, rows;
-    linear_dims(m, L, &cin, &rows);
-    int nr = r->n * rows;
-    md_dtype dt = m->opts.compute_dtype;
+    struct lin s = lin_of(r, i);
     void *y = md_layer_act(r, i);
-    struct md_gemm_args g;                 /* y (n, out) = x (n, in) @ W^T */
-    memset(&g, 0, sizeof g);
-    g.trans_b = 1;
-    g.m = nr; g.n = a->k; g.k = cin;
-    g.alpha = 1.0f;
-    g.a = md_layer_act(r, L->in[0]); g.lda = cin;
-    g.b = md_layer_weight(m, L->param[0]); g.ldb = cin;
-    g.c = y; g.ldc = a->k;
-    g.batch = 1;
-    g.dtype = dt;
-    MD_TRY(md_k_gemm(m->dev, &g));
+    /* y (n, out) = x (n, in) @ W^T */
+    MD_TRY(md_layer_gemm(m, 0, 1, s.nr, s.k, s.cin, md_layer_act(r, L->in[0]), s.cin, md_layer_weight(m, L->param[0]),
+                         s.cin, y, s.k, 0.0f));
     if (L->param[1] < 0) return MD_OK;
-    struct md_bias_args b = {nr, a->k, 1, MD_NCHW, dt, y, md_layer_param32(m, L->param[1]), NULL, NULL, 0};
-    return md_k_bias_add(m->dev, &b);
+    s.bias.y = y, s.bias.bias = md_layer_param32(m, L->param[1]);
+    return md_k_bias_add(m->dev, &s.bias);
 }
 
 static md_status linear_backward(const struct md_layer_run *r, int i)
 {
     struct md_model *m = r->m;
     const struct md_layer *L = &m->layers[i];
-    const struct linear_cfg *a = L->args;
-    int cin, rows;
-    linear_dims(m, L, &cin, &rows);
-    int nr = r->n * rows;
-    md_dtype dt = m->opts.compute_dtype;
+    struct lin s = lin_of(r, i);
+    int cin = s.cin, nr = s.nr, k = s.k;
     void *dy = md_layer_grad(r, i);
     if (L->param[1] >= 0) {
-        struct md_bias_args b = {nr, a->k, 1, MD_NCHW, dt, NULL, NULL, dy, md_layer_grad32(m, L->param[1]), 0};
-        MD_TRY(md_k_bias_grad(m->dev, &b));
+        s.bias.dy = dy, s.bias.dbias = md_layer_grad32(m, L->param[1]);
+        MD_TRY(md_k_bias_grad(m->dev, &s.bias));
     }
-    struct md_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.trans_a = 1;                      /* dW (out, in) = dy^T (out, n) @ x (n, in) */
-    g.m = a->k; g.n = cin; g.k = nr;
-    g.alpha = 1.0f;
-    g.a = dy; g.lda = a->k;
-    g.b = md_layer_act(r, L->in[0]); g.ldb = cin;
-    g.c = md_layer_wgrad(m, L->param[0]); g.ldc = cin;
-    g.batch = 1;
-    g.dtype = dt;
-    MD_TRY(md_k_gemm(m->dev, &g));
+    /* dW (out, in) = dy^T (out, n) @ x (n, in) */
+    MD_TRY(md_layer_gemm(m, 1, 0, k, cin, nr, dy, k, md_layer_act(r, L->in[0]), cin,
+                         md_layer_wgrad(m, L->param[0]), cin, 0.0f));
     if (L->in[0] < m->ninputs) return MD_OK; /* no gradient for the data */
-    memset(&g, 0, sizeof g);            /* dx (n, in) = dy (n, out) @ W (out, in) */
-    g.m = nr; g.n = cin; g.k = a->k;
-    g.alpha = 1.0f;
-    g.a = dy; g.lda = a->k;
-    g.b = md_layer_weight(m, L->param[0]); g.ldb = cin;
-    g.c = md_layer_dx(r, i, 0, &g.beta); g.ldc = cin;
-    g.batch = 1;
-    g.dtype = dt;
-    return md_k_gemm(m->dev, &g);
+    /* dx (n, in) = dy (n, out) @ W (out, in) */
+    float beta;
+    void *dx = md_layer_dx(r, i, 0, &beta);
+    return md_layer_gemm(m, 0, 0, nr, cin, k, dy, k, md_layer_weight(m, L->param[0]), cin, dx, cin, beta);
 }
 
 static int linear_needs_x(const struct md_layer *L) { (void)L; return 1; }
