@@ -77,6 +77,8 @@ md_status md_trainer_create(const struct md_train_opts *opts, const struct md_tr
     t->model = model;
     t->data = data;
     t->unfrozen_epoch = -1;
+    t->ranks = opts->ranks > 1 ? opts->ranks : 1;
+    t->rank = t->ranks > 1 ? opts->rank : 0;
     const struct md_train_opts *o = t->o;
     st = choose_loss(t);
     md_trainer_report_init(t);
@@ -97,6 +99,7 @@ md_status md_trainer_create(const struct md_train_opts *opts, const struct md_tr
     }
     if (o->metrics[0] && (st = md_trainer_metrics_open(t)) != MD_OK) goto fail;
     if (o->resume[0] && (st = md_trainer_resume(t)) != MD_OK) goto fail;
+    if ((st = md_trainer_dist_setup(t)) != MD_OK) goto fail;
     /* best.safetensors is replaced only by a better score than the one it
      * holds, whatever the checkpoint resumed from knew */
     double folder_best;
@@ -124,6 +127,7 @@ void md_trainer_free(md_trainer *t)
 {
     if (!t) return;
     md_trainer_teardown_batch(t);
+    md_trainer_dist_free(t);
     if (t->metrics) fclose(t->metrics);
     md_run_dir_close(t->run_dir);
     cJSON_Delete(t->report);
@@ -194,6 +198,7 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
             md_loader_release(t->train_l, b);
         }
         samples_now += n;
+        t->ep_samples_local += n;
         if (st != MD_OK) {
             md_trainer_pipe_abandon(t);
             md_progress_end(pg);
@@ -253,6 +258,11 @@ static md_status run_once(md_trainer *t)
         double sps = 0, ep_time = 0;
         md_trainer_unfreeze_check(t);
         if ((st = run_epoch(t, &sps, &ep_time)) != MD_OK) goto done;
+        if (t->ranks > 1) { /* every rank's steps: the global pace, and rank 0's BN statistics for validation */
+            sps *= t->ranks;
+            if ((st = md_trainer_dist_epoch(t, t->ph_epoch)) != MD_OK || (st = md_trainer_dist_sync_buffers(t)) != MD_OK)
+                goto done;
+        }
         double tl = t->ep_seen ? t->ep_loss / (double)t->ep_seen : 0;
         double ta = t->ep_seen ? (double)t->ep_correct / (double)t->ep_seen : 0;
         double vl = -1, va = 0;
@@ -271,6 +281,12 @@ static md_status run_once(md_trainer *t)
                 st = md_trainer_interrupted(t, 0, 0, where);
             }
             goto done;
+        }
+        if (t->ranks > 1 && t->val_l) { /* rank 0's figures decide (best, patience) on every rank */
+            double v[2] = {vl, va};
+            if ((st = md_trainer_dist_agree(t, v, 2)) != MD_OK) goto done;
+            vl = v[0];
+            va = v[1];
         }
         double vtime = md_now() - v0;
         t->run_time += vtime;

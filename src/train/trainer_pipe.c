@@ -29,6 +29,9 @@ md_status md_trainer_pipe_setup(md_trainer *t)
     else if (o->unfreeze_after > 0 || md_optim_needs_host(t->opt))
         why = "--backbone-lr / --unfreeze-after: parameter groups with their own learning rate or step count "
               "take host-synced steps";
+    else if (t->ranks > 1)
+        why = "several ranks: host-synced steps with one gradient all-reduce each (the pipelined, captured "
+              "step does not carry the all-reduce yet)";
     else if (t->scaler.enabled) why = "fp16 dynamic loss scaling decides each step on the host: steps run op by op";
     else if (!can && !t->force_pipe)
         why = md_device_kind(t->dev) == MD_BACKEND_METAL
