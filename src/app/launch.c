@@ -48,6 +48,9 @@ md_status md_launch_reexec(const md_options *o, int argc, char **argv)
     int n = md_launch_ranks_wanted(o);
     const char *flag = o->devices[0] ? "--devices" : "--gpus";
     if (n < 2 || md_dist_launched()) return MD_OK;
+    if (o->sync_bn)
+        return md_errf(MD_ERR_UNSUPPORTED, "--sync-bn: batch norm synchronised over ranks is not built; batch norm "
+                       "statistics are per rank (drop --sync-bn)");
     if (!md_dist_built())
         return md_errf(MD_ERR_UNSUPPORTED, "%s: this mpsdiag was built without MPI; install Open MPI "
                        "(scripts/install-deps.sh) and rebuild", flag);
@@ -64,7 +67,8 @@ md_status md_launch_reexec(const md_options *o, int argc, char **argv)
     char **av = md_calloc((size_t)argc + 16, sizeof *av);
     if (!av) return MD_ERR_OOM;
     int k = 0;
-    av[k++] = mpirun;
+    /* by its name: Open MPI takes an absolute argv[0] as its --prefix */
+    av[k++] = "mpirun";
     av[k++] = "-np";
     av[k++] = np;
     /* one machine: as many ranks as asked, each free to use every core */

@@ -1,6 +1,7 @@
 /* options.c - the option table, flag parsing, config merging, --help. */
 #define _GNU_SOURCE
 #include "app/options.h"
+#include "core/dist.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -755,4 +756,5 @@ void md_options_usage(FILE *f)
 void md_options_version(FILE *f)
 {
     fprintf(f, "mpsdiag %s\n", MD_VERSION);
+    fprintf(f, "multi-process training (MPI): %s\n", md_dist_library());
 }
