@@ -100,8 +100,10 @@ int main(int argc, char **argv)
     int rc = finish_stdout(md_status_exit_code(st), 0);
     if (st != MD_OK) {
         /* one rank's failure ends every rank: the others would wait on it */
-        if (md_dist_size() > 1) md_dist_abort(rc, md_errmsg());
-        print_error(md_errmsg());
+        /* (an interrupt reaches every rank after the same step: each
+         * finishes, rank 0 with its checkpoint) */
+        if (md_dist_size() > 1 && st != MD_ERR_INTERRUPTED) md_dist_abort(rc, md_errmsg());
+        if (md_dist_rank() == 0 || st != MD_ERR_INTERRUPTED) print_error(md_errmsg());
     }
     md_dist_finalize();
     return rc;

@@ -141,6 +141,41 @@ Test(dist, two_ranks_match_one_process, .timeout = 60)
     free(dir);
 }
 
+/* MPSDIAG_DIST_GRAPH=1: pipelined steps with the all-reduce inside (on the
+ * CPU not captured, the host all-reduce in order) give the same curve. */
+Test(dist, pipelined_steps_with_the_all_reduce_inside_match, .timeout = 60)
+{
+    NEED_MPI();
+    char *dir = th_tmpdir();
+    char cmd[4096], *out = NULL, *err = NULL;
+    const char *b = base(dir);
+    snprintf(cmd, sizeof cmd, "$B %s --epochs 2 --batch-size 32 --lr 0.02 --report %s/one.json --checkpoint-dir %s/c1",
+             b, dir, dir);
+    cr_assert_eq(th_sh(cmd, NULL, &err), 0, "%s", err);
+    free(err);
+    snprintf(cmd, sizeof cmd,
+             "MPSDIAG_DIST_GRAPH=1 " MPIENV MPIRUN
+             "$B %s --epochs 2 --batch-size 16 --lr 0.01 --report %s/two.json --checkpoint-dir %s/c2",
+             b, dir, dir);
+    cr_assert_eq(th_sh(cmd, &out, &err), 0, "%s\n%s", out, err);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/one.json", dir);
+    cJSON *one = th_load_json(p);
+    snprintf(p, sizeof p, "%s/two.json", dir);
+    cJSON *two = th_load_json(p);
+    const cJSON *ex = cJSON_GetObjectItem(cJSON_GetObjectItem(two, "training"), "step_execution");
+    cr_assert_str_eq(cJSON_GetObjectItem(ex, "mode")->valuestring, "pipelined");
+    cr_assert_gt(cJSON_GetObjectItem(ex, "pipelined_eager_steps")->valueint, 10);
+    assert_same_curve(one, two, "train_loss");
+    assert_same_curve(one, two, "val_loss");
+    cJSON_Delete(one);
+    cJSON_Delete(two);
+    free(out);
+    free(err);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* A rank killed in epoch 2 ends the job at once with mpirun's message; the
  * checkpoint of epoch 1 stays whole and resumes in one process. */
 Test(dist, killed_rank_ends_the_job_and_keeps_the_checkpoint, .timeout = 60)

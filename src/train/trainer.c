@@ -216,7 +216,7 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
         md_progress_rate(samples_now / (el > 0 ? el : 1e-9), "samples");
         md_progress_update((double)(i + 1));
         if (t->interrupt_after > 0 && t->global_step >= t->interrupt_after) md_interrupt_set(1);
-        if (md_interrupted()) {
+        if (t->ranks > 1 ? t->dist_stop : md_interrupted()) {
             md_progress_end(pg);
             MD_TRY(md_trainer_pipe_finish(t)); /* the checkpoint holds every step counted */
             t->run_time += el;
@@ -299,7 +299,7 @@ static md_status run_once(md_trainer *t)
         double score = t->regress ? md_trainer_loss_score(t->val_l ? vl : tl) : t->val_l ? va : ta;
         int best_before = t->best_epoch;
         if ((st = md_trainer_keep_best(t, score)) != MD_OK) goto done;
-        if (md_interrupted()) {
+        if (md_trainer_dist_interrupted(t)) {
             t->epoch++;
             st = md_trainer_interrupted(t, 0, 0, NULL);
             goto done;

@@ -11,9 +11,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/dist.h"
+#include "core/signals.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/timer.h"
@@ -99,6 +101,7 @@ md_status md_trainer_dist_grads(md_trainer *t, float *grads, size_t n)
     if (t->dev_comm) { /* queued: timed by events, read after the step's sync */
         MD_TRY(md_event_record(t->dev, t->ev_ar[0]));
         MD_TRY(md_dev_allreduce_sum(t->dev, grads, n));
+        t->ar_timed_pending = 1;
         return md_event_record(t->dev, t->ev_ar[1]);
     }
     double t0 = md_now();
@@ -111,6 +114,23 @@ md_status md_trainer_dist_grads(md_trainer *t, float *grads, size_t n)
     return MD_OK;
 }
 
+md_status md_trainer_dist_grads_queued(md_trainer *t, float *grads, size_t n)
+{
+    if (t->ranks < 2) return MD_OK;
+    if (t->dev_comm) return md_dev_allreduce_sum(t->dev, grads, n);
+    /* a device without capture runs this in order, at once */
+    MD_TRY(md_dev_download(t->dev, t->h_grads, grads, n * sizeof(float)));
+    MD_TRY(md_dist_allreduce_sum_f32(t->h_grads, n, "the gradient all-reduce"));
+    return md_dev_upload(t->dev, grads, t->h_grads, n * sizeof(float));
+}
+
+int md_trainer_dist_pipe_ok(md_trainer *t, int can_capture)
+{
+    const char *e = getenv("MPSDIAG_DIST_GRAPH");
+    if (!e || strcmp(e, "1") != 0) return 0;
+    return t->dev_comm || !can_capture;
+}
+
 md_status md_trainer_dist_check(md_trainer *t)
 {
     if (t->ranks < 2 || !t->dev_comm) return MD_OK;
@@ -120,22 +140,36 @@ md_status md_trainer_dist_check(md_trainer *t)
         return st;
     }
     float ms = 0;
-    if (md_event_elapsed_ms(t->dev, t->ev_ar[0], t->ev_ar[1], &ms) == MD_OK) {
+    if (t->ar_timed_pending && md_event_elapsed_ms(t->dev, t->ev_ar[0], t->ev_ar[1], &ms) == MD_OK) {
         t->ar_s += (double)ms / 1e3;
         t->ep_ar_s += (double)ms / 1e3;
     }
+    t->ar_timed_pending = 0;
     return MD_OK;
 }
 
 md_status md_trainer_dist_scalars(md_trainer *t, struct step_scalars *sc)
 {
     if (t->ranks < 2) return MD_OK;
-    double v[5] = {sc->loss_sum, sc->correct, sc->reg[0], sc->reg[1], sc->reg[2]};
-    MD_TRY(md_dist_allreduce_sum_f64(v, 5, "the step's loss sum"));
+    double v[6] = {sc->loss_sum, sc->correct, sc->reg[0], sc->reg[1], sc->reg[2], md_interrupted() ? 1 : 0};
+    MD_TRY(md_dist_allreduce_sum_f64(v, 6, "the step's loss sum"));
+    if (v[5] > 0) {
+        md_interrupt_set(1);
+        t->dist_stop = 1;
+    }
     sc->loss_sum = (float)v[0];
     sc->correct = (int32_t)v[1];
     for (int i = 0; i < 3; i++) sc->reg[i] = (float)v[2 + i];
     return MD_OK;
+}
+
+int md_trainer_dist_interrupted(md_trainer *t)
+{
+    if (t->ranks < 2) return md_interrupted();
+    double v = md_interrupted() ? 1 : 0;
+    if (md_dist_allreduce_max_f64(&v, 1, "the end of the epoch") != MD_OK) return md_interrupted();
+    if (v > 0) md_interrupt_set(1);
+    return v > 0;
 }
 
 md_status md_trainer_dist_agree(md_trainer *t, double *v, int n)

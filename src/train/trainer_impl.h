@@ -158,6 +158,8 @@ struct md_trainer {
     int dev_comm;                          /* the device's own all-reduce (NCCL) */
     float *h_grads;                        /* host copy for an MPI all-reduce */
     md_event *ev_ar[2];                    /* around the device all-reduce */
+    int ar_timed_pending;
+    int dist_stop;                         /* a rank was interrupted: every rank stops after this step */                  /* ev_ar hold a step's all-reduce not read yet */
     double ar_s, ep_ar_s;                  /* all-reduce seconds: run, this epoch */
     long long ar_calls, ep_ar_calls;
     long long ep_samples_local;            /* this rank's samples this epoch */
@@ -306,12 +308,22 @@ void md_trainer_dist_free(md_trainer *t);
 /* Sums the gradients over the ranks (each rank's loss was scaled by
  * 1 / global batch, so the sum is the global mean), timed. */
 md_status md_trainer_dist_grads(md_trainer *t, float *grads, size_t n);
+/* The same, queued inside a pipelined (maybe captured) step: not timed. */
+md_status md_trainer_dist_grads_queued(md_trainer *t, float *grads, size_t n);
+/* Whether several ranks may run pipelined steps (MPSDIAG_DIST_GRAPH=1, and
+ * an all-reduce that fits them: the device's own, or a device without
+ * capture whose host all-reduce runs in order). */
+int md_trainer_dist_pipe_ok(md_trainer *t, int can_capture);
 /* The samples of global batch `b` over every rank. */
 int md_trainer_dist_global_n(md_trainer *t, long long b);
 /* After the step's sync: a device communicator's asynchronous error. */
 md_status md_trainer_dist_check(md_trainer *t);
-/* Sums the step's figures (loss sum, correct count, regression sums) over the ranks. */
+/* Sums the step's figures (loss sum, correct count, regression sums) over
+ * the ranks; an interrupt (SIGINT/SIGTERM) any rank got is set on all, so
+ * that every rank stops after the same step. */
 md_status md_trainer_dist_scalars(md_trainer *t, struct step_scalars *sc);
+/* md_interrupted() agreed by every rank (one collective; all must call). */
+int md_trainer_dist_interrupted(md_trainer *t);
 /* Rank 0's BN running statistics on every rank (before an evaluation). */
 md_status md_trainer_dist_sync_buffers(md_trainer *t);
 /* Rank 0's value on every rank (decisions every rank must take alike). */
