@@ -124,10 +124,12 @@ CUDA_CSRCS := $(wildcard cuda/*.c)
 CUDA_ARCHS ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS := -O2 -std=c++17 $(CUDA_ARCHS) -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Werror all-warnings -Isrc -Icuda
-# NCCL (multi-GPU collectives, cuda/cuda_dist.cu) when its header is found.
+# NCCL (multi-GPU collectives, cuda/cuda_dist.cu) when its header is found;
+# libnccl.so.2 itself is opened at run time when several ranks need it, so the
+# plug-in loads where NCCL is not installed (-ldl only).
 NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h))
 ifneq ($(NCCL_H),)
-  NCCL_LIBS := -L$(CUDA_HOME)/lib -L$(CUDA_HOME)/lib64 -lnccl
+  NCCL_LIBS := -ldl
   $(BUILD)/obj/cuda/cuda_dist.o: NVCCFLAGS += -DMD_HAVE_NCCL
 endif
 ifneq ($(and $(NVCC),$(CUDA_SRCS)),)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/dist.h"
+#include "core/safetensors.h"
 #include "core/timer.h"
 #include "data/data.h"
 #include "helpers.h"
@@ -236,6 +237,34 @@ Test(dist, hung_rank_ends_the_job_within_the_timeout, .timeout = 60)
               "%s", err);
     free(out);
     free(err);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* Ctrl-C to mpirun reaches both ranks: they stop after the same step, rank 0
+ * writes the checkpoint (resumable), rank 1 says nothing. */
+Test(dist, interrupt_stops_every_rank_and_rank_0_saves, .timeout = 60)
+{
+    NEED_MPI();
+    char *dir = th_tmpdir();
+    char cmd[4096], *out = NULL, *err = NULL;
+    const char *b = base(dir);
+    snprintf(cmd, sizeof cmd,
+             MPIENV MPIRUN "$B %s --epochs 100000 --steps 4 --batch-size 16 --checkpoint-dir %s/ck --quiet & "
+             "sleep 3; kill -INT $!; wait $!",
+             b, dir);
+    int rc = th_sh(cmd, &out, &err);
+    cr_assert_neq(rc, 0);
+    cr_assert_eq(th_count(err, "mpsdiag: interrupted"), 1, "rank 0 alone says so: %s", err);
+    cr_assert(strstr(err, "checkpoint") && strstr(err, "continue with --resume"), "%s", err);
+    free(out);
+    free(err);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/ck/last.safetensors", dir);
+    md_st_file *f = NULL;
+    cr_assert_eq(md_st_open(p, &f), MD_OK, "a whole checkpoint: %s", md_errmsg());
+    cr_assert_str_eq(md_st_meta(f, "format"), "mpsdiag-checkpoint-1");
+    md_st_close(f);
     th_rmtree(dir);
     free(dir);
 }

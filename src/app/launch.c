@@ -94,6 +94,13 @@ md_status md_launch_rank_setup(md_options *o)
     if (o->sync_bn)
         return md_errf(MD_ERR_UNSUPPORTED, "--sync-bn: batch norm synchronised over ranks is not built; batch norm "
                        "statistics are per rank (drop --sync-bn)");
+    /* each rank would decide alone (and write the same file) */
+    if (o->auto_batch)
+        return md_errf(MD_ERR_USAGE, "--auto-batch with %d ranks: each would halve its batch alone; give "
+                       "--batch-size", size);
+    if (o->dump_grads[0] || o->dump_logits[0])
+        return md_errf(MD_ERR_USAGE, "%s runs in one process; drop it or run without mpirun",
+                       o->dump_grads[0] ? "--dump-grads" : "--dump-logits");
     int nd = count_devices(o->devices);
     if (nd > 0) {
         if (nd != size && md_dist_rank() == 0)

@@ -726,6 +726,7 @@ void md_options_usage(FILE *f)
                "trains and validates it or benchmarks it, and writes a diagnostic report.\n"
                "With no flags: the bundled default run (small CNN on Fashion-MNIST).\n"
                "Flags also accept underscores (--batch_size). Flags override --config.\n");
+    fprintf(f, "Several processes (mpirun, --gpus): %s.\n", md_dist_library());
     const char *group = "";
     for (int i = 0; i < N_OPTS; i++) {
         const struct optdef *d = &table[i];

@@ -24,6 +24,10 @@
 
 static void abort_comm(void *ctx) { md_dev_comm_abort(ctx); }
 
+/* The device whose communicator is up (it lives as long as the device:
+ * later trainers of the run, --folds all, use it again). */
+static md_device *comm_dev;
+
 /* Rank 0's copy of n floats of device memory on every rank. */
 static md_status bcast_dev(md_trainer *t, float *d, size_t n, const char *what)
 {
@@ -42,24 +46,37 @@ md_status md_trainer_dist_setup(md_trainer *t)
 {
     if (t->ranks < 2) return MD_OK;
     size_t n = md_model_nparams(t->model);
-    if (md_dev_has_comm(t->dev) && !t->dev_comm) {
+    if (md_dev_has_comm(t->dev) && comm_dev == t->dev) {
+        t->dev_comm = 1;
+        for (int i = 0; i < 2; i++)
+            if (!t->ev_ar[i]) MD_TRY(md_event_create(t->dev, &t->ev_ar[i]));
+    } else if (md_dev_has_comm(t->dev) && !t->dev_comm) {
         unsigned char id[MD_COMM_ID_BYTES] = {0};
         md_status st = MD_OK;
         if (t->rank == 0) st = md_dev_comm_unique_id(t->dev, id);
-        /* every rank learns whether rank 0 got an id before any waits on it */
-        double ok = st == MD_OK;
+        /* every rank learns whether rank 0 got an id before any waits on
+         * it: 1 yes, 0 the plug-in has no NCCL (host all-reduce instead), -1 failed */
+        double ok = st == MD_OK ? 1 : st == MD_ERR_UNSUPPORTED ? 0 : -1;
+        char why[300];
+        snprintf(why, sizeof why, "%s", st != MD_OK ? md_errmsg() : "");
         MD_TRY(md_dist_bcast(&ok, sizeof ok, 0, "the communicator set-up"));
-        if (!ok) return st != MD_OK ? st : md_errf(MD_ERR_DEVICE, "rank 0 could not create the communicator id");
+        if (ok < 0) return st != MD_OK ? st : md_errf(MD_ERR_DEVICE, "rank 0 could not create the communicator id");
+        if (ok == 0) {
+            if (t->rank == 0) md_warn("%s; the gradients are summed with MPI on host copies instead (slower)", why);
+            goto host;
+        }
         MD_TRY(md_dist_bcast(id, sizeof id, 0, "the communicator set-up"));
         md_dist_wait_begin("the device communicator's set-up");
         st = md_dev_comm_init(t->dev, id, t->ranks, t->rank);
         md_dist_wait_end();
         MD_TRY(st);
         md_dist_on_abort(abort_comm, t->dev);
+        comm_dev = t->dev;
         t->dev_comm = 1;
         for (int i = 0; i < 2; i++) MD_TRY(md_event_create(t->dev, &t->ev_ar[i]));
-    } else if (!md_dev_has_comm(t->dev) && !t->h_grads) {
-        t->h_grads = md_malloc((n ? n : 1) * sizeof(float));
+    } else if (!md_dev_has_comm(t->dev)) {
+    host:
+        if (!t->h_grads) t->h_grads = md_malloc((n ? n : 1) * sizeof(float));
         if (!t->h_grads) return MD_ERR_OOM;
     }
     /* the same start everywhere (the seed gives it already; --init-from and
@@ -290,9 +307,11 @@ md_status md_trainer_dist_epoch(md_trainer *t, double ep_loop_s)
         }
         cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(t->dist, "epochs"), e);
     }
-    md_verbose("  epoch %d ranks: %.0f samples/s in all (slowest rank %.0f), all-reduce %.2f ms/step, algbw %.2f "
-               "GB/s, busbw %.2f GB/s, efficiency %.0f%%\n",
-               t->epoch + 1, global_sps, min_sps, ar_step * 1e3, algbw, busbw, eff * 100);
+    /* every epoch with --verbose, the last one always */
+    void (*say)(const char *, ...) = t->epoch + 1 >= t->o->epochs ? md_out : md_verbose;
+    say("  epoch %d, %d ranks: %.0f samples/s in all (slowest rank %.0f), all-reduce %.2f ms/step, algbw %.2f "
+        "GB/s, busbw %.2f GB/s, efficiency %.0f%%\n",
+        t->epoch + 1, r, global_sps, min_sps, ar_step * 1e3, algbw, busbw, eff * 100);
     for (int i = 0; e && i < cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(e, "stragglers")); i++)
         md_out("  straggler: %s\n",
                cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(e, "stragglers"), i)->valuestring);
