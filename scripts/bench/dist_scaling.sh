@@ -45,6 +45,12 @@ for mb in "resnet18_cifar 256" "resnet50 128"; do
             --lr-scaling none --lr 0.1 --checkpoint-dir "$out/ck_${m}_$g" --overwrite --verbose \
             --report "$out/mpsdiag_${m}_$g.json" > "$out/mpsdiag_${m}_$g.txt" 2>&1 \
             || echo "mpsdiag $m on $g GPUs failed: see $out/mpsdiag_${m}_$g.txt" >&2
+        # the experimental pipelined/captured steps with the all-reduce inside
+        [ "$g" -gt 1 ] && { MPSDIAG_DIST_GRAPH=1 "$bin" --gpus "$g" --device cuda --model "$m" --dataset synthetic \
+            --max-samples "$n" --val-split 0 --batch-size "$b" --amp --epochs "$epochs" --steps "$steps" \
+            --num-workers "$workers" --lr-scaling none --lr 0.1 --checkpoint-dir "$out/ckg_${m}_$g" --overwrite \
+            --verbose --report "$out/graph_${m}_$g.json" > "$out/graph_${m}_$g.txt" 2>&1 \
+            || echo "mpsdiag (MPSDIAG_DIST_GRAPH=1) $m on $g GPUs failed: see $out/graph_${m}_$g.txt" >&2; }
         # shellcheck disable=SC2086
         env ${PY_ENV:-} torchrun --standalone --nproc_per_node "$g" "$here/ddp_torch.py" --model "$m" --batch "$b" \
             --precision bf16 --steps "$steps" >> "$out/ddp.tsv" 2> "$out/ddp_${m}_$g.err" \
@@ -61,9 +67,11 @@ if os.path.exists(os.path.join(out, "ddp.tsv")):
         f = line.rstrip("\n").split("\t")
         if len(f) >= 6 and f[0] == "ddp":
             ddp[(f[1], int(f[2]))] = float(f[5])
-def mp(m, g):
+def mp(m, g, kind="mpsdiag"):
+    if kind == "graph" and g == 1:
+        kind = "mpsdiag"
     try:
-        t = json.load(open(os.path.join(out, f"mpsdiag_{m}_{g}.json")))["training"]
+        t = json.load(open(os.path.join(out, f"{kind}_{m}_{g}.json")))["training"]
     except (OSError, KeyError, ValueError):
         return None, None
     d = t.get("distributed", {})
@@ -72,18 +80,21 @@ def mp(m, g):
         return eps[-1]["samples_per_s"], eps[-1]
     sps = t.get("curves", {}).get("samples_per_s") or [None]
     return sps[-1], None
-print("| model (bf16) | GPUs | mpsdiag samples/s | x 1 GPU | all-reduce ms/step | busbw GB/s | PyTorch DDP samples/s | x 1 GPU | mpsdiag / DDP |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| model (bf16) | GPUs | mpsdiag samples/s | x 1 GPU | all-reduce ms/step | busbw GB/s | MPSDIAG_DIST_GRAPH=1 samples/s | x 1 GPU | PyTorch DDP samples/s | x 1 GPU | mpsdiag / DDP |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for m in ("resnet18_cifar", "resnet50"):
     base, dbase = mp(m, 1)[0], ddp.get((m, 1))
     for g in counts:
         s, e = mp(m, g)
+        sg = mp(m, g, "graph")[0]
         d = ddp.get((m, g))
         f = lambda v, p="%.0f": (p % v) if v is not None else "-"
         r = s / base if s and base else None
+        rg = sg / base if sg and base else None
         rd = d / dbase if d and dbase else None
         print(f"| {m} | {g} | {f(s)} | {f(r, '%.2fx')} | {f(e and e['allreduce_ms_per_step'], '%.2f')} | "
-              f"{f(e and e['busbw_gbps'], '%.1f')} | {f(d)} | {f(rd, '%.2fx')} | {f(s / d if s and d else None, '%.2f')} |")
+              f"{f(e and e['busbw_gbps'], '%.1f')} | {f(sg)} | {f(rg, '%.2fx')} | {f(d)} | {f(rd, '%.2fx')} | "
+              f"{f(s / d if s and d else None, '%.2f')} |")
 PY
 
 # ---- loss curves: 2 GPUs x batch B against 1 GPU x 2B, same seed ----------
