@@ -6,7 +6,7 @@
 #   make asan       the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make clean
 #
-# Switches: NO_CUDA=1, CUDA_ARCHS="-gencode=...", SANITIZE=address,undefined,
+# Switches: NO_CUDA=1, NO_MPI=1, CUDA_ARCHS="-gencode=...", SANITIZE=address,undefined,
 # BUILD=dir, CC=clang. Objects go under $(BUILD) with -MMD dependencies, and a
 # change of flags rebuilds everything.
 
@@ -60,6 +60,26 @@ ifneq ($(UNAME_S),Darwin)
   LDFLAGS += -rdynamic
 endif
 
+# ---- MPI: data-parallel training across processes (src/core/dist.c only) -------
+# Found through pkg-config (ompi-c, Open MPI) or the mpicc wrapper; without it
+# mpsdiag runs one process and says so where several are asked for.
+ifeq ($(NO_MPI),)
+  MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+  MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)
+  ifeq ($(MPI_LIBS),)
+    MPICC := $(shell command -v mpicc 2>/dev/null)
+    ifneq ($(MPICC),)
+      MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
+      MPI_LIBS := $(shell $(MPICC) --showme:link 2>/dev/null)
+    endif
+  endif
+endif
+HAVE_MPI := $(if $(MPI_LIBS),1)
+ifneq ($(HAVE_MPI),)
+  LDLIBS += $(MPI_LIBS)
+  $(BUILD)/obj/src/core/dist.o: CFLAGS += $(MPI_CFLAGS) -DMD_HAVE_MPI
+endif
+
 ifneq ($(SANITIZE),)
   SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
   CFLAGS  += $(SAN_FLAGS)
@@ -104,6 +124,14 @@ CUDA_CSRCS := $(wildcard cuda/*.c)
 CUDA_ARCHS ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS := -O2 -std=c++17 $(CUDA_ARCHS) -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Werror all-warnings -Isrc -Icuda
+# NCCL (multi-GPU collectives, cuda/cuda_dist.cu) when its header is found;
+# libnccl.so.2 itself is opened at run time when several ranks need it, so the
+# plug-in loads where NCCL is not installed (-ldl only).
+NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h))
+ifneq ($(NCCL_H),)
+  NCCL_LIBS := -ldl
+  $(BUILD)/obj/cuda/cuda_dist.o: NVCCFLAGS += -DMD_HAVE_NCCL
+endif
 ifneq ($(and $(NVCC),$(CUDA_SRCS)),)
   CUDA_LIB := $(BUILD)/libmpsdiag_cuda.so
   CUDA_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRCS)) $(patsubst %.c,$(BUILD)/obj/%.cuda.o,$(CUDA_CSRCS))
@@ -111,7 +139,7 @@ endif
 
 # ---- flags stamp: rebuild when flags change ------------------------------------
 FLAGS_STAMP := $(BUILD)/.flags
-FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) | $(NVCC) $(NVCCFLAGS)
+FLAGS_NOW := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) $(MPI_CFLAGS) | $(NVCC) $(NVCCFLAGS) $(NCCL_LIBS)
 $(shell mkdir -p $(BUILD); [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP))
 
 # ---- what was found ------------------------------------------------------------
@@ -126,6 +154,8 @@ configure:
 	@echo "  $(call ok,$(HAVE_DEPS)) libraries: $(PKGS)$(if $(HAVE_DEPS),, (missing: run scripts/install-deps.sh))"
 	@echo "  $(call ok,$(HAVE_CRITERION)) criterion (tests)"
 	@echo "  $(call ok,$(CUDA_LIB)) CUDA backend$(if $(CUDA_LIB), ($(NVCC)),$(if $(NVCC), (no cuda/ sources yet), (nvcc not found or NO_CUDA=1)))"
+	@echo "  $(call ok,$(HAVE_MPI)) MPI (multi-process training)$(if $(HAVE_MPI),, (not found or NO_MPI=1: one process only))"
+	@echo "  $(if $(CUDA_LIB),$(call ok,$(NCCL_H)) NCCL (multi-GPU collectives)$(if $(NCCL_H),, (nccl.h not found)),- NCCL (no CUDA plug-in))"
 	@echo "  $(call ok,$(METAL_SRCS)) Metal backend$(if $(METAL_SRCS),, (macOS only))"
 	@echo "  $(if $(SANITIZE),✓ sanitizers: $(SANITIZE),- sanitizers off)"
 	@test -n "$(HAVE_DEPS)" || { echo "mpsdiag: missing libraries; run 'make test' or scripts/install-deps.sh" >&2; exit 1; }
@@ -158,7 +188,7 @@ $(BUILD)/obj/%.cuda.o: %.c $(FLAGS_STAMP)
 
 $(CUDA_LIB): $(CUDA_OBJS)
 	$(say) LINK $@
-	$(Q)$(NVCC) -shared $(CUDA_ARCHS) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudnn -cudart static
+	$(Q)$(NVCC) -shared $(CUDA_ARCHS) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudnn $(NCCL_LIBS) -cudart static
 
 # ---- tests -------------------------------------------------------------------
 TEST_CFLAGS := $(CFLAGS) $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null) -Wno-missing-prototypes -Wno-pedantic -Wno-double-promotion

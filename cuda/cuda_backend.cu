@@ -7,6 +7,7 @@
 
 #include "cuda_attn_mma.cuh"
 #include "cuda_internal.h"
+#include "cuda_dist.h"
 
 /* ---------------------------------------------------------------------------
  * Errors
@@ -271,6 +272,7 @@ static void cu_close(md_device *dev)
 {
     struct md_cuda_dev *c = md_cuda_impl(dev);
     if (!c) return;
+    md_cuda_comm_close(dev);
     if (c->stream) cudaStreamSynchronize(c->stream);
     md_cuda_conv_cache_free(dev);
     md_dev_free(dev, c->blas_ws.ptr);
@@ -572,6 +574,11 @@ md_cuda_backend_entry(int api_version)
     o->capture_end = cu_capture_end;
     o->graph_launch = cu_graph_launch;
     o->graph_destroy = cu_graph_destroy;
+    o->comm_unique_id = md_cuda_comm_unique_id;
+    o->comm_init = md_cuda_comm_init;
+    o->allreduce_sum = md_cuda_allreduce_sum;
+    o->comm_check = md_cuda_comm_check;
+    o->comm_abort = md_cuda_comm_abort;
     struct md_kernels *k = &o->kernels;
     k->gemm = md_cuda_gemm;
     k->conv2d_fwd = md_cuda_conv2d_fwd;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # install-deps.sh - installs what mpsdiag needs and is missing, nothing else.
 #   Debian/Ubuntu: apt (libopenblas-dev libcjson-dev libturbojpeg0-dev zlib1g-dev
-#                  libcriterion-dev pkg-config dataset-fashion-mnist)
-#   macOS:         Homebrew (openblas cjson jpeg-turbo criterion pkg-config; zlib ships with macOS)
+#                  libcriterion-dev pkg-config openmpi-bin libopenmpi-dev dataset-fashion-mnist)
+#   macOS:         Homebrew (openblas cjson jpeg-turbo criterion pkg-config open-mpi; zlib ships with macOS)
+# Open MPI runs data-parallel training on several processes (docs/distributed.md).
 # --check: only report; exit 0 when nothing is missing.
 set -euo pipefail
 
@@ -13,7 +14,7 @@ missing=()
 os=$(uname -s)
 
 if [ "$os" = "Darwin" ]; then
-    for f in openblas cjson jpeg-turbo criterion pkg-config; do
+    for f in openblas cjson jpeg-turbo criterion pkg-config open-mpi; do
         # Homebrew's pkg-config is now the pkgconf formula under an alias
         [ "$f" = pkg-config ] && command -v pkg-config >/dev/null && continue
         brew list --versions "$f" >/dev/null 2>&1 || missing+=("$f")
@@ -31,11 +32,12 @@ fi
 
 if ! command -v dpkg-query >/dev/null; then
     echo "install-deps: unsupported system (need Debian/Ubuntu apt or macOS Homebrew); install" \
-         "OpenBLAS, cJSON, libjpeg-turbo (TurboJPEG), zlib, Criterion and pkg-config by hand" >&2
+         "OpenBLAS, cJSON, libjpeg-turbo (TurboJPEG), zlib, Criterion, pkg-config and Open MPI by hand" >&2
     exit 1
 fi
 
-for p in libopenblas-dev libcjson-dev libturbojpeg0-dev zlib1g-dev libcriterion-dev pkg-config; do
+for p in libopenblas-dev libcjson-dev libturbojpeg0-dev zlib1g-dev libcriterion-dev pkg-config openmpi-bin \
+         libopenmpi-dev; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # Real data for the tests and the default run (optional if not packaged here).

@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include "app/job.h"
+#include "app/launch.h"
 #include "app/outputs.h"
 #include "app/run_info.h"
+#include "core/dist.h"
 #include "core/log.h"
 #include "core/signals.h"
 #include "core/wrap.h"
@@ -66,11 +68,29 @@ int main(int argc, char **argv)
         md_options_version(stdout);
         return finish_stdout(0, errno);
     }
+    /* --gpus / --devices: the ranks start under mpirun (returns on failure) */
+    if ((st = md_launch_reexec(&opts, argc, argv)) != MD_OK) {
+        print_error(md_errmsg());
+        return md_status_exit_code(st);
+    }
+    if ((st = md_dist_init()) != MD_OK || (st = md_launch_rank_setup(&opts)) != MD_OK) {
+        if (md_dist_size() > 1) md_dist_abort(md_status_exit_code(st), md_errmsg());
+        print_error(md_errmsg());
+        return md_status_exit_code(st);
+    }
+    if (md_dist_size() > 1) md_log_plain();
+    if (md_dist_rank() > 0) {
+        /* rank 0 prints and writes the report files; the others stay quiet
+         * but for their errors */
+        opts.report[0] = opts.html[0] = opts.junit[0] = '\0';
+        if (!freopen("/dev/null", "w", stdout)) return md_status_exit_code(MD_ERR_IO);
+    }
     /* every output path before any work: a bad one named now, not after a
      * whole training run (each on its own line) */
     struct md_output_problems bad;
     if (md_outputs_check(&opts, &bad) != MD_OK) {
         for (int i = 0; i < bad.n; i++) print_error(bad.msg[i]);
+        if (md_dist_size() > 1) md_dist_abort(md_status_exit_code(MD_ERR_IO), NULL);
         return md_status_exit_code(MD_ERR_IO);
     }
     md_log_init((md_verbosity)opts.verbosity);
@@ -78,6 +98,13 @@ int main(int argc, char **argv)
     st = md_job_run(&opts);
     md_progress_clear(); /* no progress line left in front of an error (finish_stdout flushes) */
     int rc = finish_stdout(md_status_exit_code(st), 0);
-    if (st != MD_OK) print_error(md_errmsg());
+    if (st != MD_OK) {
+        /* one rank's failure ends every rank: the others would wait on it */
+        /* (an interrupt reaches every rank after the same step: each
+         * finishes, rank 0 with its checkpoint) */
+        if (md_dist_size() > 1 && st != MD_ERR_INTERRUPTED) md_dist_abort(rc, md_errmsg());
+        if (md_dist_rank() == 0 || st != MD_ERR_INTERRUPTED) print_error(md_errmsg());
+    }
+    md_dist_finalize();
     return rc;
 }

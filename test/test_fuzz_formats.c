@@ -15,7 +15,7 @@ Test(fuzz_smoke, safetensors)
     size_t n = md_fuzz_seed_safetensors(s, sizeof s);
     md_st_file *f = NULL;
     cr_assert_eq(md_st_parse(s, n, "seed", &f), MD_OK, "the seed parses: %s", md_errmsg());
-    struct md_ckpt_limits lim = {100, 32, NULL};
+    struct md_ckpt_limits lim = {100, 32, NULL, 1};
     struct md_ckpt_meta m;
     cr_assert_eq(md_ckpt_meta_read(f, &lim, &m), MD_OK, "the seed's metadata passes: %s", md_errmsg());
     md_ckpt_meta_free(&m);

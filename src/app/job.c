@@ -1,6 +1,7 @@
 /* job.c - runs the stages in order and writes the report. */
 #define _POSIX_C_SOURCE 200809L
 #include "app/job.h"
+#include "core/dist.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -161,6 +162,9 @@ static void report_header(md_job *job, int argc_unused)
 #else
     cJSON_AddStringToObject(tool, "version", "0.1.0");
 #endif
+    /* built with MPI or not, and this run's ranks */
+    cJSON_AddStringToObject(tool, "mpi", md_dist_library());
+    cJSON_AddNumberToObject(tool, "ranks", md_dist_size());
     char ts[64];
     time_t now = time(NULL);
     struct tm tm;

@@ -1,6 +1,7 @@
 /* options.c - the option table, flag parsing, config merging, --help. */
 #define _GNU_SOURCE
 #include "app/options.h"
+#include "core/dist.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -199,6 +200,15 @@ static const struct optdef table[] = {
         "append JSON lines: a header per run, then one per epoch and one every 50 steps"),
     ON("auto-batch", auto_batch, "halve the batch and retry on out-of-memory"),
 #undef GROUP
+#define GROUP "Several devices (data parallel; docs/distributed.md)"
+    INT("gpus", gpus, "N", 1, 64, "train on N GPUs of this machine: starts N ranks under mpirun (cuda:0..N-1)"),
+    STR("devices", devices, "LIST", "one rank per listed device (cuda:0,cuda:1,...), started under mpirun"),
+    CHOICE("lr-scaling", lr_scaling, "RULE", "linear|none",
+           "linear (--lr x ranks: --lr is for one rank's batch) | none (--lr as given)"),
+    ON("sync-bn", sync_bn, "batch norm statistics over all ranks (not built: refused with several ranks)"),
+    DBL("dist-timeout", dist_timeout, "S", 0.0, 1e6,
+        "end the job when a rank waits S seconds on the others (a dead or hung rank; 0: never)"),
+#undef GROUP
 #define GROUP "Benchmark"
     ON("benchmark", benchmark, "benchmark after training"),
     ON("benchmark-only", benchmark_only, "benchmark without training"),
@@ -279,6 +289,9 @@ void md_options_defaults(md_options *o)
     o->momentum = 0.9;
     o->weight_decay = 5e-4;
     snprintf(o->lradj, sizeof o->lradj, "cosine");
+    snprintf(o->lr_scaling, sizeof o->lr_scaling, "linear");
+    o->gpus = 1;
+    o->dist_timeout = 600;
     snprintf(o->loss_function, sizeof o->loss_function, "auto");
     o->val_batch_multiplier = 4;
     snprintf(o->checkpoint_dir, sizeof o->checkpoint_dir, "checkpoints");
@@ -756,6 +769,7 @@ void md_options_usage(FILE *f)
                "trains and validates it or benchmarks it, and writes a diagnostic report.\n"
                "With no flags: the bundled default run (small CNN on Fashion-MNIST).\n"
                "Flags also accept underscores (--batch_size). Flags override --config.\n");
+    fprintf(f, "Several processes (mpirun, --gpus): %s.\n", md_dist_library());
     const char *group = "";
     for (int i = 0; i < N_OPTS; i++) {
         const struct optdef *d = &table[i];
@@ -786,4 +800,5 @@ void md_options_usage(FILE *f)
 void md_options_version(FILE *f)
 {
     fprintf(f, "mpsdiag %s\n", MD_VERSION);
+    fprintf(f, "multi-process training (MPI): %s\n", md_dist_library());
 }

@@ -105,6 +105,12 @@ typedef struct md_options {
     char resume[MD_PATH_MAX];
     char metrics[MD_PATH_MAX];
     int auto_batch;
+    /* several devices (data parallel, core/dist.h) */
+    int gpus;                   /* > 1: start that many ranks under mpirun */
+    char devices[256];          /* "cuda:0,cuda:1": one rank per entry, under mpirun */
+    char lr_scaling[8];         /* linear|none */
+    int sync_bn;
+    double dist_timeout;        /* seconds; 0 = no watchdog */
 
     /* benchmark and report */
     int benchmark;

@@ -7,6 +7,7 @@
 
 #include "app/diagnostics.h"
 #include "app/resolve.h"
+#include "core/dist.h"
 #include "data/data.h"
 #include "nn/model.h"
 
@@ -34,7 +35,8 @@ void md_recipe_decide(const struct md_recipe_in *in, struct md_recipe *r)
     r->label_smoothing = 0.1;
     r->augment = 0;
     r->epochs = 20;
-    /* a minute: about 3 epochs on 2 CPU cores, all 20 on a GPU in seconds */
+    /* a minute: about 3 epochs on 2 CPU cores, all 20 on a GPU in seconds (not for several
+     * runs or ranks: each would size its own plan) */
     r->time_budget = in->resume || in->several ? 0 : 60;
 }
 
@@ -60,7 +62,7 @@ void md_recipe_apply(md_job *job)
                 .params = (long long)md_model_nparams(job->model),
                 .ci = o->ci,
                 .resume = o->resume[0] != 0,
-                .several = o->models[0] != 0 || (o->folds > 1 && o->fold < 0),
+                .several = o->models[0] != 0 || (o->folds > 1 && o->fold < 0) || md_dist_size() > 1,
             };
             md_recipe_decide(&in, &r);
         } else {

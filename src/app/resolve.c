@@ -1,5 +1,6 @@
 /* resolve.c - md_options into each layer's typed options (resolve.h). */
 #include "app/resolve.h"
+#include "core/dist.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -113,6 +114,13 @@ void md_resolve_train(const md_options *o, struct md_train_opts *t)
     t->backbone_lr = o->backbone_lr;
     t->unfreeze_after = o->unfreeze_after;
     COPY_STR(t->dump_grads, o->dump_grads);
+    t->ranks = md_dist_size();
+    t->rank = md_dist_rank();
+    t->lr_scaling = strcmp(o->lr_scaling, "none") != 0;
+    if (t->rank > 0) { /* rank 0 writes checkpoints and metrics */
+        t->checkpoint_dir[0] = '\0';
+        t->metrics[0] = '\0';
+    }
 }
 
 void md_resolve_bench(const md_options *o, struct md_bench_opts *b)

@@ -596,6 +596,34 @@ void md_dev_graph_destroy(md_device *dev, void *graph)
     if (graph && dev->ops->graph_destroy) dev->ops->graph_destroy(dev, graph);
 }
 
+/* ---------------------------------------------------------------------------
+ * Collectives
+ * ------------------------------------------------------------------------- */
+
+int md_dev_has_comm(const md_device *dev) { return dev->ops->allreduce_sum != NULL; }
+
+static md_status no_comm(const md_device *dev)
+{
+    return md_errf(MD_ERR_UNSUPPORTED, "%s has no collectives of its own", dev->info.backend);
+}
+md_status md_dev_comm_unique_id(md_device *dev, unsigned char id[MD_COMM_ID_BYTES])
+{
+    return dev->ops->comm_unique_id ? dev->ops->comm_unique_id(dev, id) : no_comm(dev);
+}
+md_status md_dev_comm_init(md_device *dev, const unsigned char id[MD_COMM_ID_BYTES], int nranks, int rank)
+{
+    return dev->ops->comm_init ? dev->ops->comm_init(dev, id, nranks, rank) : no_comm(dev);
+}
+md_status md_dev_allreduce_sum(md_device *dev, float *buf, size_t n)
+{
+    return dev->ops->allreduce_sum ? dev->ops->allreduce_sum(dev, buf, n) : no_comm(dev);
+}
+md_status md_dev_comm_check(md_device *dev) { return dev->ops->comm_check ? dev->ops->comm_check(dev) : MD_OK; }
+void md_dev_comm_abort(md_device *dev)
+{
+    if (dev->ops->comm_abort) dev->ops->comm_abort(dev);
+}
+
 int md_dev_supports(const md_device *dev, int kernel_index)
 {
     MD_ASSERT(kernel_index >= 0 && kernel_index < MD_KERNEL_COUNT);

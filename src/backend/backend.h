@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define MD_BACKEND_API_VERSION 4
+#define MD_BACKEND_API_VERSION 5
 #define MD_MAX_DEVICES 16
 
 typedef enum md_backend_kind { MD_BACKEND_CPU = 0, MD_BACKEND_CUDA, MD_BACKEND_METAL, MD_BACKEND_REF } md_backend_kind;
@@ -157,6 +157,24 @@ md_status md_dev_capture_begin(md_device *dev);
 md_status md_dev_capture_end(md_device *dev, void **graph);
 md_status md_dev_graph_launch(md_device *dev, void *graph);
 void md_dev_graph_destroy(md_device *dev, void *graph);
+
+/* Collectives between the ranks of a data-parallel job (core/dist.h starts
+ * the ranks). A backend that has its own (CUDA: NCCL) joins a communicator
+ * made from a 128-byte id that rank 0 creates (md_dev_comm_unique_id) and
+ * the launcher broadcasts; its all-reduce then runs on the device's queue,
+ * in order with the kernels. Backends without one return
+ * MD_ERR_UNSUPPORTED from each, and the caller reduces host copies instead.
+ * md_dev_comm_check: a failure a collective reported since (NCCL's
+ * asynchronous errors), MD_OK when none. md_dev_comm_abort: drops the
+ * communicator without waiting for the other ranks. */
+#define MD_COMM_ID_BYTES 128
+int md_dev_has_comm(const md_device *dev);
+md_status md_dev_comm_unique_id(md_device *dev, unsigned char id[MD_COMM_ID_BYTES]);
+md_status md_dev_comm_init(md_device *dev, const unsigned char id[MD_COMM_ID_BYTES], int nranks, int rank);
+/* Sums n floats of device memory over the ranks, in place (queued). */
+md_status md_dev_allreduce_sum(md_device *dev, float *buf, size_t n);
+md_status md_dev_comm_check(md_device *dev);
+void md_dev_comm_abort(md_device *dev);
 
 /* Which kernels are supported (non-NULL) and how often the fallback ran. */
 int md_dev_supports(const md_device *dev, int kernel_index);

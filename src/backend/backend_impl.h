@@ -62,6 +62,14 @@ struct md_backend_ops {
     md_status (*graph_launch)(md_device *dev, void *graph);
     void (*graph_destroy)(md_device *dev, void *graph);
 
+    /* (optional) collectives between ranks (backend.h md_dev_comm_*); all
+     * or none. The communicator belongs to the device: close ends it. */
+    md_status (*comm_unique_id)(md_device *dev, unsigned char id[MD_COMM_ID_BYTES]);
+    md_status (*comm_init)(md_device *dev, const unsigned char id[MD_COMM_ID_BYTES], int nranks, int rank);
+    md_status (*allreduce_sum)(md_device *dev, float *buf, size_t n);
+    md_status (*comm_check)(md_device *dev);
+    void (*comm_abort)(md_device *dev);
+
     struct md_kernels kernels;
 };
 

@@ -11,11 +11,18 @@
 
 static md_verbosity level = MD_NORMAL;
 static int tty = -1;
+static int plain;
 
 void md_log_init(md_verbosity v)
 {
     level = v;
-    tty = isatty(STDOUT_FILENO);
+    tty = !plain && isatty(STDOUT_FILENO);
+}
+
+void md_log_plain(void)
+{
+    plain = 1;
+    tty = 0;
 }
 
 md_verbosity md_log_level(void) { return level; }

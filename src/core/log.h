@@ -19,6 +19,10 @@ typedef enum md_verbosity { MD_QUIET = 0, MD_NORMAL = 1, MD_VERBOSE = 2 } md_ver
 
 void md_log_init(md_verbosity v);
 md_verbosity md_log_level(void);
+/* Treats stdout as no terminal from now on (no progress, no colour): the
+ * ranks of an mpirun job, whose launcher gives them a pseudo-terminal
+ * wherever its own output goes. */
+void md_log_plain(void);
 /* True when stdout is a terminal (progress bars allowed). */
 int md_log_is_tty(void);
 /* True when colour may be used (tty and NO_COLOR unset). */

@@ -269,6 +269,13 @@ struct md_loader_opts {
     uint64_t seed;
     md_device *pin_dev; /* non-NULL: batches in md_dev_host_alloc memory
                            (page-locked where that device benefits) */
+    /* data parallelism: > 1 ranks each take their part of every global batch
+     * of shard_count x batch_size samples (one order for all: the same
+     * global batches one process with that batch size gets). Rank r takes
+     * positions [m r / R, m (r + 1) / R) of a global batch of m samples, so
+     * a short last batch is split evenly (a piece may be empty). */
+    int shard_count;    /* 0 or 1: the whole split */
+    int shard_rank;
 };
 
 /* One batch: host memory owned by the loader, valid until md_loader_release. */

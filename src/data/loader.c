@@ -41,6 +41,7 @@ struct md_loader {
     struct md_loader_opts o;
     long long n;          /* samples in the split */
     long long nbatches;
+    long long gbatch;     /* samples per global batch: batch_size x shard_count */
     int64_t *order;       /* (n) this epoch's order: positions within the split */
     int epoch;
     int nslots;
@@ -62,9 +63,14 @@ struct md_loader {
 static md_status fill(struct md_loader *l, md_data_scratch *scr, struct slot *s, long long b, long long *skipped)
 {
     struct md_data *d = l->d;
-    long long first = b * l->o.batch_size;
-    long long last = first + l->o.batch_size;
+    long long first = b * l->gbatch;
+    long long last = first + l->gbatch;
     if (last > l->n) last = l->n;
+    if (l->o.shard_count > 1) { /* this rank's part of the global batch */
+        long long m = last - first, r = l->o.shard_rank, R = l->o.shard_count;
+        last = first + m * (r + 1) / R;
+        first += m * r / R;
+    }
     int j = 0;
     *skipped = 0;
     for (long long p = first; p < last; p++) {
@@ -139,7 +145,8 @@ md_status md_loader_create(struct md_data *d, const struct md_loader_opts *lo, s
 {
     *out = NULL;
     if (lo->split < 0 || lo->split >= MD_SPLIT_COUNT || lo->batch_size < 1 || lo->num_workers < 0 ||
-        lo->prefetch < 1 || lo->num_workers > 256 || lo->prefetch > 64)
+        lo->prefetch < 1 || lo->num_workers > 256 || lo->prefetch > 64 || lo->shard_count < 0 ||
+        (lo->shard_count > 1 && (lo->shard_rank < 0 || lo->shard_rank >= lo->shard_count)))
         return md_errf(MD_ERR_INTERNAL, "md_loader_create: bad options (batch %d, workers %d, prefetch %d)",
                        lo->batch_size, lo->num_workers, lo->prefetch);
     md_status st = MD_OK;
@@ -148,7 +155,8 @@ md_status md_loader_create(struct md_data *d, const struct md_loader_opts *lo, s
     l->d = d;
     l->o = *lo;
     l->n = md_data_count(d, lo->split);
-    l->nbatches = lo->drop_last ? l->n / lo->batch_size : (l->n + lo->batch_size - 1) / lo->batch_size;
+    l->gbatch = (long long)lo->batch_size * (lo->shard_count > 1 ? lo->shard_count : 1);
+    l->nbatches = lo->drop_last ? l->n / l->gbatch : (l->n + l->gbatch - 1) / l->gbatch;
     l->epoch = -1;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv_ready, NULL);

@@ -108,6 +108,14 @@ md_status md_ckpt_meta_read(const md_st_file *f, const struct md_ckpt_limits *li
     /* the batch size fixes what "batch N of epoch E" means */
     if (out->batch_size < 0)
         return md_errf(MD_ERR_DATA, "%s: metadata 'config' lacks batch_size (not a checkpoint to resume from)", p);
+    if (out->batch_size != lim->batch && lim->ranks > 1)
+    {
+        char fix[64] = "";
+        if (out->batch_size % lim->ranks == 0)
+            snprintf(fix, sizeof fix, "; pass --batch-size %d", out->batch_size / lim->ranks);
+        return md_errf(MD_ERR_DATA, "%s: checkpoint was trained with a global batch of %d, this run's is %d (%d ranks "
+                       "x --batch-size %d)%s", p, out->batch_size, lim->batch, lim->ranks, lim->batch / lim->ranks, fix);
+    }
     if (out->batch_size != lim->batch)
         return md_errf(MD_ERR_DATA, "%s: checkpoint was trained with batch size %d, this run uses %d (pass "
                        "--batch-size %d)", p, out->batch_size, lim->batch, out->batch_size);

@@ -19,6 +19,7 @@ struct md_ckpt_limits {
     long long steps_per_epoch;       /* batches in one of this run's epochs */
     int batch;                       /* this run's batch size */
     const char *const *curve_keys;   /* the keys "curves" may have (NULL-terminated) */
+    int ranks;                       /* > 1: batch is the global batch of that many ranks */
 };
 
 struct md_ckpt_meta {

@@ -77,12 +77,18 @@ md_status md_trainer_create(const struct md_train_opts *opts, const struct md_tr
     t->model = model;
     t->data = data;
     t->unfrozen_epoch = -1;
+    t->ranks = opts->ranks > 1 ? opts->ranks : 1;
+    t->rank = t->ranks > 1 ? opts->rank : 0;
     const struct md_train_opts *o = t->o;
     st = choose_loss(t);
     md_trainer_report_init(t);
     if (st == MD_OK && o->target_acc > 0 && t->regress)
         st = md_errf(MD_ERR_USAGE, "--target-accuracy: model %s is a regression model (it has no accuracy)",
                      md_model_name(t->model));
+    /* each rank would size its own plan from its own step times and stop at a different step */
+    if (st == MD_OK && o->time_budget > 0 && t->ranks > 1)
+        st = md_errf(MD_ERR_USAGE, "--time-budget sizes one process's run; it is not supported with %d ranks "
+                     "(use --epochs)", t->ranks);
     if (st != MD_OK) goto fail;
 
     t->batch = o->batch_size > 0 ? o->batch_size : 64;
@@ -100,6 +106,7 @@ md_status md_trainer_create(const struct md_train_opts *opts, const struct md_tr
     }
     if (o->metrics[0] && (st = md_trainer_metrics_open(t)) != MD_OK) goto fail;
     if (o->resume[0] && (st = md_trainer_resume(t)) != MD_OK) goto fail;
+    if ((st = md_trainer_dist_setup(t)) != MD_OK) goto fail;
     /* best.safetensors is replaced only by a better score than the one it
      * holds, whatever the checkpoint resumed from knew */
     double folder_best;
@@ -127,6 +134,7 @@ void md_trainer_free(md_trainer *t)
 {
     if (!t) return;
     md_trainer_teardown_batch(t);
+    md_trainer_dist_free(t);
     if (t->metrics) fclose(t->metrics);
     md_run_dir_close(t->run_dir);
     cJSON_Delete(t->report);
@@ -200,6 +208,7 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
             md_loader_release(t->train_l, b);
         }
         samples_now += n;
+        t->ep_samples_local += n;
         if (st != MD_OK) {
             md_trainer_pipe_abandon(t);
             md_progress_end(pg);
@@ -217,9 +226,9 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
         md_progress_rate(samples_now / (el > 0 ? el : 1e-9), "samples");
         md_progress_update((double)(i + 1));
         if (t->interrupt_after > 0 && t->global_step >= t->interrupt_after) md_interrupt_set(1);
-        /* --time-budget: the plan's last step ran, or the budget's end came */
+        /* --time-budget (one process only): the plan's last step ran, or the budget's end came */
         if (md_trainer_budget_after_step(t) && !md_interrupted()) break;
-        if (md_interrupted()) {
+        if (t->ranks > 1 ? t->dist_stop : md_interrupted()) {
             md_progress_end(pg);
             MD_TRY(md_trainer_pipe_finish(t)); /* the checkpoint holds every step counted */
             t->run_time += el;
@@ -263,6 +272,11 @@ static md_status run_once(md_trainer *t)
         md_trainer_unfreeze_check(t);
         long long step0 = t->global_step;
         if ((st = run_epoch(t, &sps, &ep_time)) != MD_OK) goto done;
+        if (t->ranks > 1) { /* every rank's steps: the global pace, and rank 0's BN statistics for validation */
+            sps *= t->ranks;
+            if ((st = md_trainer_dist_epoch(t, t->ph_epoch)) != MD_OK || (st = md_trainer_dist_sync_buffers(t)) != MD_OK)
+                goto done;
+        }
         if (t->bud_cut) { /* no time left for this epoch's validation: on to the test */
             char a[32];
             md_out("  Time budget: its end came during epoch %d, after step %s (no validation of it)\n",
@@ -290,6 +304,12 @@ static md_status run_once(md_trainer *t)
             }
             goto done;
         }
+        if (t->ranks > 1 && t->val_l) { /* rank 0's figures decide (best, patience) on every rank */
+            double v[2] = {vl, va};
+            if ((st = md_trainer_dist_agree(t, v, 2)) != MD_OK) goto done;
+            vl = v[0];
+            va = v[1];
+        }
         double vtime = md_now() - v0;
         t->run_time += vtime;
         ep_time += vtime;
@@ -301,7 +321,7 @@ static md_status run_once(md_trainer *t)
         double score = t->regress ? md_trainer_loss_score(t->val_l ? vl : tl) : t->val_l ? va : ta;
         int best_before = t->best_epoch;
         if ((st = md_trainer_keep_best(t, score)) != MD_OK) goto done;
-        if (md_interrupted()) {
+        if (md_trainer_dist_interrupted(t)) {
             t->epoch++;
             st = md_trainer_interrupted(t, 0, 0, NULL);
             goto done;

@@ -97,6 +97,13 @@ struct md_train_opts {
     double backbone_lr;         /* < 0: --lr for all */
     int unfreeze_after;         /* > 0: the frozen parameters train from this epoch (0-based) on */
     char dump_grads[MD_PATH_MAX]; /* set: no checkpoint folder is opened */
+    /* data parallelism (core/dist.h): this process is rank `rank` of `ranks`;
+     * batch_size is per rank, the global batch ranks x batch_size. Only
+     * rank 0 writes (the caller leaves checkpoint_dir and metrics empty on
+     * the others). */
+    int ranks;                  /* 0 or 1: one process */
+    int rank;
+    int lr_scaling;             /* 1: linear (lr x ranks), 0: none */
 };
 
 /* What the trainer tells its caller (each entry optional: NULL = ignored). */

@@ -92,7 +92,9 @@ static char *run_config_json(const md_trainer *t)
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "model", o->model);
     cJSON_AddStringToObject(c, "dataset", md_data_name(t->data));
-    cJSON_AddNumberToObject(c, "batch_size", t->batch);
+    /* the global batch: a checkpoint resumes with any number of ranks that
+     * keeps it (ranks x --batch-size) */
+    cJSON_AddNumberToObject(c, "batch_size", (double)t->batch * (t->ranks > 1 ? t->ranks : 1));
     cJSON_AddNumberToObject(c, "epochs", o->epochs);
     cJSON_AddNumberToObject(c, "steps", o->steps);
     cJSON_AddStringToObject(c, "optimizer", o->optimizer);
@@ -230,8 +232,8 @@ md_status md_trainer_resume(md_trainer *t)
     /* every metadata field checked before any is used (and the batch size,
      * which fixes what "batch N of epoch E" means); the layout may differ:
      * checkpoints hold PyTorch's and md_checkpoint_load converts */
-    struct md_ckpt_limits lim = {t->steps_per_epoch, t->batch,
-                                 t->regress ? md_trainer_curve_keys_regress : md_trainer_curve_keys};
+    struct md_ckpt_limits lim = {t->steps_per_epoch, t->batch * (t->ranks > 1 ? t->ranks : 1),
+                                 t->regress ? md_trainer_curve_keys_regress : md_trainer_curve_keys, t->ranks};
     if ((st = md_ckpt_meta_read(f, &lim, &meta)) != MD_OK) goto done;
     warn_config_changes(t, meta.config, path);
     md_st_close(f);

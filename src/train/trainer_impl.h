@@ -12,6 +12,7 @@
  *   trainer_diag.c     per-epoch diagnostics (norms, update ratios, dead ReLUs)
  *   trainer_budget.c   --time-budget (warm-up, plan, schedule length) and --target-accuracy
  *   trainer_metrics.c  report["training"], its curves, --metrics lines, the printed table
+ *   trainer_dist.c     data parallelism: communicator, gradient all-reduce, its figures
  */
 #ifndef MD_TRAINER_IMPL_H
 #define MD_TRAINER_IMPL_H
@@ -176,6 +177,19 @@ struct md_trainer {
     int rebind;                            /* --auto-batch: bind the model afresh */
     cJSON *ab_tried;                       /* --auto-batch: the batches tried (owned) */
 
+    /* data parallelism (trainer_dist.c); ranks 1: none of it runs */
+    int ranks, rank;
+    double lr_base;                        /* --lr before the scaling rule */
+    int dev_comm;                          /* the device's own all-reduce (NCCL) */
+    float *h_grads;                        /* host copy for an MPI all-reduce */
+    md_event *ev_ar[2];                    /* around the device all-reduce */
+    int ar_timed_pending;
+    int dist_stop;                         /* a rank was interrupted: every rank stops after this step */                  /* ev_ar hold a step's all-reduce not read yet */
+    double ar_s, ep_ar_s;                  /* all-reduce seconds: run, this epoch */
+    long long ar_calls, ep_ar_calls;
+    long long ep_samples_local;            /* this rank's samples this epoch */
+    cJSON *dist;                           /* report.training.distributed (borrowed) */
+
     cJSON *report;   /* report["training"] */
     cJSON *curves;   /* report.training.curves: arrays per key */
     cJSON *diags;    /* report.training.diagnostics: one object per epoch */
@@ -329,6 +343,42 @@ void md_trainer_epoch_output(md_trainer *t, double tl, double ta, double vl, dou
 /* The end of a run attempt, whatever ended it: epochs run, step execution,
  * loss scaling, best, last checkpoint. */
 void md_trainer_report_finish(md_trainer *t, int start_epoch);
+
+/* ---- trainer_dist.c ---------------------------------------------------------------- */
+
+/* After the model is set up: the device communicator (NCCL: rank 0's id
+ * broadcast over MPI) or a host buffer for MPI, then rank 0's weights and
+ * BN statistics on every rank. Nothing with one rank. */
+md_status md_trainer_dist_setup(md_trainer *t);
+void md_trainer_dist_free(md_trainer *t);
+/* Sums the gradients over the ranks (each rank's loss was scaled by
+ * 1 / global batch, so the sum is the global mean), timed. */
+md_status md_trainer_dist_grads(md_trainer *t, float *grads, size_t n);
+/* The same, queued inside a pipelined (maybe captured) step: not timed. */
+md_status md_trainer_dist_grads_queued(md_trainer *t, float *grads, size_t n);
+/* Whether several ranks may run pipelined steps (MPSDIAG_DIST_GRAPH=1, and
+ * an all-reduce that fits them: the device's own, or a device without
+ * capture whose host all-reduce runs in order). */
+int md_trainer_dist_pipe_ok(md_trainer *t, int can_capture);
+/* The samples of global batch `b` over every rank. */
+int md_trainer_dist_global_n(md_trainer *t, long long b);
+/* After the step's sync: a device communicator's asynchronous error. */
+md_status md_trainer_dist_check(md_trainer *t);
+/* Sums the step's figures (loss sum, correct count, regression sums) over
+ * the ranks; an interrupt (SIGINT/SIGTERM) any rank got is set on all, so
+ * that every rank stops after the same step. */
+md_status md_trainer_dist_scalars(md_trainer *t, struct step_scalars *sc);
+/* md_interrupted() agreed by every rank (one collective; all must call). */
+int md_trainer_dist_interrupted(md_trainer *t);
+/* Rank 0's BN running statistics on every rank (before an evaluation). */
+md_status md_trainer_dist_sync_buffers(md_trainer *t);
+/* Rank 0's value on every rank (decisions every rank must take alike). */
+md_status md_trainer_dist_agree(md_trainer *t, double *v, int n);
+/* report.training.distributed at the start. */
+void md_trainer_dist_report_start(md_trainer *t);
+/* At an epoch's end: per-rank throughput, all-reduce time and bandwidth,
+ * stragglers into the report; rank 0 prints a line. `sps`: global. */
+md_status md_trainer_dist_epoch(md_trainer *t, double ep_loop_s);
 
 /* trainer_metrics.c: at an epoch's start, --unfreeze-after's moment (also
  * when resumed past it): the frozen ranges train from then on; says so. */

@@ -173,6 +173,7 @@ void md_trainer_report_start(md_trainer *t)
     if (o->resume[0]) cJSON_AddStringToObject(t->report, "resumed_from", o->resume);
     else cJSON_AddNullToObject(t->report, "resumed_from");
     transfer_report(t);
+    md_trainer_dist_report_start(t);
 }
 
 void md_trainer_unfreeze_check(md_trainer *t)

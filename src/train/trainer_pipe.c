@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/dist.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "nn/model.h"
@@ -21,6 +22,7 @@ md_status md_trainer_pipe_setup(md_trainer *t)
     /* Metal can capture too, but its optimizer has no device-side step
      * values yet (metal_plan.c refuses md_optim_ctl): CUDA only */
     int can = md_dev_can_capture(t->dev) && md_device_kind(t->dev) == MD_BACKEND_CUDA;
+    int dist = t->ranks > 1 && md_trainer_dist_pipe_ok(t, can);
     const char *why = NULL;
     if (!o->compile) why = "--no-compile: each step runs op by op and waits for its loss";
     else if (t->regress)
@@ -30,7 +32,10 @@ md_status md_trainer_pipe_setup(md_trainer *t)
         why = "--backbone-lr / --unfreeze-after: parameter groups with their own learning rate or step count "
               "take host-synced steps";
     else if (t->scaler.enabled) why = "fp16 dynamic loss scaling decides each step on the host: steps run op by op";
-    else if (!can && !t->force_pipe)
+    else if (t->ranks > 1 && !dist)
+        why = "several ranks: host-synced steps with one gradient all-reduce each (MPSDIAG_DIST_GRAPH=1 tries "
+              "pipelined steps that carry it: experimental)";
+    else if (!can && !t->force_pipe && !dist)
         why = md_device_kind(t->dev) == MD_BACKEND_METAL
                   ? "one command buffer per step, synced once for its loss (replaying a captured step needs "
                     "device-side step values in the Metal optimizer: not built)"
@@ -47,6 +52,11 @@ md_status md_trainer_pipe_setup(md_trainer *t)
                    "a separate stream)"
                  : "pipelined with device-side step values (not captured: no graph capture on this device)",
              t->depth ? "" : "; --prefetch 1: one step in flight at most, each waited for");
+    if (dist) { /* a reason long enough to need its own words */
+        size_t k = strlen(t->pipe_why);
+        snprintf(t->pipe_why + k, sizeof t->pipe_why - k, "; the gradient all-reduce runs inside each step "
+                 "(MPSDIAG_DIST_GRAPH=1, experimental)");
+    }
     MD_TRY(md_dev_alloc(t->dev, sizeof(struct step_ctl), (void **)&t->d_ctl, "step control"));
     MD_TRY(md_dev_host_alloc(t->dev, 4 * sizeof(struct step_ctl), (void **)&t->h_ctl, &t->h_ctl_pinned));
     memset(t->h_ctl, 0, 4 * sizeof(struct step_ctl));
@@ -63,11 +73,14 @@ md_status md_trainer_pipe_setup(md_trainer *t)
 static md_status pipe_body(md_trainer *t, const int32_t *labels, int n)
 {
     MD_TRY(md_model_forward(t->model, n, 1));
-    MD_TRY(md_model_loss(t->model, labels, (float)t->o->label_smoothing, t->scaler.scale / (float)n,
+    /* several ranks: the mean over the global batch (full batches only here) */
+    float mean_n = (float)n * (float)(t->ranks > 1 ? t->ranks : 1);
+    MD_TRY(md_model_loss(t->model, labels, (float)t->o->label_smoothing, t->scaler.scale / mean_n,
                          &t->d_ctl->opt.loss_sum, &t->d_ctl->correct));
     MD_TRY(md_model_backward(t->model));
     float *grads = md_model_grads(t->model), *params = md_model_params(t->model);
     MD_TRY(md_optim_zero_frozen(t->opt, grads));
+    if (t->ranks > 1) MD_TRY(md_trainer_dist_grads_queued(t, grads, md_model_nparams(t->model)));
     struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = md_model_nparams(t->model), .dtype = MD_F32, .a = grads,
                                .out = &t->d_ctl->opt.grad_sumsq};
     MD_TRY(md_k_reduce(t->dev, &r));
@@ -102,18 +115,26 @@ md_status md_trainer_pipe_finish(md_trainer *t)
 {
     if (!t->pend_b) return MD_OK;
     int s = t->pend_slot;
+    /* with a device all-reduce in the step, this waits on the other ranks */
+    if (t->dev_comm) md_dist_wait_begin("the gradient all-reduce (device)");
     md_status st = md_event_wait(t->dev, t->ev_done[s]);
+    if (t->dev_comm) md_dist_wait_end();
     md_loader_release(t->train_l, t->pend_b);
     t->pend_b = NULL;
     MD_TRY(st);
-    const struct step_ctl *r = &t->h_ctl[2 + s];
+    struct step_ctl *r = &t->h_ctl[2 + s];
+    MD_TRY(md_trainer_dist_check(t));
+    /* several ranks: the step's loss and count over all of them (the
+     * gradients, hence grad_sumsq, were summed on the device) */
+    struct step_scalars sc = {.loss_sum = r->opt.loss_sum, .correct = r->correct};
+    MD_TRY(md_trainer_dist_scalars(t, &sc));
     /* the device skipped the update of such a step (md_optim_ctl) */
-    if (!isfinite(r->opt.loss_sum)) return md_trainer_numeric_failure(t, t->pend_step, "the loss is not finite");
+    if (!isfinite(sc.loss_sum)) return md_trainer_numeric_failure(t, t->pend_step, "the loss is not finite");
     if (!isfinite(r->opt.grad_sumsq))
         return md_trainer_numeric_failure(t, t->pend_step, "the gradients are not finite");
-    t->ep_loss += (double)r->opt.loss_sum;
-    t->ep_correct += r->correct;
-    t->ep_seen += t->pend_n;
+    t->ep_loss += (double)sc.loss_sum;
+    t->ep_correct += sc.correct;
+    t->ep_seen += (long long)t->pend_n * (t->ranks > 1 ? t->ranks : 1);
     return MD_OK;
 }
 

@@ -19,11 +19,15 @@ static md_status make_loader(md_trainer *t, md_split split, int batch, int train
         .shuffle = train,
         .augment = train && t->o->augment,
         /* a last batch of one sample would give BatchNorm a zero variance */
-        .drop_last = train && md_data_count(t->data, split) > batch,
+        .drop_last = train && md_data_count(t->data, split) > (long long)batch * (t->ranks > 1 ? t->ranks : 1),
         .num_workers = t->o->num_workers > 0 ? t->o->num_workers : 0,
         .prefetch = t->o->prefetch,
         .seed = t->o->seed,
         .pin_dev = t->o->pin_memory > 0 ? t->dev : NULL,
+        /* training batches are global: each rank takes its part; every rank
+         * evaluates the whole validation and test splits */
+        .shard_count = train && t->ranks > 1 ? t->ranks : 0,
+        .shard_rank = t->rank,
     };
     return md_loader_create(t->data, &lo, out);
 }
@@ -67,7 +71,7 @@ static md_status setup_optimizer(md_trainer *t)
     if (!r || !frozen || !head) { st = MD_ERR_OOM; goto out; }
     /* --backbone-lr is absolute, like a PyTorch param group's lr: the schedule
      * scales the backbone's by the same factor as the head's */
-    t->backbone_mult = o->backbone_lr > 0 ? (float)(o->backbone_lr / t->lr) : 1.0f;
+    t->backbone_mult = o->backbone_lr > 0 ? (float)(o->backbone_lr / t->lr_base) : 1.0f;
     md_model_head_mask(t->model, head);
     if (o->freeze[0] && (st = md_model_freeze_mask(t->model, o->freeze, frozen)) != MD_OK) goto out;
     for (int i = 0; i < nt; i++) {
@@ -131,6 +135,10 @@ static md_status setup_batch_once(md_trainer *t)
     if (md_data_count(t->data, MD_SPLIT_TEST) > 0) MD_TRY(make_loader(t, MD_SPLIT_TEST, t->val_batch, 0, &t->test_l));
     MD_TRY(alloc_buffers(t));
     t->lr = o->lr > 0 ? o->lr : strcmp(o->optimizer, "adamw") == 0 ? 1e-3 : 0.1;
+    /* the linear scaling rule: the global batch is `ranks` times the batch
+     * --lr was chosen for (docs/distributed.md) */
+    t->lr_base = t->lr;
+    if (t->ranks > 1 && o->lr_scaling) t->lr *= t->ranks;
     MD_TRY(setup_optimizer(t));
 
     t->steps_per_epoch = md_loader_num_batches(t->train_l);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "core/dist.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "nn/model.h"
@@ -56,27 +57,43 @@ md_status md_trainer_numeric_failure(md_trainer *t, long long step, const char *
 /* Forward, loss, backward and (unless skipped) the optimizer step on one batch. */
 md_status md_trainer_step(md_trainer *t, const struct md_batch *b, int snapshot)
 {
+    md_dist_test_fault(t->global_step);
     double c0 = md_now();
-    MD_TRY(md_trainer_upload_batch(t, b, 0, b->n));
+    if (b->n) MD_TRY(md_trainer_upload_batch(t, b, 0, b->n));
     MD_TRY(md_dev_memset0(t->dev, t->d_sc, sizeof(struct step_scalars)));
     double c1 = md_now();
     md_model_set_step_dev(t->model, NULL);
     md_model_set_step(t->model, (uint64_t)t->global_step);
-    MD_TRY(md_model_forward(t->model, b->n, 1));
-    double c2 = md_now();
-    /* mean loss, times the loss scale (fp16) */
-    float used_scale = t->scaler.scale;
-    MD_TRY(md_trainer_loss(t, b->n, used_scale, (float)t->o->label_smoothing));
-    MD_TRY(md_model_backward(t->model));
     float *grads = md_model_grads(t->model), *params = md_model_params(t->model);
-    MD_TRY(md_optim_zero_frozen(t->opt, grads));
     size_t n = md_model_nparams(t->model);
+    /* mean loss, times the loss scale (fp16); with several ranks the mean
+     * over the global batch, so that the ranks' sum is its gradient */
+    float used_scale = t->scaler.scale;
+    int mean_n = t->ranks > 1 ? md_trainer_dist_global_n(t, b->batch) : b->n;
+    if (mean_n < b->n) mean_n = b->n;
+    double c2 = c1;
+    if (b->n) {
+        MD_TRY(md_model_forward(t->model, b->n, 1));
+        c2 = md_now();
+        MD_TRY(md_trainer_loss(t, mean_n, used_scale, (float)t->o->label_smoothing));
+        MD_TRY(md_model_backward(t->model));
+    } else { /* an empty part of a short global batch: nothing to add */
+        MD_TRY(md_dev_memset0(t->dev, grads, n * sizeof(float)));
+    }
+    MD_TRY(md_optim_zero_frozen(t->opt, grads));
+    MD_TRY(md_trainer_dist_grads(t, grads, n));
     struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = n, .dtype = MD_F32, .a = grads, .out = &t->d_sc->grad_sumsq};
     MD_TRY(md_k_reduce(t->dev, &r));
     double c3 = md_now();
     struct step_scalars sc;
-    MD_TRY(md_dev_download(t->dev, &sc, t->d_sc, sizeof sc));
-    MD_TRY(md_dev_sync(t->dev));
+    /* on a device with its own all-reduce, the sync waits on the other ranks */
+    if (t->dev_comm) md_dist_wait_begin("the gradient all-reduce (device)");
+    md_status sync = md_dev_download(t->dev, &sc, t->d_sc, sizeof sc);
+    if (sync == MD_OK) sync = md_dev_sync(t->dev);
+    if (t->dev_comm) md_dist_wait_end();
+    MD_TRY(sync);
+    MD_TRY(md_trainer_dist_check(t));
+    MD_TRY(md_trainer_dist_scalars(t, &sc));
     double c4 = md_now();
     if (!isfinite(sc.loss_sum)) return md_trainer_numeric_failure(t, t->global_step, "the loss is not finite");
     int action = md_scaler_update(&t->scaler, isfinite(sc.grad_sumsq));
@@ -104,7 +121,7 @@ md_status md_trainer_step(md_trainer *t, const struct md_batch *b, int snapshot)
     t->global_step++;
     t->ep_loss += (double)sc.loss_sum / md_trainer_loss_elems(t);
     t->ep_correct += sc.correct;
-    t->ep_seen += b->n;
+    t->ep_seen += t->ranks > 1 ? mean_n : b->n; /* every rank counts the global batch */
     return MD_OK;
 }
 

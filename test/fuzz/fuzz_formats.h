@@ -32,7 +32,7 @@ static inline int md_fuzz_safetensors(const uint8_t *d, size_t n)
         if (t->nbytes) sum += b[t->nbytes - 1];
     }
     static const char *const keys[] = {"epoch", "train_loss", "val_acc", NULL};
-    struct md_ckpt_limits lim = {100, 32, keys};
+    struct md_ckpt_limits lim = {100, 32, keys, 1};
     struct md_ckpt_meta m;
     md_ckpt_meta_read(f, &lim, &m);
     md_ckpt_meta_free(&m);
