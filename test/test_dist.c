@@ -38,8 +38,11 @@ static const char tiny_model[] =
 #define MPIENV                                                                                               \
     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mca_base_component_disable_dlclose=1 "   \
     "LSAN_OPTIONS=\"$LSAN_OPTIONS:fast_unwind_on_malloc=0\" "
-/* --oversubscribe: 2 ranks on any machine */
-#define MPIRUN "mpirun -np 2 --oversubscribe --bind-to none "
+/* --oversubscribe: 2 ranks on any machine. timeout: Open MPI's mpirun has
+ * been seen to hang after its ranks ended (a signal during a loaded start);
+ * the bound turns that into a failure instead of a stuck suite. timeout
+ * passes a SIGINT on to mpirun and kills it 20 s later if it is still there. */
+#define MPIRUN "timeout -k 20 50 mpirun -np 2 --oversubscribe --bind-to none "
 
 static int have_mpirun(void)
 {
@@ -256,8 +259,10 @@ Test(dist, interrupt_stops_every_rank_and_rank_0_saves, .timeout = 60)
     const char *b = base(dir);
     snprintf(cmd, sizeof cmd,
              MPIENV MPIRUN "$B %s --epochs 100000 --steps 4 --batch-size 16 --checkpoint-dir %s/ck --quiet & "
-             "sleep 3; kill -INT $!; wait $!",
-             b, dir);
+             /* the interrupt once both ranks train (the first epoch's checkpoint is written) */
+             "for i in $(seq 200); do [ -f %s/ck/last.safetensors ] && break; sleep 0.1; done; sleep 0.5; "
+             "kill -INT $!; wait $!",
+             b, dir, dir);
     int rc = th_sh(cmd, &out, &err);
     cr_assert_neq(rc, 0);
     cr_assert_eq(th_count(err, "mpsdiag: interrupted"), 1, "rank 0 alone says so: %s", err);

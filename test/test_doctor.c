@@ -494,3 +494,23 @@ Test(doctor_metal_sim, check_two_input_model_on_simulated_metal, .timeout = 300)
 {
     check_on_metal("tiled_two_stream_tiny");
 }
+
+/* --precision-audit on simulated Metal: its fp16 and bf16 kernels against its fp32 ones. */
+Test(doctor_metal_sim, precision_audit_on_simulated_metal, .timeout = 300)
+{
+    const md_backend *b = md_backend_find("metal");
+    if (!md_backend_probe(b)->available) cr_skip_test("metal: %s", md_backend_probe(b)->reason);
+    md_device *dev = th_open_device("metal");
+    struct md_check_opts o = opts_for("small_cnn");
+    cJSON *au = NULL;
+    cr_assert_eq(md_precision_audit_run(&o, dev, &au), MD_OK, "%s", md_errmsg());
+    md_device_close(dev);
+    const cJSON *plan = cJSON_GetObjectItem(au, "plan");
+    cr_expect_str_eq(cJSON_GetObjectItem(plan, "precision")->valuestring, "fp16");
+    cr_expect_eq(jn(au, "fp16_nonfinite"), 0);
+    cr_expect_gt(cJSON_GetArraySize(cJSON_GetObjectItem(au, "layers")), 0);
+    const cJSON *L;
+    cJSON_ArrayForEach(L, cJSON_GetObjectItem(au, "layers"))
+        cr_expect_lt(jn(L, "fp16.output.rel_l2"), 5e-3, "%s", cJSON_GetObjectItem(L, "name")->valuestring);
+    cJSON_Delete(au);
+}
