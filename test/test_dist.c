@@ -38,14 +38,11 @@ static const char tiny_model[] =
 #define MPIENV                                                                                               \
     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mca_base_component_disable_dlclose=1 "   \
     "LSAN_OPTIONS=\"$LSAN_OPTIONS:fast_unwind_on_malloc=0\" "
-/* --oversubscribe: 2 ranks on any machine. */
-#define MPIRUN_BARE "mpirun -np 2 --oversubscribe --bind-to none "
-/* timeout: Open MPI's mpirun has been seen to hang after its ranks ended (a
- * signal during a loaded start); the bound turns that into a failure
- * instead of a stuck suite. Not for a test that signals the job itself:
- * timeout passes a signal on to its whole process group, so the ranks would
- * get it twice. */
-#define MPIRUN "timeout -k 20 50 " MPIRUN_BARE
+/* --oversubscribe: 2 ranks on any machine. timeout: Open MPI's mpirun has
+ * been seen to hang after its ranks ended (a signal during a loaded start);
+ * the bound turns that into a failure instead of a stuck suite. timeout
+ * passes a SIGINT on to mpirun and kills it 20 s later if it is still there. */
+#define MPIRUN "timeout -k 20 50 mpirun -np 2 --oversubscribe --bind-to none "
 
 static int have_mpirun(void)
 {
@@ -99,38 +96,30 @@ static void assert_same_curve(const cJSON *a, const cJSON *b, const char *key)
     }
 }
 
-/* The same training as one process (batch 32, lr 0.02) and as two ranks of
- * 16 at --lr 0.01 (the linear rule makes it 0.02), env before mpirun; both
- * reports loaded; out/err are the two ranks' output. */
-static void one_and_two(const char *dir, const char *env, cJSON **one, cJSON **two, char **out, char **err)
-{
-    char cmd[4096];
-    const char *b = base(dir);
-    snprintf(cmd, sizeof cmd, "$B %s --epochs 2 --batch-size 32 --lr 0.02 --report %s/one.json --checkpoint-dir %s/c1",
-             b, dir, dir);
-    cr_assert_eq(th_sh(cmd, NULL, err), 0, "%s", *err);
-    free(*err);
-    snprintf(cmd, sizeof cmd,
-             "%s" MPIENV MPIRUN "$B %s --epochs 2 --batch-size 16 --lr 0.01 --report %s/two.json --checkpoint-dir %s/c2",
-             env, b, dir, dir);
-    double t0 = md_now();
-    int rc = th_sh(cmd, out, err);
-    fprintf(stderr, "  two ranks: %.1f s\n", md_now() - t0);
-    cr_assert_eq(rc, 0, "%s\n%s", *out, *err);
-    char p[4200];
-    snprintf(p, sizeof p, "%s/one.json", dir);
-    *one = th_load_json(p);
-    snprintf(p, sizeof p, "%s/two.json", dir);
-    *two = th_load_json(p);
-}
-
 Test(dist, two_ranks_match_one_process, .timeout = 60)
 {
     NEED_MPI();
     char *dir = th_tmpdir();
-    char *out = NULL, *err = NULL;
-    cJSON *one, *two;
-    one_and_two(dir, "", &one, &two, &out, &err);
+    char cmd[4096], *out = NULL, *err = NULL;
+    const char *b = base(dir);
+    /* one process, batch 32 at lr 0.02; two ranks of 16 at --lr 0.01, which
+     * the linear rule makes 0.02 */
+    snprintf(cmd, sizeof cmd, "$B %s --epochs 2 --batch-size 32 --lr 0.02 --report %s/one.json --checkpoint-dir %s/c1",
+             b, dir, dir);
+    cr_assert_eq(th_sh(cmd, NULL, &err), 0, "%s", err);
+    free(err);
+    snprintf(cmd, sizeof cmd,
+             MPIENV MPIRUN "$B %s --epochs 2 --batch-size 16 --lr 0.01 --report %s/two.json --checkpoint-dir %s/c2", b, dir,
+             dir);
+    double t0 = md_now();
+    int rc = th_sh(cmd, &out, &err);
+    fprintf(stderr, "  two ranks: %.1f s\n", md_now() - t0);
+    cr_assert_eq(rc, 0, "%s\n%s", out, err);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/one.json", dir);
+    cJSON *one = th_load_json(p);
+    snprintf(p, sizeof p, "%s/two.json", dir);
+    cJSON *two = th_load_json(p);
     assert_same_curve(one, two, "train_loss");
     assert_same_curve(one, two, "val_loss");
     assert_same_curve(one, two, "train_acc");
@@ -167,9 +156,22 @@ Test(dist, pipelined_steps_with_the_all_reduce_inside_match, .timeout = 60)
 {
     NEED_MPI();
     char *dir = th_tmpdir();
-    char *out = NULL, *err = NULL;
-    cJSON *one, *two;
-    one_and_two(dir, "MPSDIAG_DIST_GRAPH=1 ", &one, &two, &out, &err);
+    char cmd[4096], *out = NULL, *err = NULL;
+    const char *b = base(dir);
+    snprintf(cmd, sizeof cmd, "$B %s --epochs 2 --batch-size 32 --lr 0.02 --report %s/one.json --checkpoint-dir %s/c1",
+             b, dir, dir);
+    cr_assert_eq(th_sh(cmd, NULL, &err), 0, "%s", err);
+    free(err);
+    snprintf(cmd, sizeof cmd,
+             "MPSDIAG_DIST_GRAPH=1 " MPIENV MPIRUN
+             "$B %s --epochs 2 --batch-size 16 --lr 0.01 --report %s/two.json --checkpoint-dir %s/c2",
+             b, dir, dir);
+    cr_assert_eq(th_sh(cmd, &out, &err), 0, "%s\n%s", out, err);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/one.json", dir);
+    cJSON *one = th_load_json(p);
+    snprintf(p, sizeof p, "%s/two.json", dir);
+    cJSON *two = th_load_json(p);
     const cJSON *ex = cJSON_GetObjectItem(cJSON_GetObjectItem(two, "training"), "step_execution");
     cr_assert_str_eq(cJSON_GetObjectItem(ex, "mode")->valuestring, "pipelined");
     cr_assert_gt(cJSON_GetObjectItem(ex, "pipelined_eager_steps")->valueint, 10);
@@ -256,11 +258,10 @@ Test(dist, interrupt_stops_every_rank_and_rank_0_saves, .timeout = 60)
     char cmd[4096], *out = NULL, *err = NULL;
     const char *b = base(dir);
     snprintf(cmd, sizeof cmd,
-             MPIENV MPIRUN_BARE "$B %s --epochs 100000 --steps 4 --batch-size 16 --checkpoint-dir %s/ck --quiet & "
-             /* the interrupt once both ranks train (the first epoch's checkpoint is written); a
-              * mpirun still there 30 s later is killed, so a hang fails the test instead of the suite */
-             "p=$!; for i in $(seq 200); do [ -f %s/ck/last.safetensors ] && break; sleep 0.1; done; sleep 0.5; "
-             "kill -INT $p; (sleep 30; kill -9 $p 2>/dev/null) & w=$!; wait $p; rc=$?; kill $w 2>/dev/null; exit $rc",
+             MPIENV MPIRUN "$B %s --epochs 100000 --steps 4 --batch-size 16 --checkpoint-dir %s/ck --quiet & "
+             /* the interrupt once both ranks train (the first epoch's checkpoint is written) */
+             "for i in $(seq 200); do [ -f %s/ck/last.safetensors ] && break; sleep 0.1; done; sleep 0.5; "
+             "kill -INT $!; wait $!",
              b, dir, dir);
     int rc = th_sh(cmd, &out, &err);
     cr_assert_neq(rc, 0);
