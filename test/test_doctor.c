@@ -514,3 +514,40 @@ Test(doctor_metal_sim, precision_audit_on_simulated_metal, .timeout = 300)
         cr_expect_lt(jn(L, "fp16.output.rel_l2"), 5e-3, "%s", cJSON_GetObjectItem(L, "name")->valuestring);
     cJSON_Delete(au);
 }
+
+/* --profile with the leak check on simulated Metal: per-layer rows from the
+ * device's own kernels, the leak verdict, and a peak small enough to measure
+ * on a simulation (a 4096 GEMM there took minutes). */
+Test(doctor_metal_sim, profile_and_leak_check_on_simulated_metal, .timeout = 300)
+{
+    const md_backend *b = md_backend_find("metal");
+    if (!md_backend_probe(b)->available) cr_skip_test("metal: %s", md_backend_probe(b)->reason);
+    char *dir = th_tmpdir();
+    /* a small model: every simulated kernel runs its threads one by one */
+    char *m = th_write(dir, "tiny.json",
+                       "{\"name\": \"tiny\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],"
+                       " \"layers\": [{\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"padding\": 1},"
+                       " {\"name\": \"bn1\", \"type\": \"batchnorm\"}, {\"name\": \"relu1\", \"type\": \"relu\"},"
+                       " {\"name\": \"pool1\", \"type\": \"maxpool\", \"kernel\": 4}, {\"name\": \"flatten\", \"type\": \"flatten\"},"
+                       " {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n");
+    char extra[4400];
+    snprintf(extra, sizeof extra, "--device metal --model %s --batch-size 8 --bench-iters 2 --profile --leak-check 6", m);
+    free(m);
+    struct job_out r = run_job(dir, extra);
+    cr_assert_eq(r.st, MD_OK, "%s", md_errmsg());
+    expect_valid(r.report);
+    expect_width(r.text);
+    const cJSON *p = cJSON_GetObjectItem(r.report, "profile");
+    cr_assert(cJSON_IsObject(p), "no profile section");
+    cr_expect_gt(cJSON_GetArraySize(cJSON_GetObjectItem(p, "layers")), 3);
+    const cJSON *lc = cJSON_GetObjectItem(p, "leak_check");
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(lc, "flagged")), "%s", r.text);
+    cr_expect_eq(cJSON_GetObjectItem(lc, "steps")->valueint, 6);
+    cr_expect(strstr(r.text, "== Profile"), "%s", r.text);
+    const cJSON *pk = cJSON_GetObjectItem(cJSON_GetObjectItem(r.report, "benchmark"), "peak");
+    if (pk) cr_expect_eq(cJSON_GetObjectItem(pk, "gemm_n")->valueint, 128);
+    free(r.text);
+    cJSON_Delete(r.report);
+    th_rmtree(dir);
+    free(dir);
+}

@@ -20,7 +20,9 @@ static md_status sim_device_info(int index, struct md_device_info *out)
     (void)index;
     snprintf(out->name, sizeof out->name, "Metal kernels simulated on the CPU (metal/sim, tests only)");
     out->compute_units = 1;
-    out->unified_memory = 1;
+    out->unified_memory = 1; /* the host's memory, as on Apple silicon */
+    out->total_memory = md_mem_total_bytes();
+    out->free_memory = md_mem_available_bytes();
     out->supports_fp16 = out->supports_bf16 = 1;
     return MD_OK;
 }
