@@ -577,6 +577,9 @@ md_cuda_backend_entry(int api_version)
     o->comm_unique_id = md_cuda_comm_unique_id;
     o->comm_init = md_cuda_comm_init;
     o->allreduce_sum = md_cuda_allreduce_sum;
+    o->allreduce_start = md_cuda_allreduce_start;
+    o->allreduce_join = md_cuda_allreduce_join;
+    o->comm_busy_ms = md_cuda_comm_busy_ms;
     o->comm_check = md_cuda_comm_check;
     o->comm_abort = md_cuda_comm_abort;
     struct md_kernels *k = &o->kernels;

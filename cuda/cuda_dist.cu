@@ -10,6 +10,16 @@
  * each step's sync; md_cuda_comm_abort ends the communicator without waiting
  * for the others (ncclCommAbort). libnccl.so.2 is opened at the first
  * communicator (dlopen): only its header is needed to build.
+ *
+ * Overlap (md_cuda_allreduce_start/_join): each bucket's all-reduce goes to
+ * a side stream of high priority that first waits for an event recorded on
+ * the device stream (the backward kernels that wrote the bucket), so the
+ * NCCL kernels run beside the backward of earlier layers; the join records
+ * an event on the side stream that the device stream waits for before the
+ * optimizer reads the sums. Both streams' event edges are legal inside a
+ * stream capture, so the same calls record a forked and joined graph.
+ * Outside a capture each collective is timed by a pair of events on the
+ * side stream (md_cuda_comm_busy_ms sums them after a sync).
  */
 #include <string.h>
 
@@ -63,9 +73,15 @@ static md_status nccl_load(void)
 }
 
 /* One communicator per open device (a process drives one GPU). */
+#define COMM_TIMED 64 /* collectives timed between two md_cuda_comm_busy_ms */
 struct comm_slot {
     md_device *dev;
     ncclComm_t comm;
+    cudaStream_t side;          /* overlapped all-reduces */
+    cudaEvent_t fork, join;     /* device stream -> side, side -> device stream */
+    int pending;                /* started and not joined */
+    cudaEvent_t timed[2 * COMM_TIMED];
+    int ntimed;
 };
 static struct comm_slot slots[MD_MAX_DEVICES];
 
@@ -114,7 +130,23 @@ md_status md_cuda_comm_init(md_device *dev, const unsigned char id[MD_COMM_ID_BY
         s->dev = NULL;
         return nccl_err(r, "ncclCommInitRank");
     }
+    int lo = 0, hi = 0;
+    MD_CU_TRY(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
+    MD_CU_TRY(cudaStreamCreateWithPriority(&s->side, cudaStreamNonBlocking, hi), "cudaStreamCreateWithPriority");
+    MD_CU_TRY(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming), "cudaEventCreate");
+    MD_CU_TRY(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming), "cudaEventCreate");
+    for (int i = 0; i < 2 * COMM_TIMED; i++) MD_CU_TRY(cudaEventCreate(&s->timed[i]), "cudaEventCreate");
     return MD_OK;
+}
+
+static void slot_free(struct comm_slot *s)
+{
+    if (s->side) cudaStreamDestroy(s->side);
+    if (s->fork) cudaEventDestroy(s->fork);
+    if (s->join) cudaEventDestroy(s->join);
+    for (int i = 0; i < 2 * COMM_TIMED; i++)
+        if (s->timed[i]) cudaEventDestroy(s->timed[i]);
+    memset(s, 0, sizeof *s);
 }
 
 md_status md_cuda_allreduce_sum(md_device *dev, float *buf, size_t n)
@@ -123,6 +155,48 @@ md_status md_cuda_allreduce_sum(md_device *dev, float *buf, size_t n)
     if (!s || !s->comm) return md_errf(MD_ERR_INTERNAL, "NCCL all-reduce before the communicator was made");
     ncclResult_t r = N.all_reduce(buf, buf, n, ncclFloat32, ncclSum, s->comm, md_cuda_impl(dev)->stream);
     if (r != ncclSuccess) return nccl_err(r, "ncclAllReduce");
+    return MD_OK;
+}
+
+md_status md_cuda_allreduce_start(md_device *dev, float *buf, size_t n)
+{
+    struct comm_slot *s = slot_of(dev, 0);
+    if (!s || !s->comm || !s->side) return md_errf(MD_ERR_INTERNAL, "NCCL all-reduce before the communicator was made");
+    cudaStream_t main = md_cuda_impl(dev)->stream;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    MD_CU_TRY(cudaStreamIsCapturing(main, &cap), "cudaStreamIsCapturing");
+    int timed = cap == cudaStreamCaptureStatusNone && s->ntimed < COMM_TIMED;
+    MD_CU_TRY(cudaEventRecord(s->fork, main), "cudaEventRecord (all-reduce fork)");
+    MD_CU_TRY(cudaStreamWaitEvent(s->side, s->fork, 0), "cudaStreamWaitEvent (all-reduce fork)");
+    if (timed) MD_CU_TRY(cudaEventRecord(s->timed[2 * s->ntimed], s->side), "cudaEventRecord");
+    ncclResult_t r = N.all_reduce(buf, buf, n, ncclFloat32, ncclSum, s->comm, s->side);
+    if (r != ncclSuccess) return nccl_err(r, "ncclAllReduce");
+    if (timed) MD_CU_TRY(cudaEventRecord(s->timed[2 * s->ntimed++ + 1], s->side), "cudaEventRecord");
+    s->pending = 1;
+    return MD_OK;
+}
+
+md_status md_cuda_allreduce_join(md_device *dev)
+{
+    struct comm_slot *s = slot_of(dev, 0);
+    if (!s || !s->pending) return MD_OK;
+    MD_CU_TRY(cudaEventRecord(s->join, s->side), "cudaEventRecord (all-reduce join)");
+    MD_CU_TRY(cudaStreamWaitEvent(md_cuda_impl(dev)->stream, s->join, 0), "cudaStreamWaitEvent (all-reduce join)");
+    s->pending = 0;
+    return MD_OK;
+}
+
+md_status md_cuda_comm_busy_ms(md_device *dev, float *ms)
+{
+    *ms = 0;
+    struct comm_slot *s = slot_of(dev, 0);
+    if (!s || !s->comm || s->ntimed == 0) return md_errf(MD_ERR_UNSUPPORTED, "no timed collectives");
+    for (int i = 0; i < s->ntimed; i++) {
+        float t = 0;
+        MD_CU_TRY(cudaEventElapsedTime(&t, s->timed[2 * i], s->timed[2 * i + 1]), "cudaEventElapsedTime");
+        *ms += t;
+    }
+    s->ntimed = 0;
     return MD_OK;
 }
 
@@ -142,8 +216,7 @@ void md_cuda_comm_abort(md_device *dev)
     struct comm_slot *s = slot_of(dev, 0);
     if (!s) return;
     if (s->comm) N.comm_abort(s->comm);
-    s->comm = NULL;
-    s->dev = NULL;
+    slot_free(s);
 }
 
 void md_cuda_comm_close(md_device *dev)
@@ -151,8 +224,7 @@ void md_cuda_comm_close(md_device *dev)
     struct comm_slot *s = slot_of(dev, 0);
     if (!s) return;
     if (s->comm) N.comm_destroy(s->comm);
-    s->comm = NULL;
-    s->dev = NULL;
+    slot_free(s);
 }
 
 #else /* built without NCCL */
@@ -181,6 +253,21 @@ md_status md_cuda_allreduce_sum(md_device *dev, float *buf, size_t n)
     (void)dev;
     (void)buf;
     (void)n;
+    return no_nccl();
+}
+md_status md_cuda_allreduce_start(md_device *dev, float *buf, size_t n)
+{
+    return md_cuda_allreduce_sum(dev, buf, n);
+}
+md_status md_cuda_allreduce_join(md_device *dev)
+{
+    (void)dev;
+    return MD_OK;
+}
+md_status md_cuda_comm_busy_ms(md_device *dev, float *ms)
+{
+    (void)dev;
+    *ms = 0;
     return no_nccl();
 }
 md_status md_cuda_comm_check(md_device *dev)

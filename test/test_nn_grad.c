@@ -429,3 +429,101 @@ Test(nn_grad, half_compute_tracks_fp32, .timeout = 60)
     md_model_free(ref);
     md_device_close(d);
 }
+
+/* ---- gradient buckets (md_model_set_grad_sink) ---------------------------- */
+
+struct sink_rec {
+    md_model *m;
+    const float *want;     /* the gradients of a run without a sink, or NULL */
+    int calls;
+    size_t lo[64], n[64];
+    int final_ok;          /* each range held its final values when handed */
+};
+
+static md_status rec_sink(void *ctx, float *grads, size_t n)
+{
+    struct sink_rec *r = ctx;
+    cr_assert_lt(r->calls, 64);
+    size_t lo = (size_t)(grads - md_model_grads(r->m));
+    r->lo[r->calls] = lo;
+    r->n[r->calls++] = n;
+    if (r->want) {
+        float *h = malloc(n * sizeof *h);
+        cr_assert_eq(md_dev_download(md_model_device(r->m), h, grads, n * sizeof *h), MD_OK);
+        if (memcmp(h, r->want + lo, n * sizeof *h) != 0) r->final_ok = 0;
+        free(h);
+    }
+    return MD_OK;
+}
+
+/* every element handed exactly once, buckets of at least `bucket` but the
+ * last two (the rest of the weights, then the undecayed tensors) */
+static void expect_cover(const struct sink_rec *r, size_t nparams, size_t bucket)
+{
+    unsigned char *seen = calloc(nparams, 1);
+    for (int c = 0; c < r->calls; c++) {
+        if (c < r->calls - 2) cr_expect_geq(r->n[c], bucket, "bucket %d: %zu elements", c, r->n[c]);
+        for (size_t k = 0; k < r->n[c]; k++) seen[r->lo[c] + k]++;
+    }
+    for (size_t k = 0; k < nparams; k++) cr_assert_eq(seen[k], 1, "element %zu handed %d times", k, seen[k]);
+    free(seen);
+}
+
+static void buckets_case(md_dtype dt)
+{
+    md_device *d = th_open_device("cpu");
+    struct md_model_opts o;
+    md_model_opts_default(&o);
+    o.compute_dtype = dt;
+    md_model *m = NULL;
+    cr_assert_eq(md_model_load("small_cnn", NULL, &o, &m), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_model_bind(m, d, 4), MD_OK, "%s", md_errmsg());
+    struct step_io io = step_io_new(d, 4);
+    size_t n = md_model_nparams(m);
+    float *want = malloc(n * 4), *got = malloc(n * 4);
+    fill_inputs(m, 4, 3);
+    loss_of(m, io, 4, 1);
+    cr_assert_eq(md_dev_download(d, want, md_model_grads(m), n * 4), MD_OK);
+
+    /* small_cnn: conv 288, conv 18,432, fc1 401,408, fc2 1,280 weights */
+    struct sink_rec r = {.m = m, .want = want, .final_ok = 1};
+    md_model_set_grad_sink(m, 1000, rec_sink, &r);
+    loss_of(m, io, 4, 1);
+    cr_assert_eq(md_dev_download(d, got, md_model_grads(m), n * 4), MD_OK);
+    cr_expect(memcmp(got, want, n * 4) == 0, "the same gradients with buckets");
+    cr_expect(r.final_ok, "a bucket was handed before its values were final");
+    cr_expect_geq(r.calls, 4, "%d calls", r.calls);
+    cr_expect_eq(r.lo[0] + r.n[0], md_model_ndecay(m), "the last layers' weights go first");
+    expect_cover(&r, n, 1000);
+
+    /* a rank without samples: zeros in the same buckets */
+    struct sink_rec z = {.m = m};
+    md_model_set_grad_sink(m, 1000, rec_sink, &z);
+    cr_assert_eq(md_model_grads_zero(m), MD_OK, "%s", md_errmsg());
+    cr_expect_eq(z.calls, r.calls);
+    for (int c = 0; c < r.calls && c < z.calls; c++) {
+        cr_expect_eq(z.lo[c], r.lo[c]);
+        cr_expect_eq(z.n[c], r.n[c]);
+    }
+    cr_assert_eq(md_dev_download(d, got, md_model_grads(m), n * 4), MD_OK);
+    for (size_t k = 0; k < n; k++) cr_assert_eq(got[k], 0.0f);
+
+    /* a bucket larger than the model: one call for all of it */
+    struct sink_rec one = {.m = m};
+    md_model_set_grad_sink(m, n + 1, rec_sink, &one);
+    loss_of(m, io, 4, 1);
+    cr_expect_eq(one.calls, 1);
+    cr_expect_eq(one.lo[0], 0);
+    cr_expect_eq(one.n[0], n);
+    md_model_set_grad_sink(m, 0, NULL, NULL);
+    free(want);
+    free(got);
+    md_dev_free(d, io.labels);
+    md_dev_free(d, io.loss);
+    md_model_free(m);
+    md_device_close(d);
+}
+
+Test(nn_grad, gradient_buckets_hand_final_values_once_fp32) { buckets_case(MD_F32); }
+/* half precision: each bucket cast from the half gradients before it is handed */
+Test(nn_grad, gradient_buckets_hand_final_values_once_bf16) { buckets_case(MD_BF16); }

@@ -206,6 +206,8 @@ static const struct optdef table[] = {
     CHOICE("lr-scaling", lr_scaling, "RULE", "linear|none",
            "linear (--lr x ranks: --lr is for one rank's batch) | none (--lr as given)"),
     ON("sync-bn", sync_bn, "batch norm statistics over all ranks (not built: refused with several ranks)"),
+    DBL("bucket-mb", bucket_mb, "MB", 0.0, 1e5,
+        "GPUs: all-reduce the gradients in buckets of MB megabytes during backward (0: once, after it)"),
     DBL("dist-timeout", dist_timeout, "S", 0.0, 1e6,
         "end the job when a rank waits S seconds on the others (a dead or hung rank; 0: never)"),
 #undef GROUP
@@ -292,6 +294,7 @@ void md_options_defaults(md_options *o)
     snprintf(o->lr_scaling, sizeof o->lr_scaling, "linear");
     o->gpus = 1;
     o->dist_timeout = 600;
+    o->bucket_mb = 25;
     snprintf(o->loss_function, sizeof o->loss_function, "auto");
     o->val_batch_multiplier = 4;
     snprintf(o->checkpoint_dir, sizeof o->checkpoint_dir, "checkpoints");

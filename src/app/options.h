@@ -111,6 +111,7 @@ typedef struct md_options {
     char lr_scaling[8];         /* linear|none */
     int sync_bn;
     double dist_timeout;        /* seconds; 0 = no watchdog */
+    double bucket_mb;           /* gradient all-reduce bucket, MB; 0 = one after backward */
 
     /* benchmark and report */
     int benchmark;

@@ -618,6 +618,20 @@ md_status md_dev_allreduce_sum(md_device *dev, float *buf, size_t n)
 {
     return dev->ops->allreduce_sum ? dev->ops->allreduce_sum(dev, buf, n) : no_comm(dev);
 }
+md_status md_dev_allreduce_start(md_device *dev, float *buf, size_t n)
+{
+    return dev->ops->allreduce_start ? dev->ops->allreduce_start(dev, buf, n) : md_dev_allreduce_sum(dev, buf, n);
+}
+md_status md_dev_allreduce_join(md_device *dev)
+{
+    return dev->ops->allreduce_join ? dev->ops->allreduce_join(dev) : MD_OK;
+}
+md_status md_dev_comm_busy_ms(md_device *dev, float *ms)
+{
+    *ms = 0;
+    if (!dev->ops->comm_busy_ms) return md_errf(MD_ERR_UNSUPPORTED, "%s does not time its collectives", dev->info.backend);
+    return dev->ops->comm_busy_ms(dev, ms);
+}
 md_status md_dev_comm_check(md_device *dev) { return dev->ops->comm_check ? dev->ops->comm_check(dev) : MD_OK; }
 void md_dev_comm_abort(md_device *dev)
 {

@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define MD_BACKEND_API_VERSION 5
+#define MD_BACKEND_API_VERSION 6
 #define MD_MAX_DEVICES 16
 
 typedef enum md_backend_kind { MD_BACKEND_CPU = 0, MD_BACKEND_CUDA, MD_BACKEND_METAL, MD_BACKEND_REF } md_backend_kind;
@@ -173,6 +173,16 @@ md_status md_dev_comm_unique_id(md_device *dev, unsigned char id[MD_COMM_ID_BYTE
 md_status md_dev_comm_init(md_device *dev, const unsigned char id[MD_COMM_ID_BYTES], int nranks, int rank);
 /* Sums n floats of device memory over the ranks, in place (queued). */
 md_status md_dev_allreduce_sum(md_device *dev, float *buf, size_t n);
+/* The same, overlapping what is queued after it (CUDA: NCCL on a side
+ * stream that waits for the kernels queued so far): buf must not be
+ * touched until md_dev_allreduce_join, which makes later work wait for
+ * every all-reduce started. Without a side queue: in order, join a no-op. */
+md_status md_dev_allreduce_start(md_device *dev, float *buf, size_t n);
+md_status md_dev_allreduce_join(md_device *dev);
+/* Milliseconds the started collectives took (each from its start on the
+ * side queue to its end), summed since the last call; after a sync.
+ * MD_ERR_UNSUPPORTED where they were not timed (captured in a graph). */
+md_status md_dev_comm_busy_ms(md_device *dev, float *ms);
 md_status md_dev_comm_check(md_device *dev);
 void md_dev_comm_abort(md_device *dev);
 

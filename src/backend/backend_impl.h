@@ -71,6 +71,16 @@ struct md_backend_ops {
     void (*comm_abort)(md_device *dev);
 
     struct md_kernels kernels;
+
+    /* (optional) an all-reduce that overlaps the kernels queued after it:
+     * started on a side queue once the kernels before it are done,
+     * joined back before the next kernel that reads its result; default:
+     * allreduce_sum in order, join a no-op. comm_busy_ms: the summed time
+     * of the collectives started since the last call, after a sync (or
+     * MD_ERR_UNSUPPORTED where they were not timed, e.g. in a graph). */
+    md_status (*allreduce_start)(md_device *dev, float *buf, size_t n);
+    md_status (*allreduce_join)(md_device *dev);
+    md_status (*comm_busy_ms)(md_device *dev, float *ms);
 };
 
 /* Pointer -> size map of a device's live allocations. */

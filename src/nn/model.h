@@ -171,6 +171,19 @@ int md_model_max_batch(const md_model *m);
 /* Flat device buffers (NULL before bind). Borrowed. */
 float *md_model_params(md_model *m);      /* (nparams) fp32 */
 float *md_model_grads(md_model *m);       /* (nparams) fp32 */
+/* Gradient buckets: with a sink set, md_model_backward hands every element
+ * of the fp32 gradients to fn exactly once, as soon as it is final (the
+ * layers after it done, a half gradient cast), in contiguous ranges of at
+ * least `bucket` elements while the backward runs (the last ones may be
+ * smaller; a model smaller than a bucket: one call for all of it). The
+ * data-parallel trainer starts an all-reduce there, overlapping the
+ * backward of the earlier layers. fn NULL: none (one cast at the end). */
+typedef md_status (*md_grad_sink)(void *ctx, float *grads, size_t n);
+void md_model_set_grad_sink(md_model *m, size_t bucket, md_grad_sink fn, void *ctx);
+/* Zero gradients (a rank with no samples in a step), handed to the sink in
+ * the buckets of a backward, so that every rank takes part in the same
+ * all-reduce calls. */
+md_status md_model_grads_zero(md_model *m);
 void *md_model_params_half(md_model *m);  /* (nparams) compute dtype, NULL if fp32 */
 /* Recasts params into the half copy; call after writing params directly
  * (loading weights). The optimizer kernel keeps the copy itself. */

@@ -864,6 +864,73 @@ md_status md_model_set_output_grad(md_model *m, const float *dy_dev)
     return MD_OK;
 }
 
+void md_model_set_grad_sink(md_model *m, size_t bucket, md_grad_sink fn, void *ctx)
+{
+    m->sink = fn;
+    m->sink_ctx = ctx;
+    m->sink_bucket = bucket ? bucket : 1;
+}
+
+/* The lowest offset of layer i's weight-decayed tensors, or ndecay. The
+ * decayed tensors lie in layer order, so after the backward of layers
+ * i..last, [the smallest of these, ndecay) is final. */
+static size_t decay_lo(const md_model *m, int i)
+{
+    size_t lo = m->ndecay;
+    for (int k = 0; k < MD_LAYER_MAX_PARAMS; k++) {
+        int t = m->layers[i].param[k];
+        if (t >= 0 && m->tensors[t].decay && m->tensors[t].offset < lo) lo = m->tensors[t].offset;
+    }
+    return lo;
+}
+
+/* Hands the decayed gradients [lo, hi) to the sink, cast first if they
+ * were computed in half precision. */
+static md_status sink_range(md_model *m, size_t lo, size_t hi)
+{
+    if (hi <= lo) return MD_OK;
+    if (m->grads_half) {
+        size_t es = md_dtype_size(m->opts.compute_dtype);
+        struct md_cast_args c = {hi - lo, m->opts.compute_dtype, MD_F32, (char *)m->grads_half + lo * es,
+                                 m->grads + lo};
+        MD_TRY(md_k_cast(m->dev, &c));
+    }
+    return m->sink(m->sink_ctx, m->grads + lo, hi - lo);
+}
+
+/* After the last layer: the decayed gradients [0, sent) and the others;
+ * one call where nothing was handed yet. */
+static md_status sink_rest(md_model *m, size_t sent, int cast)
+{
+    if (sent == m->ndecay) {
+        if (cast && m->grads_half && m->ndecay) {
+            struct md_cast_args c = {m->ndecay, m->opts.compute_dtype, MD_F32, m->grads_half, m->grads};
+            MD_TRY(md_k_cast(m->dev, &c));
+        }
+        return m->nparams ? m->sink(m->sink_ctx, m->grads, m->nparams) : MD_OK;
+    }
+    if (cast) MD_TRY(sink_range(m, 0, sent));
+    else MD_TRY(m->sink(m->sink_ctx, m->grads, sent));
+    return m->nparams > m->ndecay ? m->sink(m->sink_ctx, m->grads + m->ndecay, m->nparams - m->ndecay) : MD_OK;
+}
+
+md_status md_model_grads_zero(md_model *m)
+{
+    MD_TRY(md_dev_memset0(m->dev, m->grads, m->nparams * sizeof(float)));
+    if (!m->sink) return MD_OK;
+    size_t sent = m->ndecay, ready = m->ndecay; /* the buckets of md_model_backward */
+    for (int i = m->nlayers - 1; i >= m->ninputs; i--) {
+        if (m->layers[i].alias >= 0) continue;
+        size_t d = decay_lo(m, i);
+        if (d < ready) ready = d;
+        if (sent - ready >= m->sink_bucket) {
+            MD_TRY(m->sink(m->sink_ctx, m->grads + ready, sent - ready));
+            sent = ready;
+        }
+    }
+    return sink_rest(m, sent, 0);
+}
+
 md_status md_model_backward(md_model *m)
 {
     md_status st = MD_OK;
@@ -876,6 +943,7 @@ md_status md_model_backward(md_model *m)
     if (m->nparams > m->ndecay)
         MD_TRY(md_dev_memset0(m->dev, m->grads + m->ndecay, (m->nparams - m->ndecay) * sizeof(float)));
     int hi = m->nlayers - 1, i = 0;
+    size_t sent = m->ndecay, ready = m->ndecay; /* [sent, ndecay) handed to the sink */
     while (hi >= m->ninputs) {
         int lo = hi;
         if (ckpt)
@@ -886,9 +954,22 @@ md_status md_model_backward(md_model *m)
             for (i = lo; i <= hi; i++)
                 if (m->plan_train.recompute[i] && (st = fwd_layer(&rr, i)) != MD_OK) goto fail;
         }
-        for (i = hi; i >= lo; i--)
-            if (m->layers[i].alias < 0 && (st = bwd_layer(&r, i)) != MD_OK) goto fail;
+        for (i = hi; i >= lo; i--) {
+            if (m->layers[i].alias >= 0) continue;
+            if ((st = bwd_layer(&r, i)) != MD_OK) goto fail;
+            if (!m->sink) continue;
+            size_t d = decay_lo(m, i);
+            if (d < ready) ready = d;
+            if (sent - ready >= m->sink_bucket) {
+                if ((st = sink_range(m, ready, sent)) != MD_OK) goto fail;
+                sent = ready;
+            }
+        }
         hi = lo - 1;
+    }
+    if (m->sink) {
+        m->have_loss = 0;
+        return sink_rest(m, sent, 1);
     }
     if (m->grads_half) {
         struct md_cast_args c = {m->ndecay, m->opts.compute_dtype, MD_F32, m->grads_half, m->grads};

@@ -87,6 +87,9 @@ struct md_model {
     float *params, *grads;     /* (nparams) */
     void *params_half;         /* (nparams) compute dtype, or NULL */
     void *grads_half;          /* (ndecay) compute dtype scratch, or NULL */
+    md_grad_sink sink;         /* md_model_set_grad_sink */
+    void *sink_ctx;
+    size_t sink_bucket;
     float *bn_stats;           /* (nstats) running mean/var */
     float *bn_save;            /* (nstats) save mean/invstd of the last training forward */
     uint8_t *masks;            /* (max_batch * mask_per_sample) */

@@ -5,9 +5,13 @@
  *
  * The all-reduce: a device with its own collectives (CUDA: NCCL) sums the
  * flat gradient buffer in place on its stream; other devices (CPU, ref,
- * Metal) copy it to the host and sum with MPI (core/dist.h). One flat
- * all-reduce after backward: no buckets, so no overlap with backward (the
- * scaling model in docs/distributed.md counts it as exposed time). */
+ * Metal) copy it to the host and sum with MPI (core/dist.h), once after
+ * backward. On a device with its own collectives the model hands the
+ * gradients over in buckets (--bucket-mb) as the backward finishes them
+ * (md_model_set_grad_sink): each bucket's all-reduce starts on a side queue
+ * and overlaps the backward of the earlier layers; the step joins them
+ * before the optimizer. Only the part after the backward's end is exposed
+ * (docs/distributed.md, the scaling model). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +27,14 @@
 #include "train/trainer_impl.h"
 
 static void abort_comm(void *ctx) { md_dev_comm_abort(ctx); }
+
+/* md_model_set_grad_sink: a bucket of final gradients */
+static md_status grad_sink(void *ctx, float *grads, size_t n)
+{
+    md_trainer *t = ctx;
+    t->ep_ar_buckets++;
+    return md_dev_allreduce_start(t->dev, grads, n);
+}
 
 /* The device whose communicator is up (it lives as long as the device:
  * later trainers of the run, --folds all, use it again). */
@@ -81,6 +93,11 @@ md_status md_trainer_dist_setup(md_trainer *t)
     }
     /* the same start everywhere (the seed gives it already; --init-from and
      * --resume read the same file; this makes sure) */
+    if (t->dev_comm && t->o->bucket_mb > 0) {
+        size_t floats = (size_t)(t->o->bucket_mb * 1e6 / sizeof(float));
+        md_model_set_grad_sink(t->model, floats ? floats : 1, grad_sink, t);
+        t->buckets = 1;
+    }
     MD_TRY(bcast_dev(t, md_model_params(t->model), n, "the initial weights' broadcast"));
     MD_TRY(md_model_params_changed(t->model));
     return md_trainer_dist_sync_buffers(t);
@@ -88,6 +105,8 @@ md_status md_trainer_dist_setup(md_trainer *t)
 
 void md_trainer_dist_free(md_trainer *t)
 {
+    if (t->buckets && t->model) md_model_set_grad_sink(t->model, 0, NULL, NULL);
+    t->buckets = 0;
     for (int i = 0; i < 2; i++) {
         md_event_destroy(t->dev, t->ev_ar[i]);
         t->ev_ar[i] = NULL;
@@ -115,7 +134,14 @@ md_status md_trainer_dist_grads(md_trainer *t, float *grads, size_t n)
     if (t->ranks < 2) return MD_OK;
     t->ar_calls++;
     t->ep_ar_calls++;
+    if (t->buckets) { /* started in backward: the join's wait is the exposed part */
+        MD_TRY(md_event_record(t->dev, t->ev_ar[0]));
+        MD_TRY(md_dev_allreduce_join(t->dev));
+        t->ar_timed_pending = 1;
+        return md_event_record(t->dev, t->ev_ar[1]);
+    }
     if (t->dev_comm) { /* queued: timed by events, read after the step's sync */
+        t->ep_ar_buckets++;
         MD_TRY(md_event_record(t->dev, t->ev_ar[0]));
         MD_TRY(md_dev_allreduce_sum(t->dev, grads, n));
         t->ar_timed_pending = 1;
@@ -128,12 +154,16 @@ md_status md_trainer_dist_grads(md_trainer *t, float *grads, size_t n)
     double dt = md_now() - t0;
     t->ar_s += dt;
     t->ep_ar_s += dt;
+    t->ex_s += dt;
+    t->ep_ex_s += dt;
+    t->ep_ar_buckets++;
     return MD_OK;
 }
 
 md_status md_trainer_dist_grads_queued(md_trainer *t, float *grads, size_t n)
 {
     if (t->ranks < 2) return MD_OK;
+    if (t->buckets) return md_dev_allreduce_join(t->dev);
     if (t->dev_comm) return md_dev_allreduce_sum(t->dev, grads, n);
     /* a device without capture runs this in order, at once */
     MD_TRY(md_dev_download(t->dev, t->h_grads, grads, n * sizeof(float)));
@@ -156,10 +186,15 @@ md_status md_trainer_dist_check(md_trainer *t)
         md_dev_comm_abort(t->dev);
         return st;
     }
-    float ms = 0;
+    float ms = 0, busy = 0;
+    /* bucketed: the collectives' own time (side queue), and the wait */
+    int have_busy = t->buckets && md_dev_comm_busy_ms(t->dev, &busy) == MD_OK;
     if (t->ar_timed_pending && md_event_elapsed_ms(t->dev, t->ev_ar[0], t->ev_ar[1], &ms) == MD_OK) {
-        t->ar_s += (double)ms / 1e3;
-        t->ep_ar_s += (double)ms / 1e3;
+        double ex = (double)ms / 1e3, all = have_busy ? (double)busy / 1e3 : ex;
+        t->ar_s += all;
+        t->ep_ar_s += all;
+        t->ex_s += ex;
+        t->ep_ex_s += ex;
     }
     t->ar_timed_pending = 0;
     return MD_OK;
@@ -215,15 +250,21 @@ void md_trainer_dist_report_start(md_trainer *t)
     cJSON_AddStringToObject(d, "batch_norm", "local");
     cJSON *ar = cJSON_AddObjectToObject(d, "allreduce");
     if (ar) {
-        cJSON_AddStringToObject(ar, "mode", "flat");
-        cJSON_AddBoolToObject(ar, "overlap", 0);
+        cJSON_AddStringToObject(ar, "mode", t->buckets ? "buckets" : "flat");
+        cJSON_AddBoolToObject(ar, "overlap", t->buckets);
         cJSON_AddNumberToObject(ar, "bytes_per_step", (double)md_model_nparams(t->model) * sizeof(float));
+        if (t->buckets) cJSON_AddNumberToObject(ar, "bucket_bytes", t->o->bucket_mb * 1e6);
     }
     cJSON_AddItemToObject(d, "epochs", cJSON_CreateArray());
     if (r < 2) return;
-    md_out("  %-16s %d ranks x batch %d = global batch %d; one %s all-reduce of %.3g MB per step\n",
-           "data parallel", r, t->batch, t->batch * r, t->dev_comm ? "NCCL" : "MPI",
-           (double)md_model_nparams(t->model) * sizeof(float) / 1e6);
+    double mb = (double)md_model_nparams(t->model) * sizeof(float) / 1e6;
+    if (t->buckets)
+        md_out("  %-16s %d ranks x batch %d = global batch %d; NCCL all-reduce of %.3g MB per step in buckets of "
+               "%g MB, overlapping backward\n",
+               "data parallel", r, t->batch, t->batch * r, mb, t->o->bucket_mb);
+    else
+        md_out("  %-16s %d ranks x batch %d = global batch %d; one %s all-reduce of %.3g MB per step\n",
+               "data parallel", r, t->batch, t->batch * r, t->dev_comm ? "NCCL" : "MPI", mb);
     if (t->o->lr_scaling)
         md_out("  %-16s %g x %d ranks = %g (linear scaling rule; --lr-scaling none keeps --lr)\n", "lr scaling",
                t->lr_base, r, t->lr);
@@ -236,10 +277,11 @@ md_status md_trainer_dist_epoch(md_trainer *t, double ep_loop_s)
 {
     if (t->ranks < 2) return MD_OK;
     int r = t->ranks;
-    double mine[3] = {(double)t->ep_samples_local, ep_loop_s, t->ep_ar_s};
-    double *all = md_malloc((size_t)r * 3 * sizeof *all);
+    enum { F = 4 }; /* per rank: samples, step loop s, all-reduce s, exposed s */
+    double mine[F] = {(double)t->ep_samples_local, ep_loop_s, t->ep_ar_s, t->ep_ex_s};
+    double *all = md_malloc((size_t)r * F * sizeof *all);
     if (!all) return MD_ERR_OOM;
-    md_status st = md_dist_allgather_f64(mine, 3, all, "the epoch's per-rank figures");
+    md_status st = md_dist_allgather_f64(mine, F, all, "the epoch's per-rank figures");
     /* hosts: only rank 0 names them (gathered as 64-byte names) */
     char host[64] = {0};
     snprintf(host, sizeof host, "%s", md_dist_host());
@@ -254,13 +296,14 @@ md_status md_trainer_dist_epoch(md_trainer *t, double ep_loop_s)
         return st;
     }
     double bytes = (double)md_model_nparams(t->model) * sizeof(float);
-    double sum_sps = 0, min_sps = 1e300, max_loop = 0, mean_ar = 0;
+    double sum_sps = 0, min_sps = 1e300, max_loop = 0, mean_ar = 0, mean_ex = 0;
     for (int i = 0; i < r; i++) {
-        double sps = all[3 * i + 1] > 0 ? all[3 * i] / all[3 * i + 1] : 0;
+        double sps = all[F * i + 1] > 0 ? all[F * i] / all[F * i + 1] : 0;
         sum_sps += sps;
         if (sps < min_sps) min_sps = sps;
-        if (all[3 * i + 1] > max_loop) max_loop = all[3 * i + 1];
-        mean_ar += all[3 * i + 2] / r;
+        if (all[F * i + 1] > max_loop) max_loop = all[F * i + 1];
+        mean_ar += all[F * i + 2] / r;
+        mean_ex += all[F * i + 3] / r;
     }
     double mean_sps = sum_sps / r;
     long long calls = t->ep_ar_calls > 0 ? t->ep_ar_calls : 1;
@@ -268,10 +311,13 @@ md_status md_trainer_dist_epoch(md_trainer *t, double ep_loop_s)
     double algbw = ar_step > 0 ? bytes / ar_step / 1e9 : 0;       /* GB/s */
     double busbw = algbw * 2.0 * (r - 1) / r;                     /* as nccl-tests */
     double samples = 0;
-    for (int i = 0; i < r; i++) samples += all[3 * i];
+    for (int i = 0; i < r; i++) samples += all[F * i];
     double global_sps = max_loop > 0 ? samples / max_loop : 0;
-    /* against ranks x one rank's speed without communication */
-    double compute_s = max_loop - mean_ar;
+    /* against ranks x one rank's speed without communication: the part of
+     * the all-reduce the steps waited for is what scaling loses */
+    double compute_s = max_loop - mean_ex;
+    double overlap = mean_ar > 0 ? 1.0 - mean_ex / mean_ar : 0;
+    if (overlap < 0) overlap = 0;
     double eff = compute_s > 0 && max_loop > 0 ? compute_s / max_loop : 0;
     cJSON *e = cJSON_CreateObject();
     if (e) {
@@ -280,6 +326,9 @@ md_status md_trainer_dist_epoch(md_trainer *t, double ep_loop_s)
         cJSON_AddNumberToObject(e, "allreduce_calls", (double)t->ep_ar_calls);
         cJSON_AddNumberToObject(e, "allreduce_s", mean_ar);
         cJSON_AddNumberToObject(e, "allreduce_ms_per_step", ar_step * 1e3);
+        cJSON_AddNumberToObject(e, "allreduce_buckets", (double)t->ep_ar_buckets);
+        cJSON_AddNumberToObject(e, "exposed_ms_per_step", mean_ex / (double)calls * 1e3);
+        cJSON_AddNumberToObject(e, "overlap", overlap);
         cJSON_AddNumberToObject(e, "algbw_gbps", algbw);
         cJSON_AddNumberToObject(e, "busbw_gbps", busbw);
         cJSON_AddNumberToObject(e, "scaling_efficiency", eff);
@@ -289,14 +338,15 @@ md_status md_trainer_dist_epoch(md_trainer *t, double ep_loop_s)
             char hn[65];
             memcpy(hn, &hosts[8 * i], 64);
             hn[64] = '\0';
-            double sps = all[3 * i + 1] > 0 ? all[3 * i] / all[3 * i + 1] : 0;
+            double sps = all[F * i + 1] > 0 ? all[F * i] / all[F * i + 1] : 0;
             cJSON *x = cJSON_CreateObject();
             if (!x) continue;
             cJSON_AddNumberToObject(x, "rank", i);
             cJSON_AddStringToObject(x, "host", hn);
             cJSON_AddNumberToObject(x, "samples_per_s", sps);
-            cJSON_AddNumberToObject(x, "step_loop_s", all[3 * i + 1]);
-            cJSON_AddNumberToObject(x, "allreduce_s", all[3 * i + 2]);
+            cJSON_AddNumberToObject(x, "step_loop_s", all[F * i + 1]);
+            cJSON_AddNumberToObject(x, "allreduce_s", all[F * i + 2]);
+            cJSON_AddNumberToObject(x, "exposed_s", all[F * i + 3]);
             cJSON_AddItemToArray(pr, x);
             /* a straggler: 10% below the mean rank's pace */
             if (sps < 0.9 * mean_sps) {
@@ -309,16 +359,18 @@ md_status md_trainer_dist_epoch(md_trainer *t, double ep_loop_s)
     }
     /* every epoch with --verbose, the last one always */
     void (*say)(const char *, ...) = t->epoch + 1 >= t->o->epochs ? md_out : md_verbose;
-    say("  epoch %d, %d ranks: %.0f samples/s in all (slowest rank %.0f), all-reduce %.2f ms/step, algbw %.2f "
-        "GB/s, busbw %.2f GB/s, efficiency %.0f%%\n",
-        t->epoch + 1, r, global_sps, min_sps, ar_step * 1e3, algbw, busbw, eff * 100);
+    say("  epoch %d, %d ranks: %.0f samples/s in all (slowest rank %.0f), efficiency %.0f%%\n"
+        "    all-reduce %.2f ms/step, %.0f%% of it overlapped, algbw %.2f GB/s, busbw %.2f GB/s\n",
+        t->epoch + 1, r, global_sps, min_sps, eff * 100, ar_step * 1e3, overlap * 100, algbw, busbw);
     for (int i = 0; e && i < cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(e, "stragglers")); i++)
         md_out("  straggler: %s\n",
                cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(e, "stragglers"), i)->valuestring);
     md_free(all);
     md_free(hosts);
     t->ep_ar_s = 0;
+    t->ep_ex_s = 0;
     t->ep_ar_calls = 0;
+    t->ep_ar_buckets = 0;
     t->ep_samples_local = 0;
     return MD_OK;
 }

@@ -182,11 +182,14 @@ struct md_trainer {
     double lr_base;                        /* --lr before the scaling rule */
     int dev_comm;                          /* the device's own all-reduce (NCCL) */
     float *h_grads;                        /* host copy for an MPI all-reduce */
-    md_event *ev_ar[2];                    /* around the device all-reduce */
-    int ar_timed_pending;
-    int dist_stop;                         /* a rank was interrupted: every rank stops after this step */                  /* ev_ar hold a step's all-reduce not read yet */
+    md_event *ev_ar[2];                    /* around the device all-reduce (bucketed: around its join) */
+    int ar_timed_pending;                  /* ev_ar hold a step's all-reduce not read yet */
+    int dist_stop;                         /* a rank was interrupted: every rank stops after this step */
+    int buckets;                           /* the model hands gradient buckets to the all-reduce in backward */
     double ar_s, ep_ar_s;                  /* all-reduce seconds: run, this epoch */
-    long long ar_calls, ep_ar_calls;
+    double ex_s, ep_ex_s;                  /* of which the step waited for (not overlapped) */
+    long long ar_calls, ep_ar_calls;       /* steps with an all-reduce */
+    long long ep_ar_buckets;               /* all-reduce calls (buckets) this epoch */
     long long ep_samples_local;            /* this rank's samples this epoch */
     cJSON *dist;                           /* report.training.distributed (borrowed) */
 

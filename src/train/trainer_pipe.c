@@ -79,8 +79,8 @@ static md_status pipe_body(md_trainer *t, const int32_t *labels, int n)
                          &t->d_ctl->opt.loss_sum, &t->d_ctl->correct));
     MD_TRY(md_model_backward(t->model));
     float *grads = md_model_grads(t->model), *params = md_model_params(t->model);
-    MD_TRY(md_optim_zero_frozen(t->opt, grads));
     if (t->ranks > 1) MD_TRY(md_trainer_dist_grads_queued(t, grads, md_model_nparams(t->model)));
+    MD_TRY(md_optim_zero_frozen(t->opt, grads)); /* after the all-reduce, which may still read them */
     struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = md_model_nparams(t->model), .dtype = MD_F32, .a = grads,
                                .out = &t->d_ctl->opt.grad_sumsq};
     MD_TRY(md_k_reduce(t->dev, &r));

@@ -78,10 +78,10 @@ md_status md_trainer_step(md_trainer *t, const struct md_batch *b, int snapshot)
         MD_TRY(md_trainer_loss(t, mean_n, used_scale, (float)t->o->label_smoothing));
         MD_TRY(md_model_backward(t->model));
     } else { /* an empty part of a short global batch: nothing to add */
-        MD_TRY(md_dev_memset0(t->dev, grads, n * sizeof(float)));
+        MD_TRY(md_model_grads_zero(t->model));
     }
-    MD_TRY(md_optim_zero_frozen(t->opt, grads));
     MD_TRY(md_trainer_dist_grads(t, grads, n));
+    MD_TRY(md_optim_zero_frozen(t->opt, grads)); /* after the all-reduce, which may still read them */
     struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = n, .dtype = MD_F32, .a = grads, .out = &t->d_sc->grad_sumsq};
     MD_TRY(md_k_reduce(t->dev, &r));
     double c3 = md_now();
