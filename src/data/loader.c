@@ -1,6 +1,7 @@
 /* loader.c - batches of one split, made ahead by worker threads.
  *
- * A ring of prefetch+1 slots; batch b of an epoch always lives in slot
+ * A ring of max(prefetch, workers)+1 slots (so that every worker can fill
+ * one while the consumer holds another); batch b of an epoch always lives in slot
  * b % slots. Workers claim batch numbers in order and fill their slot once
  * the consumer has released the batch that used it before; the consumer
  * takes batches strictly in order. What goes into a batch (which samples,
@@ -162,7 +163,7 @@ md_status md_loader_create(struct md_data *d, const struct md_loader_opts *lo, s
     pthread_cond_init(&l->cv_ready, NULL);
     pthread_cond_init(&l->cv_free, NULL);
     l->order = md_malloc((size_t)(l->n > 0 ? l->n : 1) * sizeof *l->order);
-    l->nslots = lo->prefetch + 1;
+    l->nslots = (lo->prefetch > lo->num_workers ? lo->prefetch : lo->num_workers) + 1;
     l->slots = md_calloc((size_t)l->nslots, sizeof *l->slots);
     if (!l->order || !l->slots) { st = MD_ERR_OOM; goto fail; }
 

@@ -173,8 +173,12 @@ md_status md_trainer_dist_grads_queued(md_trainer *t, float *grads, size_t n)
 
 int md_trainer_dist_pipe_ok(md_trainer *t, int can_capture)
 {
+    /* default: on where the device sums the gradients itself (NCCL: the
+     * all-reduce is captured with the step); MPSDIAG_DIST_GRAPH=1 also
+     * pipelines a device without capture, =0 keeps host-synced steps */
     const char *e = getenv("MPSDIAG_DIST_GRAPH");
-    if (!e || strcmp(e, "1") != 0) return 0;
+    if (e && strcmp(e, "0") == 0) return 0;
+    if (!e || strcmp(e, "1") != 0) return t->dev_comm;
     return t->dev_comm || !can_capture;
 }
 

@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/dist.h"
@@ -33,8 +34,10 @@ md_status md_trainer_pipe_setup(md_trainer *t)
               "take host-synced steps";
     else if (t->scaler.enabled) why = "fp16 dynamic loss scaling decides each step on the host: steps run op by op";
     else if (t->ranks > 1 && !dist)
-        why = "several ranks: host-synced steps with one gradient all-reduce each (MPSDIAG_DIST_GRAPH=1 tries "
-              "pipelined steps that carry it: experimental)";
+        why = getenv("MPSDIAG_DIST_GRAPH")
+                  ? "several ranks: host-synced steps with one gradient all-reduce each (MPSDIAG_DIST_GRAPH=0)"
+                  : "several ranks on a device without its own collectives: host-synced steps, the gradients summed "
+                    "with MPI (MPSDIAG_DIST_GRAPH=1 pipelines them)";
     else if (!can && !t->force_pipe && !dist)
         why = md_device_kind(t->dev) == MD_BACKEND_METAL
                   ? "one command buffer per step, synced once for its loss (replaying a captured step needs "
@@ -54,8 +57,8 @@ md_status md_trainer_pipe_setup(md_trainer *t)
              t->depth ? "" : "; --prefetch 1: one step in flight at most, each waited for");
     if (dist) { /* a reason long enough to need its own words */
         size_t k = strlen(t->pipe_why);
-        snprintf(t->pipe_why + k, sizeof t->pipe_why - k, "; the gradient all-reduce runs inside each step "
-                 "(MPSDIAG_DIST_GRAPH=1, experimental)");
+        snprintf(t->pipe_why + k, sizeof t->pipe_why - k, "; the gradient all-reduce runs inside each step%s",
+                 t->buckets ? ", in buckets overlapping backward" : "");
     }
     MD_TRY(md_dev_alloc(t->dev, sizeof(struct step_ctl), (void **)&t->d_ctl, "step control"));
     MD_TRY(md_dev_host_alloc(t->dev, 4 * sizeof(struct step_ctl), (void **)&t->h_ctl, &t->h_ctl_pinned));
