@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define MD_BACKEND_API_VERSION 5
+#define MD_BACKEND_API_VERSION 6
 #define MD_MAX_DEVICES 16
 
 typedef enum md_backend_kind { MD_BACKEND_CPU = 0, MD_BACKEND_CUDA, MD_BACKEND_METAL, MD_BACKEND_REF } md_backend_kind;
@@ -175,6 +175,9 @@ md_status md_dev_comm_init(md_device *dev, const unsigned char id[MD_COMM_ID_BYT
 md_status md_dev_allreduce_sum(md_device *dev, float *buf, size_t n);
 md_status md_dev_comm_check(md_device *dev);
 void md_dev_comm_abort(md_device *dev);
+/* 1 when the device's batch norm kernels honour md_batchnorm_args.sync
+ * (synchronised batch norm over the ranks, --sync-bn): CPU, ref, CUDA. */
+int md_dev_batchnorm_sync(const md_device *dev);
 
 /* Which kernels are supported (non-NULL) and how often the fallback ran. */
 int md_dev_supports(const md_device *dev, int kernel_index);

@@ -104,6 +104,7 @@ struct md_train_opts {
     int ranks;                  /* 0 or 1: one process */
     int rank;
     int lr_scaling;             /* 1: linear (lr x ranks), 0: none */
+    int sync_bn;                /* batch norm statistics over every rank (--sync-bn) */
 };
 
 /* What the trainer tells its caller (each entry optional: NULL = ignored). */

@@ -7,7 +7,12 @@
  * flat gradient buffer in place on its stream; other devices (CPU, ref,
  * Metal) copy it to the host and sum with MPI (core/dist.h). One flat
  * all-reduce after backward: no buckets, so no overlap with backward (the
- * scaling model in docs/distributed.md counts it as exposed time). */
+ * scaling model in docs/distributed.md counts it as exposed time).
+ *
+ * --sync-bn: every batchnorm layer's training statistics and backward sums
+ * are exchanged between the ranks (kernels.h md_bn_sync): on the device's
+ * communicator where it has one (CUDA: NCCL, on its stream), else through
+ * bn_allreduce (MPI on the host copies the CPU kernels hand it). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +28,31 @@
 #include "train/trainer_impl.h"
 
 static void abort_comm(void *ctx) { md_dev_comm_abort(ctx); }
+
+static md_status bn_allreduce(void *ctx, float *buf, size_t n)
+{
+    (void)ctx;
+    return md_dist_allreduce_sum_f32(buf, n, "the synchronised batch norm");
+}
+
+/* --sync-bn: with one rank a no-op (said once); with several refused where
+ * the device's batch norm cannot exchange statistics (Metal), else on. */
+static md_status sync_bn_setup(md_trainer *t)
+{
+    if (!t->o->sync_bn) return MD_OK;
+    if (t->ranks < 2) {
+        md_warn("--sync-bn with one rank: nothing to synchronise; batch norm is this process's, as without it");
+        return MD_OK;
+    }
+    const struct md_device_info *di = md_device_get_info(t->dev);
+    if (!md_dev_batchnorm_sync(t->dev))
+        return md_errf(MD_ERR_UNSUPPORTED, "--sync-bn: %s (%s) has no synchronised batch norm; drop --sync-bn",
+                       di->backend, di->name);
+    struct md_bn_sync s = {.nranks = t->ranks, .allreduce = bn_allreduce, .ctx = NULL};
+    md_model_set_bn_sync(t->model, &s);
+    t->sync_bn = 1;
+    return MD_OK;
+}
 
 /* The device whose communicator is up (it lives as long as the device:
  * later trainers of the run, --folds all, use it again). */
@@ -44,7 +74,8 @@ static md_status bcast_dev(md_trainer *t, float *d, size_t n, const char *what)
 
 md_status md_trainer_dist_setup(md_trainer *t)
 {
-    if (t->ranks < 2) return MD_OK;
+    if (t->ranks < 2) return sync_bn_setup(t);
+    if (t->o->sync_bn && !md_dev_batchnorm_sync(t->dev)) MD_TRY(sync_bn_setup(t)); /* before any set-up */
     size_t n = md_model_nparams(t->model);
     if (md_dev_has_comm(t->dev) && comm_dev == t->dev) {
         t->dev_comm = 1;
@@ -83,11 +114,14 @@ md_status md_trainer_dist_setup(md_trainer *t)
      * --resume read the same file; this makes sure) */
     MD_TRY(bcast_dev(t, md_model_params(t->model), n, "the initial weights' broadcast"));
     MD_TRY(md_model_params_changed(t->model));
+    MD_TRY(sync_bn_setup(t));
     return md_trainer_dist_sync_buffers(t);
 }
 
 void md_trainer_dist_free(md_trainer *t)
 {
+    if (t->sync_bn && t->model) md_model_set_bn_sync(t->model, NULL); /* later forwards are one rank's */
+    t->sync_bn = 0;
     for (int i = 0; i < 2; i++) {
         md_event_destroy(t->dev, t->ev_ar[i]);
         t->ev_ar[i] = NULL;
@@ -212,7 +246,7 @@ void md_trainer_dist_report_start(md_trainer *t)
         cJSON_AddNumberToObject(lr, "base_lr", t->lr_base);
         cJSON_AddNumberToObject(lr, "lr", t->lr);
     }
-    cJSON_AddStringToObject(d, "batch_norm", "local");
+    cJSON_AddStringToObject(d, "batch_norm", t->sync_bn ? "synchronised" : "local");
     cJSON *ar = cJSON_AddObjectToObject(d, "allreduce");
     if (ar) {
         cJSON_AddStringToObject(ar, "mode", "flat");
@@ -229,7 +263,10 @@ void md_trainer_dist_report_start(md_trainer *t)
                t->lr_base, r, t->lr);
     else
         md_out("  %-16s %g as given (--lr-scaling none)\n", "lr scaling", t->lr);
-    md_out("  %-16s local to each rank (rank 0's running statistics are evaluated and saved)\n", "batch norm");
+    if (t->sync_bn)
+        md_out("  %-16s synchronised: statistics of the global batch on every rank (--sync-bn)\n", "batch norm");
+    else
+        md_out("  %-16s local to each rank (rank 0's running statistics are evaluated and saved)\n", "batch norm");
 }
 
 md_status md_trainer_dist_epoch(md_trainer *t, double ep_loop_s)
