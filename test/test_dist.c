@@ -208,6 +208,15 @@ Test(dist, sync_bn_two_ranks_match_one_process, .timeout = 90)
     cr_assert_str_eq(cJSON_GetObjectItem(d, "batch_norm")->valuestring, "synchronised");
     d = cJSON_GetObjectItem(cJSON_GetObjectItem(local, "training"), "distributed");
     cr_assert_str_eq(cJSON_GetObjectItem(d, "batch_norm")->valuestring, "local");
+    /* settings: on with two ranks, off (a no-op) with one */
+    const cJSON *r[2] = {one, two};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *e, *found = NULL;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(r[k], "settings"))
+            if (strcmp(cJSON_GetObjectItem(e, "name")->valuestring, "sync_bn") == 0) found = e;
+        cr_assert(found, "settings.sync_bn");
+        cr_assert_str_eq(cJSON_GetObjectItem(found, "value")->valuestring, k ? "on" : "off");
+    }
     cJSON *schema = th_load_json("docs/schema/report.schema.json");
     char verr[600];
     cr_assert(th_schema_validate(schema, two, verr, sizeof verr), "%s", verr);

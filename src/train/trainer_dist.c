@@ -41,7 +41,7 @@ static md_status sync_bn_setup(md_trainer *t)
 {
     if (!t->o->sync_bn) return MD_OK;
     if (t->ranks < 2) {
-        md_warn("--sync-bn with one rank: nothing to synchronise; batch norm is this process's, as without it");
+        md_warn("--sync-bn with one rank: nothing to synchronise (batch norm as without it)");
         return MD_OK;
     }
     const struct md_device_info *di = md_device_get_info(t->dev);
