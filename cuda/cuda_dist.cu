@@ -227,7 +227,19 @@ void md_cuda_comm_close(md_device *dev)
     slot_free(s);
 }
 
+static int has_comm(md_device *dev)
+{
+    struct comm_slot *s = slot_of(dev, 0);
+    return s && s->comm;
+}
+
 #else /* built without NCCL */
+
+static int has_comm(md_device *dev)
+{
+    (void)dev;
+    return 0;
+}
 
 static md_status no_nccl(void)
 {
@@ -279,3 +291,23 @@ void md_cuda_comm_abort(md_device *dev) { (void)dev; }
 void md_cuda_comm_close(md_device *dev) { (void)dev; }
 
 #endif
+
+md_status md_cuda_sync_sum(md_device *dev, float *buf, size_t n, const struct md_bn_sync *sync)
+{
+    if (!n) return MD_OK;
+    if (has_comm(dev)) return md_cuda_allreduce_sum(dev, buf, n);
+    if (!sync || !sync->allreduce || sync->nranks < 2) return MD_OK; /* one rank */
+    cudaStream_t stream = md_cuda_impl(dev)->stream;
+    float *h = (float *)md_malloc(n * sizeof *h);
+    if (!h) return md_errf(MD_ERR_OOM, "cuda: cannot allocate the host copy of a batch norm exchange");
+    md_status st = MD_OK;
+    cudaError_t e = cudaMemcpyAsync(h, buf, n * sizeof *h, cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) st = md_cuda_err(e, "batch norm exchange (copy to the host)");
+    if (st == MD_OK) st = sync->allreduce(sync->ctx, h, n);
+    /* pageable source: returns once the copy has it */
+    if (st == MD_OK && (e = cudaMemcpyAsync(buf, h, n * sizeof *h, cudaMemcpyHostToDevice, stream)) != cudaSuccess)
+        st = md_cuda_err(e, "batch norm exchange (copy to the device)");
+    md_free(h);
+    return st;
+}

@@ -76,6 +76,12 @@ void md_cuda_conv_cache_free(md_device *dev);
 
 md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a);
 md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a);
+/* A kernel's exchange between the ranks (synchronised batch norm): sums n
+ * floats of device memory in place. On the device's NCCL communicator,
+ * queued on its stream (in order, capturable in a graph) when it has one;
+ * else through sync's host hook (copies down and up around it: not
+ * capturable); with neither (one rank) nothing. cuda_dist.cu. */
+md_status md_cuda_sync_sum(md_device *dev, float *buf, size_t n, const struct md_bn_sync *sync);
 md_status md_cuda_act_fwd(md_device *dev, const struct md_act_args *a);
 md_status md_cuda_act_bwd(md_device *dev, const struct md_act_args *a);
 md_status md_cuda_pool2d_fwd(md_device *dev, const struct md_pool2d_args *a);

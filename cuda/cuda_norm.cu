@@ -40,6 +40,58 @@ __global__ void k_bn_stats(const T *x, int c, int hw, int nhwc, long long m, int
     }
 }
 
+/* --sync-bn (kernels.h md_batchnorm_args.sync): the exchange area "ex"
+ * (4c + 1 floats): [0, c) m * mean and [c] m (the first exchange), then
+ * this rank's mean [c+1, 2c+1) and M2 [2c+1, 3c+1), and [3c+1, 4c+1)
+ * M2 + m * (mean - global mean)^2 (the second exchange; Chan's combination,
+ * no cancellation). */
+template <class T>
+__global__ void k_bn_sync_local(const T *x, int c, int hw, int nhwc, long long m, int splits, const float *part,
+                                float *ex)
+{
+    float s1, s2;
+    int ch = fin_sums(part, c, splits, &s1, &s2);
+    if (ch < 0) return;
+    float shift = tof(x[nhwc ? (size_t)ch : (size_t)ch * hw]);
+    float dm = s1 / (float)m;
+    float mean = shift + dm, m2 = fmaxf(s2 - dm * s1, 0.0f);
+    ex[ch] = (float)m * mean;
+    if (ch == 0) ex[c] = (float)m;
+    ex[c + 1 + ch] = mean;
+    ex[2 * c + 1 + ch] = m2;
+}
+
+__global__ void k_bn_sync_m2(int c, long long m, float *ex)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    float d = ex[c + 1 + ch] - ex[ch] / ex[c];
+    ex[3 * c + 1 + ch] = ex[2 * c + 1 + ch] + (float)m * d * d;
+}
+
+/* k_bn_stats from the exchanged sums (count N = ex[c]). */
+__global__ void k_bn_sync_final(int c, const float *ex, float eps, float momentum, const float *gamma,
+                                const float *beta, float *st, float *save_mean, float *save_invstd, float *run_mean,
+                                float *run_var)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    float N = ex[c], mean = ex[ch] / N, var = ex[3 * c + 1 + ch] / N;
+    float invstd = 1.0f / sqrtf(var + eps);
+    float sc = (gamma ? gamma[ch] : 1.0f) * invstd;
+    st[ch] = mean;
+    st[c + ch] = invstd;
+    st[2 * c + ch] = sc;
+    st[3 * c + ch] = (beta ? beta[ch] : 0.0f) - mean * sc;
+    if (save_mean) save_mean[ch] = mean;
+    if (save_invstd) save_invstd[ch] = invstd;
+    if (run_mean) run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * mean;
+    if (run_var) {
+        float unbiased = N > 1.0f ? var * (N / (N - 1.0f)) : var;
+        run_var[ch] = (1.0f - momentum) * run_var[ch] + momentum * unbiased;
+    }
+}
+
 /* The same area from the running statistics (inference). */
 __global__ void k_bn_running(int c, const float *rm, const float *rv, float eps, const float *gamma,
                              const float *beta, float *st)
@@ -153,6 +205,25 @@ md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *
         int splits;
         MD_TRY((chan_reduce<T, RED_STATS>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &st,
                                           &splits)));
+        if (a->sync) { /* this rank's statistics, two exchanges, then the same apply */
+            MD_TRY(md_cuda_scratch_get(dev, &cd->aux_ws, ((size_t)4 * a->c + 1) * sizeof(float),
+                                       "batchnorm exchange"));
+            float *ex = (float *)cd->aux_ws.ptr;
+            long long m = (long long)a->n * a->hw;
+            k_bn_sync_local<T><<<FIN_BLOCKS(a->c), 128, 0, cd->stream>>>((const T *)a->x, a->c, a->hw, nhwc, m,
+                                                                         splits, part, ex);
+            MD_TRY(md_cuda_check_launch("batchnorm_fwd (this rank's statistics)"));
+            MD_TRY(md_cuda_sync_sum(dev, ex, (size_t)a->c + 1, a->sync));
+            k_bn_sync_m2<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, m, ex);
+            MD_TRY(md_cuda_check_launch("batchnorm_fwd (deviations)"));
+            MD_TRY(md_cuda_sync_sum(dev, ex + 3 * a->c + 1, (size_t)a->c, a->sync));
+            k_bn_sync_final<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(
+                a->c, ex, a->eps, a->momentum, a->gamma, a->beta_p, st, a->save_mean, a->save_invstd,
+                a->running_mean, a->running_var);
+            MD_TRY(md_cuda_check_launch("batchnorm_fwd (synchronised statistics)"));
+            bn_apply<T>(dev, a, st);
+            return md_cuda_check_launch("batchnorm_fwd");
+        }
         k_bn_stats<T><<<FIN_BLOCKS(a->c), 128, 0, cd->stream>>>(
             (const T *)a->x, a->c, a->hw, nhwc, (long long)a->n * a->hw, splits, part, a->eps, a->momentum, a->gamma,
             a->beta_p, st, a->save_mean, a->save_invstd, a->running_mean, a->running_var);
@@ -182,6 +253,33 @@ __global__ void k_bn_bwd_sums(int c, int splits, const float *part, float m, int
     co[3 * c + ch] = mean[ch];
     if (dbeta) dbeta[ch] = beta != 0.0f ? s1 + beta * dbeta[ch] : s1;
     if (dgamma) dgamma[ch] = beta != 0.0f ? s2 + beta * dgamma[ch] : s2;
+}
+
+/* --sync-bn backward: this rank's sums into ex (2c + 1: sum g, sum g*xhat,
+ * m) and dgamma/dbeta (this rank's); after the exchange, k_bn_bwd_sync_co. */
+__global__ void k_bn_bwd_sync_local(int c, int splits, const float *part, float m, float *ex, float *dgamma,
+                                    float *dbeta, float beta)
+{
+    float s1, s2;
+    int ch = fin_sums(part, c, splits, &s1, &s2);
+    if (ch < 0) return;
+    ex[ch] = s1;
+    ex[c + ch] = s2;
+    if (ch == 0) ex[2 * c] = m;
+    if (dbeta) dbeta[ch] = beta != 0.0f ? s1 + beta * dbeta[ch] : s1;
+    if (dgamma) dgamma[ch] = beta != 0.0f ? s2 + beta * dgamma[ch] : s2;
+}
+
+__global__ void k_bn_bwd_sync_co(int c, const float *ex, const float *mean, const float *invstd, const float *gamma,
+                                 float *co)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    float N = ex[2 * c], inv = invstd[ch], A = (gamma ? gamma[ch] : 1.0f) * inv;
+    co[ch] = A;
+    co[c + ch] = ex[ch] / N;
+    co[2 * c + ch] = A * inv * (ex[c + ch] / N);
+    co[3 * c + ch] = mean[ch];
 }
 
 template <class T>
@@ -243,9 +341,15 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
     if (!total) return MD_OK;
     int nhwc = a->layout == MD_NHWC, relu = a->act == MD_ACT_RELU;
     int have_saved = a->training && a->save_mean && a->save_invstd;
-    float *tmp = NULL; /* (4, c): the statistics area when the forward saved none */
+    float *tmp = NULL; /* (4, c): the statistics area when the forward saved none; the exchange's with sync */
     md_status st = MD_OK;
-    if (!have_saved) { /* a scratch, not an allocation: a captured graph keeps pointing at it */
+    int sync = a->training && a->sync;
+    if (sync && !have_saved)
+        return md_errf(MD_ERR_USAGE, "cuda batchnorm_bwd: synchronised statistics need the forward's saved ones");
+    if (sync) {
+        MD_TRY(md_cuda_scratch_get(dev, &cd->aux_ws, ((size_t)2 * a->c + 1) * sizeof(float), "batchnorm exchange"));
+        tmp = (float *)cd->aux_ws.ptr;
+    } else if (!have_saved) { /* a scratch, not an allocation: a captured graph keeps pointing at it */
         MD_TRY(md_cuda_scratch_get(dev, &cd->aux_ws, (size_t)a->c * 4 * sizeof(float), "batchnorm statistics"));
         tmp = (float *)cd->aux_ws.ptr;
     }
@@ -272,9 +376,18 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
         red_in in = {a->x, a->y, a->dy, mean, invstd, a->gamma, a->beta_p, relu};
         st = chan_reduce<T, RED_BWD>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &co, &splits);
         if (st != MD_OK) goto done;
-        k_bn_bwd_sums<<<FIN_BLOCKS(a->c), 128, 0, cd->stream>>>(a->c, splits, part, (float)((double)a->n * a->hw),
-                                                                   a->training, mean, invstd, a->gamma, co, a->dgamma,
-                                                                   a->dbeta, a->beta);
+        if (sync) { /* dx from every rank's sums; dgamma, dbeta this rank's */
+            k_bn_bwd_sync_local<<<FIN_BLOCKS(a->c), 128, 0, cd->stream>>>(
+                a->c, splits, part, (float)((double)a->n * a->hw), tmp, a->dgamma, a->dbeta, a->beta);
+            st = md_cuda_check_launch("batchnorm_bwd (this rank's sums)");
+            if (st == MD_OK) st = md_cuda_sync_sum(dev, tmp, (size_t)2 * a->c + 1, a->sync);
+            if (st != MD_OK) goto done;
+            k_bn_bwd_sync_co<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, tmp, mean, invstd, a->gamma, co);
+        } else
+            k_bn_bwd_sums<<<FIN_BLOCKS(a->c), 128, 0, cd->stream>>>(a->c, splits, part,
+                                                                       (float)((double)a->n * a->hw), a->training,
+                                                                       mean, invstd, a->gamma, co, a->dgamma,
+                                                                       a->dbeta, a->beta);
         const int V = vw<T>::V;
         if (a->dx && nhwc && a->c % V == 0 && aligned16(a->x) && aligned16(a->dy) && aligned16(a->dx) &&
             aligned16(co) && (!relu || (a->y && aligned16(a->y))))

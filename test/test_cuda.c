@@ -372,6 +372,63 @@ Test(cuda, batchnorm_train_infer_relu_both_layouts)
     close_both();
 }
 
+/* --sync-bn's path (two exchanges in forward, one in backward) with one rank
+ * and no communicator: the exchanges leave the sums as they are, so the
+ * results are the reference's local batch norm. Two GPUs: docs/distributed.md. */
+Test(cuda, batchnorm_sync_one_rank_equals_local)
+{
+    open_both(0);
+    struct md_bn_sync one = {1, NULL, NULL};
+    static const int shp[][3] = {{4, 3, 25}, {8, 40, 9}};
+    for (int si = 0; si < 2; si++)
+        for (int lay = 0; lay < 2; lay++)
+            for (int di = 0; di < 3; di++)
+                for (int relu = 0; relu < 2; relu++) {
+                    md_dtype t = FT[di];
+                    int n = shp[si][0], c = shp[si][1], hw = shp[si][2];
+                    size_t nx = (size_t)n * c * hw;
+                    /* fp32 far from 0: the exchanged form must not cancel */
+                    float lo = t == MD_F32 ? 10.0f : 0.5f, hi = t == MD_F32 ? 12.0f : 2.5f;
+                    buf X = mk(nx, t, lo, hi), DY = mk(nx, t, -1, 1), Y = out(nx, t, 0), DX = out(nx, t, 0);
+                    buf G = mk(c, MD_F32, 0.5f, 1.5f), BB = mk(c, MD_F32, -0.5f, 0.5f);
+                    buf RM = mk(c, MD_F32, 0, 1), RV = mk(c, MD_F32, 0.5f, 2);
+                    buf SM = out(c, MD_F32, 0), SI = out(c, MD_F32, 0), DG = out(c, MD_F32, 0), DB = out(c, MD_F32, 0);
+                    struct md_batchnorm_args ra = {.n = n, .c = c, .hw = hw, .layout = lay ? MD_NHWC : MD_NCHW,
+                                                   .dtype = t, .training = 1, .eps = 1e-5f, .momentum = 0.1f,
+                                                   .act = relu ? MD_ACT_RELU : MD_ACT_NONE, .x = X.h, .y = Y.h,
+                                                   .gamma = G.h, .beta_p = BB.h, .running_mean = RM.h,
+                                                   .running_var = RV.h, .save_mean = SM.h, .save_invstd = SI.h,
+                                                   .dy = DY.h, .dx = DX.h, .dgamma = DG.h, .dbeta = DB.h};
+                    struct md_batchnorm_args ca = ra;
+                    ca.x = X.d; ca.y = Y.d; ca.gamma = G.d; ca.beta_p = BB.d; ca.running_mean = RM.d;
+                    ca.running_var = RV.d; ca.save_mean = SM.d; ca.save_invstd = SI.d; ca.dy = DY.d; ca.dx = DX.d;
+                    ca.dgamma = DG.d; ca.dbeta = DB.d;
+                    ca.sync = &one;
+                    RUN_BOTH(md_k_batchnorm_fwd, ra, ca);
+                    cr_assert_eq(md_dev_upload(cu, Y.d, Y.h, nx * md_dtype_size(t)), MD_OK);
+                    char what[128];
+                    double tl = tol_for(t, 2e-5);
+                    snprintf(what, sizeof what, "sync bn fwd shape %d %s %s relu %d", si, lay ? "NHWC" : "NCHW",
+                             md_dtype_name(t), relu);
+                    same(what, &Y, tl, tl);
+                    same("sync bn save_mean", &SM, 1e-5, 1e-5);
+                    same("sync bn save_invstd", &SI, 1e-5, 1e-4);
+                    same("sync bn running_mean", &RM, 1e-5, 1e-5);
+                    same("sync bn running_var", &RV, 1e-5, 1e-4);
+                    cr_assert_eq(md_dev_upload(cu, SM.d, SM.h, c * 4), MD_OK);
+                    cr_assert_eq(md_dev_upload(cu, SI.d, SI.h, c * 4), MD_OK);
+                    RUN_BOTH(md_k_batchnorm_bwd, ra, ca);
+                    snprintf(what, sizeof what, "sync bn bwd dx shape %d %s %s relu %d", si, lay ? "NHWC" : "NCHW",
+                             md_dtype_name(t), relu);
+                    same(what, &DX, tl * 4, tl);
+                    same("sync bn dgamma", &DG, tl * 10, tl);
+                    same("sync bn dbeta", &DB, tl * 10, tl);
+                    drop(&X); drop(&DY); drop(&Y); drop(&DX); drop(&G); drop(&BB); drop(&RM); drop(&RV);
+                    drop(&SM); drop(&SI); drop(&DG); drop(&DB);
+                }
+    close_both();
+}
+
 Test(cuda, activations_dropout_ew_reduce_cast)
 {
     open_both(0);

@@ -48,9 +48,6 @@ md_status md_launch_reexec(const md_options *o, int argc, char **argv)
     int n = md_launch_ranks_wanted(o);
     const char *flag = o->devices[0] ? "--devices" : "--gpus";
     if (n < 2 || md_dist_launched()) return MD_OK;
-    if (o->sync_bn)
-        return md_errf(MD_ERR_UNSUPPORTED, "--sync-bn: batch norm synchronised over ranks is not built; batch norm "
-                       "statistics are per rank (drop --sync-bn)");
     if (!md_dist_built())
         return md_errf(MD_ERR_UNSUPPORTED, "%s: this mpsdiag was built without MPI; install Open MPI "
                        "(scripts/install-deps.sh) and rebuild", flag);
@@ -91,9 +88,6 @@ md_status md_launch_rank_setup(md_options *o)
     md_dist_set_timeout(o->dist_timeout);
     int size = md_dist_size(), local = md_dist_local_rank();
     if (size < 2) return MD_OK;
-    if (o->sync_bn)
-        return md_errf(MD_ERR_UNSUPPORTED, "--sync-bn: batch norm synchronised over ranks is not built; batch norm "
-                       "statistics are per rank (drop --sync-bn)");
     /* each rank would decide alone (and write the same file) */
     if (o->auto_batch)
         return md_errf(MD_ERR_USAGE, "--auto-batch with %d ranks: each would halve its batch alone; give "

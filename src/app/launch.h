@@ -17,7 +17,7 @@ int md_launch_ranks_wanted(const md_options *o);
 md_status md_launch_reexec(const md_options *o, int argc, char **argv);
 /* Under mpirun with several ranks: this rank's device into o->device
  * (--devices entry, or cuda:<local rank> for --gpus / --device cuda), and the
- * settings several ranks refuse (--sync-bn). */
+ * settings several ranks refuse (--auto-batch, --dump-grads). */
 md_status md_launch_rank_setup(md_options *o);
 
 #endif

@@ -118,6 +118,7 @@ void md_resolve_train(const md_options *o, struct md_train_opts *t)
     t->rank = md_dist_rank();
     t->lr_scaling = strcmp(o->lr_scaling, "none") != 0;
     t->bucket_mb = o->bucket_mb;
+    t->sync_bn = o->sync_bn;
     if (t->rank > 0) { /* rank 0 writes checkpoints and metrics */
         t->checkpoint_dir[0] = '\0';
         t->metrics[0] = '\0';

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "app/run_info.h"
+#include "core/dist.h"
 #include "core/log.h"
 #include "data/data.h"
 #include "nn/model.h"
@@ -149,6 +150,10 @@ static void model_settings(md_job *job)
         put(job, "unfreeze_after", ep, NULL, "--unfreeze-after: the frozen parameters train after this many epochs");
     }
     if (o->resume[0]) put(job, "resume", o->resume, NULL, "--resume: continued from this checkpoint");
+    if (o->sync_bn)
+        put(job, "sync_bn", md_dist_size() > 1 ? "on" : "off", NULL,
+            md_dist_size() > 1 ? "--sync-bn: batch norm statistics of the global batch, exchanged between the ranks"
+                               : "--sync-bn with one rank: nothing to synchronise, batch norm is local");
 }
 
 static void data_settings(md_job *job)

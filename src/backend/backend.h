@@ -185,6 +185,9 @@ md_status md_dev_allreduce_join(md_device *dev);
 md_status md_dev_comm_busy_ms(md_device *dev, float *ms);
 md_status md_dev_comm_check(md_device *dev);
 void md_dev_comm_abort(md_device *dev);
+/* 1 when the device's batch norm kernels honour md_batchnorm_args.sync
+ * (synchronised batch norm over the ranks, --sync-bn): CPU, ref, CUDA. */
+int md_dev_batchnorm_sync(const md_device *dev);
 
 /* Which kernels are supported (non-NULL) and how often the fallback ran. */
 int md_dev_supports(const md_device *dev, int kernel_index);

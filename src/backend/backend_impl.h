@@ -70,6 +70,9 @@ struct md_backend_ops {
     md_status (*comm_check)(md_device *dev);
     void (*comm_abort)(md_device *dev);
 
+    /* 1: batchnorm_fwd/bwd honour md_batchnorm_args.sync (kernels.h) */
+    int batchnorm_sync;
+
     struct md_kernels kernels;
 
     /* (optional) an all-reduce that overlaps the kernels queued after it:

@@ -84,7 +84,24 @@ struct md_conv2d_args {
  * act: fused activation after the affine (MD_ACT_NONE or MD_ACT_RELU); with
  *   RELU, backward needs y to mask dy.
  * bwd (training statistics): dx (= or +=beta), dgamma, dbeta (beta_param
- *   accumulate flag applies to dgamma/dbeta too). */
+ *   accumulate flag applies to dgamma/dbeta too).
+ * sync (training only; NULL: statistics of this rank's batch): synchronised
+ *   batch norm (--sync-bn), the statistics of the batches of every rank.
+ *   Forward: with this rank's count m_r, mean mu_r and M2_r = m_r * var_r,
+ *   all-reduce {m_r * mu_r (c), m_r} -> count N and mean mu; then
+ *   {M2_r + m_r * (mu_r - mu)^2 (c)} -> N * var (Chan's combination: every
+ *   term is >= 0, so nothing cancels, unlike sum x^2 - N mu^2). Running
+ *   statistics from mu and var * N / (N - 1). Backward: all-reduce
+ *   {sum dy (c), sum dy*xhat (c), m_r}; dx from the global sums over N;
+ *   dgamma/dbeta stay this rank's sums (the gradient all-reduce adds them). */
+struct md_bn_sync {
+    int nranks;
+    /* sums n floats of host memory over the ranks, in place (every rank
+     * calls it as often, with the same n); NULL with one rank */
+    md_status (*allreduce)(void *ctx, float *buf, size_t n);
+    void *ctx;
+};
+
 struct md_batchnorm_args {
     int n, c, hw;
     md_layout layout;
@@ -99,6 +116,7 @@ struct md_batchnorm_args {
     const void *dy; void *dx;
     float *dgamma, *dbeta;          /* (c) */
     float beta;                     /* accumulate factor for dx, dgamma, dbeta */
+    const struct md_bn_sync *sync;  /* --sync-bn (above), or NULL */
 };
 
 /* ---- element-wise activations ---------------------------------------------- */

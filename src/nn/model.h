@@ -41,6 +41,7 @@ extern "C" {
 #endif
 
 typedef struct md_model md_model; /* opaque; == struct md_model of app/job.h */
+struct md_bn_sync;                /* backend/kernels.h */
 
 #define MD_MODEL_MAX_SETS 16
 
@@ -194,6 +195,10 @@ float *md_model_bn_stats(md_model *m);
 size_t md_model_bn_stats_count(const md_model *m);
 int md_model_num_buffers(const md_model *m);
 const struct md_param_info *md_model_buffer(const md_model *m, int i); /* offsets into bn_stats */
+/* Synchronised batch norm (--sync-bn): every batchnorm layer's training
+ * forward and backward exchange their statistics through `s` (kernels.h;
+ * copied), so every rank must run the same training steps. NULL: local. */
+void md_model_set_bn_sync(md_model *m, const struct md_bn_sync *s);
 
 /* Device buffer of input i: (max_batch, c, h, w) fp32 in the model's layout;
  * the trainer uploads a batch there (cast to the compute dtype inside). */

@@ -449,6 +449,11 @@ float *md_model_params(md_model *m) { return m->params; }
 float *md_model_grads(md_model *m) { return m->grads; }
 void *md_model_params_half(md_model *m) { return m->params_half; }
 float *md_model_bn_stats(md_model *m) { return m->bn_stats; }
+void md_model_set_bn_sync(md_model *m, const struct md_bn_sync *s)
+{
+    m->bn_sync_on = s != NULL;
+    if (s) m->bn_sync = *s;
+}
 void *md_model_input_buffer(md_model *m, int i) { return m->inputs ? m->inputs[i] : NULL; }
 void md_model_set_step(md_model *m, uint64_t step) { m->step = step; }
 void md_model_set_step_dev(md_model *m, const uint64_t *step_dev) { m->step_dev = step_dev; }

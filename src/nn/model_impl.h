@@ -4,6 +4,7 @@
 #ifndef MD_MODEL_IMPL_H
 #define MD_MODEL_IMPL_H
 
+#include "backend/kernels.h"
 #include "nn/model.h"
 
 struct md_layer_ops; /* nn/layer.h: what a layer kind does */
@@ -105,6 +106,8 @@ struct md_model {
     struct md_model_prof *prof; /* md_model_profile_begin .. _end, else NULL */
     struct md_layer_capture *cap; /* (nlayers) md_model_capture_begin .. _end, else NULL */
     const struct md_model *feed;  /* md_model_capture_begin's feed, or NULL */
+    struct md_bn_sync bn_sync;    /* md_model_set_bn_sync's, used when bn_sync_on */
+    int bn_sync_on;
 };
 
 /* Tensor of layer i after aliasing. */

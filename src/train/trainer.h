@@ -105,6 +105,7 @@ struct md_train_opts {
     int rank;
     int lr_scaling;             /* 1: linear (lr x ranks), 0: none */
     double bucket_mb;           /* gradient all-reduce buckets (device collectives), MB; 0: one */
+    int sync_bn;                /* batch norm statistics over every rank (--sync-bn) */
 };
 
 /* What the trainer tells its caller (each entry optional: NULL = ignored). */

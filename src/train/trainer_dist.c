@@ -11,7 +11,12 @@
  * (md_model_set_grad_sink): each bucket's all-reduce starts on a side queue
  * and overlaps the backward of the earlier layers; the step joins them
  * before the optimizer. Only the part after the backward's end is exposed
- * (docs/distributed.md, the scaling model). */
+ * (docs/distributed.md, the scaling model).
+ *
+ * --sync-bn: every batchnorm layer's training statistics and backward sums
+ * are exchanged between the ranks (kernels.h md_bn_sync): on the device's
+ * communicator where it has one (CUDA: NCCL, on its stream), else through
+ * bn_allreduce (MPI on the host copies the CPU kernels hand it). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +41,31 @@ static md_status grad_sink(void *ctx, float *grads, size_t n)
     return md_dev_allreduce_start(t->dev, grads, n);
 }
 
+static md_status bn_allreduce(void *ctx, float *buf, size_t n)
+{
+    (void)ctx;
+    return md_dist_allreduce_sum_f32(buf, n, "the synchronised batch norm");
+}
+
+/* --sync-bn: with one rank a no-op (said once); with several refused where
+ * the device's batch norm cannot exchange statistics (Metal), else on. */
+static md_status sync_bn_setup(md_trainer *t)
+{
+    if (!t->o->sync_bn) return MD_OK;
+    if (t->ranks < 2) {
+        md_warn("--sync-bn with one rank: nothing to synchronise (batch norm as without it)");
+        return MD_OK;
+    }
+    const struct md_device_info *di = md_device_get_info(t->dev);
+    if (!md_dev_batchnorm_sync(t->dev))
+        return md_errf(MD_ERR_UNSUPPORTED, "--sync-bn: %s (%s) has no synchronised batch norm; drop --sync-bn",
+                       di->backend, di->name);
+    struct md_bn_sync s = {.nranks = t->ranks, .allreduce = bn_allreduce, .ctx = NULL};
+    md_model_set_bn_sync(t->model, &s);
+    t->sync_bn = 1;
+    return MD_OK;
+}
+
 /* The device whose communicator is up (it lives as long as the device:
  * later trainers of the run, --folds all, use it again). */
 static md_device *comm_dev;
@@ -56,7 +86,8 @@ static md_status bcast_dev(md_trainer *t, float *d, size_t n, const char *what)
 
 md_status md_trainer_dist_setup(md_trainer *t)
 {
-    if (t->ranks < 2) return MD_OK;
+    if (t->ranks < 2) return sync_bn_setup(t);
+    if (t->o->sync_bn && !md_dev_batchnorm_sync(t->dev)) MD_TRY(sync_bn_setup(t)); /* before any set-up */
     size_t n = md_model_nparams(t->model);
     if (md_dev_has_comm(t->dev) && comm_dev == t->dev) {
         t->dev_comm = 1;
@@ -100,6 +131,7 @@ md_status md_trainer_dist_setup(md_trainer *t)
     }
     MD_TRY(bcast_dev(t, md_model_params(t->model), n, "the initial weights' broadcast"));
     MD_TRY(md_model_params_changed(t->model));
+    MD_TRY(sync_bn_setup(t));
     return md_trainer_dist_sync_buffers(t);
 }
 
@@ -107,6 +139,8 @@ void md_trainer_dist_free(md_trainer *t)
 {
     if (t->buckets && t->model) md_model_set_grad_sink(t->model, 0, NULL, NULL);
     t->buckets = 0;
+    if (t->sync_bn && t->model) md_model_set_bn_sync(t->model, NULL); /* later forwards are one rank's */
+    t->sync_bn = 0;
     for (int i = 0; i < 2; i++) {
         md_event_destroy(t->dev, t->ev_ar[i]);
         t->ev_ar[i] = NULL;
@@ -251,7 +285,7 @@ void md_trainer_dist_report_start(md_trainer *t)
         cJSON_AddNumberToObject(lr, "base_lr", t->lr_base);
         cJSON_AddNumberToObject(lr, "lr", t->lr);
     }
-    cJSON_AddStringToObject(d, "batch_norm", "local");
+    cJSON_AddStringToObject(d, "batch_norm", t->sync_bn ? "synchronised" : "local");
     cJSON *ar = cJSON_AddObjectToObject(d, "allreduce");
     if (ar) {
         cJSON_AddStringToObject(ar, "mode", t->buckets ? "buckets" : "flat");
@@ -274,7 +308,10 @@ void md_trainer_dist_report_start(md_trainer *t)
                t->lr_base, r, t->lr);
     else
         md_out("  %-16s %g as given (--lr-scaling none)\n", "lr scaling", t->lr);
-    md_out("  %-16s local to each rank (rank 0's running statistics are evaluated and saved)\n", "batch norm");
+    if (t->sync_bn)
+        md_out("  %-16s synchronised: statistics of the global batch on every rank (--sync-bn)\n", "batch norm");
+    else
+        md_out("  %-16s local to each rank (rank 0's running statistics are evaluated and saved)\n", "batch norm");
 }
 
 md_status md_trainer_dist_epoch(md_trainer *t, double ep_loop_s)

@@ -181,6 +181,7 @@ struct md_trainer {
     int ranks, rank;
     double lr_base;                        /* --lr before the scaling rule */
     int dev_comm;                          /* the device's own all-reduce (NCCL) */
+    int sync_bn;                           /* batch norm synchronised over the ranks (--sync-bn, ranks > 1) */
     float *h_grads;                        /* host copy for an MPI all-reduce */
     md_event *ev_ar[2];                    /* around the device all-reduce (bucketed: around its join) */
     int ar_timed_pending;                  /* ev_ar hold a step's all-reduce not read yet */

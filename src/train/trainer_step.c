@@ -58,6 +58,9 @@ md_status md_trainer_numeric_failure(md_trainer *t, long long step, const char *
 md_status md_trainer_step(md_trainer *t, const struct md_batch *b, int snapshot)
 {
     md_dist_test_fault(t->global_step);
+    /* --sync-bn: a global batch smaller than the ranks leaves a rank without
+     * samples to exchange statistics with; every rank skips it alike */
+    if (t->sync_bn && md_trainer_dist_global_n(t, b->batch) < t->ranks) return MD_OK;
     double c0 = md_now();
     if (b->n) MD_TRY(md_trainer_upload_batch(t, b, 0, b->n));
     MD_TRY(md_dev_memset0(t->dev, t->d_sc, sizeof(struct step_scalars)));

@@ -67,6 +67,7 @@ static const struct md_backend_ops cpu_ops = {
     .close = cpu_close,
     MD_HOST_MEMORY_OPS,
     .fma_peak_gflops = cpu_fma_peak,
+    .batchnorm_sync = 1,
 };
 
 static struct md_backend_ops cpu_ops_with_kernels;

@@ -6,11 +6,15 @@
  * results do not depend on the thread count; then one element-wise pass.
  * Forward statistics in one pass shifted by a sample of each channel.
  * fp16/bf16 (storage types): NCHW one task per channel, NHWC the same chunked
- * partials in double. Conventions as the reference (ref_kernels.c). */
+ * partials in double. Conventions as the reference (ref_kernels.c).
+ * Synchronised statistics (a->sync, kernels.h): every path computes this
+ * rank's statistics or sums first, exchanges them between the passes
+ * (bn_sync.h), then applies the global ones; without sync nothing changes. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/bn_sync.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/ref/ref_math.h"
 #include "core/mem.h"
@@ -31,6 +35,8 @@ struct bn_ctx {
     double *mean, *invstd;  /* (c) */
     double *part;           /* (nchunks, 2c) partial sums */
     double *s1, *s2;        /* (c) combined sums */
+    const double *g1, *g2;  /* (c) backward: the sums dx uses (s1, s2, or every rank's) */
+    double gm;              /* backward: their count */
     int pass;
 };
 
@@ -57,12 +63,14 @@ static ALWAYS_INLINE void nchw_stats(const struct md_batchnorm_args *a, int ci, 
     *var = ss / m;
 }
 
-/* Per-channel affine from the statistics; updates running stats in training. */
-static void bn_finalize(const struct md_batchnorm_args *a, int ci, double mean, double var, float *scale, float *shift)
+/* Per-channel affine from the statistics of m elements; updates running
+ * stats in training. */
+static void bn_finalize(const struct md_batchnorm_args *a, int ci, double mean, double var, double m, float *scale,
+                        float *shift)
 {
     double invstd;
     if (a->training) {
-        double m = (double)a->n * a->hw, mom = (double)a->momentum;
+        double mom = (double)a->momentum;
         invstd = 1.0 / sqrt(var + (double)a->eps);
         if (a->save_mean) a->save_mean[ci] = (float)mean;
         if (a->save_invstd) a->save_invstd[ci] = (float)invstd;
@@ -78,12 +86,9 @@ static void bn_finalize(const struct md_batchnorm_args *a, int ci, double mean, 
     *shift = (float)(bet - mean * gam * invstd);
 }
 
-static ALWAYS_INLINE void nchw_fwd_channel(const struct md_batchnorm_args *a, int ci, md_dtype t)
+static ALWAYS_INLINE void nchw_apply_channel(const struct md_batchnorm_args *a, int ci, md_dtype t, float scale,
+                                              float shift)
 {
-    double mean = 0.0, var = 0.0;
-    float scale, shift;
-    if (a->training) nchw_stats(a, ci, t, &mean, &var);
-    bn_finalize(a, ci, mean, var, &scale, &shift);
     int relu = a->act == MD_ACT_RELU;
     for (int ni = 0; ni < a->n; ni++) {
         size_t o = ((size_t)ni * a->c + ci) * a->hw;
@@ -108,10 +113,37 @@ static ALWAYS_INLINE void nchw_fwd_channel(const struct md_batchnorm_args *a, in
     }
 }
 
+static ALWAYS_INLINE void nchw_fwd_channel(const struct md_batchnorm_args *a, int ci, md_dtype t)
+{
+    double mean = 0.0, var = 0.0;
+    float scale, shift;
+    if (a->training) nchw_stats(a, ci, t, &mean, &var);
+    bn_finalize(a, ci, mean, var, (double)a->n * a->hw, &scale, &shift);
+    nchw_apply_channel(a, ci, t, scale, shift);
+}
+
 static void nchw_fwd_range(void *vc, long long b, long long e)
 {
     const struct bn_ctx *c = vc;
     for (long long ci = b; ci < e; ci++) nchw_fwd_channel(c->a, (int)ci, c->a->dtype); /* fp16/bf16 */
+}
+
+/* synchronised fp16/bf16 NCHW: this rank's statistics (mean, var in invstd), then the apply */
+static void nchw_stats_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    for (long long ci = b; ci < e; ci++) {
+        if (c->a->n * c->a->hw > 0)
+            nchw_stats(c->a, (int)ci, c->a->dtype, &c->mean[ci], &c->invstd[ci]);
+        else
+            c->mean[ci] = c->invstd[ci] = 0.0;
+    }
+}
+
+static void nchw_apply_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    for (long long ci = b; ci < e; ci++) nchw_apply_channel(c->a, (int)ci, c->a->dtype, c->scale[ci], c->shift[ci]);
 }
 
 /* NHWC partial sums over a chunk of rows: pass 0 sum x, pass 1 sum (x-mean)^2;
@@ -319,16 +351,26 @@ md_status md_cpu_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a
     (void)dev;
     MD_TRY(bn_check("batchnorm_fwd", a));
     struct bn_ctx c = {.a = a};
+    int sync = a->training && a->sync;
     if (a->layout == MD_NCHW && a->dtype == MD_F32) return f32_fwd(&c, 1);
-    if (a->layout == MD_NCHW) {
+    if (a->layout == MD_NCHW && !sync) {
         md_parallel_for(a->c, 1, nchw_fwd_range, &c);
         return MD_OK;
     }
     if (a->dtype == MD_F32) return f32_fwd(&c, 0);
     long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
     void *block;
-    MD_TRY(bn_alloc(&c, nchunks, &block));
+    MD_TRY(bn_alloc(&c, a->layout == MD_NCHW ? 0 : nchunks, &block));
     double m = (double)rows;
+    if (a->layout == MD_NCHW) { /* synchronised fp16/bf16: statistics, exchange, apply */
+        md_parallel_for(a->c, 1, nchw_stats_range, &c);
+        md_status st = md_bn_sync_stats(a, m, c.mean, c.invstd, &m);
+        for (int ci = 0; st == MD_OK && ci < a->c; ci++)
+            bn_finalize(a, ci, c.mean[ci], c.invstd[ci], m, &c.scale[ci], &c.shift[ci]);
+        if (st == MD_OK) md_parallel_for(a->c, 1, nchw_apply_range, &c);
+        md_free(block);
+        return st;
+    }
     if (a->training) {
         c.pass = 0;
         md_parallel_for(nchunks, 1, nhwc_part_range, &c);
@@ -338,8 +380,19 @@ md_status md_cpu_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a
         md_parallel_for(nchunks, 1, nhwc_part_range, &c);
         nhwc_combine(&c, nchunks);
     }
+    double lm = m;
+    if (sync) {
+        for (int ci = 0; ci < a->c; ci++) c.s1[ci] /= lm; /* this rank's variance */
+        md_status st = md_bn_sync_stats(a, lm, c.mean, c.s1, &m);
+        if (st != MD_OK) {
+            md_free(block);
+            return st;
+        }
+        lm = 1.0;
+    }
     for (int ci = 0; ci < a->c; ci++)
-        bn_finalize(a, ci, a->training ? c.mean[ci] : 0.0, a->training ? c.s1[ci] / m : 0.0, &c.scale[ci], &c.shift[ci]);
+        bn_finalize(a, ci, a->training ? c.mean[ci] : 0.0, a->training ? c.s1[ci] / lm : 0.0, m, &c.scale[ci],
+                    &c.shift[ci]);
     md_parallel_for(rows, md_parallel_grain(rows, 16), nhwc_fwd_range, &c);
     md_free(block);
     return MD_OK;
@@ -403,13 +456,13 @@ static void param_grads(const struct md_batchnorm_args *a, const double *sdyx, c
     for (int ci = 0; ci < a->c; ci++) param_grad(a, ci, sdyx[ci], sdy[ci]);
 }
 
-static ALWAYS_INLINE void nchw_bwd_channel(const struct md_batchnorm_args *a, int ci, md_dtype t)
+/* channel ci's sum dy' and sum dy'*xhat (dy' masked by the fused ReLU) */
+static ALWAYS_INLINE void nchw_bwd_sums(const struct md_batchnorm_args *a, int ci, md_dtype t, double mean,
+                                        double invstd, double *psdy, double *psdyx)
 {
-    double mean, invstd;
-    bwd_stats(a, ci, &mean, &invstd);
     double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
     int relu = a->act == MD_ACT_RELU;
-    double sdy = 0.0, sdyx = 0.0, m = (double)a->n * a->hw;
+    double sdy = 0.0, sdyx = 0.0;
     float fm = (float)mean, fi = (float)invstd, fg = (float)(gam * invstd), fb = (float)(bet - mean * gam * invstd);
     for (int ni = 0; ni < a->n; ni++) {
         size_t o = ((size_t)ni * a->c + ci) * a->hw;
@@ -420,21 +473,38 @@ static ALWAYS_INLINE void nchw_bwd_channel(const struct md_batchnorm_args *a, in
             sdyx += (double)dy * (double)((xv - fm) * fi);
         }
     }
-    if (a->dx) {
-        /* training: dx = gam*invstd/m * (m*dy - sdy - xhat*sdyx); inference: gam*invstd*dy */
-        float k1 = (float)(gam * invstd), k2 = a->training ? (float)(sdy / m) : 0.0f,
-              k3 = a->training ? (float)(sdyx / m) : 0.0f;
-        for (int ni = 0; ni < a->n; ni++) {
-            size_t o = ((size_t)ni * a->c + ci) * a->hw;
-            for (int i = 0; i < a->hw; i++) {
-                float xv = ldf(a->x, t, o + i), dy = ldf(a->dy, t, o + i);
-                if (relu && (a->y ? ldf(a->y, t, o + i) <= 0.0f : xv * fg + fb <= 0.0f)) dy = 0.0f;
-                float v = k1 * (dy - k2 - (xv - fm) * fi * k3);
-                if (a->beta != 0.0f) v += a->beta * ldf(a->dx, t, o + i);
-                md_store_f(a->dx, t, o + i, v);
-            }
+    *psdy = sdy;
+    *psdyx = sdyx;
+}
+
+/* channel ci's dx from the sums sdy, sdyx of m elements */
+static ALWAYS_INLINE void nchw_bwd_dx(const struct md_batchnorm_args *a, int ci, md_dtype t, double mean,
+                                      double invstd, double sdy, double sdyx, double m)
+{
+    double gam = a->gamma ? (double)a->gamma[ci] : 1.0, bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
+    int relu = a->act == MD_ACT_RELU;
+    float fm = (float)mean, fi = (float)invstd, fg = (float)(gam * invstd), fb = (float)(bet - mean * gam * invstd);
+    /* training: dx = gam*invstd/m * (m*dy - sdy - xhat*sdyx); inference: gam*invstd*dy */
+    float k1 = (float)(gam * invstd), k2 = a->training ? (float)(sdy / m) : 0.0f,
+          k3 = a->training ? (float)(sdyx / m) : 0.0f;
+    for (int ni = 0; ni < a->n; ni++) {
+        size_t o = ((size_t)ni * a->c + ci) * a->hw;
+        for (int i = 0; i < a->hw; i++) {
+            float xv = ldf(a->x, t, o + i), dy = ldf(a->dy, t, o + i);
+            if (relu && (a->y ? ldf(a->y, t, o + i) <= 0.0f : xv * fg + fb <= 0.0f)) dy = 0.0f;
+            float v = k1 * (dy - k2 - (xv - fm) * fi * k3);
+            if (a->beta != 0.0f) v += a->beta * ldf(a->dx, t, o + i);
+            md_store_f(a->dx, t, o + i, v);
         }
     }
+}
+
+static ALWAYS_INLINE void nchw_bwd_channel(const struct md_batchnorm_args *a, int ci, md_dtype t)
+{
+    double mean, invstd, sdy, sdyx;
+    bwd_stats(a, ci, &mean, &invstd);
+    nchw_bwd_sums(a, ci, t, mean, invstd, &sdy, &sdyx);
+    if (a->dx) nchw_bwd_dx(a, ci, t, mean, invstd, sdy, sdyx, (double)a->n * a->hw);
     param_grad(a, ci, sdyx, sdy);
 }
 
@@ -654,12 +724,37 @@ static md_status f32_fwd(struct bn_ctx *c, int nchw)
             var = c->s2[ci] / m - d * d;
             if (var < 0.0) var = 0.0;
         }
-        bn_finalize(a, ci, mean, var, &c->scale[ci], &c->shift[ci]);
+        c->mean[ci] = mean;
+        c->invstd[ci] = var; /* the variance, until bn_finalize */
     }
+    if (a->training && a->sync) {
+        md_status st = md_bn_sync_stats(a, m, c->mean, c->invstd, &m);
+        if (st != MD_OK) {
+            md_free(block);
+            return st;
+        }
+    }
+    for (int ci = 0; ci < a->c; ci++) bn_finalize(a, ci, c->mean[ci], c->invstd[ci], m, &c->scale[ci], &c->shift[ci]);
     c->pass = 0;
     md_parallel_for(s.apply_tasks, s.apply_grain, s.apply, c);
     md_free(block);
     return MD_OK;
+}
+
+/* Synchronised backward: *gs (2c, freed by the caller) = every rank's sums
+ * s1, s2 (this rank's stay for dgamma, dbeta), *m their count. Without
+ * sync nothing (*gs NULL). */
+static md_status sync_sums(const struct bn_ctx *c, double *m, double **gs)
+{
+    const struct md_batchnorm_args *a = c->a;
+    *gs = NULL;
+    if (!a->training || !a->sync) return MD_OK;
+    double *g = md_malloc(sizeof(double) * (2 * (size_t)a->c + 1));
+    if (!g) return md_errf(MD_ERR_OOM, "cpu batchnorm_bwd: cannot allocate the synchronised sums");
+    memcpy(g, c->s1, sizeof(double) * (size_t)a->c);
+    memcpy(g + a->c, c->s2, sizeof(double) * (size_t)a->c);
+    *gs = g;
+    return md_bn_sync_sums(a, *m, g, g + a->c, m);
 }
 
 static md_status f32_bwd(struct bn_ctx *c, int nchw)
@@ -675,19 +770,25 @@ static md_status f32_bwd(struct bn_ctx *c, int nchw)
     md_parallel_for(s.sum_tasks, s.sum_grain, s.sums, c);
     nhwc_combine(c, s.nparts);
     for (int ci = 0; ci < a->c; ci++) {
-        double invstd = c->invstd[ci], gam = a->gamma ? (double)a->gamma[ci] : 1.0, sdy = c->s1[ci];
+        double invstd = c->invstd[ci], sdy = c->s1[ci];
         /* sum dy*(x - mean) from deviations to the float mean */
-        double sdyx = (c->s2[ci] - sdy * (c->mean[ci] - (double)c->fk[ci])) * invstd;
-        c->k1[ci] = (float)(gam * invstd);
-        c->k2[ci] = a->training ? (float)(sdy / m) : 0.0f;
-        c->k3[ci] = a->training ? (float)(sdyx / m * invstd) : 0.0f;
-        c->s1[ci] = sdy;
-        c->s2[ci] = sdyx;
+        c->s2[ci] = (c->s2[ci] - sdy * (c->mean[ci] - (double)c->fk[ci])) * invstd;
     }
-    if (a->dx) md_parallel_for(s.apply_tasks, s.apply_grain, s.apply, c);
-    param_grads(a, c->s2, c->s1);
+    const double *g1 = c->s1, *g2 = c->s2;
+    double *gs = NULL;
+    md_status st = sync_sums(c, &m, &gs);
+    if (gs) g1 = gs, g2 = gs + a->c;
+    for (int ci = 0; st == MD_OK && ci < a->c; ci++) {
+        double invstd = c->invstd[ci], gam = a->gamma ? (double)a->gamma[ci] : 1.0;
+        c->k1[ci] = (float)(gam * invstd);
+        c->k2[ci] = a->training ? (float)(g1[ci] / m) : 0.0f;
+        c->k3[ci] = a->training ? (float)(g2[ci] / m * invstd) : 0.0f;
+    }
+    if (st == MD_OK && a->dx) md_parallel_for(s.apply_tasks, s.apply_grain, s.apply, c);
+    if (st == MD_OK) param_grads(a, c->s2, c->s1);
+    md_free(gs);
     md_free(block);
-    return MD_OK;
+    return st;
 }
 
 static void nchw_bwd_range(void *vc, long long b, long long e)
@@ -696,11 +797,26 @@ static void nchw_bwd_range(void *vc, long long b, long long e)
     for (long long ci = b; ci < e; ci++) nchw_bwd_channel(c->a, (int)ci, c->a->dtype); /* fp16/bf16 */
 }
 
+/* synchronised fp16/bf16 NCHW: this rank's sums into s1, s2; then dx from g1, g2 */
+static void nchw_sums_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    for (long long ci = b; ci < e; ci++)
+        nchw_bwd_sums(c->a, (int)ci, c->a->dtype, c->mean[ci], c->invstd[ci], &c->s1[ci], &c->s2[ci]);
+}
+
+static void nchw_dx_range(void *vc, long long b, long long e)
+{
+    const struct bn_ctx *c = vc;
+    for (long long ci = b; ci < e; ci++)
+        nchw_bwd_dx(c->a, (int)ci, c->a->dtype, c->mean[ci], c->invstd[ci], c->g1[ci], c->g2[ci], c->gm);
+}
+
 static ALWAYS_INLINE void nhwc_bwd_rows(const struct bn_ctx *c, long long b, long long e, md_dtype t)
 {
     const struct md_batchnorm_args *a = c->a;
     int relu = a->act == MD_ACT_RELU;
-    double m = (double)a->n * a->hw;
+    double m = c->gm;
     for (long long r = b; r < e; r++) {
         size_t o = (size_t)r * a->c;
         for (int ci = 0; ci < a->c; ci++) {
@@ -708,7 +824,7 @@ static ALWAYS_INLINE void nhwc_bwd_rows(const struct bn_ctx *c, long long b, lon
             if (relu && (a->y ? ldf(a->y, t, o + ci) <= 0.0f : xv * c->scale[ci] + c->shift[ci] <= 0.0f)) dy = 0.0f;
             float xh = (float)(((double)xv - c->mean[ci]) * c->invstd[ci]);
             float k1 = (float)((double)c->scale[ci]);
-            float v = a->training ? k1 * (dy - (float)(c->s1[ci] / m) - xh * (float)(c->s2[ci] / m)) : k1 * dy;
+            float v = a->training ? k1 * (dy - (float)(c->g1[ci] / m) - xh * (float)(c->g2[ci] / m)) : k1 * dy;
             if (a->beta != 0.0f) v += a->beta * ldf(a->dx, t, o + ci);
             md_store_f(a->dx, t, o + ci, v);
         }
@@ -729,23 +845,38 @@ md_status md_cpu_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
     (void)dev;
     MD_TRY(bn_check("batchnorm_bwd", a));
     struct bn_ctx c = {.a = a};
+    int sync = a->training && a->sync;
+    if (sync && !(a->save_mean && a->save_invstd))
+        return md_errf(MD_ERR_USAGE, "cpu batchnorm_bwd: synchronised statistics need the forward's saved ones");
     if (a->layout == MD_NCHW && a->dtype == MD_F32) return f32_bwd(&c, 1);
-    if (a->layout == MD_NCHW) {
+    if (a->layout == MD_NCHW && !sync) {
         md_parallel_for(a->c, 1, nchw_bwd_range, &c);
         return MD_OK;
     }
     if (a->dtype == MD_F32) return f32_bwd(&c, 0);
     long long rows = (long long)a->n * a->hw, nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
     void *block;
-    MD_TRY(bn_alloc(&c, nchunks, &block));
+    MD_TRY(bn_alloc(&c, a->layout == MD_NCHW ? 0 : nchunks, &block));
     bwd_scale_shift(&c);
-    c.pass = 2;
-    md_parallel_for(nchunks, 1, nhwc_part_range, &c);
-    nhwc_combine(&c, nchunks);
-    if (a->dx) md_parallel_for(rows, md_parallel_grain(rows, 16), nhwc_bwd_range, &c);
-    param_grads(a, c.s2, c.s1);
+    if (a->layout == MD_NCHW) { /* synchronised fp16/bf16 */
+        md_parallel_for(a->c, 1, nchw_sums_range, &c);
+    } else {
+        c.pass = 2;
+        md_parallel_for(nchunks, 1, nhwc_part_range, &c);
+        nhwc_combine(&c, nchunks);
+    }
+    double *gs = NULL;
+    c.gm = (double)rows;
+    md_status st = sync_sums(&c, &c.gm, &gs);
+    c.g1 = gs ? gs : c.s1;
+    c.g2 = gs ? gs + a->c : c.s2;
+    if (st == MD_OK && a->dx)
+        md_parallel_for(a->layout == MD_NCHW ? a->c : rows, a->layout == MD_NCHW ? 1 : md_parallel_grain(rows, 16),
+                        a->layout == MD_NCHW ? nchw_dx_range : nhwc_bwd_range, &c);
+    if (st == MD_OK) param_grads(a, c.s2, c.s1);
+    md_free(gs);
     md_free(block);
-    return MD_OK;
+    return st;
 }
 
 /* ---- layer normalisation over the last dimension -------------------------------------------------

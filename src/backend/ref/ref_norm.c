@@ -1,5 +1,6 @@
 /* ref_norm.c - reference batch normalisation: plain loops, double accumulation
  * (ref_kernels.c states the conventions). */
+#include "backend/bn_sync.h"
 #include "backend/ref/ref_internal.h"
 
 #include <math.h>
@@ -22,15 +23,30 @@ static void bn_stats(const struct md_batchnorm_args *a, int ci, double *mean, do
     *var = ss / m;
 }
 
+/* Synchronised statistics (a->sync, kernels.h): every channel's statistics
+ * or sums first, then the exchange (bn_sync.h), then the rest. */
 md_status md_ref_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a)
 {
     (void)dev;
     MD_TRY(check_dtype("batchnorm_fwd", a->dtype));
     double m = (double)a->n * a->hw;
+    double *stat = md_malloc(sizeof(double) * (2 * (size_t)a->c + 1)), *mu = stat, *va = stat + a->c;
+    if (!stat) return md_errf(MD_ERR_OOM, "ref batchnorm_fwd: cannot allocate the statistics");
+    if (a->training) {
+        for (int ci = 0; ci < a->c; ci++) bn_stats(a, ci, &mu[ci], &va[ci]);
+        if (a->sync) {
+            md_status st = md_bn_sync_stats(a, m, mu, va, &m);
+            if (st != MD_OK) {
+                md_free(stat);
+                return st;
+            }
+        }
+    }
     for (int ci = 0; ci < a->c; ci++) {
         double mean, var, invstd;
         if (a->training) {
-            bn_stats(a, ci, &mean, &var);
+            mean = mu[ci];
+            var = va[ci];
             invstd = 1.0 / sqrt(var + (double)a->eps);
             if (a->save_mean) a->save_mean[ci] = (float)mean;
             if (a->save_invstd) a->save_invstd[ci] = (float)invstd;
@@ -54,58 +70,89 @@ md_status md_ref_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a
                 st(a->y, a->dtype, o, v, a->beta);
             }
     }
+    md_free(stat);
     return MD_OK;
+}
+
+/* mean and invstd of channel ci as the forward used them */
+static void bwd_stats(const struct md_batchnorm_args *a, int ci, double *mean, double *invstd)
+{
+    if (a->training) {
+        if (a->save_mean && a->save_invstd) {
+            *mean = (double)a->save_mean[ci];
+            *invstd = (double)a->save_invstd[ci];
+        } else {
+            double var;
+            bn_stats(a, ci, mean, &var);
+            *invstd = 1.0 / sqrt(var + (double)a->eps);
+        }
+    } else {
+        *mean = (double)a->running_mean[ci];
+        *invstd = 1.0 / sqrt((double)a->running_var[ci] + (double)a->eps);
+    }
+}
+
+/* dy masked by the fused ReLU: where the output was 0 no gradient passes */
+static double bn_dy(const struct md_batchnorm_args *a, size_t o, double xh, double gam, double bet)
+{
+    if (a->act == MD_ACT_RELU && (a->y ? ld(a->y, a->dtype, o) <= 0.0 : xh * gam + bet <= 0.0)) return 0.0;
+    return ld(a->dy, a->dtype, o);
 }
 
 md_status md_ref_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a)
 {
     (void)dev;
     MD_TRY(check_dtype("batchnorm_bwd", a->dtype));
+    int sync = a->training && a->sync;
+    if (sync && !(a->save_mean && a->save_invstd))
+        return md_errf(MD_ERR_USAGE, "ref batchnorm_bwd: synchronised statistics need the forward's saved ones");
     double m = (double)a->n * a->hw;
+    /* this rank's sum dy, sum dy*xhat; g: the ones dx uses (every rank's with sync) */
+    double *sum = md_malloc(sizeof(double) * (4 * (size_t)a->c + 1));
+    if (!sum) return md_errf(MD_ERR_OOM, "ref batchnorm_bwd: cannot allocate the sums");
+    double *sdy = sum, *sdyx = sum + a->c, *gdy = sum + 2 * a->c, *gdyx = sum + 3 * a->c;
     for (int ci = 0; ci < a->c; ci++) {
         double mean, invstd;
-        if (a->training) {
-            if (a->save_mean && a->save_invstd) {
-                mean = (double)a->save_mean[ci];
-                invstd = (double)a->save_invstd[ci];
-            } else {
-                double var;
-                bn_stats(a, ci, &mean, &var);
-                invstd = 1.0 / sqrt(var + (double)a->eps);
-            }
-        } else {
-            mean = (double)a->running_mean[ci];
-            invstd = 1.0 / sqrt((double)a->running_var[ci] + (double)a->eps);
-        }
+        bwd_stats(a, ci, &mean, &invstd);
         double gam = a->gamma ? (double)a->gamma[ci] : 1.0;
         double bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
-        double sdy = 0.0, sdyx = 0.0;
-        /* dy masked by the fused ReLU: where the output was 0 no gradient passes */
-#define BN_DY(o, xh)                                                                             \
-    ((a->act == MD_ACT_RELU && (a->y ? ld(a->y, a->dtype, o) <= 0.0 : (xh) * gam + bet <= 0.0)) \
-         ? 0.0                                                                                   \
-         : ld(a->dy, a->dtype, o))
+        sdy[ci] = sdyx[ci] = 0.0;
         for (int ni = 0; ni < a->n; ni++)
             for (int i = 0; i < a->hw; i++) {
                 size_t o = md_nci(a->layout, a->c, a->hw, ni, ci, i);
                 double xh = (ld(a->x, a->dtype, o) - mean) * invstd;
-                double d = BN_DY(o, xh);
-                sdy += d;
-                sdyx += d * xh;
+                double d = bn_dy(a, o, xh, gam, bet);
+                sdy[ci] += d;
+                sdyx[ci] += d * xh;
             }
+        gdy[ci] = sdy[ci];
+        gdyx[ci] = sdyx[ci];
+    }
+    if (sync) {
+        md_status s = md_bn_sync_sums(a, m, gdy, gdyx, &m);
+        if (s != MD_OK) {
+            md_free(sum);
+            return s;
+        }
+    }
+    for (int ci = 0; ci < a->c; ci++) {
+        double mean, invstd;
+        bwd_stats(a, ci, &mean, &invstd);
+        double gam = a->gamma ? (double)a->gamma[ci] : 1.0;
+        double bet = a->beta_p ? (double)a->beta_p[ci] : 0.0;
         if (a->dx)
             for (int ni = 0; ni < a->n; ni++)
                 for (int i = 0; i < a->hw; i++) {
                     size_t o = md_nci(a->layout, a->c, a->hw, ni, ci, i);
                     double xh = (ld(a->x, a->dtype, o) - mean) * invstd;
-                    double d = BN_DY(o, xh);
-                    double v = a->training ? gam * invstd / m * (m * d - sdy - xh * sdyx) : gam * invstd * d;
+                    double d = bn_dy(a, o, xh, gam, bet);
+                    double v = a->training ? gam * invstd / m * (m * d - gdy[ci] - xh * gdyx[ci]) : gam * invstd * d;
                     st(a->dx, a->dtype, o, v, a->beta);
                 }
-#undef BN_DY
-        if (a->dgamma) st32(a->dgamma, (size_t)ci, sdyx, a->beta);
-        if (a->dbeta) st32(a->dbeta, (size_t)ci, sdy, a->beta);
+        if (a->dgamma) st32(a->dgamma, (size_t)ci, sdyx[ci], a->beta);
+        if (a->dbeta) st32(a->dbeta, (size_t)ci, sdy[ci], a->beta);
     }
+    md_free(sum);
     return MD_OK;
 }
 

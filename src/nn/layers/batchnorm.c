@@ -90,6 +90,7 @@ static void batchnorm_args(const struct md_layer_run *r, int i, struct md_batchn
     b->running_var = m->bn_stats + L->stat_off + L->out.c;
     b->save_mean = m->bn_save + L->stat_off;
     b->save_invstd = m->bn_save + L->stat_off + L->out.c;
+    b->sync = r->training && m->bn_sync_on ? &m->bn_sync : NULL;
 }
 
 static md_status batchnorm_forward(const struct md_layer_run *r, int i)
@@ -106,6 +107,7 @@ static md_status batchnorm_backward(const struct md_layer_run *r, int i)
     struct md_batchnorm_args b;
     batchnorm_args(r, i, &b);
     b.training = 1;
+    b.sync = m->bn_sync_on ? &m->bn_sync : NULL;
     b.dy = md_layer_grad(r, i);
     b.dx = md_layer_dx(r, i, 0, &b.beta);
     b.dgamma = md_layer_grad32(m, L->param[0]);
