@@ -5,8 +5,9 @@
 #   scripts/bench/dist_scaling.sh [MPSDIAG] [OUTDIR]
 #
 # For resnet18_cifar (batch 256 per GPU) and resnet50 (batch 128 per GPU),
-# bf16 (--amp), synthetic data: a short training run (EPOCHS epochs of STEPS
-# steps; the last epoch's samples/s) on 1, 2 and, when present, 4 GPUs
+# bf16 (--amp), synthetic data kept in memory once made (--cache-images: the
+# first epoch makes them, as PyTorch's script keeps its batch on the GPU): a
+# short training run (EPOCHS epochs of STEPS steps; the last epoch's samples/s) on 1, 2 and, when present, 4 GPUs
 # (mpsdiag --gpus N, which starts the ranks under mpirun), and
 # scripts/bench/ddp_torch.py under torch.distributed.run on as many GPUs. Prints a
 # markdown table of global samples/s and the ratio to one GPU of each, the
@@ -41,13 +42,13 @@ for mb in "resnet18_cifar 256" "resnet50 128"; do
         # enough synthetic samples for the steps of every rank
         n=$(( b * g * steps + 1000 ))
         "$bin" --gpus "$g" --device cuda --model "$m" --dataset synthetic --max-samples "$n" --val-split 0 \
-            --batch-size "$b" --amp --epochs "$epochs" --steps "$steps" --num-workers "$workers" \
+            --batch-size "$b" --amp --cache-images --epochs "$epochs" --steps "$steps" --num-workers "$workers" \
             --lr-scaling none --lr 0.1 --checkpoint-dir "$out/ck_${m}_$g" --overwrite --verbose \
             --report "$out/mpsdiag_${m}_$g.json" > "$out/mpsdiag_${m}_$g.txt" 2>&1 \
             || echo "mpsdiag $m on $g GPUs failed: see $out/mpsdiag_${m}_$g.txt" >&2
         # host-synced steps (the default captures the steps with the bucketed all-reduce inside)
         [ "$g" -gt 1 ] && { MPSDIAG_DIST_GRAPH=0 "$bin" --gpus "$g" --device cuda --model "$m" --dataset synthetic \
-            --max-samples "$n" --val-split 0 --batch-size "$b" --amp --epochs "$epochs" --steps "$steps" \
+            --max-samples "$n" --val-split 0 --batch-size "$b" --amp --cache-images --epochs "$epochs" --steps "$steps" \
             --num-workers "$workers" --lr-scaling none --lr 0.1 --checkpoint-dir "$out/ckg_${m}_$g" --overwrite \
             --verbose --report "$out/graph_${m}_$g.json" > "$out/graph_${m}_$g.txt" 2>&1 \
             || echo "mpsdiag (MPSDIAG_DIST_GRAPH=0) $m on $g GPUs failed: see $out/graph_${m}_$g.txt" >&2; }
