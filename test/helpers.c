@@ -62,6 +62,23 @@ int th_run(const char *args, char **out, char **err)
     return rc;
 }
 
+cJSON *th_run_report(const char *dir, const char *args, int want_rc, char **out, char **err)
+{
+    char *full = NULL, *path = NULL, *o = NULL, *e = NULL;
+    cr_assert(asprintf(&path, "%s/r.json", dir) > 0);
+    cr_assert(asprintf(&full, "%s --report %s", args, path) > 0);
+    int rc = th_run(full, &o, &e);
+    cr_assert_eq(rc, want_rc, "exit %d (wanted %d) for %s\nstdout:\n%s\nstderr:\n%s", rc, want_rc, full, o, e);
+    cJSON *r = th_load_json(path);
+    free(full);
+    free(path);
+    if (out) *out = o;
+    else free(o);
+    if (err) *err = e;
+    else free(e);
+    return r;
+}
+
 int th_sh(const char *cmd, char **out, char **err)
 {
     char *dir = th_tmpdir();

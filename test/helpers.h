@@ -27,6 +27,11 @@ int th_run(const char *args, char **out, char **err);
  * from /dev/null and stdout / stderr captured as th_run does. */
 int th_sh(const char *cmd, char **out, char **err);
 
+/* Runs `build/mpsdiag ARGS --report DIR/r.json` as th_run does (out / err:
+ * as th_run's, either may be NULL), fails the test unless it exits with
+ * want_rc and wrote a report, and returns the report (caller deletes). */
+cJSON *th_run_report(const char *dir, const char *args, int want_rc, char **out, char **err);
+
 /* Splits "mpsdiag ARGS" at spaces into argv (NULL-terminated, at most 63
  * words), the words pointing into buf (bufsz bytes); returns argc. */
 int th_argv(char *buf, size_t bufsz, const char *args, char **argv);

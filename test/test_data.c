@@ -624,13 +624,8 @@ Test(data, config_data_section)
                          " \"augment\": {\"crop_padding\": 2, \"flip\": false},"
                          " \"normalize\": {\"mean\": [0.5, 0.5, 0.5], \"std\": [0.25, 0.25, 0.25]}}}");
     char args[2400], *out = NULL, *err = NULL;
-    snprintf(args, sizeof args, "--config %s --report %s/r.json --quiet", cfg, dir);
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    char rp[1200];
-    snprintf(rp, sizeof rp, "%s/r.json", dir);
-    cJSON *r = NULL;
-    cr_assert_eq(md_json_load_file(rp, &r), MD_OK, "%s", md_errmsg());
+    snprintf(args, sizeof args, "--config %s --quiet", cfg);
+    cJSON *r = th_run_report(dir, args, 0, &out, &err);
     const cJSON *d = cJSON_GetObjectItem(r, "data");
     cr_assert_not_null(d);
     cr_assert_str_eq(cJSON_GetObjectItem(d, "dataset")->valuestring, "synthetic");
@@ -657,7 +652,7 @@ Test(data, config_data_section)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cfg = th_write(dir, "bad.json", bad[i][0]);
         snprintf(args, sizeof args, "--device cpu --config %s", cfg);
-        rc = th_run(args, &out, &err);
+        int rc = th_run(args, &out, &err);
         cr_assert_eq(rc, 3, "%s: exit %d: %s", bad[i][0], rc, err);
         cr_assert(strstr(err, bad[i][1]) && strstr(err, "bad.json"), "%s: %s", bad[i][0], err);
         free(out);
