@@ -28,6 +28,12 @@ struct run_out {
     char err[512];
 };
 
+static void run_out_free(struct run_out *r)
+{
+    free(r->params);
+    cJSON_Delete(r->training);
+}
+
 /* 1: the trainer pipelines its steps (device-side step values, results read
  * one step late) as it does on CUDA, though the CPU cannot capture. */
 static int g_force_pipe;
@@ -100,8 +106,7 @@ Test(train_run, loss_falls_on_learnable_data, .timeout = 120)
     cr_assert_eq(md_st_open(p, &f), MD_OK, "%s", md_errmsg());
     cr_assert(md_st_meta(f, "epoch") && atoi(md_st_meta(f, "epoch")) >= 2, "best epoch");
     md_st_close(f);
-    free(r.params);
-    cJSON_Delete(r.training);
+    run_out_free(&r);
     th_rmtree(dir);
     free(dir);
 }
@@ -149,12 +154,9 @@ Test(train_run, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
     free(d.params);
     /* and the epoch curves continue */
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(c.training, "curves"), "epoch")), 2);
-    free(a.params);
-    free(b.params);
-    free(c.params);
-    cJSON_Delete(a.training);
-    cJSON_Delete(b.training);
-    cJSON_Delete(c.training);
+    run_out_free(&a);
+    run_out_free(&b);
+    run_out_free(&c);
     th_rmtree(dir);
     free(dir);
 }
@@ -196,8 +198,7 @@ Test(train_run, diverging_run_stops_with_numeric_error, .timeout = 120)
     fprintf(stderr, "  lr 100: %s\n", r.err);
     cr_assert_eq(r.st, MD_ERR_NUMERIC, "status %d: %s", r.st, r.err);
     cr_assert(strstr(r.err, "step") && strstr(r.err, "not finite"), "%s", r.err);
-    free(r.params);
-    cJSON_Delete(r.training);
+    run_out_free(&r);
     th_rmtree(dir);
     free(dir);
 }
@@ -207,18 +208,14 @@ Test(train_run, report_and_metrics_from_the_binary, .timeout = 120)
     char *dir = th_tmpdir();
     char args[2048];
     snprintf(args, sizeof args,
-             "%s --epochs 2 --steps 2 --checkpoint-dir %s/ck --metrics %s/m.jsonl --report %s/r.json",
-             base_args(dir), dir, dir, dir);
+             "%s --epochs 2 --steps 2 --checkpoint-dir %s/ck --metrics %s/m.jsonl",
+             base_args(dir), dir, dir);
     char *q = strstr(args, " --quiet");
     if (q) memmove(q, q + 8, strlen(q + 8) + 1); /* this one reads stdout */
     char *out = NULL, *err = NULL;
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+    cJSON *rep = th_run_report(dir, args, 0, &out, &err);
     cr_assert(strstr(out, "train loss") && strstr(out, "Saved best model"), "%s", out);
     char p[4300];
-    snprintf(p, sizeof p, "%s/r.json", dir);
-    cJSON *rep;
-    cr_assert_eq(md_json_load_file(p, &rep), MD_OK, "%s", md_errmsg());
     const cJSON *tr = cJSON_GetObjectItem(rep, "training");
     cr_assert(cJSON_IsObject(tr));
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(tr, "curves"), "val_acc")), 2);
@@ -336,8 +333,7 @@ Test(train_run, resnet_style_on_cifar_format_data_learns, .timeout = 120)
     cr_assert(a2 >= a0 && a2 > 0.5, "validation accuracy must rise above chance: %g -> %g", a0, a2);
     const cJSON *te = cJSON_GetObjectItem(r.training, "test");
     cr_assert(te && cJSON_GetObjectItem(te, "samples")->valuedouble == 100, "test split scored");
-    free(r.params);
-    cJSON_Delete(r.training);
+    run_out_free(&r);
     th_rmtree(dir);
     free(dir);
 }
@@ -379,10 +375,8 @@ static void expect_same_run(const char *what, const char *extra, const char *dir
         cr_assert_eq(curve_at(a.training, "train_acc", e), curve_at(b.training, "train_acc", e), "%s: acc", what);
         cr_assert_eq(curve_at(a.training, "val_loss", e), curve_at(b.training, "val_loss", e), "%s: val loss", what);
     }
-    free(a.params);
-    free(b.params);
-    cJSON_Delete(a.training);
-    cJSON_Delete(b.training);
+    run_out_free(&a);
+    run_out_free(&b);
 }
 
 Test(train_pipe, same_weights_as_host_synced_steps, .timeout = 120)
@@ -421,12 +415,9 @@ Test(train_pipe, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
     size_t diff = 0;
     for (size_t i = 0; i < a.n; i++) diff += a.params[i] != c.params[i];
     cr_assert_eq(diff, 0, "%zu parameters differ after resume", diff);
-    free(a.params);
-    free(b.params);
-    free(c.params);
-    cJSON_Delete(a.training);
-    cJSON_Delete(b.training);
-    cJSON_Delete(c.training);
+    run_out_free(&a);
+    run_out_free(&b);
+    run_out_free(&c);
     th_rmtree(dir);
     free(dir);
 }
@@ -449,10 +440,8 @@ Test(train_pipe, diverging_run_stops_with_numeric_error, .timeout = 120)
     const char *sa = strstr(a.err, "step "), *sr = strstr(r.err, "step ");
     cr_assert(sa && sr && atoll(sa + 5) == atoll(sr + 5), "%s / %s", a.err, r.err);
     cr_assert(strstr(r.err, "not finite"), "%s", r.err);
-    free(a.params);
-    free(r.params);
-    cJSON_Delete(a.training);
-    cJSON_Delete(r.training);
+    run_out_free(&a);
+    run_out_free(&r);
     th_rmtree(dir);
     free(dir);
 }

@@ -251,15 +251,9 @@ Test(tta, recipe_applies_to_fashion_mnist_like_data_and_small_models)
 Test(tta, report_with_budget_and_target_follows_the_schema, .timeout = 60)
 {
     char *dir = th_tmpdir();
-    char args[2600], *err = NULL;
-    snprintf(args, sizeof args, "%s --lr 0.01 --epochs 12 --target-accuracy 30 --time-budget 30 --report %s/r.json",
-             base_args(dir), dir);
-    int rc = th_run(args, NULL, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    free(err);
-    char path[2200];
-    snprintf(path, sizeof path, "%s/r.json", dir);
-    cJSON *r = th_load_json(path), *schema = th_load_json("docs/schema/report.schema.json");
+    char args[2600];
+    snprintf(args, sizeof args, "%s --lr 0.01 --epochs 12 --target-accuracy 30 --time-budget 30", base_args(dir));
+    cJSON *r = th_run_report(dir, args, 0, NULL, NULL), *schema = th_load_json("docs/schema/report.schema.json");
     char why[512];
     cr_assert(th_schema_validate(schema, r, why, sizeof why), "%s", why);
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(r, "training");
