@@ -62,9 +62,7 @@ void md_html_svg_close(md_strbuf *b, const char *caption)
 {
     md_strbuf_add(b, "</svg>");
     if (caption) {
-        md_strbuf_add(b, "<figcaption>");
-        md_strbuf_add_escaped(b, caption);
-        md_strbuf_add(b, "</figcaption>");
+        md_html_wrap(b, "<figcaption>", caption, "</figcaption>");
     }
     md_strbuf_add(b, "</figure>\n");
 }

@@ -58,6 +58,9 @@ int md_html_is_fraction(const char *key, double v);
 /* ---- page structure ------------------------------------------------------------ */
 
 /* <section id="id"><h2>title</h2> ... </section>; the nav lists sections by id. */
+/* open, text (escaped), close: an element with text in it, such as
+ * md_html_wrap(b, "<th>", name, "</th>"). */
+void md_html_wrap(md_strbuf *b, const char *open, const char *text, const char *close);
 void md_html_section_begin(md_strbuf *b, const char *id, const char *title);
 void md_html_section_end(md_strbuf *b);
 void md_html_heading(md_strbuf *b, const char *title); /* an <h3> inside a section */
