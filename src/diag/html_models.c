@@ -82,14 +82,7 @@ static void bars(md_strbuf *b, const char *title, const char *better, const stru
     text(b, W / 2, 18, "middle", "ttl", title);
     text(b, W / 2, 32, "middle", "tick", better);
     double bottom = top + rowh * n;
-    for (double v = a0; v <= a1 + st * 0.5; v += st) {
-        double x = left + (v - a0) / (a1 - a0) * (right - left);
-        char t[32];
-        md_html_tick(v, t, sizeof t);
-        md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x, top, x,
-                         bottom);
-        text(b, x, bottom + 14, "middle", "tick", t);
-    }
+    md_html_vgrid(b, a0, a1, st, left, right, top, bottom, bottom + 14);
     for (int i = 0; i < n; i++) {
         double y = top + rowh * i + 4;
         char lab[40], sn[256];

@@ -107,6 +107,12 @@ void md_html_svg_close(md_strbuf *b, const char *caption);
 /* <text> at (x, y), escaped; extra: more attributes (" class=\"tick\"") or NULL. */
 void md_html_svg_text(md_strbuf *b, double x, double y, const char *anchor, const char *extra, const char *text);
 
+/* The value axis of horizontal bars: a light vertical line from top to bottom
+ * and its tick label (at label_y) for each value a0, a0 + step, ... up to a1,
+ * at x = left .. right for a0 .. a1. */
+void md_html_vgrid(md_strbuf *b, double a0, double a1, double step, double left, double right, double top,
+                   double bottom, double label_y);
+
 struct md_html_series {
     const char *name;
     const double *x, *y; /* n points; NaN y = missing */
