@@ -195,6 +195,12 @@ void th_rmtree(const char *dir)
     (void)rc;
 }
 
+void th_tmpdir_free(char *dir)
+{
+    th_rmtree(dir);
+    free(dir);
+}
+
 char *th_write(const char *dir, const char *name, const char *text)
 {
     char *path = malloc(strlen(dir) + strlen(name) + 2);

@@ -41,6 +41,8 @@ int th_argv(char *buf, size_t bufsz, const char *args, char **argv);
 /* A fresh temporary directory (removed by th_rmtree). Caller frees the string. */
 char *th_tmpdir(void);
 void th_rmtree(const char *dir);
+/* th_rmtree(dir), then free(dir): the end of a th_tmpdir. */
+void th_tmpdir_free(char *dir);
 /* Writes text to dir/name and returns the path (caller frees). */
 char *th_write(const char *dir, const char *name, const char *text);
 /* The whole file, NUL-terminated (malloc, caller frees), its length in *len

@@ -136,8 +136,7 @@ Test(bench, benchmark_only_report_keys_and_numbers)
     /* the HTML was written from the same report */
     snprintf(args, sizeof args, "grep -c '<svg' %s > /dev/null && ! grep -q 'https\\?://' %s", html, html);
     cr_assert_eq(system(args), 0, "HTML missing or not self-contained");
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(bench, find_batch_size_under_a_memory_cap)
@@ -162,8 +161,7 @@ Test(bench, find_batch_size_under_a_memory_cap)
     }
     cr_assert(saw_fail_above, "binary search should end on max+1 failing");
     cJSON_Delete(r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(bench, ci_threshold_miss_exits_7_with_junit)
@@ -204,8 +202,7 @@ Test(bench, ci_threshold_miss_exits_7_with_junit)
     cr_assert_not_null(strstr(x, "failures=\"0\" errors=\"0\" skipped=\"1\""), "throughput skipped: %s", x);
     free(x);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(bench, inline_model_of_the_run_config)
@@ -228,6 +225,5 @@ Test(bench, inline_model_of_the_run_config)
     cr_assert_lt(num_at(r, "benchmark.memory.params_bytes"), 4096);
     cJSON_Delete(r);
     free(cfg);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -52,8 +52,7 @@ Test(bench_data, benchmark_only_falls_back_to_synthetic_data)
     free(out);
     free(err);
     free(model);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A dataset the user named, and a run that trains, still need data that fits. */
@@ -75,6 +74,5 @@ Test(bench_data, named_dataset_or_training_still_fails)
     free(out);
     free(err);
     free(model);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -90,8 +90,7 @@ Test(ckpt_layout, channels_last_checkpoint_holds_pytorch_layout, .timeout = 120)
     md_st_close(f);
     free(dev);
     th_job_end(&r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Host parameters in PyTorch order after a run. Caller frees. */
@@ -139,8 +138,7 @@ Test(ckpt_layout, resume_across_layouts_equals_uninterrupted, .timeout = 180)
         th_job_end(&b);
     }
     free(want);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Binds the two_conv model in `layout`, loads `path` as --init-from does and
@@ -207,8 +205,7 @@ Test(ckpt_layout, init_from_gives_the_trained_logits_in_both_layouts, .timeout =
                   "--init-from the channels-last checkpoint into a %s model", l ? "channels-last" : "NCHW");
         free(got);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(ckpt_layout, dump_grads_holds_pytorch_layout, .timeout = 120)
@@ -244,8 +241,7 @@ Test(ckpt_layout, dump_grads_holds_pytorch_layout, .timeout = 120)
     }
     md_st_close(f[0]);
     md_st_close(f[1]);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Writes the two_conv parameters `p` (PyTorch order) with `meta` as
@@ -332,8 +328,7 @@ Test(ckpt_layout, old_channels_last_checkpoint_is_converted, .timeout = 60)
     free(other);
     free(want);
     free(p);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(ckpt_layout, file_in_another_layout_is_refused, .timeout = 60)
@@ -374,8 +369,7 @@ Test(ckpt_layout, file_in_another_layout_is_refused, .timeout = 60)
         free(err);
     }
     free(p);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Rewrites a checkpoint as an earlier version's channels-last run wrote it:
@@ -457,6 +451,5 @@ Test(ckpt_layout, old_channels_last_checkpoint_resumes_in_either_layout, .timeou
         free(got[0]);
         free(got[1]);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -101,8 +101,7 @@ Test(cli, report_json_has_documented_keys)
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "selected_device"), "backend")->valuestring, "cpu");
     cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "status"), "exit_code")->valueint, 0);
     cJSON_Delete(r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(cli, report_records_failure)
@@ -113,8 +112,7 @@ Test(cli, report_records_failure)
     cr_assert_eq(cJSON_GetObjectItem(st, "exit_code")->valueint, 4);
     cr_assert(strstr(cJSON_GetObjectItem(st, "error")->valuestring, "cpu:5"));
     cJSON_Delete(r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(cli, unwritable_report_is_an_io_error)

@@ -46,8 +46,7 @@ Test(data_robust, max_samples_caps_validation_and_test_too)
     cr_assert_eq(total, 7, "per-class counts follow the cap");
     md_data_free(d);
     md_data_free(e);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data_robust, max_samples_smoke_run_scores_few_test_images, .timeout = 60)
@@ -68,8 +67,7 @@ Test(data_robust, max_samples_smoke_run_scores_few_test_images, .timeout = 60)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- CMYK and undecodable JPEGs ------------------------------------------------------ */
@@ -146,8 +144,7 @@ Test(data_robust, cmyk_jpeg_decodes_to_its_colour)
     md_loader_release(l, b);
     md_loader_free(l);
     md_data_free(d);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A JPEG with a sound header whose image data stops half-way. */
@@ -178,8 +175,7 @@ Test(data_robust, undecodable_jpeg_fails_at_open)
     md_status st = md_data_open(&o, NULL, &d);
     cr_assert_eq(st, MD_ERR_DATA, "opened: the truncated file was not found at open");
     cr_assert(strstr(md_errmsg(), "cut.jpg"), "%s", md_errmsg());
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data_robust, skip_reports_how_many_and_which, .timeout = 60)
@@ -227,8 +223,7 @@ Test(data_robust, skip_reports_how_many_and_which, .timeout = 60)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data_robust, cmyk_jpeg_trains_from_the_binary, .timeout = 60)
@@ -251,6 +246,5 @@ Test(data_robust, cmyk_jpeg_trains_from_the_binary, .timeout = 60)
     cr_assert_null(strstr(err, "corrupt"), "%s", err);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

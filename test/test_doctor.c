@@ -242,8 +242,7 @@ Test(doctor, check_exit_code_report_and_text, .timeout = 60)
     md_backend_set_test_ops("cpu", NULL);
     free(r.text);
     cJSON_Delete(r.report);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(doctor, check_contradicts_training_modes)
@@ -348,8 +347,7 @@ Test(doctor, plan_written_and_read_back, .timeout = 60)
     cr_expect_geq(p.nlayers, 1);
     cr_expect_str_eq(p.layers[0], cJSON_GetArrayItem(cJSON_GetObjectItem(keep, "layers"), 0)->valuestring);
     cJSON_Delete(au);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(doctor, bad_plan_file_is_one_line_naming_file_and_field)
@@ -383,8 +381,7 @@ Test(doctor, bad_plan_file_is_one_line_naming_file_and_field)
     snprintf(missing, sizeof missing, "%s/none.json", dir);
     cr_expect_eq(md_precision_plan_read(missing, &p), MD_ERR_CONFIG);
     cr_expect(strstr(md_errmsg(), "none.json"), "%s", md_errmsg());
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A training run with a plan: the precision and loss scale are taken, and
@@ -428,8 +425,7 @@ Test(doctor, training_with_a_plan_says_what_it_cannot_honour, .timeout = 60)
     free(r.text);
     cJSON_Delete(r.report);
     free(plan);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(doctor, audit_report_and_plan_file_from_the_command_line, .timeout = 60)
@@ -447,8 +443,7 @@ Test(doctor, audit_report_and_plan_file_from_the_command_line, .timeout = 60)
     cr_expect_eq(md_precision_plan_read(path, &p), MD_OK, "%s", md_errmsg());
     free(r.text);
     cJSON_Delete(r.report);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- the Metal simulation (build/metal-sim-tests; skipped where "metal" is the stub) ---- */

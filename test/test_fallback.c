@@ -49,8 +49,7 @@ static struct th_main_run run_job(const char *extra)
              model, dir, extra);
     struct th_main_run r = th_job_main(dir, args);
     free(model);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
     return r;
 }
 

@@ -232,8 +232,7 @@ Test(folds, fold_all_regression_end_to_end, .timeout = 120)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(folds, fold_all_classification, .timeout = 120)
@@ -256,6 +255,5 @@ Test(folds, fold_all_classification, .timeout = 120)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

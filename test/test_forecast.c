@@ -22,8 +22,7 @@ static cJSON *run_report(const char *args, int want_rc, char **out_text)
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s --checkpoint-dir %s/ck", args, dir);
     cJSON *r = th_run_report(dir, cmd, want_rc, out_text, NULL);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
     return r;
 }
 

@@ -227,8 +227,7 @@ Test(nn_vit_tiles, init_from_plain_vit_into_prefixed_backbone)
     md_model_free(m);
     md_device_close(d);
     md_st_close(fx);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 static double num(const cJSON *o, const char *k)
@@ -261,8 +260,7 @@ Test(nn_vit_tiles, green_cover_end_to_end, .timeout = 60)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(nn_vit_tiles, green_cover_fold_all, .timeout = 60)
@@ -274,6 +272,5 @@ Test(nn_vit_tiles, green_cover_fold_all, .timeout = 60)
     cr_assert_eq((int)num(folds, "k"), 3);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(folds, "runs")), 3);
     cJSON_Delete(r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

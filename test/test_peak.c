@@ -94,6 +94,5 @@ Test(peak, slow_openblas_kernels_give_no_impossible_ratio, .timeout = 120)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -309,6 +309,5 @@ Test(regress_metrics, forecasting_report, .timeout = 60)
     cJSON_Delete(s);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -195,8 +195,7 @@ Test(seeds, diagnostics_run_without_cifar_uses_synthetic, .timeout = 120)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A short real run: the trained model's figures reach the comparison, and
@@ -230,8 +229,7 @@ Test(seeds, diagnostics_run_reports_integration_weights, .timeout = 120)
     cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(row, "samples_per_s")));
     cr_expect_gt(cJSON_GetObjectItem(row, "peak_memory_bytes")->valuedouble, 0);
     cJSON_Delete(r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* --models names the models even when the run config holds an inline one. */
@@ -253,8 +251,7 @@ Test(seeds, models_win_over_an_inline_config_model, .timeout = 60)
     cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "model"), "name")->valuestring, "base_multi_channel");
     cJSON_Delete(r);
     free(cfg);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- the diagnostics run as a report: per-model advice, --ci, HTML ----------------- */
@@ -352,8 +349,7 @@ Test(seeds, diagnostics_report_per_model, .timeout = 120)
     free(err);
     free(a);
     free(b);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* --ci in the diagnostics run: the thresholds apply per model; a threshold
@@ -403,8 +399,7 @@ Test(seeds, diagnostics_ci_per_model, .timeout = 120)
     free(err);
     free(a);
     free(b);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* "Most accurate" only among models of the same task, number of classes
@@ -440,6 +435,5 @@ Test(seeds, most_accurate_needs_the_same_classes, .timeout = 120)
     free(a);
     free(b);
     free(c);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -147,8 +147,7 @@ Test(epoch_diag, report_and_html_carry_phases_dead_units_and_balance, .timeout =
     free(html);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Pipelined steps (forced on the CPU, as CUDA runs them): forward, backward
@@ -173,8 +172,7 @@ Test(epoch_diag, pipelined_steps_report_one_combined_phase, .timeout = 120)
     }
     cr_assert_eq(n, 2);
     th_job_end(&j);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* The probe batch is the same every epoch: with the weights unchanged
@@ -198,6 +196,5 @@ Test(epoch_diag, the_probe_batch_is_fixed, .timeout = 120)
         free(b);
     }
     th_job_end(&j);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

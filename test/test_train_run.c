@@ -107,8 +107,7 @@ Test(train_run, loss_falls_on_learnable_data, .timeout = 120)
     cr_assert(md_st_meta(f, "epoch") && atoi(md_st_meta(f, "epoch")) >= 2, "best epoch");
     md_st_close(f);
     run_out_free(&r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(train_run, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
@@ -157,8 +156,7 @@ Test(train_run, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
     run_out_free(&a);
     run_out_free(&b);
     run_out_free(&c);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(train_run, checkpoint_dir_that_cannot_exist_fails_clearly)
@@ -172,8 +170,7 @@ Test(train_run, checkpoint_dir_that_cannot_exist_fails_clearly)
     cr_assert(strstr(r.err, "--checkpoint-dir") && strstr(r.err, file), "%s", r.err);
     free(r.params);
     free(file);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* The flags of a run of th_unstable_model with lr 100 (diverges within 3 epochs). */
@@ -199,8 +196,7 @@ Test(train_run, diverging_run_stops_with_numeric_error, .timeout = 120)
     cr_assert_eq(r.st, MD_ERR_NUMERIC, "status %d: %s", r.st, r.err);
     cr_assert(strstr(r.err, "step") && strstr(r.err, "not finite"), "%s", r.err);
     run_out_free(&r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(train_run, report_and_metrics_from_the_binary, .timeout = 120)
@@ -240,8 +236,7 @@ Test(train_run, report_and_metrics_from_the_binary, .timeout = 120)
     cr_assert_eq(lines, 2, "one metrics line per epoch");
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(train_run, sigint_to_the_binary_leaves_a_loadable_checkpoint, .timeout = 60)
@@ -263,8 +258,7 @@ Test(train_run, sigint_to_the_binary_leaves_a_loadable_checkpoint, .timeout = 60
     cr_assert_eq(md_st_open(p, &f), MD_OK, "%s", md_errmsg());
     cr_assert_not_null(md_st_meta(f, "global_step"));
     md_st_close(f);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A ResNet in miniature with the shipped resnet18_cifar's basic block
@@ -334,8 +328,7 @@ Test(train_run, resnet_style_on_cifar_format_data_learns, .timeout = 120)
     const cJSON *te = cJSON_GetObjectItem(r.training, "test");
     cr_assert(te && cJSON_GetObjectItem(te, "samples")->valuedouble == 100, "test split scored");
     run_out_free(&r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- pipelined steps (what CUDA graphs replay) against host-synced ones -------------- */
@@ -386,8 +379,7 @@ Test(train_pipe, same_weights_as_host_synced_steps, .timeout = 120)
     expect_same_run("sgd, clip", "--grad-clip 0.05 --warmup-epochs 1", dir);
     expect_same_run("adamw (bias correction from the device step)", "--optimizer adamw --lr 0.003", dir);
     expect_same_run("one batch in flight at most, workers", "--prefetch 1 --num-workers 2 --label-smoothing 0.1", dir);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(train_pipe, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
@@ -418,8 +410,7 @@ Test(train_pipe, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
     run_out_free(&a);
     run_out_free(&b);
     run_out_free(&c);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(train_pipe, diverging_run_stops_with_numeric_error, .timeout = 120)
@@ -442,6 +433,5 @@ Test(train_pipe, diverging_run_stops_with_numeric_error, .timeout = 120)
     cr_assert(strstr(r.err, "not finite"), "%s", r.err);
     run_out_free(&a);
     run_out_free(&r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -74,8 +74,7 @@ Test(tta, time_budget_sizes_the_schedule_and_ends_in_time, .timeout = 60)
     /* the schedule's length is the plan, not --epochs' (here: as many as fit) */
     cr_assert(num(j.training, "epochs_run") >= 1);
     th_job_end(&j);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* An easy set: validation accuracy passes 30% in the second epoch, so a
@@ -126,8 +125,7 @@ Test(tta, target_accuracy_stops_early, .timeout = 60)
     cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(g, "epoch")));
     cr_assert_eq((int)num(j.training, "epochs_run"), 2);
     th_job_end(&j);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(tta, bad_values_are_one_line_usage_errors, .timeout = 60)
@@ -261,6 +259,5 @@ Test(tta, report_with_budget_and_target_follows_the_schema, .timeout = 60)
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tr, "target"), "reached")));
     cJSON_Delete(r);
     cJSON_Delete(schema);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
