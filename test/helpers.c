@@ -212,6 +212,18 @@ char *th_write(const char *dir, const char *name, const char *text)
     return path;
 }
 
+const char *th_tiny_args(const char *dir, const char *model)
+{
+    static char b[2048];
+    char *m = th_write(dir, "tiny.json", model);
+    snprintf(b, sizeof b,
+             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
+             "--num-workers 0 --seed 7 --quiet",
+             m);
+    free(m);
+    return b;
+}
+
 const char th_unstable_model[] =
     "{\"name\": \"unstable\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"
     " \"layers\": [\n"

@@ -77,6 +77,24 @@ const cJSON *th_setting(const cJSON *report, const char *name);
 
 /* ---- model configs the tests share ------------------------------------------ */
 
+/* A tiny CNN for 28x28 gray inputs (the synthetic dataset follows the
+ * model): conv, BN, ReLU, pool, flatten, the layers `extra` (JSON lines:
+ * "" for none), linear; ~0.2 MFLOPs per sample. */
+#define TH_TINY_CNN(extra)                                                                                     \
+    "{\"name\": \"tiny\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"          \
+    " \"layers\": [\n"                                                                                          \
+    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 16, \"kernel\": 3, \"padding\": 1, \"bias\": false},\n"   \
+    "  {\"name\": \"bn1\", \"type\": \"batchnorm\"}, {\"name\": \"relu1\", \"type\": \"relu\"},\n"                     \
+    "  {\"name\": \"pool1\", \"type\": \"maxpool\", \"kernel\": 4},\n"                                             \
+    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n" extra                                                 \
+    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n"
+
+/* Writes `model` as dir/tiny.json and returns the flags of a short
+ * deterministic CPU run of it on synthetic data (--device cpu --threads 1
+ * --dataset synthetic --model ... --max-samples 384 --batch-size 32
+ * --num-workers 0 --seed 7 --quiet), in a static buffer. */
+const char *th_tiny_args(const char *dir, const char *model);
+
 /* A CNN for 28x28 gray inputs without BatchNorm: a huge learning rate (100)
  * makes its activations grow with every step until they overflow. */
 extern const char th_unstable_model[];

@@ -55,30 +55,11 @@ static struct run_out run_job(const char *args, long long interrupt_after)
     return r;
 }
 
-/* A tiny CNN for 28x28 gray inputs (the synthetic dataset follows the model):
- * conv, BN, ReLU, pool, dropout, linear; ~0.2 MFLOPs per sample. */
-static const char tiny_model[] =
-    "{\"name\": \"tiny\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"
-    " \"layers\": [\n"
-    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 16, \"kernel\": 3, \"padding\": 1, \"bias\": false},\n"
-    "  {\"name\": \"bn1\", \"type\": \"batchnorm\"}, {\"name\": \"relu1\", \"type\": \"relu\"},\n"
-    "  {\"name\": \"pool1\", \"type\": \"maxpool\", \"kernel\": 4},\n"
-    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
-    "  {\"name\": \"dropout\", \"type\": \"dropout\", \"p\": 0.1},\n"
-    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
+/* The tiny CNN with dropout before its classifier. */
+static const char tiny_model[] = TH_TINY_CNN("  {\"name\": \"dropout\", \"type\": \"dropout\", \"p\": 0.1},\n");
 
 /* Writes the tiny model into dir and returns the common flags (static buffer). */
-static const char *base_args(const char *dir)
-{
-    static char b[2048];
-    char *m = th_write(dir, "tiny.json", tiny_model);
-    snprintf(b, sizeof b,
-             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
-             "--num-workers 0 --seed 7 --quiet",
-             m);
-    free(m);
-    return b;
-}
+static const char *base_args(const char *dir) { return th_tiny_args(dir, tiny_model); }
 #define BASE "%s "
 
 static double curve_at(const cJSON *training, const char *key, int i)

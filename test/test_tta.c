@@ -16,25 +16,11 @@
 #include "helpers_job.h"
 #include "json_schema.h"
 
-/* A tiny CNN for 28x28 gray inputs (the synthetic dataset follows the model). */
-static const char tiny_model[] =
-    "{\"name\": \"tiny\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"
-    " \"layers\": [\n"
-    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 16, \"kernel\": 3, \"padding\": 1, \"bias\": false},\n"
-    "  {\"name\": \"bn1\", \"type\": \"batchnorm\"}, {\"name\": \"relu1\", \"type\": \"relu\"},\n"
-    "  {\"name\": \"pool1\", \"type\": \"maxpool\", \"kernel\": 4},\n"
-    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
-    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
-
+/* The tiny CNN (helpers.h) and its flags with checkpoints in dir/ck (static buffer). */
 static const char *base_args(const char *dir)
 {
-    static char b[2048];
-    char *m = th_write(dir, "tiny.json", tiny_model);
-    snprintf(b, sizeof b,
-             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
-             "--num-workers 0 --seed 7 --quiet --checkpoint-dir %s/ck",
-             m, dir);
-    free(m);
+    static char b[2200];
+    snprintf(b, sizeof b, "%s --checkpoint-dir %s/ck", th_tiny_args(dir, TH_TINY_CNN("")), dir);
     return b;
 }
 
