@@ -38,7 +38,8 @@ int th_argv(char *buf, size_t bufsz, const char *args, char **argv);
 
 /* ---- files ----------------------------------------------------------------- */
 
-/* A fresh temporary directory (removed by th_rmtree). Caller frees the string. */
+/* A fresh temporary directory (caller ends it with th_tmpdir_free, or removes
+ * it with th_rmtree and frees the string). */
 char *th_tmpdir(void);
 void th_rmtree(const char *dir);
 /* th_rmtree(dir), then free(dir): the end of a th_tmpdir. */
