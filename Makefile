@@ -343,7 +343,7 @@ ifneq ($(UNAME_S),Darwin)
 METAL_SIM_TESTBIN := $(BUILD)/metal-sim-tests
 METAL_SIM_TEST_OBJS := $(BUILD)/obj/test/test_backend_ops.o $(BUILD)/obj/test/helpers.o $(BUILD)/obj/test/kernel_cases.o \
                        $(BUILD)/obj/test/test_seq_metal_sim.o $(BUILD)/obj/test/test_nn_vit.o \
-                       $(BUILD)/obj/test/test_doctor.o $(BUILD)/obj/test/json_schema.o \
+                       $(BUILD)/obj/test/test_doctor.o $(BUILD)/obj/test/helpers_job.o $(BUILD)/obj/test/json_schema.o \
                        $(BUILD)/obj/metal/sim/metal_sim_backend.o
 $(METAL_SIM_TESTBIN): $(METAL_SIM_TEST_OBJS) $(filter-out %/metal_stub.o,$(LIB_OBJS)) $(METAL_C_OBJS) $(METAL_SIM_OBJS)
 	$(say) LINK $@

@@ -62,6 +62,23 @@ int th_run(const char *args, char **out, char **err)
     return rc;
 }
 
+cJSON *th_run_report(const char *dir, const char *args, int want_rc, char **out, char **err)
+{
+    char *full = NULL, *path = NULL, *o = NULL, *e = NULL;
+    cr_assert(asprintf(&path, "%s/r.json", dir) > 0);
+    cr_assert(asprintf(&full, "%s --report %s", args, path) > 0);
+    int rc = th_run(full, &o, &e);
+    cr_assert_eq(rc, want_rc, "exit %d (wanted %d) for %s\nstdout:\n%s\nstderr:\n%s", rc, want_rc, full, o, e);
+    cJSON *r = th_load_json(path);
+    free(full);
+    free(path);
+    if (out) *out = o;
+    else free(o);
+    if (err) *err = e;
+    else free(e);
+    return r;
+}
+
 int th_sh(const char *cmd, char **out, char **err)
 {
     char *dir = th_tmpdir();
@@ -178,6 +195,12 @@ void th_rmtree(const char *dir)
     (void)rc;
 }
 
+void th_tmpdir_free(char *dir)
+{
+    th_rmtree(dir);
+    free(dir);
+}
+
 char *th_write(const char *dir, const char *name, const char *text)
 {
     char *path = malloc(strlen(dir) + strlen(name) + 2);
@@ -187,6 +210,18 @@ char *th_write(const char *dir, const char *name, const char *text)
     fputs(text, f);
     fclose(f);
     return path;
+}
+
+const char *th_tiny_args(const char *dir, const char *model)
+{
+    static char b[2048];
+    char *m = th_write(dir, "tiny.json", model);
+    snprintf(b, sizeof b,
+             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
+             "--num-workers 0 --seed 7 --quiet",
+             m);
+    free(m);
+    return b;
 }
 
 const char th_unstable_model[] =

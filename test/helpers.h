@@ -27,15 +27,23 @@ int th_run(const char *args, char **out, char **err);
  * from /dev/null and stdout / stderr captured as th_run does. */
 int th_sh(const char *cmd, char **out, char **err);
 
+/* Runs `build/mpsdiag ARGS --report DIR/r.json` as th_run does (out / err:
+ * as th_run's, either may be NULL), fails the test unless it exits with
+ * want_rc and wrote a report, and returns the report (caller deletes). */
+cJSON *th_run_report(const char *dir, const char *args, int want_rc, char **out, char **err);
+
 /* Splits "mpsdiag ARGS" at spaces into argv (NULL-terminated, at most 63
  * words), the words pointing into buf (bufsz bytes); returns argc. */
 int th_argv(char *buf, size_t bufsz, const char *args, char **argv);
 
 /* ---- files ----------------------------------------------------------------- */
 
-/* A fresh temporary directory (removed by th_rmtree). Caller frees the string. */
+/* A fresh temporary directory (caller ends it with th_tmpdir_free, or removes
+ * it with th_rmtree and frees the string). */
 char *th_tmpdir(void);
 void th_rmtree(const char *dir);
+/* th_rmtree(dir), then free(dir): the end of a th_tmpdir. */
+void th_tmpdir_free(char *dir);
 /* Writes text to dir/name and returns the path (caller frees). */
 char *th_write(const char *dir, const char *name, const char *text);
 /* The whole file, NUL-terminated (malloc, caller frees), its length in *len
@@ -69,6 +77,24 @@ const cJSON *th_obj(const cJSON *o, const char *key);
 const cJSON *th_setting(const cJSON *report, const char *name);
 
 /* ---- model configs the tests share ------------------------------------------ */
+
+/* A tiny CNN for 28x28 gray inputs (the synthetic dataset follows the
+ * model): conv, BN, ReLU, pool, flatten, the layers `extra` (JSON lines:
+ * "" for none), linear; ~0.2 MFLOPs per sample. */
+#define TH_TINY_CNN(extra)                                                                                     \
+    "{\"name\": \"tiny\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"          \
+    " \"layers\": [\n"                                                                                          \
+    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 16, \"kernel\": 3, \"padding\": 1, \"bias\": false},\n"   \
+    "  {\"name\": \"bn1\", \"type\": \"batchnorm\"}, {\"name\": \"relu1\", \"type\": \"relu\"},\n"                     \
+    "  {\"name\": \"pool1\", \"type\": \"maxpool\", \"kernel\": 4},\n"                                             \
+    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n" extra                                                 \
+    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n"
+
+/* Writes `model` as dir/tiny.json and returns the flags of a short
+ * deterministic CPU run of it on synthetic data (--device cpu --threads 1
+ * --dataset synthetic --model ... --max-samples 384 --batch-size 32
+ * --num-workers 0 --seed 7 --quiet), in a static buffer. */
+const char *th_tiny_args(const char *dir, const char *model);
 
 /* A CNN for 28x28 gray inputs without BatchNorm: a huge learning rate (100)
  * makes its activations grow with every step until they overflow. */

@@ -64,3 +64,26 @@ void th_job_end(struct th_job *r)
     cJSON_Delete(r->training);
     md_interrupt_set(0);
 }
+
+struct th_main_run th_job_main(const char *dir, const char *args)
+{
+    struct th_main_run r = {0};
+    char report[4200], text[4200], full[8192], buf[8300];
+    snprintf(report, sizeof report, "%s/report.json", dir);
+    snprintf(text, sizeof text, "%s/stdout.txt", dir);
+    snprintf(full, sizeof full, "%s --report %s", args, report);
+    char *argv[64];
+    int argc = th_argv(buf, sizeof buf, full, argv);
+    md_options o;
+    md_options_defaults(&o);
+    cr_assert_eq(md_options_parse(&o, argc, argv), MD_OK, "%s", md_errmsg());
+    md_log_init(MD_NORMAL);
+    fflush(stdout);
+    cr_assert(freopen(text, "w", stdout), "cannot capture stdout");
+    r.st = md_job_run(&o);
+    fflush(stdout);
+    r.text = th_slurp(text, NULL);
+    cr_assert(r.text, "no captured stdout");
+    r.report = th_load_json(report);
+    return r;
+}

@@ -40,4 +40,16 @@ float *th_download_flat(md_model *m, const float *dev_buf);
  * and clears any interrupt. */
 void th_job_end(struct th_job *r);
 
+/* What th_job_main hands back. */
+struct th_main_run {
+    md_status st;  /* md_job_run's */
+    char *text;    /* its stdout (malloc) */
+    cJSON *report; /* the --report file, parsed (caller deletes) */
+};
+
+/* Runs `mpsdiag ARGS --report DIR/report.json` in this process as main does
+ * (md_job_run, normal output), with stdout captured in DIR/stdout.txt; fails
+ * the test when ARGS do not parse, or when no stdout or report came. */
+struct th_main_run th_job_main(const char *dir, const char *args);
+
 #endif

@@ -90,8 +90,7 @@ Test(auto_batch, optimizer_state_oom_halves_and_retries, .timeout = 60)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Out of memory at every batch: down to 1, then the error, with every try in
@@ -111,8 +110,7 @@ Test(auto_batch, oom_at_every_batch_stops_at_one_and_lists_the_tries, .timeout =
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Without --auto-batch nothing changes: the first out-of-memory ends it. */
@@ -128,8 +126,7 @@ Test(auto_batch, without_the_flag_oom_ends_the_run, .timeout = 60)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- in this process: out-of-memory in the run's first step ------------------ */
@@ -189,6 +186,5 @@ Test(auto_batch, oom_when_the_steps_start_retries_from_scratch, .timeout = 120)
     free(b.params);
     cJSON_Delete(a.training);
     cJSON_Delete(b.training);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -65,16 +65,12 @@ static void positive(const cJSON *r, const char *path)
 Test(bench, benchmark_only_report_keys_and_numbers)
 {
     char *dir = th_tmpdir();
-    char args[2048], rep[1100], html[1100];
-    snprintf(rep, sizeof rep, "%s/r.json", dir);
+    char args[2048], html[1100];
     snprintf(html, sizeof html, "%s/r.html", dir);
-    snprintf(args, sizeof args,
-             ARGS " --benchmark-only --batch-size 8 --batch-sweep 4,8 --ablate channels-last,workers --report %s --html %s",
-             rep, html);
+    snprintf(args, sizeof args, ARGS " --benchmark-only --batch-size 8 --batch-sweep 4,8 --ablate channels-last,workers --html %s",
+             html);
     char *out, *err;
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    cJSON *r = th_load_json(rep);
+    cJSON *r = th_run_report(dir, args, 0, &out, &err);
     static const char *const pos[] = {
         "benchmark.batch_size", "benchmark.warmup.plan_s", "benchmark.warmup.first_step_ms",
         "benchmark.inference.latency_ms.mean", "benchmark.inference.latency_ms.p50",
@@ -140,21 +136,14 @@ Test(bench, benchmark_only_report_keys_and_numbers)
     /* the HTML was written from the same report */
     snprintf(args, sizeof args, "grep -c '<svg' %s > /dev/null && ! grep -q 'https\\?://' %s", html, html);
     cr_assert_eq(system(args), 0, "HTML missing or not self-contained");
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(bench, find_batch_size_under_a_memory_cap)
 {
     char *dir = th_tmpdir();
-    char args[2048], rep[1100];
-    snprintf(rep, sizeof rep, "%s/r.json", dir);
     /* 0.0004 of the RAM is a few MiB: small_cnn fits a batch of about ten */
-    snprintf(args, sizeof args, ARGS " --benchmark-only --find-batch-size --memory-fraction 0.0004 --report %s", rep);
-    char *err;
-    int rc = th_run(args, NULL, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    cJSON *r = th_load_json(rep);
+    cJSON *r = th_run_report(dir, ARGS " --benchmark-only --find-batch-size --memory-fraction 0.0004", 0, NULL, NULL);
     double fit = num_at(r, "benchmark.find_batch_size.max_batch");
     cr_assert_gt(fit, 0);
     cr_assert_lt(fit, 128, "the cap must stop the search (got %g)", fit);
@@ -172,24 +161,20 @@ Test(bench, find_batch_size_under_a_memory_cap)
     }
     cr_assert(saw_fail_above, "binary search should end on max+1 failing");
     cJSON_Delete(r);
-    free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(bench, ci_threshold_miss_exits_7_with_junit)
 {
     char *dir = th_tmpdir();
-    char args[2048], rep[1100], junit[1100];
-    snprintf(rep, sizeof rep, "%s/r.json", dir);
+    char args[2048], junit[1100];
     snprintf(junit, sizeof junit, "%s/ci.xml", dir);
     snprintf(args, sizeof args,
              "--device cpu --threads 2 --ci --benchmark-only --batch-size 8 --expect-max-loss 0.0001 "
-             "--expect-min-throughput 0.001 --junit %s --report %s",
-             junit, rep);
+             "--expect-min-throughput 0.001 --junit %s",
+             junit);
     char *out, *err;
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 7, "exit %d: %s", rc, err);
+    cJSON *r = th_run_report(dir, args, 7, &out, &err);
     cr_assert_not_null(strstr(err, "mpsdiag: --ci: final loss"), "%s", err);
     cr_assert_not_null(strstr(err, "is above --expect-max-loss 0.0001"), "%s", err);
     cr_assert_null(strstr(err, "throughput"), "the throughput threshold was met: %s", err);
@@ -198,7 +183,6 @@ Test(bench, ci_threshold_miss_exits_7_with_junit)
     cr_assert_not_null(strstr(x, "tests=\"3\" failures=\"1\" errors=\"0\""), "%s", x);
     cr_assert_not_null(strstr(x, "<testcase classname=\"mpsdiag\" name=\"loss\""), "%s", x);
     cr_assert_not_null(strstr(x, "<failure message=\"final loss"), "%s", x);
-    cJSON *r = th_load_json(rep);
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "status"), "result")->valuestring, "threshold");
     cr_assert_eq(num_at(r, "status.exit_code"), 7);
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "ci"), "loss"), "passed")));
@@ -210,7 +194,7 @@ Test(bench, ci_threshold_miss_exits_7_with_junit)
     snprintf(args, sizeof args,
              "--device cpu --threads 2 --ci --benchmark-only --batch-size 8 --expect-max-loss 100 --junit %s --quiet",
              junit);
-    rc = th_run(args, NULL, &err);
+    int rc = th_run(args, NULL, &err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
     free(x);
     x = th_slurp(junit, NULL);
@@ -218,8 +202,7 @@ Test(bench, ci_threshold_miss_exits_7_with_junit)
     cr_assert_not_null(strstr(x, "failures=\"0\" errors=\"0\" skipped=\"1\""), "throughput skipped: %s", x);
     free(x);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(bench, inline_model_of_the_run_config)
@@ -231,22 +214,16 @@ Test(bench, inline_model_of_the_run_config)
                          " \"layers\": [{\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"padding\": 1},"
                          " {\"name\": \"relu1\", \"type\": \"relu\"}, {\"name\": \"gap\", \"type\": \"global_avgpool\"},"
                          " {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}}");
-    char args[2400], rep[1100];
-    snprintf(rep, sizeof rep, "%s/r.json", dir);
+    char args[2400];
     snprintf(args, sizeof args, "--config %s --dataset synthetic --benchmark-only --batch-size 16 --bench-iters 3 "
-             "--warmup-iters 1 --quiet --report %s", cfg, rep);
-    char *err;
-    int rc = th_run(args, NULL, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    cJSON *r = th_load_json(rep);
+             "--warmup-iters 1 --quiet", cfg);
+    cJSON *r = th_run_report(dir, args, 0, NULL, NULL);
     const cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "benchmark"), "model");
     cr_assert(cJSON_IsString(m) && strstr(m->valuestring, "run.json: model"), "benchmarked the inline model");
     positive(r, "benchmark.training.samples_per_s");
     /* 4 filters and a 4 x 10 classifier: parameters far below small_cnn's */
     cr_assert_lt(num_at(r, "benchmark.memory.params_bytes"), 4096);
     cJSON_Delete(r);
-    free(err);
     free(cfg);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

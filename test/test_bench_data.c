@@ -26,19 +26,15 @@ Test(bench_data, benchmark_only_falls_back_to_synthetic_data)
 {
     char *dir = th_tmpdir();
     char *model = th_write(dir, "two_class.json", two_class_model);
-    char args[8192], report[4200];
-    snprintf(report, sizeof report, "%s/r.json", dir);
+    char args[8192];
     snprintf(args, sizeof args,
              "--device cpu --threads 1 --model %s --dataset auto --benchmark-only --bench-iters 2 --warmup-iters 1 "
-             "--batch-size 4 --num-workers 0 --report %s",
-             model, report);
+             "--batch-size 4 --num-workers 0",
+             model);
     char *out, *err;
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cJSON *r = th_run_report(dir, args, 0, &out, &err);
     cr_assert(strstr(out, "synthetic") && strstr(out, "benchmarking needs no dataset"), "%s", out);
     cr_assert(strstr(err, "benchmarking needs no dataset"), "no warning on stderr: %s", err);
-    cJSON *r = NULL;
-    cr_assert_eq(md_json_load_file(report, &r), MD_OK, "%s", md_errmsg());
     const cJSON *s = th_setting(r, "dataset");
     cr_assert(s, "no dataset setting");
     cr_assert_str_eq(cJSON_GetObjectItem(s, "value")->valuestring, "synthetic");
@@ -56,8 +52,7 @@ Test(bench_data, benchmark_only_falls_back_to_synthetic_data)
     free(out);
     free(err);
     free(model);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A dataset the user named, and a run that trains, still need data that fits. */
@@ -79,6 +74,5 @@ Test(bench_data, named_dataset_or_training_still_fails)
     free(out);
     free(err);
     free(model);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,18 @@ static const char two_conv[] =
     "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
     "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
 
-static void job_start(struct th_job *r, const char *args) { th_job_run(r, args, 0, 0); }
+/* Runs the job of the flags printf(fmt, ...) to its end; fails the test
+ * unless it succeeds. */
+__attribute__((format(printf, 2, 3))) static void job_ok(struct th_job *r, const char *fmt, ...)
+{
+    char args[2600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    th_job_run(r, args, 0, 0);
+    cr_assert_eq(r->st, MD_OK, "%s: %s", args, r->err);
+}
 
 static const char *common(const char *dir)
 {
@@ -50,11 +62,9 @@ static const char *common(const char *dir)
 Test(ckpt_layout, channels_last_checkpoint_holds_pytorch_layout, .timeout = 120)
 {
     char *dir = th_tmpdir();
-    char args[2600], path[4200];
-    snprintf(args, sizeof args, "%s --channels-last --epochs 1 --steps 2 --checkpoint-dir %s/ck", common(dir), dir);
+    char path[4200];
     struct th_job r;
-    job_start(&r, args);
-    cr_assert_eq(r.st, MD_OK, "%s", r.err);
+    job_ok(&r, "%s --channels-last --epochs 1 --steps 2 --checkpoint-dir %s/ck", common(dir), dir);
     md_model *m = r.job.model;
     cr_assert_eq(md_model_get_opts(m)->layout, MD_NHWC);
     float *dev = th_download_flat(m, md_model_params(m));
@@ -90,8 +100,7 @@ Test(ckpt_layout, channels_last_checkpoint_holds_pytorch_layout, .timeout = 120)
     md_st_close(f);
     free(dev);
     th_job_end(&r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Host parameters in PyTorch order after a run. Caller frees. */
@@ -102,34 +111,38 @@ static float *torch_params(struct th_job *r)
     return h;
 }
 
-Test(ckpt_layout, resume_across_layouts_equals_uninterrupted, .timeout = 180)
+/* Four steps of a channels-last run of 2 epochs x 3 steps with momentum,
+ * then an interruption: the path of its checkpoint in ck. */
+static void interrupted_run(const char *dir, const char *base, char *ck, size_t n)
 {
-    char *dir = th_tmpdir();
-    char args[2600], ck[4200];
-    const char *base = common(dir);
-    /* the reference: two epochs in one channels-last run */
-    struct th_job ref;
-    snprintf(args, sizeof args, "%s --channels-last --epochs 2 --steps 3 --momentum 0.9 --checkpoint-dir %s/ref", base, dir);
-    job_start(&ref, args);
-    cr_assert_eq(ref.st, MD_OK, "%s", ref.err);
-    float *want = torch_params(&ref);
-    size_t n = md_model_nparams(ref.job.model);
-    th_job_end(&ref);
-    /* four steps channels-last, interrupted; the rest in either layout */
+    char args[2600];
     struct th_job a;
     snprintf(args, sizeof args, "%s --channels-last --epochs 2 --steps 3 --momentum 0.9 --checkpoint-dir %s/a", base,
              dir);
     th_job_run(&a, args, 4, 0);
     cr_assert_eq(a.st, MD_ERR_INTERRUPTED, "%s", a.err);
     th_job_end(&a);
-    snprintf(ck, sizeof ck, "%s/a/last.safetensors", dir);
+    snprintf(ck, n, "%s/a/last.safetensors", dir);
+}
+
+Test(ckpt_layout, resume_across_layouts_equals_uninterrupted, .timeout = 180)
+{
+    char *dir = th_tmpdir();
+    char ck[4200];
+    const char *base = common(dir);
+    /* the reference: two epochs in one channels-last run */
+    struct th_job ref;
+    job_ok(&ref, "%s --channels-last --epochs 2 --steps 3 --momentum 0.9 --checkpoint-dir %s/ref", base, dir);
+    float *want = torch_params(&ref);
+    size_t n = md_model_nparams(ref.job.model);
+    th_job_end(&ref);
+    /* four steps channels-last, interrupted; the rest in either layout */
+    interrupted_run(dir, base, ck, sizeof ck);
     const char *layouts[2] = {"--no-channels-last", "--channels-last"};
     for (int l = 0; l < 2; l++) {
         struct th_job b;
-        snprintf(args, sizeof args, "%s %s --epochs 2 --steps 3 --momentum 0.9 --resume %s --checkpoint-dir %s/b%d", base,
-                 layouts[l], ck, dir, l);
-        job_start(&b, args);
-        cr_assert_eq(b.st, MD_OK, "%s: %s", layouts[l], b.err);
+        job_ok(&b, "%s %s --epochs 2 --steps 3 --momentum 0.9 --resume %s --checkpoint-dir %s/b%d", base, layouts[l], ck,
+               dir, l);
         cr_assert_eq(md_model_get_opts(b.job.model)->layout, l ? MD_NHWC : MD_NCHW);
         float *got = torch_params(&b);
         /* NCHW and NHWC kernels sum in other orders: close, not bitwise */
@@ -139,14 +152,11 @@ Test(ckpt_layout, resume_across_layouts_equals_uninterrupted, .timeout = 180)
         th_job_end(&b);
     }
     free(want);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
-/* Binds the two_conv model in `layout`, loads `path` as --init-from does and
- * returns the evaluation logits of `input` ((n, 1, 28, 28), NCHW). */
-static float *logits_after_load(const char *dir, md_layout layout, const char *path, const float *input, int n,
-                                md_status *st)
+/* two_conv (written into dir), unbound, in `layout` (caller frees). */
+static md_model *load_two_conv(const char *dir, md_layout layout)
 {
     char *cfg = th_write(dir, "two_conv.json", two_conv);
     struct md_model_opts mo;
@@ -155,6 +165,15 @@ static float *logits_after_load(const char *dir, md_layout layout, const char *p
     md_model *m;
     cr_assert_eq(md_model_load(cfg, NULL, &mo, &m), MD_OK, "%s", md_errmsg());
     free(cfg);
+    return m;
+}
+
+/* Binds the two_conv model in `layout`, loads `path` as --init-from does and
+ * returns the evaluation logits of `input` ((n, 1, 28, 28), NCHW). */
+static float *logits_after_load(const char *dir, md_layout layout, const char *path, const float *input, int n,
+                                md_status *st)
+{
+    md_model *m = load_two_conv(dir, layout);
     md_device *dev;
     struct md_device_opts dopts = {.threads = 1};
     cr_assert_eq(md_device_open(md_backend_find("cpu"), 0, &dopts, &dev), MD_OK, "%s", md_errmsg());
@@ -182,11 +201,9 @@ static void fixed_input(float *x, size_t n)
 Test(ckpt_layout, init_from_gives_the_trained_logits_in_both_layouts, .timeout = 120)
 {
     char *dir = th_tmpdir();
-    char args[2600], ck[4200];
-    snprintf(args, sizeof args, "%s --channels-last --epochs 1 --steps 3 --checkpoint-dir %s/ck", common(dir), dir);
+    char ck[4200];
     struct th_job r;
-    job_start(&r, args);
-    cr_assert_eq(r.st, MD_OK, "%s", r.err);
+    job_ok(&r, "%s --channels-last --epochs 1 --steps 3 --checkpoint-dir %s/ck", common(dir), dir);
     enum { N = 3 };
     float x[N * 784];
     fixed_input(x, N * 784);
@@ -207,8 +224,7 @@ Test(ckpt_layout, init_from_gives_the_trained_logits_in_both_layouts, .timeout =
                   "--init-from the channels-last checkpoint into a %s model", l ? "channels-last" : "NCHW");
         free(got);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(ckpt_layout, dump_grads_holds_pytorch_layout, .timeout = 120)
@@ -244,8 +260,7 @@ Test(ckpt_layout, dump_grads_holds_pytorch_layout, .timeout = 120)
     }
     md_st_close(f[0]);
     md_st_close(f[1]);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Writes the two_conv parameters `p` (PyTorch order) with `meta` as
@@ -253,12 +268,7 @@ Test(ckpt_layout, dump_grads_holds_pytorch_layout, .timeout = 120)
 static void write_params(const char *path, const float *p, int krsc, const char *const *meta, int nmeta,
                          const char *dir)
 {
-    char *cfg = th_write(dir, "two_conv.json", two_conv);
-    struct md_model_opts mo;
-    md_model_opts_default(&mo);
-    md_model *m;
-    cr_assert_eq(md_model_load(cfg, NULL, &mo, &m), MD_OK, "%s", md_errmsg());
-    free(cfg);
+    md_model *m = load_two_conv(dir, MD_NCHW);
     size_t n = md_model_nparams(m);
     float *q = malloc(n * sizeof *q), tmp[64 * 9];
     memcpy(q, p, n * sizeof *q);
@@ -282,12 +292,7 @@ static void write_params(const char *path, const float *p, int krsc, const char 
 /* Parameters of two_conv: deterministic, distinct values. */
 static float *some_params(const char *dir, size_t *n)
 {
-    char *cfg = th_write(dir, "two_conv.json", two_conv);
-    struct md_model_opts mo;
-    md_model_opts_default(&mo);
-    md_model *m;
-    cr_assert_eq(md_model_load(cfg, NULL, &mo, &m), MD_OK, "%s", md_errmsg());
-    free(cfg);
+    md_model *m = load_two_conv(dir, MD_NCHW);
     *n = md_model_nparams(m);
     md_model_free(m);
     float *p = malloc(*n * sizeof *p);
@@ -332,8 +337,7 @@ Test(ckpt_layout, old_channels_last_checkpoint_is_converted, .timeout = 60)
     free(other);
     free(want);
     free(p);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(ckpt_layout, file_in_another_layout_is_refused, .timeout = 60)
@@ -374,8 +378,7 @@ Test(ckpt_layout, file_in_another_layout_is_refused, .timeout = 60)
         free(err);
     }
     free(p);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Rewrites a checkpoint as an earlier version's channels-last run wrote it:
@@ -383,12 +386,7 @@ Test(ckpt_layout, file_in_another_layout_is_refused, .timeout = 60)
  * "layout" "NHWC" and no tensor_layout. */
 static void make_old_style(const char *path, const char *dir)
 {
-    char *cfg = th_write(dir, "two_conv.json", two_conv);
-    struct md_model_opts mo;
-    md_model_opts_default(&mo);
-    md_model *m;
-    cr_assert_eq(md_model_load(cfg, NULL, &mo, &m), MD_OK, "%s", md_errmsg());
-    free(cfg);
+    md_model *m = load_two_conv(dir, MD_NCHW);
     md_st_file *f;
     cr_assert_eq(md_st_open(path, &f), MD_OK, "%s", md_errmsg());
     md_st_writer *w;
@@ -424,15 +422,9 @@ static void make_old_style(const char *path, const char *dir)
 Test(ckpt_layout, old_channels_last_checkpoint_resumes_in_either_layout, .timeout = 180)
 {
     char *dir = th_tmpdir();
-    char args[2600], ck[4200], old[4200];
+    char ck[4200], old[4200];
     const char *base = common(dir);
-    struct th_job a;
-    snprintf(args, sizeof args, "%s --channels-last --epochs 2 --steps 3 --momentum 0.9 --checkpoint-dir %s/a", base,
-             dir);
-    th_job_run(&a, args, 4, 0);
-    cr_assert_eq(a.st, MD_ERR_INTERRUPTED, "%s", a.err);
-    th_job_end(&a);
-    snprintf(ck, sizeof ck, "%s/a/last.safetensors", dir);
+    interrupted_run(dir, base, ck, sizeof ck);
     snprintf(old, sizeof old, "%s/old.safetensors", dir);
     char cmd[9000];
     snprintf(cmd, sizeof cmd, "cp '%s' '%s'", ck, old);
@@ -444,10 +436,8 @@ Test(ckpt_layout, old_channels_last_checkpoint_resumes_in_either_layout, .timeou
         size_t n = 0;
         for (int i = 0; i < 2; i++) {
             struct th_job b;
-            snprintf(args, sizeof args, "%s %s --epochs 2 --steps 3 --momentum 0.9 --resume %s --checkpoint-dir %s/b%d%d",
-                     base, layouts[l], i ? old : ck, dir, l, i);
-            job_start(&b, args);
-            cr_assert_eq(b.st, MD_OK, "%s: %s", layouts[l], b.err);
+            job_ok(&b, "%s %s --epochs 2 --steps 3 --momentum 0.9 --resume %s --checkpoint-dir %s/b%d%d", base,
+                   layouts[l], i ? old : ck, dir, l, i);
             got[i] = torch_params(&b);
             n = md_model_nparams(b.job.model);
             th_job_end(&b);
@@ -457,6 +447,5 @@ Test(ckpt_layout, old_channels_last_checkpoint_resumes_in_either_layout, .timeou
         free(got[0]);
         free(got[1]);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

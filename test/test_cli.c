@@ -87,19 +87,7 @@ Test(cli, no_colour_or_progress_when_not_a_terminal)
 Test(cli, report_json_has_documented_keys)
 {
     char *dir = th_tmpdir();
-    char args[4300], path[4200];
-    snprintf(path, sizeof path, "%s/r.json", dir);
-    snprintf(args, sizeof args, "--device cpu --quiet --epochs 0 --report %s", path);
-    char *err;
-    cr_assert_eq(th_run(args, NULL, &err), 0, "%s", err);
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "report not written");
-    char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    cJSON *r = cJSON_Parse(buf);
-    cr_assert(r, "report is not JSON");
+    cJSON *r = th_run_report(dir, "--device cpu --quiet --epochs 0", 0, NULL, NULL);
     static const char *const keys[] = {"schema_version", "tool", "started_at", "system", "devices",
                                        "selected_device", "settings", "memory", "status", "duration_s"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
@@ -113,31 +101,18 @@ Test(cli, report_json_has_documented_keys)
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "selected_device"), "backend")->valuestring, "cpu");
     cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "status"), "exit_code")->valueint, 0);
     cJSON_Delete(r);
-    th_rmtree(dir);
-    free(dir);
-    free(err);
+    th_tmpdir_free(dir);
 }
 
 Test(cli, report_records_failure)
 {
     char *dir = th_tmpdir();
-    char args[4300], path[4200];
-    snprintf(path, sizeof path, "%s/r.json", dir);
-    snprintf(args, sizeof args, "--device cpu:5 --quiet --report %s", path);
-    cr_assert_eq(th_run(args, NULL, NULL), 4);
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "report must be written on failure too");
-    char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    cJSON *r = cJSON_Parse(buf);
+    cJSON *r = th_run_report(dir, "--device cpu:5 --quiet", 4, NULL, NULL); /* written on failure too */
     cJSON *st = cJSON_GetObjectItem(r, "status");
     cr_assert_eq(cJSON_GetObjectItem(st, "exit_code")->valueint, 4);
     cr_assert(strstr(cJSON_GetObjectItem(st, "error")->valuestring, "cpu:5"));
     cJSON_Delete(r);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(cli, unwritable_report_is_an_io_error)

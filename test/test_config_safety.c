@@ -36,8 +36,7 @@ static int run_capped(const char *args, int seconds, char **err)
     snprintf(p, sizeof p, "%s/err", dir);
     *err = th_slurp(p, NULL);
     if (!*err) *err = strdup("");
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
 }
 
@@ -59,8 +58,7 @@ static int run_model(const char *blocks, const char *layers, int seconds, char *
     int rc = run_capped(args, seconds, err);
     free(text);
     free(p);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
     return rc;
 }
 
@@ -123,8 +121,7 @@ Test(config_safety, run_config_and_preset_refuse_duplicate_keys)
     cr_expect(strstr(md_errmsg(), "batch_size: key appears twice"), "%s", md_errmsg());
     free(cfg);
     free(pre);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A safetensors header as given (padded to 8), then `data` bytes of zeros. */
@@ -162,8 +159,7 @@ Test(config_safety, safetensors_header_refuses_duplicate_keys)
         md_st_close(f);
         free(p);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 static md_status load_text(const char *text, md_model **m)

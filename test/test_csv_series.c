@@ -242,8 +242,7 @@ Test(csv_parse, size_cap)
     snprintf(msg, sizeof msg, "%s: cannot open: No such file or directory", path);
     cr_expect_str_eq(md_errmsg(), msg);
     free(path);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
     free(t);
 }
 

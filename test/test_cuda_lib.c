@@ -57,8 +57,7 @@ Test(cuda_lib, missing_file_is_refused_not_replaced)
     cr_assert(strstr(err, "MPSDIAG_CUDA_LIB") && strstr(err, lib), "no word of the refused library: %s", err);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(cuda_lib, file_that_is_not_a_shared_library)
@@ -82,8 +81,7 @@ Test(cuda_lib, file_that_is_not_a_shared_library)
     free(out);
     free(err);
     free(lib);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A real shared library that is not the plug-in: named as such. */

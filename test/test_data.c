@@ -82,8 +82,7 @@ Test(data, idx_plain_and_gzip)
             for (long long i = 0; i < md_data_count(d, (md_split)sp); i++) seen[md_data_split_index(d, (md_split)sp, i)]++;
         for (int i = 0; i < 50; i++) cr_assert_eq(seen[i], 1, "training image %d in %d splits", i, seen[i]);
         md_data_free(d);
-        th_rmtree(dir);
-        free(dir);
+        th_tmpdir_free(dir);
     }
 }
 
@@ -116,8 +115,7 @@ Test(data, split_sizes_seeded_and_max_samples)
     md_data_free(a);
     md_data_free(b);
     md_data_free(c);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data, cifar10_and_cifar100_labels_and_pixels)
@@ -186,8 +184,7 @@ Test(data, cifar10_and_cifar100_labels_and_pixels)
     free(x);
     free(y);
     md_data_free(d);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data, jpeg_folders_decode_resize_and_val_folder)
@@ -241,8 +238,7 @@ Test(data, jpeg_folders_decode_resize_and_val_folder)
     free(x);
     free(y);
     md_data_free(d);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data, luma_input_and_channel_conversion)
@@ -311,8 +307,7 @@ Test(data, luma_input_and_channel_conversion)
     /* fewer model outputs than classes */
     struct md_data_request r5 = {.num_classes = 5};
     cr_assert_eq(md_data_open(&o, &r5, &d), MD_ERR_CONFIG);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data, resize_bilinear)
@@ -373,8 +368,7 @@ Test(data, cache_accounting_and_refusal)
     cr_assert_eq(md_data_cache_estimate(d), 0);
     cr_assert_eq(md_data_resident_bytes(d), 160);
     md_data_free(d);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data, synthetic_is_learnable)
@@ -517,8 +511,7 @@ Test(data, bad_input_names_the_file)
                   cases[t].file_in_msg, msg);
         cr_assert(strstr(msg, cases[t].reason), "[%s] message lacks '%s': %s", cases[t].what, cases[t].reason, msg);
         cr_assert_null(strchr(msg, '\n'), "one line");
-        th_rmtree(dir);
-        free(dir);
+        th_tmpdir_free(dir);
     }
 }
 
@@ -554,8 +547,7 @@ Test(data, skip_bad_samples_counts_them)
     cr_assert(strstr(md_data_first_bad(d), "bad.jpg"), "%s", md_data_first_bad(d));
     cr_assert_eq(md_data_count(d, MD_SPLIT_TRAIN), 6);
     md_data_free(d);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data, cli_bad_data_exit_code_3)
@@ -578,8 +570,7 @@ Test(data, cli_bad_data_exit_code_3)
     cr_assert(strstr(err, "none"), "stderr: %s", err);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data, peek_matches_open)
@@ -611,8 +602,7 @@ Test(data, peek_matches_open)
     cr_assert(pk.num_classes == 4 && pk.c == 3 && pk.h == 0);
     o = tf_opts("auto", "/nonexistent/dir");
     cr_assert_eq(md_data_peek(&o, &pk), MD_ERR_DATA);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data, config_data_section)
@@ -624,13 +614,8 @@ Test(data, config_data_section)
                          " \"augment\": {\"crop_padding\": 2, \"flip\": false},"
                          " \"normalize\": {\"mean\": [0.5, 0.5, 0.5], \"std\": [0.25, 0.25, 0.25]}}}");
     char args[2400], *out = NULL, *err = NULL;
-    snprintf(args, sizeof args, "--config %s --report %s/r.json --quiet", cfg, dir);
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    char rp[1200];
-    snprintf(rp, sizeof rp, "%s/r.json", dir);
-    cJSON *r = NULL;
-    cr_assert_eq(md_json_load_file(rp, &r), MD_OK, "%s", md_errmsg());
+    snprintf(args, sizeof args, "--config %s --quiet", cfg);
+    cJSON *r = th_run_report(dir, args, 0, &out, &err);
     const cJSON *d = cJSON_GetObjectItem(r, "data");
     cr_assert_not_null(d);
     cr_assert_str_eq(cJSON_GetObjectItem(d, "dataset")->valuestring, "synthetic");
@@ -657,13 +642,12 @@ Test(data, config_data_section)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cfg = th_write(dir, "bad.json", bad[i][0]);
         snprintf(args, sizeof args, "--device cpu --config %s", cfg);
-        rc = th_run(args, &out, &err);
+        int rc = th_run(args, &out, &err);
         cr_assert_eq(rc, 3, "%s: exit %d: %s", bad[i][0], rc, err);
         cr_assert(strstr(err, bad[i][1]) && strstr(err, "bad.json"), "%s: %s", bad[i][0], err);
         free(out);
         free(err);
         free(cfg);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -150,8 +150,7 @@ Test(data_csv, auto_detects_a_file_or_a_directory_with_one)
     cr_assert(strstr(md_errmsg(), "2 .csv files") && strstr(md_errmsg(), "--data-dir FILE.csv"), "%s", md_errmsg());
     md_err_clear();
     free(a);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data_csv, bad_files_name_file_line_and_column)
@@ -173,8 +172,7 @@ Test(data_csv, bad_files_name_file_line_and_column)
     md_err_clear();
     free(bad);
     free(few);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- metrics ---- */

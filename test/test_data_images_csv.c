@@ -119,8 +119,7 @@ Test(data_images_csv, parses_numeric_columns_as_targets)
     cr_assert_eq(md_data_open(&o, &r, &d), MD_OK, "%s", md_errmsg());
     cr_assert_str_eq(md_data_name(d), "images-csv");
     md_data_free(d);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Each error is one line naming the file, and the row and column where there is one. */
@@ -184,8 +183,7 @@ Test(data_images_csv, csv_errors_name_file_row_and_column)
     snprintf(o.data_dir, sizeof o.data_dir, "%s/none.csv", dir);
     cr_assert_neq(open_err(&o, &r), MD_OK);
     cr_assert(strstr(md_errmsg(), "none.csv"), "%s", md_errmsg());
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Targets are delivered standardised with the training split's mean/std;
@@ -230,8 +228,7 @@ Test(data_images_csv, standardisation_round_trip)
     md_loader_release(l, b);
     md_loader_free(l);
     md_data_free(d);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Side values: the model input "side", standardised like the targets. */
@@ -266,8 +263,7 @@ Test(data_images_csv, side_input)
     md_loader_release(l, b);
     md_loader_free(l);
     md_data_free(d);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* The mean of channel ch of input i of sample j, in pixel units (0..255). */
@@ -323,8 +319,7 @@ Test(data_images_csv, halves)
     struct md_data_request one = image_req(8, 8);
     cr_assert_eq(open_err(&o, &one), MD_ERR_CONFIG);
     cr_assert(strstr(md_errmsg(), "--halves"), "%s", md_errmsg());
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* The validation rows of every fold of opts o, as a bitmap of n rows per fold. */
@@ -376,8 +371,7 @@ Test(data_images_csv, folds_disjoint_cover_reproducible_seeded)
     o.fold = 2;
     cr_assert_eq(open_err(&o, &r), MD_ERR_USAGE);
     cr_assert(strstr(md_errmsg(), "--folds"), "%s", md_errmsg());
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data_images_csv, class_column)
@@ -404,8 +398,7 @@ Test(data_images_csv, class_column)
     cr_assert_str_eq(md_data_class_name(d, 0), "bark");
     cr_assert_eq(md_data_class_count(d, MD_SPLIT_TRAIN, 1), 4);
     md_data_free(d);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* The shipped sample: 192 wide images, three measured targets and a side column. */
@@ -493,6 +486,5 @@ Test(data_images_csv, binary_trains_on_sample, .timeout = 120)
     cr_assert_eq(th_count_messages(err), 1, "%s", err);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -104,8 +104,7 @@ Test(loader, jpeg_workers_identical)
     free_epoch(&a);
     free_epoch(&b);
     md_data_free(d);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(loader, seed_and_epoch_decide_the_order)
@@ -340,6 +339,5 @@ Test(loader, decode_errors_fail_or_skip)
             md_data_free(d);
         }
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -46,8 +46,7 @@ Test(data_robust, max_samples_caps_validation_and_test_too)
     cr_assert_eq(total, 7, "per-class counts follow the cap");
     md_data_free(d);
     md_data_free(e);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data_robust, max_samples_smoke_run_scores_few_test_images, .timeout = 60)
@@ -56,16 +55,11 @@ Test(data_robust, max_samples_smoke_run_scores_few_test_images, .timeout = 60)
     char args[4300], *out = NULL, *err = NULL;
     snprintf(args, sizeof args,
              "--device cpu --threads 1 --dataset synthetic --max-samples 4 --batch-size 4 --num-workers 0 --steps 1 "
-             "--checkpoint-dir %s/ck --report %s/r.json",
-             dir, dir);
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+             "--checkpoint-dir %s/ck",
+             dir);
+    cJSON *r = th_run_report(dir, args, 0, &out, &err);
     cr_assert(strstr(out, "4 train / 4 val / 4 test samples"), "%s", out);
     cr_assert(strstr(out, "--max-samples"), "the output says the splits were capped: %s", out);
-    char p[4400];
-    snprintf(p, sizeof p, "%s/r.json", dir);
-    cJSON *r = NULL;
-    cr_assert_eq(md_json_load_file(p, &r), MD_OK, "%s", md_errmsg());
     const cJSON *data = cJSON_GetObjectItem(r, "data");
     cr_assert_eq(cJSON_GetObjectItem(data, "max_samples")->valueint, 4);
     const cJSON *test = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "training"), "test");
@@ -73,8 +67,7 @@ Test(data_robust, max_samples_smoke_run_scores_few_test_images, .timeout = 60)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- CMYK and undecodable JPEGs ------------------------------------------------------ */
@@ -151,8 +144,7 @@ Test(data_robust, cmyk_jpeg_decodes_to_its_colour)
     md_loader_release(l, b);
     md_loader_free(l);
     md_data_free(d);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A JPEG with a sound header whose image data stops half-way. */
@@ -183,8 +175,7 @@ Test(data_robust, undecodable_jpeg_fails_at_open)
     md_status st = md_data_open(&o, NULL, &d);
     cr_assert_eq(st, MD_ERR_DATA, "opened: the truncated file was not found at open");
     cr_assert(strstr(md_errmsg(), "cut.jpg"), "%s", md_errmsg());
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data_robust, skip_reports_how_many_and_which, .timeout = 60)
@@ -211,15 +202,11 @@ Test(data_robust, skip_reports_how_many_and_which, .timeout = 60)
     char args[4400], *out = NULL, *err = NULL;
     snprintf(args, sizeof args,
              "--device cpu --threads 1 --dataset jpeg --data-dir %s --on-bad-sample skip --image-size 16 --val-split 0 "
-             "--max-samples 6 --batch-size 6 --num-workers 0 --steps 1 --checkpoint-dir %s/ck --report %s/r.json",
-             dir, dir, dir);
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+             "--max-samples 6 --batch-size 6 --num-workers 0 --steps 1 --checkpoint-dir %s/ck",
+             dir, dir);
+    cJSON *r = th_run_report(dir, args, 0, &out, &err);
     cr_assert(strstr(out, "4 bad samples skipped"), "%s", out);
     cr_assert(strstr(out, "cut0.jpg") && strstr(out, "cut2.jpg") && strstr(out, "text.jpg"), "%s", out);
-    snprintf(p, sizeof p, "%s/r.json", dir);
-    cJSON *r = NULL;
-    cr_assert_eq(md_json_load_file(p, &r), MD_OK, "%s", md_errmsg());
     const cJSON *data = cJSON_GetObjectItem(r, "data");
     cr_assert_eq(cJSON_GetObjectItem(data, "skipped")->valueint, 4);
     const cJSON *files = cJSON_GetObjectItem(data, "skipped_files");
@@ -236,8 +223,7 @@ Test(data_robust, skip_reports_how_many_and_which, .timeout = 60)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(data_robust, cmyk_jpeg_trains_from_the_binary, .timeout = 60)
@@ -260,6 +246,5 @@ Test(data_robust, cmyk_jpeg_trains_from_the_binary, .timeout = 60)
     cr_assert_null(strstr(err, "corrupt"), "%s", err);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

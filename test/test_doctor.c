@@ -20,6 +20,7 @@
 #include "diag/check.h"
 #include "diag/html.h"
 #include "helpers.h"
+#include "helpers_job.h"
 #include "json_schema.h"
 #include "nn/model.h"
 
@@ -175,32 +176,11 @@ Test(doctor, check_says_which_layers_fell_back, .timeout = 60)
 
 /* ---- the command line: exit code, report, text ---- */
 
-struct job_out {
-    md_status st;
-    char *text;
-    cJSON *report;
-};
-
-static struct job_out run_job(const char *dir, const char *extra)
+static struct th_main_run run_job(const char *dir, const char *extra)
 {
-    struct job_out r = {0};
-    char report[4200], text[4200], args[8192], buf[8300];
-    snprintf(report, sizeof report, "%s/report.json", dir);
-    snprintf(text, sizeof text, "%s/stdout.txt", dir);
-    snprintf(args, sizeof args, "--threads 1 --report %s %s", report, extra);
-    char *argv[64];
-    int argc = th_argv(buf, sizeof buf, args, argv);
-    md_options o;
-    md_options_defaults(&o);
-    cr_assert_eq(md_options_parse(&o, argc, argv), MD_OK, "%s", md_errmsg());
-    md_log_init(MD_NORMAL);
-    fflush(stdout);
-    cr_assert(freopen(text, "w", stdout), "cannot capture stdout");
-    r.st = md_job_run(&o);
-    fflush(stdout);
-    r.text = th_slurp(text, NULL);
-    r.report = th_load_json(report);
-    return r;
+    char args[8192];
+    snprintf(args, sizeof args, "--threads 1 %s", extra);
+    return th_job_main(dir, args);
 }
 
 static void expect_valid(const cJSON *report)
@@ -226,7 +206,7 @@ static void expect_width(const char *text)
 Test(doctor, check_exit_code_report_and_text, .timeout = 60)
 {
     char *dir = th_tmpdir();
-    struct job_out r = run_job(dir, "--device cpu --check");
+    struct th_main_run r = run_job(dir, "--device cpu --check");
     cr_expect_eq(r.st, MD_OK, "%s", md_errmsg());
     const cJSON *ck = cJSON_GetObjectItem(r.report, "check");
     cr_assert(cJSON_IsObject(ck), "no check in the report");
@@ -262,8 +242,7 @@ Test(doctor, check_exit_code_report_and_text, .timeout = 60)
     md_backend_set_test_ops("cpu", NULL);
     free(r.text);
     cJSON_Delete(r.report);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(doctor, check_contradicts_training_modes)
@@ -368,8 +347,7 @@ Test(doctor, plan_written_and_read_back, .timeout = 60)
     cr_expect_geq(p.nlayers, 1);
     cr_expect_str_eq(p.layers[0], cJSON_GetArrayItem(cJSON_GetObjectItem(keep, "layers"), 0)->valuestring);
     cJSON_Delete(au);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(doctor, bad_plan_file_is_one_line_naming_file_and_field)
@@ -403,8 +381,7 @@ Test(doctor, bad_plan_file_is_one_line_naming_file_and_field)
     snprintf(missing, sizeof missing, "%s/none.json", dir);
     cr_expect_eq(md_precision_plan_read(missing, &p), MD_ERR_CONFIG);
     cr_expect(strstr(md_errmsg(), "none.json"), "%s", md_errmsg());
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A training run with a plan: the precision and loss scale are taken, and
@@ -425,7 +402,7 @@ Test(doctor, training_with_a_plan_says_what_it_cannot_honour, .timeout = 60)
              "--device metal --precision-plan %s --dataset synthetic --max-samples 32 --batch-size 8 --steps 1 "
              "--num-workers 0 --checkpoint-dir %s/ck",
              plan, dir);
-    struct job_out r = run_job(dir, extra);
+    struct th_main_run r = run_job(dir, extra);
     md_backend_set_test_ops("metal", NULL);
     cr_expect_eq(r.st, MD_OK, "%s", md_errmsg());
     const cJSON *w = cJSON_GetObjectItem(r.report, "warnings"), *e;
@@ -448,8 +425,7 @@ Test(doctor, training_with_a_plan_says_what_it_cannot_honour, .timeout = 60)
     free(r.text);
     cJSON_Delete(r.report);
     free(plan);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(doctor, audit_report_and_plan_file_from_the_command_line, .timeout = 60)
@@ -458,7 +434,7 @@ Test(doctor, audit_report_and_plan_file_from_the_command_line, .timeout = 60)
     char extra[4400], path[4200];
     snprintf(path, sizeof path, "%s/plan.json", dir);
     snprintf(extra, sizeof extra, "--device cpu --precision-audit --precision-plan %s", path);
-    struct job_out r = run_job(dir, extra);
+    struct th_main_run r = run_job(dir, extra);
     cr_expect_eq(r.st, MD_OK, "%s", md_errmsg());
     cr_expect(cJSON_IsObject(cJSON_GetObjectItem(r.report, "precision_audit")));
     expect_valid(r.report);
@@ -467,8 +443,7 @@ Test(doctor, audit_report_and_plan_file_from_the_command_line, .timeout = 60)
     cr_expect_eq(md_precision_plan_read(path, &p), MD_OK, "%s", md_errmsg());
     free(r.text);
     cJSON_Delete(r.report);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- the Metal simulation (build/metal-sim-tests; skipped where "metal" is the stub) ---- */

@@ -137,8 +137,7 @@ Test(profile, rapl_reads_packages_and_undoes_a_wrap)
     cr_assert_eq(md_energy_read(&e, &b), 0);
     cr_assert_float_eq(md_energy_joules(&e, &a, &b), 1.5 + 2.5, 1e-9, "%g J", md_energy_joules(&e, &a, &b));
     md_energy_close(&e);
-    th_rmtree(root);
-    free(root);
+    th_tmpdir_free(root);
 }
 
 Test(profile, energy_says_why_not)
@@ -161,8 +160,7 @@ Test(profile, energy_says_why_not)
         cr_assert(strstr(e.reason, "readable by root only"), "%s", e.reason);
         chmod(p, 0644);
     }
-    th_rmtree(root);
-    free(root);
+    th_tmpdir_free(root);
     setenv("MPSDIAG_NVML_LIB", "/nonexistent/libnvidia-ml.so.1", 1);
     md_energy_open(&e, MD_BACKEND_CUDA, 0, "NVIDIA H100");
     unsetenv("MPSDIAG_NVML_LIB");
@@ -341,8 +339,7 @@ Test(profile, profile_run_reports_layers_memory_and_energy, .timeout = 60)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(profile, injected_leak_is_flagged_and_fails_the_run, .timeout = 60)
@@ -375,6 +372,5 @@ Test(profile, injected_leak_is_flagged_and_fails_the_run, .timeout = 60)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -14,6 +14,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "helpers.h"
+#include "helpers_job.h"
 
 static struct md_backend_ops no_pool_ops;
 
@@ -35,42 +36,20 @@ static const char pool_model[] =
     "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
     "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
 
-struct job_out {
-    md_status st;
-    char *text;    /* stdout of the run (malloc) */
-    cJSON *report; /* the --report file, parsed */
-};
-
 /* Runs `mpsdiag ARGS --model <pool_model> --report <tmp>` in this process on
  * the test "metal", with stdout captured. */
-static struct job_out run_job(const char *extra)
+static struct th_main_run run_job(const char *extra)
 {
-    struct job_out r = {0};
     char *dir = th_tmpdir();
     char *model = th_write(dir, "pooled.json", pool_model);
-    char report[4200], text[4200], args[8192], buf[8300];
-    snprintf(report, sizeof report, "%s/report.json", dir);
-    snprintf(text, sizeof text, "%s/stdout.txt", dir);
+    char args[8192];
     snprintf(args, sizeof args,
              "--device metal --model %s --dataset synthetic --max-samples 64 --batch-size 16 --steps 2 "
-             "--num-workers 0 --checkpoint-dir %s/ck --report %s %s",
-             model, dir, report, extra);
-    char *argv[64];
-    int argc = th_argv(buf, sizeof buf, args, argv);
-    md_options o;
-    md_options_defaults(&o);
-    cr_assert_eq(md_options_parse(&o, argc, argv), MD_OK, "%s", md_errmsg());
-    md_log_init(MD_NORMAL);
-    fflush(stdout);
-    cr_assert(freopen(text, "w", stdout), "cannot capture stdout");
-    r.st = md_job_run(&o);
-    fflush(stdout);
-    r.text = th_slurp(text, NULL);
-    cr_assert(r.text, "no captured stdout");
-    r.report = th_load_json(report);
+             "--num-workers 0 --checkpoint-dir %s/ck %s",
+             model, dir, extra);
+    struct th_main_run r = th_job_main(dir, args);
     free(model);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
     return r;
 }
 
@@ -88,7 +67,7 @@ Test(fallback, environment_variable_turns_it_on_and_ops_are_counted)
 {
     use_metal_without_pooling();
     setenv("MPSDIAG_ENABLE_FALLBACK", "1", 1);
-    struct job_out r = run_job("");
+    struct th_main_run r = run_job("");
     cr_assert_eq(r.st, MD_OK, "%s", md_errmsg());
     const cJSON *s = th_setting(r.report, "fallback");
     cr_assert(s, "no fallback setting");
@@ -115,7 +94,7 @@ Test(fallback, flag_says_so_and_off_fails_naming_the_op)
 {
     use_metal_without_pooling();
     unsetenv("MPSDIAG_ENABLE_FALLBACK");
-    struct job_out r = run_job("--fallback");
+    struct th_main_run r = run_job("--fallback");
     cr_assert_eq(r.st, MD_OK, "%s", md_errmsg());
     cr_assert(strstr(cJSON_GetObjectItem(th_setting(r.report, "fallback"), "why")->valuestring, "--fallback"));
     cr_assert_geq(op_count(r.report, "pool2d_fwd"), 2);

@@ -173,12 +173,8 @@ Test(folds, fold_all_regression_end_to_end, .timeout = 120)
 {
     enum { K = 3 };
     char *dir = th_tmpdir(), cmd[2048], *out = NULL, *err = NULL, path[700];
-    snprintf(cmd, sizeof cmd, SMALL_TS " --folds %d --fold all --checkpoint-dir %s/ck --report %s/r.json --metrics %s/m.jsonl",
-             K, dir, dir, dir);
-    int rc = th_run(cmd, &out, &err);
-    cr_assert_eq(rc, 0, "%s\n%s", out, err);
-    snprintf(path, sizeof path, "%s/r.json", dir);
-    cJSON *r = th_load_json(path);
+    snprintf(cmd, sizeof cmd, SMALL_TS " --folds %d --fold all --checkpoint-dir %s/ck --metrics %s/m.jsonl", K, dir, dir);
+    cJSON *r = th_run_report(dir, cmd, 0, &out, &err);
     const cJSON *folds = th_obj(r, "folds");
     cr_assert_eq((int)th_num(folds, "k"), K);
     check_summary(folds, "val_loss", K);
@@ -236,21 +232,17 @@ Test(folds, fold_all_regression_end_to_end, .timeout = 120)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(folds, fold_all_classification, .timeout = 120)
 {
-    char *dir = th_tmpdir(), cmd[2048], *out = NULL, *err = NULL, path[700];
+    char *dir = th_tmpdir(), cmd[2048], *out = NULL, *err = NULL;
     snprintf(cmd, sizeof cmd,
              "--dataset synthetic --model small_cnn --epochs 1 --steps 2 --max-samples 64 --batch-size 16 --folds 2 "
-             "--fold all --checkpoint-dir %s/ck --report %s/r.json",
-             dir, dir);
-    int rc = th_run(cmd, &out, &err);
-    cr_assert_eq(rc, 0, "%s\n%s", out, err);
-    snprintf(path, sizeof path, "%s/r.json", dir);
-    cJSON *r = th_load_json(path);
+             "--fold all --checkpoint-dir %s/ck",
+             dir);
+    cJSON *r = th_run_report(dir, cmd, 0, &out, &err);
     const cJSON *folds = th_obj(r, "folds");
     check_summary(folds, "val_acc", 2);
     check_summary(folds, "val_loss", 2);
@@ -263,6 +255,5 @@ Test(folds, fold_all_classification, .timeout = 120)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -19,18 +19,10 @@
 static cJSON *run_report(const char *args, int want_rc, char **out_text)
 {
     char *dir = th_tmpdir();
-    char cmd[2048], *out = NULL, *err = NULL;
-    snprintf(cmd, sizeof cmd, "%s --checkpoint-dir %s/ck --report %s/r.json", args, dir, dir);
-    int rc = th_run(cmd, &out, &err);
-    cr_assert_eq(rc, want_rc, "rc %d for %s\nstdout:\n%s\nstderr:\n%s", rc, cmd, out, err);
-    char path[600];
-    snprintf(path, sizeof path, "%s/r.json", dir);
-    cJSON *r = want_rc == 0 ? th_load_json(path) : NULL;
-    if (out_text) *out_text = out;
-    else free(out);
-    free(err);
-    th_rmtree(dir);
-    free(dir);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s --checkpoint-dir %s/ck", args, dir);
+    cJSON *r = th_run_report(dir, cmd, want_rc, out_text, NULL);
+    th_tmpdir_free(dir);
     return r;
 }
 

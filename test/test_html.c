@@ -137,8 +137,7 @@ Test(html, atomic_write)
     /* an unwritable place is an I/O error naming the file */
     cr_assert_eq(md_html_write(r, "/nonexistent-dir/r.html"), MD_ERR_IO);
     cr_assert_not_null(strstr(md_errmsg(), "/nonexistent-dir/r.html"));
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
     cJSON_Delete(r);
 }
 

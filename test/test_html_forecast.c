@@ -45,37 +45,13 @@ static cJSON *regression_training(double test_mse)
         sps[e] = 900 + e;
         et[e] = 3.5;
     }
-    cJSON_AddItemToObject(c, "epoch", th_json_numbers(ep, EPOCHS));
-    cJSON_AddItemToObject(c, "train_loss", th_json_numbers(tl, EPOCHS));
-    cJSON_AddItemToObject(c, "val_loss", th_json_numbers(vl, EPOCHS));
-    cJSON_AddItemToObject(c, "val_mse", th_json_numbers(vl, EPOCHS)); /* the loss is the MSE here */
-    cJSON_AddItemToObject(c, "val_mae", th_json_numbers(vmae, EPOCHS));
-    cJSON_AddItemToObject(c, "lr", th_json_numbers(lr, EPOCHS));
-    cJSON_AddItemToObject(c, "samples_per_s", th_json_numbers(sps, EPOCHS));
-    cJSON_AddItemToObject(c, "epoch_time_s", th_json_numbers(et, EPOCHS));
+    /* val_mse: the loss is the MSE here */
+    th_json_add_columns(c, th_regression_curves, (const double *const[]){ep, tl, vl, vl, vmae, lr, sps, et},
+                        EPOCHS);
     cJSON_AddArrayToObject(tr, "diagnostics");
-    cJSON *best = cJSON_AddObjectToObject(tr, "best");
-    cJSON_AddNumberToObject(best, "epoch", 4);
-    cJSON_AddStringToObject(best, "metric", "val_loss");
-    cJSON_AddNumberToObject(best, "value", vl[3]);
-    cJSON_AddStringToObject(best, "path", "runs/x/best.safetensors");
-    cJSON *es = cJSON_AddObjectToObject(tr, "early_stopping");
-    cJSON_AddNumberToObject(es, "patience", 3);
-    cJSON_AddNumberToObject(es, "stopped_after_epoch", EPOCHS);
-    cJSON *t = cJSON_AddObjectToObject(tr, "test");
-    cJSON_AddNumberToObject(t, "loss", test_mse);
-    cJSON_AddNumberToObject(t, "mse", test_mse);
-    cJSON_AddNumberToObject(t, "mae", 0.39);
-    cJSON_AddNumberToObject(t, "rmse", sqrt(test_mse));
-    cJSON_AddNumberToObject(t, "directional_accuracy", 0.5625);
-    cJSON_AddNumberToObject(t, "mse_original_units", 12.5);
-    cJSON_AddNumberToObject(t, "mae_original_units", 2.75);
-    cJSON_AddNumberToObject(t, "samples", 2785);
-    cJSON_AddNumberToObject(t, "after_epoch", 4);
-    cJSON *bl = cJSON_AddObjectToObject(t, "baseline");
-    cJSON_AddStringToObject(bl, "name", "repeat the last value");
-    cJSON_AddNumberToObject(bl, "mse", 0.45);
-    cJSON_AddNumberToObject(bl, "mae", 0.44);
+    th_regression_results(tr, vl[3], "runs/x/best.safetensors", 3, EPOCHS,
+                          (const double[]){test_mse, test_mse, 0.39, sqrt(test_mse), 0.5625, 12.5, 2.75, 2785, 4},
+                          0.45, 0.44);
     static const char *const var[NFC] = {"HUFL", "OT", "LULL", "OT"};
     cJSON *fcs = cJSON_AddArrayToObject(tr, "forecasts");
     for (int k = 0; k < NFC; k++) {
@@ -85,13 +61,7 @@ static cJSON *regression_training(double test_mse)
             ac[i] = series(k, SEQ + i) + 0.6 * sin(1.7 * i + k);
             pr[i] = series(k, SEQ + i) * 0.97 + 0.5;
         }
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddNumberToObject(f, "window", 700 * k);
-        cJSON_AddStringToObject(f, "variate", var[k]);
-        cJSON_AddItemToObject(f, "lookback", th_json_numbers(lb, SEQ));
-        cJSON_AddItemToObject(f, "actual", th_json_numbers(ac, PRED));
-        cJSON_AddItemToObject(f, "predicted", th_json_numbers(pr, PRED));
-        cJSON_AddItemToArray(fcs, f);
+        th_add_forecast(fcs, 700 * k, var[k], lb, SEQ, ac, pr, PRED);
     }
     return tr;
 }

@@ -26,13 +26,7 @@ static void add_forecast(cJSON *arr, int window, const char *variate, double lev
         act[i] = level + sin(0.5 * (SEQ + i));
         pred[i] = level + 0.8 * sin(0.5 * (SEQ + i)) + 0.05;
     }
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "window", window);
-    cJSON_AddStringToObject(f, "variate", variate);
-    cJSON_AddItemToObject(f, "lookback", th_json_numbers(lb, SEQ));
-    cJSON_AddItemToObject(f, "actual", th_json_numbers(act, PRED));
-    cJSON_AddItemToObject(f, "predicted", th_json_numbers(pred, PRED));
-    cJSON_AddItemToArray(arr, f);
+    th_add_forecast(arr, window, variate, lb, SEQ, act, pred, PRED);
 }
 
 /* A train report of a forecasting run whose test MSE is `mse` against the
@@ -66,36 +60,11 @@ static cJSON *regression_report(double mse)
         sps[i] = 900 + i;
         et[i] = 2.5;
     }
-    cJSON_AddItemToObject(c, "epoch", th_json_numbers(ep, EPOCHS));
-    cJSON_AddItemToObject(c, "train_loss", th_json_numbers(tl, EPOCHS));
-    cJSON_AddItemToObject(c, "val_loss", th_json_numbers(vl, EPOCHS));
-    cJSON_AddItemToObject(c, "val_mse", th_json_numbers(vmse, EPOCHS));
-    cJSON_AddItemToObject(c, "val_mae", th_json_numbers(vmae, EPOCHS));
-    cJSON_AddItemToObject(c, "lr", th_json_numbers(lr, EPOCHS));
-    cJSON_AddItemToObject(c, "samples_per_s", th_json_numbers(sps, EPOCHS));
-    cJSON_AddItemToObject(c, "epoch_time_s", th_json_numbers(et, EPOCHS));
-    cJSON *best = cJSON_AddObjectToObject(tr, "best");
-    cJSON_AddNumberToObject(best, "epoch", 4);
-    cJSON_AddStringToObject(best, "metric", "val_loss");
-    cJSON_AddNumberToObject(best, "value", 0.3);
-    cJSON_AddStringToObject(best, "path", "ckpt/best.safetensors");
-    cJSON *es = cJSON_AddObjectToObject(tr, "early_stopping");
-    cJSON_AddNumberToObject(es, "patience", 2);
-    cJSON_AddNumberToObject(es, "stopped_after_epoch", EPOCHS);
-    cJSON *t = cJSON_AddObjectToObject(tr, "test");
-    cJSON_AddNumberToObject(t, "loss", mse);
-    cJSON_AddNumberToObject(t, "mse", mse);
-    cJSON_AddNumberToObject(t, "mae", 0.1987);
-    cJSON_AddNumberToObject(t, "rmse", sqrt(mse));
-    cJSON_AddNumberToObject(t, "directional_accuracy", 0.5123);
-    cJSON_AddNumberToObject(t, "mse_original_units", 0.000321);
-    cJSON_AddNumberToObject(t, "mae_original_units", 0.0123);
-    cJSON_AddNumberToObject(t, "samples", 1422);
-    cJSON_AddNumberToObject(t, "after_epoch", 4);
-    cJSON *bl = cJSON_AddObjectToObject(t, "baseline");
-    cJSON_AddStringToObject(bl, "name", "repeat the last value");
-    cJSON_AddNumberToObject(bl, "mse", 0.0811);
-    cJSON_AddNumberToObject(bl, "mae", 0.1995);
+    th_json_add_columns(c, th_regression_curves, (const double *const[]){ep, tl, vl, vmse, vmae, lr, sps, et},
+                        EPOCHS);
+    th_regression_results(tr, 0.3, "ckpt/best.safetensors", 2, EPOCHS,
+                          (const double[]){mse, mse, 0.1987, sqrt(mse), 0.5123, 0.000321, 0.0123, 1422, 4}, 0.0811,
+                          0.1995);
     cJSON *fc = cJSON_AddArrayToObject(tr, "forecasts");
     add_forecast(fc, 0, "OT", 1.2);
     add_forecast(fc, 377, "rate <6> & co", -3.0);

@@ -154,8 +154,7 @@ Test(interop, binary_init_from_and_dump_logits_in_both_layouts, .timeout = 120)
         free(want);
         md_st_close(io);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A checkpoint holds exactly the state dict's entries, and (a learning rate
@@ -203,8 +202,7 @@ Test(interop, checkpoint_holds_the_state_dict_entries_and_values, .timeout = 120
         }
         md_st_close(sd);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* PyTorch's own dtypes (BatchNorm's num_batches_tracked is I64) do not stop

@@ -77,8 +77,7 @@ Test(interrupt, every_phase_stops_with_130_and_says_where, .timeout = 120)
         cJSON_Delete(r);
         free(out);
         free(err);
-        th_rmtree(dir);
-        free(dir);
+        th_tmpdir_free(dir);
     }
 }
 
@@ -127,6 +126,5 @@ Test(interrupt, sigint_during_the_benchmark_from_outside, .timeout = 60)
     fclose(ef);
     cr_assert(strstr(err, "interrupted") && strstr(err, "benchmark"), "stderr: %s", err);
     cr_assert_null(strstr(err, "twice"), "one signal was enough: %s", err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

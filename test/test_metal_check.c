@@ -147,8 +147,7 @@ static void expect_mistakes(const struct mistake *ms, size_t n)
         free(rep);
         free(copy);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(metal_check, api_wrong_selector_fails)

@@ -392,8 +392,7 @@ Test(nn_grad, dump_grads_and_init_from_round_trip, .timeout = 60)
     cr_expect_eq(md_model_load_weights(m, path), MD_ERR_DATA);
     cr_expect(strstr(md_errmsg(), "stem.weight") != NULL, "%s", md_errmsg());
     free(g); free(p); free(q);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
     md_model_free(m);
     md_device_close(d);
 }

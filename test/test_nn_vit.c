@@ -372,8 +372,7 @@ Test(nn_vit, vit_tiny_trains_with_grad_ckpt_and_finds_a_batch_size, .timeout = 2
     cr_assert_eq(rc, 0, "%s\n%s", out, err);
     cr_expect(strstr(out, "atch"), "%s", out);
     free(out), free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* "What is the largest batch that fits?" --find-batch-size with --grad-ckpt under a
@@ -423,8 +422,7 @@ static void find_batch(const char *model_args, double cap_mib, const char *sweep
     cr_assert_gt(cJSON_GetObjectItem(f, "fastest_samples_per_s")->valuedouble, 0);
     cJSON_Delete(r);
     free(out), free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(nn_vit, find_batch_size_with_grad_ckpt_vit_tiny, .timeout = 120)

@@ -227,8 +227,7 @@ Test(nn_vit_tiles, init_from_plain_vit_into_prefixed_backbone)
     md_model_free(m);
     md_device_close(d);
     md_st_close(fx);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 static double num(const cJSON *o, const char *k)
@@ -245,13 +244,10 @@ static double num(const cJSON *o, const char *k)
  * (R2 per target well above 0 after 5 epochs), and the metrics are reported. */
 Test(nn_vit_tiles, green_cover_end_to_end, .timeout = 60)
 {
-    char *dir = th_tmpdir(), cmd[2048], *out = NULL, *err = NULL, path[700];
-    snprintf(cmd, sizeof cmd, GREEN " --epochs 5 --checkpoint-dir %s/ck --report %s/r.json", dir, dir);
-    int rc = th_run(cmd, &out, &err);
-    cr_assert_eq(rc, 0, "%s\n%s", out, err);
+    char *dir = th_tmpdir(), cmd[2048], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, GREEN " --epochs 5 --checkpoint-dir %s/ck", dir);
+    cJSON *r = th_run_report(dir, cmd, 0, &out, &err);
     cr_expect(strstr(out, "left: 3 x 32 x 32") && strstr(out, "right half"), "halves not delivered:\n%s", out);
-    snprintf(path, sizeof path, "%s/r.json", dir);
-    cJSON *r = th_load_json(path);
     const cJSON *rm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "training"),
                                                        "regression_metrics");
     cr_assert(rm, "no training.regression_metrics");
@@ -264,25 +260,17 @@ Test(nn_vit_tiles, green_cover_end_to_end, .timeout = 60)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(nn_vit_tiles, green_cover_fold_all, .timeout = 60)
 {
-    char *dir = th_tmpdir(), cmd[2048], *out = NULL, *err = NULL, path[700];
-    snprintf(cmd, sizeof cmd, GREEN " --epochs 1 --folds 3 --fold all --checkpoint-dir %s/ck --report %s/r.json",
-             dir, dir);
-    int rc = th_run(cmd, &out, &err);
-    cr_assert_eq(rc, 0, "%s\n%s", out, err);
-    snprintf(path, sizeof path, "%s/r.json", dir);
-    cJSON *r = th_load_json(path);
+    char *dir = th_tmpdir(), cmd[2048];
+    snprintf(cmd, sizeof cmd, GREEN " --epochs 1 --folds 3 --fold all --checkpoint-dir %s/ck", dir);
+    cJSON *r = th_run_report(dir, cmd, 0, NULL, NULL);
     const cJSON *folds = cJSON_GetObjectItemCaseSensitive(r, "folds");
     cr_assert_eq((int)num(folds, "k"), 3);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(folds, "runs")), 3);
     cJSON_Delete(r);
-    free(out);
-    free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -83,8 +83,7 @@ Test(outputs, every_unwritable_output_is_named_before_any_work)
     free(out);
     free(err);
     free(file);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(outputs, a_checkpoint_dir_to_be_created_is_not_created_when_another_output_fails)
@@ -100,8 +99,7 @@ Test(outputs, a_checkpoint_dir_to_be_created_is_not_created_when_another_output_
     snprintf(p, sizeof p, "%s/new", dir);
     cr_assert_neq(access(p, F_OK), 0, "%s was created", p);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(outputs, a_directory_given_as_the_report_file_fails_at_once, .timeout = 30)
@@ -124,8 +122,7 @@ Test(outputs, a_directory_given_as_the_report_file_fails_at_once, .timeout = 30)
     cr_assert_null(strstr(out, "Training"), "%s", out);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- atomic writes keep symlinks, devices and FIFOs -------------------------------- */
@@ -151,8 +148,7 @@ Test(outputs, report_through_a_symlink_replaces_the_target_not_the_link)
     cr_assert_neq(access(tmp, F_OK), 0, "temporary file left");
     free(err);
     free(real);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(outputs, checkpoint_symlink_is_written_through)
@@ -177,8 +173,7 @@ Test(outputs, checkpoint_symlink_is_written_through)
     cr_assert_eq(stat(real, &sb), 0);
     cr_assert_gt(sb.st_size, 1000, "the target was not written");
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(outputs, report_into_a_fifo_is_written_directly, .timeout = 60)
@@ -199,8 +194,7 @@ Test(outputs, report_into_a_fifo_is_written_directly, .timeout = 60)
     cJSON *r = load_report(got);
     cJSON_Delete(r);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* dir/name as a character device made for the test (the system's own
@@ -227,8 +221,7 @@ Test(outputs, report_and_html_to_a_character_device_keep_the_device)
     cr_assert_eq(lstat(dev, &sb), 0);
     cr_assert(S_ISCHR(sb.st_mode), "the device node was replaced by a regular file");
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(outputs, report_to_stdout_goes_to_the_descriptor)
@@ -254,8 +247,7 @@ Test(outputs, report_to_stdout_goes_to_the_descriptor)
     struct stat sb;
     cr_assert_eq(lstat(link, &sb), 0);
     cr_assert(S_ISLNK(sb.st_mode), "the link was replaced");
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- write errors end the run with the path and the reason --------------------------- */
@@ -271,8 +263,7 @@ Test(outputs, metrics_write_error_fails_the_run)
     cr_assert_eq(rc, 3, "exit %d: %s", rc, err);
     cr_assert(strstr(err, "--metrics") && strstr(err, dev) && strstr(err, "No space left"), "%s", err);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(outputs, report_write_error_fails_the_run)
@@ -289,8 +280,7 @@ Test(outputs, report_write_error_fails_the_run)
     cr_assert_eq(lstat(dev, &sb), 0);
     cr_assert(S_ISCHR(sb.st_mode));
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(outputs, stdout_write_error_fails_the_run)
@@ -328,8 +318,7 @@ Test(outputs, invalid_utf8_in_a_layer_name_is_refused_with_its_path)
     cJSON_Delete(r);
     free(err);
     free(m);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(outputs, paths_with_invalid_utf8_give_a_valid_report)
@@ -360,6 +349,5 @@ Test(outputs, paths_with_invalid_utf8_give_a_valid_report)
               "the bad byte is replaced by U+FFFD: %s", cJSON_GetObjectItem(best, "path")->valuestring);
     cJSON_Delete(r);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -73,23 +73,17 @@ Test(peak, reference_is_the_figure_that_bounds_the_rate)
 Test(peak, slow_openblas_kernels_give_no_impossible_ratio, .timeout = 120)
 {
     char *dir = th_tmpdir();
-    char args[4096], rep[4200];
-    snprintf(rep, sizeof rep, "%s/r.json", dir);
-    snprintf(args, sizeof args,
-             "--device cpu --threads 2 --dataset synthetic --model resnet18_cifar --benchmark-only --bench-iters 2 "
-             "--warmup-iters 1 --batch-size 8 --num-workers 0 --report %s",
-             rep);
     setenv("OPENBLAS_CORETYPE", "Prescott", 1);
     char *out, *err;
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cJSON *r = th_run_report(dir,
+                             "--device cpu --threads 2 --dataset synthetic --model resnet18_cifar --benchmark-only "
+                             "--bench-iters 2 --warmup-iters 1 --batch-size 8 --num-workers 0",
+                             0, &out, &err);
     const char *line = strstr(out, "achieved (training)");
     cr_assert(line, "%s", out);
     char first[512];
     snprintf(first, sizeof first, "%.*s", (int)strcspn(line, "\n"), line);
     no_percent_above_100(first);
-    cJSON *r = NULL;
-    cr_assert_eq(md_json_load_file(rep, &r), MD_OK, "%s", md_errmsg());
     const cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "benchmark"), "training");
     const cJSON *f = cJSON_GetObjectItem(t, "fraction_of_peak");
     cr_assert(cJSON_IsNull(f) || (cJSON_IsNumber(f) && f->valuedouble <= 1.0), "fraction_of_peak %g",
@@ -100,6 +94,5 @@ Test(peak, slow_openblas_kernels_give_no_impossible_ratio, .timeout = 120)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

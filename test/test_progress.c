@@ -271,8 +271,7 @@ Test(progress, pty_training_and_benchmark_redraw_in_place, .timeout = 300)
     cr_assert_gt(v.drawings, 0, "%s", out);
     cr_assert_leq(v.max_cols, 49, "within a 50-column terminal: %d", v.max_cols);
     free(out);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* What must never be drawn: a "\r" redraw or an ETA. */
@@ -298,8 +297,7 @@ Test(progress, pty_no_color_and_quiet_draw_nothing, .timeout = 300)
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
     assert_no_progress("--quiet", out);
     free(out);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(progress, pipe_draws_nothing, .timeout = 300)
@@ -312,6 +310,5 @@ Test(progress, pipe_draws_nothing, .timeout = 300)
     cr_assert(strstr(out, "== Benchmark"), "the report is printed:\n%s", out);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

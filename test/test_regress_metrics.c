@@ -244,12 +244,8 @@ Test(regress_metrics, text_table, .init = cr_redirect_stdout)
 Test(regress_metrics, forecasting_report, .timeout = 60)
 {
     char *dir = th_tmpdir(), cmd[2048], *out = NULL, *err = NULL, path[600];
-    snprintf(cmd, sizeof cmd, SMALL_TS " --checkpoint-dir %s/ck --report %s/r.json --metrics %s/m.jsonl", dir, dir,
-             dir);
-    int rc = th_run(cmd, &out, &err);
-    cr_assert_eq(rc, 0, "%s\n%s", out, err);
-    snprintf(path, sizeof path, "%s/r.json", dir);
-    cJSON *r = th_load_json(path);
+    snprintf(cmd, sizeof cmd, SMALL_TS " --checkpoint-dir %s/ck --metrics %s/m.jsonl", dir, dir);
+    cJSON *r = th_run_report(dir, cmd, 0, &out, &err);
     const cJSON *tr = th_obj(r, "training"), *te = th_obj(tr, "test");
     const cJSON *vm = th_obj(tr, "regression_metrics"), *tm = th_obj(te, "regression_metrics");
     cr_assert_str_eq(th_obj(vm, "split")->valuestring, "val");
@@ -313,6 +309,5 @@ Test(regress_metrics, forecasting_report, .timeout = 60)
     cJSON_Delete(s);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

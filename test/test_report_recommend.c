@@ -236,6 +236,5 @@ Test(recommend, preset_errors_name_file_and_key)
     }
     free(bad);
     free(extra);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -484,8 +484,7 @@ Test(report, metrics_lines_start_with_a_header_per_run, .timeout = 120)
     cr_assert_eq(lines, 2 + 2 * 2, "two headers and two epoch lines per run");
     run_free(&a);
     run_free(&b);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Every profiled kind is a layer type of the model, with at most as many
@@ -661,6 +660,5 @@ Test(report, bad_sample_failure_report_is_complete, .timeout = 60)
     const char *err = cJSON_GetObjectItem(cJSON_GetObjectItem(r.report, "status"), "error")->valuestring;
     cr_assert(strstr(err, "img001.jpg"), "%s", err);
     run_free(&r);
-    th_rmtree(data);
-    free(data);
+    th_tmpdir_free(data);
 }

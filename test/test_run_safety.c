@@ -105,8 +105,7 @@ Test(run_folder, refuses_a_folder_with_checkpoints_without_overwrite, .timeout =
     free(err);
     free(acc0);
     free(b);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(run_folder, best_is_replaced_only_by_a_better_score, .timeout = 120)
@@ -138,8 +137,7 @@ Test(run_folder, best_is_replaced_only_by_a_better_score, .timeout = 120)
     cr_expect(acc && strcmp(acc, "1") == 0, "last.safetensors: best_val_acc %s", acc ? acc : "?");
     free(acc);
     free(b);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- run_lock ------------------------------------------------------------------- */
@@ -190,8 +188,7 @@ Test(run_lock, second_run_on_a_folder_in_use_is_refused_with_the_pid, .timeout =
     cr_expect_eq(rc, 0, "after the first run died: exit %d: %s", rc, err);
     free(err);
     free(b);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- resume_safety ------------------------------------------------------------ */
@@ -238,8 +235,7 @@ Test(resume_safety, every_metadata_field_is_checked, .timeout = 300)
     cr_expect_eq(run(b, more, &err), 0, "%s", err);
     free(err);
     free(b);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Shape dimensions whose product passes 2^63: refused before multiplying
@@ -266,6 +262,5 @@ Test(resume_safety, safetensors_shape_product_cannot_overflow)
         cr_expect(strstr(md_errmsg(), "shape too large"), "%s: %s", shapes[i], md_errmsg());
         md_st_close(st);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

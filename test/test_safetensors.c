@@ -87,8 +87,7 @@ Test(safetensors, layout_byte_by_byte)
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     cr_assert_eq(access(tmp, F_OK), -1, "no temporary file left");
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(safetensors, round_trip_every_dtype)
@@ -161,8 +160,7 @@ Test(safetensors, round_trip_every_dtype)
     md_st_close(f);
     md_st_close(NULL);
     md_st_writer_free(NULL);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(safetensors, reads_unpadded_foreign_layout)
@@ -181,8 +179,7 @@ Test(safetensors, reads_unpadded_foreign_layout)
     cr_assert(b[0] == 5 && b[1] == 6);
     md_st_close(f);
     free(p);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(safetensors, every_corruption_is_a_data_error)
@@ -232,8 +229,7 @@ Test(safetensors, every_corruption_is_a_data_error)
                   md_errmsg(), cases[i].needle);
         free(p);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(safetensors, bad_length_and_truncation)
@@ -275,8 +271,7 @@ Test(safetensors, bad_length_and_truncation)
     cr_assert_eq(md_st_open("/nonexistent/x.safetensors", &f), MD_ERR_IO);
     cr_assert(strstr(md_errmsg(), "/nonexistent/x.safetensors"), "%s", md_errmsg());
     free(b);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 static md_status write_one(const char *path, float value)
@@ -325,8 +320,7 @@ Test(safetensors, full_disk_keeps_previous_file)
     memcpy(&v, md_st_find(f, "p")->data, 4);
     cr_assert_eq(v, 1.0f);
     md_st_close(f);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(safetensors, read_only_directory_is_io_error)
@@ -351,6 +345,5 @@ Test(safetensors, read_only_directory_is_io_error)
     cr_assert_str_eq(md_st_meta(f, "value"), "old");
     md_st_close(f);
     chmod(dir, 0755);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -160,33 +160,18 @@ Test(seeds, models_list_errors)
     }
 }
 
-static cJSON *load_json(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert(f != NULL, "no report at %s", path);
-    static char buf[1 << 22];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    cJSON *j = cJSON_Parse(buf);
-    cr_assert(j != NULL, "report is not JSON");
-    return j;
-}
-
 /* Without CIFAR-100 where asked, the run says where it goes, uses synthetic
  * data, and still gives every model its report section and a comparison row. */
 Test(seeds, diagnostics_run_without_cifar_uses_synthetic, .timeout = 120)
 {
     char *dir = th_tmpdir();
-    char args[2048], report[1100];
-    snprintf(report, sizeof report, "%s/r.json", dir);
+    char args[2048];
     snprintf(args, sizeof args,
              "--device cpu --data-dir %s/cifar-100 --models base_multi_channel,custom_cnn --reduce-architecture "
-             "--epochs 0 --bench-iters 2 --warmup-iters 1 --batch-size 2 --checkpoint-dir %s/ckpt --report %s",
-             dir, dir, report);
+             "--epochs 0 --bench-iters 2 --warmup-iters 1 --batch-size 2 --checkpoint-dir %s/ckpt",
+             dir, dir);
     char *out, *err;
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d\nstdout: %s\nstderr: %s", rc, out, err);
+    cJSON *r = th_run_report(dir, args, 0, &out, &err);
     cr_expect(strstr(err, "CIFAR-100 not found in") && strstr(err, "cifar-100-binary.tar.gz") &&
                   strstr(err, "using synthetic CIFAR-shaped data"),
               "stderr: %s", err);
@@ -194,7 +179,6 @@ Test(seeds, diagnostics_run_without_cifar_uses_synthetic, .timeout = 120)
               "%s", out);
     cr_expect(strstr(out, "== Comparison"), "%s", out);
 
-    cJSON *r = load_json(report);
     const cJSON *diag = cJSON_GetObjectItem(r, "diagnostics");
     cr_expect_str_eq(cJSON_GetObjectItem(diag, "data")->valuestring, "synthetic");
     const cJSON *models = cJSON_GetObjectItem(r, "models");
@@ -211,8 +195,7 @@ Test(seeds, diagnostics_run_without_cifar_uses_synthetic, .timeout = 120)
     cJSON_Delete(r);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A short real run: the trained model's figures reach the comparison, and
@@ -220,17 +203,13 @@ Test(seeds, diagnostics_run_without_cifar_uses_synthetic, .timeout = 120)
 Test(seeds, diagnostics_run_reports_integration_weights, .timeout = 120)
 {
     char *dir = th_tmpdir();
-    char args[2048], report[1100];
-    snprintf(report, sizeof report, "%s/r.json", dir);
+    char args[2048];
     snprintf(args, sizeof args,
              "--device cpu --quiet --dataset synthetic --models base_multi_channel --reduce-architecture --epochs 2 "
              "--steps 3 --batch-size 8 --max-samples 24 --val-split 0.01 --bench-iters 2 --warmup-iters 1 "
-             "--checkpoint-dir %s/ckpt --report %s",
-             dir, report);
-    char *out, *err;
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d\nstderr: %s", rc, err);
-    cJSON *r = load_json(report);
+             "--checkpoint-dir %s/ckpt",
+             dir);
+    cJSON *r = th_run_report(dir, args, 0, NULL, NULL);
     const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "models"), 0);
     cr_assert(m != NULL);
     cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "model"), "parameters")->valuedouble, 150822);
@@ -250,10 +229,7 @@ Test(seeds, diagnostics_run_reports_integration_weights, .timeout = 120)
     cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(row, "samples_per_s")));
     cr_expect_gt(cJSON_GetObjectItem(row, "peak_memory_bytes")->valuedouble, 0);
     cJSON_Delete(r);
-    free(out);
-    free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* --models names the models even when the run config holds an inline one. */
@@ -265,24 +241,17 @@ Test(seeds, models_win_over_an_inline_config_model, .timeout = 60)
                          " \"inputs\": [{\"name\": \"image\", \"shape\": [3, 32, 32]}],"
                          " \"layers\": [{\"type\": \"global_avgpool\"}, {\"type\": \"linear\", \"out\": 10}]},"
                          " \"dataset\": \"synthetic\", \"epochs\": 0}");
-    char args[3000], report[1100];
-    snprintf(report, sizeof report, "%s/r.json", dir);
+    char args[3000];
     snprintf(args, sizeof args,
              "--device cpu --quiet --config %s --models base_multi_channel --reduce-architecture --batch-size 2 "
-             "--bench-iters 1 --warmup-iters 1 --report %s",
-             cfg, report);
-    char *out, *err;
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d\nstderr: %s", rc, err);
-    cJSON *r = load_json(report);
+             "--bench-iters 1 --warmup-iters 1",
+             cfg);
+    cJSON *r = th_run_report(dir, args, 0, NULL, NULL);
     const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "models"), 0);
     cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "model"), "name")->valuestring, "base_multi_channel");
     cJSON_Delete(r);
-    free(out);
-    free(err);
     free(cfg);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- the diagnostics run as a report: per-model advice, --ci, HTML ----------------- */
@@ -306,17 +275,6 @@ static char *tiny(const char *dir, const char *name, int classes, int width)
     "--device cpu --threads 1 --dataset synthetic --epochs 1 --steps 2 --max-samples 64 --batch-size 8 "          \
     "--bench-iters 2 --warmup-iters 1 "
 
-/* Runs the binary (args get --report DIR/r.json) and loads the report. */
-static cJSON *run_report(const char *dir, const char *args, int want_rc, char **out, char **err)
-{
-    char full[8192], report[1100];
-    snprintf(report, sizeof report, "%s/r.json", dir);
-    snprintf(full, sizeof full, "%s --report %s", args, report);
-    int rc = th_run(full, out, err);
-    cr_assert_eq(rc, want_rc, "exit %d (wanted %d)\nstdout: %s\nstderr: %s", rc, want_rc, *out, *err);
-    return load_json(report);
-}
-
 static int count(const char *hay, const char *needle)
 {
     int n = 0;
@@ -335,7 +293,7 @@ Test(seeds, diagnostics_report_per_model, .timeout = 120)
     snprintf(html, sizeof html, "%s/r.html", dir);
     snprintf(args, sizeof args, TINY_RUN "--checkpoint-dir %s/ck --models %s,%s --html %s", dir, a, b, html);
     char *out, *err;
-    cJSON *r = run_report(dir, args, 0, &out, &err);
+    cJSON *r = th_run_report(dir, args, 0, &out, &err);
     const cJSON *models = cJSON_GetObjectItem(r, "models");
     cr_assert_eq(cJSON_GetArraySize(models), 2);
     for (int i = 0; i < 2; i++) {
@@ -391,8 +349,7 @@ Test(seeds, diagnostics_report_per_model, .timeout = 120)
     free(err);
     free(a);
     free(b);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* --ci in the diagnostics run: the thresholds apply per model; a threshold
@@ -407,7 +364,7 @@ Test(seeds, diagnostics_ci_per_model, .timeout = 120)
     snprintf(args, sizeof args, TINY_RUN "--checkpoint-dir %s/ck --ci --models %s,%s --expect-min-throughput 1e12 --junit %s",
              dir, a, b, junit);
     char *out, *err;
-    cJSON *r = run_report(dir, args, 7, &out, &err);
+    cJSON *r = th_run_report(dir, args, 7, &out, &err);
     cr_expect(strstr(err, "--ci: ") && strstr(err, "tiny_a.json: training throughput") &&
                   strstr(err, "tiny_b.json: training throughput"),
               "stderr: %s", err);
@@ -435,15 +392,14 @@ Test(seeds, diagnostics_ci_per_model, .timeout = 120)
 
     snprintf(args, sizeof args, TINY_RUN "--checkpoint-dir %s/ck2 --ci --models %s,%s --expect-min-throughput 0.001", dir, a,
              b);
-    r = run_report(dir, args, 0, &out, &err);
+    r = th_run_report(dir, args, 0, &out, &err);
     cr_expect(strstr(out, "== CI") && !strstr(out, "FAILED"), "%s", out);
     cJSON_Delete(r);
     free(out);
     free(err);
     free(a);
     free(b);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* "Most accurate" only among models of the same task, number of classes
@@ -455,7 +411,7 @@ Test(seeds, most_accurate_needs_the_same_classes, .timeout = 120)
     char args[4096];
     snprintf(args, sizeof args, TINY_RUN "--checkpoint-dir %s/ck --models %s,%s", dir, a, c);
     char *out, *err;
-    cJSON *r = run_report(dir, args, 0, &out, &err);
+    cJSON *r = th_run_report(dir, args, 0, &out, &err);
     const cJSON *cmp = cJSON_GetObjectItem(r, "comparison");
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(cmp, "most_accurate")));
     const cJSON *why = cJSON_GetObjectItem(cmp, "not_comparable");
@@ -469,7 +425,7 @@ Test(seeds, most_accurate_needs_the_same_classes, .timeout = 120)
     free(err);
 
     snprintf(args, sizeof args, TINY_RUN "--checkpoint-dir %s/ck2 --models %s,%s", dir, a, b);
-    r = run_report(dir, args, 0, &out, &err);
+    r = th_run_report(dir, args, 0, &out, &err);
     cmp = cJSON_GetObjectItem(r, "comparison");
     cr_expect(cJSON_IsString(cJSON_GetObjectItem(cmp, "most_accurate")), "same classes and data: comparable");
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(cmp, "not_comparable")));
@@ -479,6 +435,5 @@ Test(seeds, most_accurate_needs_the_same_classes, .timeout = 120)
     free(a);
     free(b);
     free(c);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -61,8 +61,7 @@ static void check_run(const char *args, int want_rc)
     assert_fits("stderr", args, err, MD_TERM_WIDTH);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 #define CPU "--device cpu --threads 2 --num-workers 0 --checkpoint-dir TMP/ck "
@@ -308,8 +307,7 @@ Test(quiet, only_the_summary_line, .timeout = 60)
     cr_expect_str_empty(err);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- wording ---------------------------------------------------------------------- */
@@ -337,6 +335,5 @@ Test(wording, jpeg_image_blas_and_plurals, .timeout = 60)
     cr_expect_null(strstr(out, " 1 steps"), "%s", out);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

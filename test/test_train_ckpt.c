@@ -67,6 +67,5 @@ Test(checkpoint, round_trip_identical)
     md_dev_free(dev, w2);
     md_dev_free(dev, m2);
     md_device_close(dev);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

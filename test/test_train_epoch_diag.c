@@ -111,15 +111,11 @@ static void check_probe(const cJSON *d)
 Test(epoch_diag, report_and_html_carry_phases_dead_units_and_balance, .timeout = 120)
 {
     char *dir = th_tmpdir();
-    char extra[1200], args[4096];
-    snprintf(extra, sizeof extra, "--report %s/r.json --html %s/r.html", dir, dir);
+    char extra[1200], args[4096], p[4200];
+    snprintf(extra, sizeof extra, "--html %s/r.html", dir);
     run_args(dir, extra, args, sizeof args);
     char *out = NULL, *err = NULL;
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d\n%s\n%s", rc, out, err);
-    char p[4200];
-    snprintf(p, sizeof p, "%s/r.json", dir);
-    cJSON *rep = th_load_json(p);
+    cJSON *rep = th_run_report(dir, args, 0, &out, &err);
     cJSON *s = NULL;
     cr_assert_eq(md_json_load_file("docs/schema/report.schema.json", &s), MD_OK, "%s", md_errmsg());
     char verr[600];
@@ -151,8 +147,7 @@ Test(epoch_diag, report_and_html_carry_phases_dead_units_and_balance, .timeout =
     free(html);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* Pipelined steps (forced on the CPU, as CUDA runs them): forward, backward
@@ -177,8 +172,7 @@ Test(epoch_diag, pipelined_steps_report_one_combined_phase, .timeout = 120)
     }
     cr_assert_eq(n, 2);
     th_job_end(&j);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* The probe batch is the same every epoch: with the weights unchanged
@@ -202,6 +196,5 @@ Test(epoch_diag, the_probe_batch_is_fixed, .timeout = 120)
         free(b);
     }
     th_job_end(&j);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -28,6 +28,12 @@ struct run_out {
     char err[512];
 };
 
+static void run_out_free(struct run_out *r)
+{
+    free(r->params);
+    cJSON_Delete(r->training);
+}
+
 /* 1: the trainer pipelines its steps (device-side step values, results read
  * one step late) as it does on CUDA, though the CPU cannot capture. */
 static int g_force_pipe;
@@ -49,30 +55,11 @@ static struct run_out run_job(const char *args, long long interrupt_after)
     return r;
 }
 
-/* A tiny CNN for 28x28 gray inputs (the synthetic dataset follows the model):
- * conv, BN, ReLU, pool, dropout, linear; ~0.2 MFLOPs per sample. */
-static const char tiny_model[] =
-    "{\"name\": \"tiny\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"
-    " \"layers\": [\n"
-    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 16, \"kernel\": 3, \"padding\": 1, \"bias\": false},\n"
-    "  {\"name\": \"bn1\", \"type\": \"batchnorm\"}, {\"name\": \"relu1\", \"type\": \"relu\"},\n"
-    "  {\"name\": \"pool1\", \"type\": \"maxpool\", \"kernel\": 4},\n"
-    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
-    "  {\"name\": \"dropout\", \"type\": \"dropout\", \"p\": 0.1},\n"
-    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
+/* The tiny CNN with dropout before its classifier. */
+static const char tiny_model[] = TH_TINY_CNN("  {\"name\": \"dropout\", \"type\": \"dropout\", \"p\": 0.1},\n");
 
 /* Writes the tiny model into dir and returns the common flags (static buffer). */
-static const char *base_args(const char *dir)
-{
-    static char b[2048];
-    char *m = th_write(dir, "tiny.json", tiny_model);
-    snprintf(b, sizeof b,
-             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
-             "--num-workers 0 --seed 7 --quiet",
-             m);
-    free(m);
-    return b;
-}
+static const char *base_args(const char *dir) { return th_tiny_args(dir, tiny_model); }
 #define BASE "%s "
 
 static double curve_at(const cJSON *training, const char *key, int i)
@@ -100,10 +87,8 @@ Test(train_run, loss_falls_on_learnable_data, .timeout = 120)
     cr_assert_eq(md_st_open(p, &f), MD_OK, "%s", md_errmsg());
     cr_assert(md_st_meta(f, "epoch") && atoi(md_st_meta(f, "epoch")) >= 2, "best epoch");
     md_st_close(f);
-    free(r.params);
-    cJSON_Delete(r.training);
-    th_rmtree(dir);
-    free(dir);
+    run_out_free(&r);
+    th_tmpdir_free(dir);
 }
 
 Test(train_run, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
@@ -149,14 +134,10 @@ Test(train_run, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
     free(d.params);
     /* and the epoch curves continue */
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(c.training, "curves"), "epoch")), 2);
-    free(a.params);
-    free(b.params);
-    free(c.params);
-    cJSON_Delete(a.training);
-    cJSON_Delete(b.training);
-    cJSON_Delete(c.training);
-    th_rmtree(dir);
-    free(dir);
+    run_out_free(&a);
+    run_out_free(&b);
+    run_out_free(&c);
+    th_tmpdir_free(dir);
 }
 
 Test(train_run, checkpoint_dir_that_cannot_exist_fails_clearly)
@@ -170,8 +151,7 @@ Test(train_run, checkpoint_dir_that_cannot_exist_fails_clearly)
     cr_assert(strstr(r.err, "--checkpoint-dir") && strstr(r.err, file), "%s", r.err);
     free(r.params);
     free(file);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* The flags of a run of th_unstable_model with lr 100 (diverges within 3 epochs). */
@@ -196,10 +176,8 @@ Test(train_run, diverging_run_stops_with_numeric_error, .timeout = 120)
     fprintf(stderr, "  lr 100: %s\n", r.err);
     cr_assert_eq(r.st, MD_ERR_NUMERIC, "status %d: %s", r.st, r.err);
     cr_assert(strstr(r.err, "step") && strstr(r.err, "not finite"), "%s", r.err);
-    free(r.params);
-    cJSON_Delete(r.training);
-    th_rmtree(dir);
-    free(dir);
+    run_out_free(&r);
+    th_tmpdir_free(dir);
 }
 
 Test(train_run, report_and_metrics_from_the_binary, .timeout = 120)
@@ -207,18 +185,14 @@ Test(train_run, report_and_metrics_from_the_binary, .timeout = 120)
     char *dir = th_tmpdir();
     char args[2048];
     snprintf(args, sizeof args,
-             "%s --epochs 2 --steps 2 --checkpoint-dir %s/ck --metrics %s/m.jsonl --report %s/r.json",
-             base_args(dir), dir, dir, dir);
+             "%s --epochs 2 --steps 2 --checkpoint-dir %s/ck --metrics %s/m.jsonl",
+             base_args(dir), dir, dir);
     char *q = strstr(args, " --quiet");
     if (q) memmove(q, q + 8, strlen(q + 8) + 1); /* this one reads stdout */
     char *out = NULL, *err = NULL;
-    int rc = th_run(args, &out, &err);
-    cr_assert_eq(rc, 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+    cJSON *rep = th_run_report(dir, args, 0, &out, &err);
     cr_assert(strstr(out, "train loss") && strstr(out, "Saved best model"), "%s", out);
     char p[4300];
-    snprintf(p, sizeof p, "%s/r.json", dir);
-    cJSON *rep;
-    cr_assert_eq(md_json_load_file(p, &rep), MD_OK, "%s", md_errmsg());
     const cJSON *tr = cJSON_GetObjectItem(rep, "training");
     cr_assert(cJSON_IsObject(tr));
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(tr, "curves"), "val_acc")), 2);
@@ -243,8 +217,7 @@ Test(train_run, report_and_metrics_from_the_binary, .timeout = 120)
     cr_assert_eq(lines, 2, "one metrics line per epoch");
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(train_run, sigint_to_the_binary_leaves_a_loadable_checkpoint, .timeout = 60)
@@ -266,8 +239,7 @@ Test(train_run, sigint_to_the_binary_leaves_a_loadable_checkpoint, .timeout = 60
     cr_assert_eq(md_st_open(p, &f), MD_OK, "%s", md_errmsg());
     cr_assert_not_null(md_st_meta(f, "global_step"));
     md_st_close(f);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* A ResNet in miniature with the shipped resnet18_cifar's basic block
@@ -336,10 +308,8 @@ Test(train_run, resnet_style_on_cifar_format_data_learns, .timeout = 120)
     cr_assert(a2 >= a0 && a2 > 0.5, "validation accuracy must rise above chance: %g -> %g", a0, a2);
     const cJSON *te = cJSON_GetObjectItem(r.training, "test");
     cr_assert(te && cJSON_GetObjectItem(te, "samples")->valuedouble == 100, "test split scored");
-    free(r.params);
-    cJSON_Delete(r.training);
-    th_rmtree(dir);
-    free(dir);
+    run_out_free(&r);
+    th_tmpdir_free(dir);
 }
 
 /* ---- pipelined steps (what CUDA graphs replay) against host-synced ones -------------- */
@@ -379,10 +349,8 @@ static void expect_same_run(const char *what, const char *extra, const char *dir
         cr_assert_eq(curve_at(a.training, "train_acc", e), curve_at(b.training, "train_acc", e), "%s: acc", what);
         cr_assert_eq(curve_at(a.training, "val_loss", e), curve_at(b.training, "val_loss", e), "%s: val loss", what);
     }
-    free(a.params);
-    free(b.params);
-    cJSON_Delete(a.training);
-    cJSON_Delete(b.training);
+    run_out_free(&a);
+    run_out_free(&b);
 }
 
 Test(train_pipe, same_weights_as_host_synced_steps, .timeout = 120)
@@ -392,8 +360,7 @@ Test(train_pipe, same_weights_as_host_synced_steps, .timeout = 120)
     expect_same_run("sgd, clip", "--grad-clip 0.05 --warmup-epochs 1", dir);
     expect_same_run("adamw (bias correction from the device step)", "--optimizer adamw --lr 0.003", dir);
     expect_same_run("one batch in flight at most, workers", "--prefetch 1 --num-workers 2 --label-smoothing 0.1", dir);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(train_pipe, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
@@ -421,14 +388,10 @@ Test(train_pipe, interrupt_then_resume_equals_uninterrupted, .timeout = 120)
     size_t diff = 0;
     for (size_t i = 0; i < a.n; i++) diff += a.params[i] != c.params[i];
     cr_assert_eq(diff, 0, "%zu parameters differ after resume", diff);
-    free(a.params);
-    free(b.params);
-    free(c.params);
-    cJSON_Delete(a.training);
-    cJSON_Delete(b.training);
-    cJSON_Delete(c.training);
-    th_rmtree(dir);
-    free(dir);
+    run_out_free(&a);
+    run_out_free(&b);
+    run_out_free(&c);
+    th_tmpdir_free(dir);
 }
 
 Test(train_pipe, diverging_run_stops_with_numeric_error, .timeout = 120)
@@ -449,10 +412,7 @@ Test(train_pipe, diverging_run_stops_with_numeric_error, .timeout = 120)
     const char *sa = strstr(a.err, "step "), *sr = strstr(r.err, "step ");
     cr_assert(sa && sr && atoll(sa + 5) == atoll(sr + 5), "%s / %s", a.err, r.err);
     cr_assert(strstr(r.err, "not finite"), "%s", r.err);
-    free(a.params);
-    free(r.params);
-    cJSON_Delete(a.training);
-    cJSON_Delete(r.training);
-    th_rmtree(dir);
-    free(dir);
+    run_out_free(&a);
+    run_out_free(&r);
+    th_tmpdir_free(dir);
 }

@@ -339,8 +339,7 @@ Test(transfer, vit_tiny_timm_and_hf_weights_match_pytorch, .timeout = 60)
         md_model_free(m);
     }
     md_st_close(ex);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
     md_device_close(d);
 }
 
@@ -406,8 +405,7 @@ Test(transfer, vit_tiny_init_from_on_the_command_line, .timeout = 120)
         free(out);
         free(err);
     }
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* all-but-last:N on the ViT configs: a plain ViT (blocks.N.), the shared two-stream backbone
@@ -503,8 +501,7 @@ Test(transfer, freeze_keeps_frozen_weights_bit_identical, .timeout = 120)
     free(p);
     th_job_end(&j);
     free(file);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(transfer, backbone_lr_scales_the_backbone_step, .timeout = 120)
@@ -539,8 +536,7 @@ Test(transfer, backbone_lr_scales_the_backbone_step, .timeout = 120)
     th_job_end(&a);
     th_job_end(&b);
     free(file);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(transfer, unfreeze_after_trains_the_backbone_from_then_on, .timeout = 120)
@@ -565,8 +561,7 @@ Test(transfer, unfreeze_after_trains_the_backbone_from_then_on, .timeout = 120)
         th_job_end(&j);
     }
     free(file);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* ---- the binary's errors: one line, documented exit code ------------------------------------ */
@@ -603,8 +598,7 @@ Test(transfer, errors_are_one_line_with_exit_code, .timeout = 120)
         free(err);
     }
     free(bad);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* The binary's report: the transfer section validates against the schema,
@@ -641,6 +635,5 @@ Test(transfer, report_json_validates_and_text_counts, .timeout = 120)
     cJSON_Delete(s);
     free(out);
     free(err);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

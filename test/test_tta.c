@@ -16,25 +16,11 @@
 #include "helpers_job.h"
 #include "json_schema.h"
 
-/* A tiny CNN for 28x28 gray inputs (the synthetic dataset follows the model). */
-static const char tiny_model[] =
-    "{\"name\": \"tiny\", \"num_classes\": 10, \"inputs\": [{\"name\": \"image\", \"shape\": [1, 28, 28]}],\n"
-    " \"layers\": [\n"
-    "  {\"name\": \"conv1\", \"type\": \"conv2d\", \"out\": 16, \"kernel\": 3, \"padding\": 1, \"bias\": false},\n"
-    "  {\"name\": \"bn1\", \"type\": \"batchnorm\"}, {\"name\": \"relu1\", \"type\": \"relu\"},\n"
-    "  {\"name\": \"pool1\", \"type\": \"maxpool\", \"kernel\": 4},\n"
-    "  {\"name\": \"flatten\", \"type\": \"flatten\"},\n"
-    "  {\"name\": \"fc\", \"type\": \"linear\", \"out\": \"$num_classes\"}]}\n";
-
+/* The tiny CNN (helpers.h) and its flags with checkpoints in dir/ck (static buffer). */
 static const char *base_args(const char *dir)
 {
-    static char b[2048];
-    char *m = th_write(dir, "tiny.json", tiny_model);
-    snprintf(b, sizeof b,
-             "--device cpu --threads 1 --dataset synthetic --model %s --max-samples 384 --batch-size 32 "
-             "--num-workers 0 --seed 7 --quiet --checkpoint-dir %s/ck",
-             m, dir);
-    free(m);
+    static char b[2200];
+    snprintf(b, sizeof b, "%s --checkpoint-dir %s/ck", th_tiny_args(dir, TH_TINY_CNN("")), dir);
     return b;
 }
 
@@ -74,8 +60,7 @@ Test(tta, time_budget_sizes_the_schedule_and_ends_in_time, .timeout = 60)
     /* the schedule's length is the plan, not --epochs' (here: as many as fit) */
     cr_assert(num(j.training, "epochs_run") >= 1);
     th_job_end(&j);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 /* An easy set: validation accuracy passes 30% in the second epoch, so a
@@ -126,8 +111,7 @@ Test(tta, target_accuracy_stops_early, .timeout = 60)
     cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(g, "epoch")));
     cr_assert_eq((int)num(j.training, "epochs_run"), 2);
     th_job_end(&j);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
 
 Test(tta, bad_values_are_one_line_usage_errors, .timeout = 60)
@@ -251,15 +235,9 @@ Test(tta, recipe_applies_to_fashion_mnist_like_data_and_small_models)
 Test(tta, report_with_budget_and_target_follows_the_schema, .timeout = 60)
 {
     char *dir = th_tmpdir();
-    char args[2600], *err = NULL;
-    snprintf(args, sizeof args, "%s --lr 0.01 --epochs 12 --target-accuracy 30 --time-budget 30 --report %s/r.json",
-             base_args(dir), dir);
-    int rc = th_run(args, NULL, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    free(err);
-    char path[2200];
-    snprintf(path, sizeof path, "%s/r.json", dir);
-    cJSON *r = th_load_json(path), *schema = th_load_json("docs/schema/report.schema.json");
+    char args[2600];
+    snprintf(args, sizeof args, "%s --lr 0.01 --epochs 12 --target-accuracy 30 --time-budget 30", base_args(dir));
+    cJSON *r = th_run_report(dir, args, 0, NULL, NULL), *schema = th_load_json("docs/schema/report.schema.json");
     char why[512];
     cr_assert(th_schema_validate(schema, r, why, sizeof why), "%s", why);
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(r, "training");
@@ -267,6 +245,5 @@ Test(tta, report_with_budget_and_target_follows_the_schema, .timeout = 60)
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tr, "target"), "reached")));
     cJSON_Delete(r);
     cJSON_Delete(schema);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }

@@ -49,81 +49,59 @@ static void cols_free(struct cols *c)
     md_free(c->tx);
 }
 
-void md_image_resize_f32(const float *src, int c, int h, int w, float *dst, int oh, int ow)
+static uint8_t clamp_u8(float v) { return (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v); }
+
+/* Inlined into each resizer, so that u8 and the strides are constants there
+ * (as fast as three hand-written loops). */
+#define ALWAYS_INLINE __attribute__((always_inline)) inline
+
+/* Element i of src: uint8_t when u8, else float. */
+static ALWAYS_INLINE float load(const void *src, int u8, size_t i) { return u8 ? (float)((const uint8_t *)src)[i] : ((const float *)src)[i]; }
+
+/* Bilinear resize of c channels to planar (c, oh, ow) dst: source pixel
+ * (ch, y, x) at ch*cs + y*rs + x*ps (planar or interleaved). u8: src and dst
+ * are uint8_t (rounded, clamped), else float. */
+static ALWAYS_INLINE void resize(const void *src, int u8, int c, int h, int w, size_t cs, size_t rs, size_t ps,
+                                  void *dst, int oh, int ow)
 {
     struct cols cl;
     int fast = cols_init(&cl, w, ow);
-    for (int ch = 0; ch < c; ch++) {
-        const float *p = src + (size_t)ch * h * w;
+    for (int ch = 0; ch < c; ch++)
         for (int y = 0; y < oh; y++) {
             int y0, y1;
             float ty;
             axis_coef(y, h, oh, &y0, &y1, &ty);
-            const float *r0 = p + (size_t)y0 * w, *r1 = p + (size_t)y1 * w;
-            float *o = dst + ((size_t)ch * oh + y) * ow;
+            size_t r0 = (size_t)ch * cs + (size_t)y0 * rs, r1 = (size_t)ch * cs + (size_t)y1 * rs;
+            size_t o = ((size_t)ch * oh + y) * ow;
             for (int x = 0; x < ow; x++) {
                 int x0, x1;
                 float tx;
                 col_coef(&cl, fast, x, w, ow, &x0, &x1, &tx);
-                float top = r0[x0] + (r0[x1] - r0[x0]) * tx;
-                float bot = r1[x0] + (r1[x1] - r1[x0]) * tx;
-                o[x] = top + (bot - top) * ty;
+                float a = load(src, u8, r0 + (size_t)x0 * ps), b = load(src, u8, r0 + (size_t)x1 * ps);
+                float e = load(src, u8, r1 + (size_t)x0 * ps), f = load(src, u8, r1 + (size_t)x1 * ps);
+                float top = a + (b - a) * tx, bot = e + (f - e) * tx;
+                if (u8)
+                    ((uint8_t *)dst)[o + x] = clamp_u8(top + (bot - top) * ty + 0.5f);
+                else
+                    ((float *)dst)[o + x] = top + (bot - top) * ty;
             }
         }
-    }
     cols_free(&cl);
 }
 
-static uint8_t clamp_u8(float v) { return (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v); }
+void md_image_resize_f32(const float *src, int c, int h, int w, float *dst, int oh, int ow)
+{
+    resize(src, 0, c, h, w, (size_t)h * w, (size_t)w, 1, dst, oh, ow);
+}
 
 void md_image_resize_u8(const uint8_t *src, int c, int h, int w, uint8_t *dst, int oh, int ow)
 {
-    struct cols cl;
-    int fast = cols_init(&cl, w, ow);
-    for (int ch = 0; ch < c; ch++) {
-        const uint8_t *p = src + (size_t)ch * h * w;
-        for (int y = 0; y < oh; y++) {
-            int y0, y1;
-            float ty;
-            axis_coef(y, h, oh, &y0, &y1, &ty);
-            const uint8_t *r0 = p + (size_t)y0 * w, *r1 = p + (size_t)y1 * w;
-            uint8_t *o = dst + ((size_t)ch * oh + y) * ow;
-            for (int x = 0; x < ow; x++) {
-                int x0, x1;
-                float tx;
-                col_coef(&cl, fast, x, w, ow, &x0, &x1, &tx);
-                float top = (float)r0[x0] + ((float)r0[x1] - (float)r0[x0]) * tx;
-                float bot = (float)r1[x0] + ((float)r1[x1] - (float)r1[x0]) * tx;
-                o[x] = clamp_u8(top + (bot - top) * ty + 0.5f);
-            }
-        }
-    }
-    cols_free(&cl);
+    resize(src, 1, c, h, w, (size_t)h * w, (size_t)w, 1, dst, oh, ow);
 }
 
 void md_image_resize_hwc_u8(const uint8_t *src, int c, int h, int w, uint8_t *dst, int oh, int ow)
 {
-    struct cols cl;
-    int fast = cols_init(&cl, w, ow);
-    size_t plane = (size_t)oh * ow;
-    for (int y = 0; y < oh; y++) {
-        int y0, y1;
-        float ty;
-        axis_coef(y, h, oh, &y0, &y1, &ty);
-        const uint8_t *r0 = src + (size_t)y0 * w * c, *r1 = src + (size_t)y1 * w * c;
-        for (int x = 0; x < ow; x++) {
-            int x0, x1;
-            float tx;
-            col_coef(&cl, fast, x, w, ow, &x0, &x1, &tx);
-            for (int ch = 0; ch < c; ch++) {
-                float a = (float)r0[x0 * c + ch], b = (float)r0[x1 * c + ch];
-                float e = (float)r1[x0 * c + ch], f = (float)r1[x1 * c + ch];
-                float top = a + (b - a) * tx, bot = e + (f - e) * tx;
-                dst[(size_t)ch * plane + (size_t)y * ow + x] = clamp_u8(top + (bot - top) * ty + 0.5f);
-            }
-        }
-    }
-    cols_free(&cl);
+    resize(src, 1, c, h, w, 1, (size_t)w * c, (size_t)c, dst, oh, ow);
 }
 
 void md_image_hwc_to_chw(const uint8_t *src, int c, int h, int w, uint8_t *dst)

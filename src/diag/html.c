@@ -242,9 +242,8 @@ static void header(md_strbuf *b, const cJSON *r)
 {
     const cJSON *tool = md_hj_get(r, "tool");
     const cJSON *status = md_hj_get(r, "status");
-    md_strbuf_add(b, "<header>\n<h1>mpsdiag report</h1>\n<p class=\"meta\">");
-    md_strbuf_add_escaped(b, md_hj_str(tool, "name") ? md_hj_str(tool, "name") : "mpsdiag");
-    md_strbuf_add(b, " ");
+    md_html_wrap(b, "<header>\n<h1>mpsdiag report</h1>\n<p class=\"meta\">",
+                 md_hj_str(tool, "name") ? md_hj_str(tool, "name") : "mpsdiag", " ");
     md_strbuf_add_escaped(b, md_hj_str(tool, "version") ? md_hj_str(tool, "version") : "");
     if (md_hj_str(r, "started_at")) {
         md_strbuf_add(b, " &#183; started ");
@@ -294,9 +293,7 @@ static void summary_device(md_strbuf *b, const cJSON *r)
     if (!sel) return;
     md_strbuf_add(b, "<tr><th>Device</th><td>");
     if (md_hj_str(sel, "name")) {
-        md_strbuf_add(b, "<b>");
-        md_strbuf_add_escaped(b, md_hj_str(sel, "name"));
-        md_strbuf_add(b, "</b> ");
+        md_html_wrap(b, "<b>", md_hj_str(sel, "name"), "</b> ");
     }
     double idx = 0;
     md_hj_num(sel, "index", &idx);
@@ -304,9 +301,7 @@ static void summary_device(md_strbuf *b, const cJSON *r)
     md_strbuf_add_escaped(b, md_hj_str(sel, "backend") ? md_hj_str(sel, "backend") : "?");
     md_strbuf_printf(b, ":%.0f)", idx);
     if (md_hj_str(sel, "why")) {
-        md_strbuf_add(b, "<br><span class=\"k\">");
-        md_strbuf_add_escaped(b, md_hj_str(sel, "why"));
-        md_strbuf_add(b, "</span>");
+        md_html_wrap(b, "<br><span class=\"k\">", md_hj_str(sel, "why"), "</span>");
     }
     md_strbuf_add(b, "</td></tr>\n");
 }
@@ -321,9 +316,7 @@ static void summary_run(md_strbuf *b, const cJSON *r)
     const char *mname = cJSON_IsObject(model) ? md_hj_str(model, "name") : cJSON_IsString(model) ? model->valuestring : NULL;
     if (!mname) mname = md_hj_str(bench, "model");
     if (mname) {
-        md_strbuf_add(b, "<tr><th>Model</th><td><b>");
-        md_strbuf_add_escaped(b, mname);
-        md_strbuf_add(b, "</b>");
+        md_html_wrap(b, "<tr><th>Model</th><td><b>", mname, "</b>");
         if (md_hj_num(model, "parameters", &v) || md_hj_num(model, "params", &v))
             md_strbuf_printf(b, ", %s parameters", md_html_fmt_num(v, t, sizeof t));
         if (md_hj_num(model, "flops_forward", &v) || md_hj_num(model, "flops_per_sample", &v)) {
@@ -335,9 +328,7 @@ static void summary_run(md_strbuf *b, const cJSON *r)
     const char *dname = cJSON_IsObject(data) ? md_hj_str(data, "name") : NULL;
     if (!dname) dname = md_hj_str(data, "dataset");
     if (dname || cJSON_IsObject(data)) {
-        md_strbuf_add(b, "<tr><th>Data</th><td><b>");
-        md_strbuf_add_escaped(b, dname ? dname : "?");
-        md_strbuf_add(b, "</b>");
+        md_html_wrap(b, "<tr><th>Data</th><td><b>", dname ? dname : "?", "</b>");
         static const char *const splits[][2] = {{"train", "training"}, {"val", "validation"}, {"test", "test"}};
         int k = 0;
         for (int i = 0; i < 3; i++) {
@@ -347,9 +338,7 @@ static void summary_run(md_strbuf *b, const cJSON *r)
         }
         if (k) md_strbuf_add(b, " samples");
         if (md_hj_str(data, "source")) {
-            md_strbuf_add(b, " <span class=\"k\">from ");
-            md_strbuf_add_escaped(b, md_hj_str(data, "source"));
-            md_strbuf_add(b, "</span>");
+            md_html_wrap(b, " <span class=\"k\">from ", md_hj_str(data, "source"), "</span>");
         }
         md_strbuf_add(b, "</td></tr>\n");
     }
@@ -384,9 +373,7 @@ static void summary_run(md_strbuf *b, const cJSON *r)
     const char *prec = md_hj_str(tr, "precision");
     if (!prec) prec = md_hj_str(bench, "precision");
     if (prec) {
-        md_strbuf_add(b, "<tr><th>Precision</th><td>");
-        md_strbuf_add_escaped(b, prec);
-        md_strbuf_add(b, "</td></tr>\n");
+        md_html_wrap(b, "<tr><th>Precision</th><td>", prec, "</td></tr>\n");
     }
     if (cJSON_IsObject(bench)) {
         md_strbuf_add(b, "<tr><th>Benchmark</th><td>");
@@ -396,9 +383,7 @@ static void summary_run(md_strbuf *b, const cJSON *r)
         if (md_hj_num(btr, "batch_size", &bs) || md_hj_num(bench, "batch_size", &bs))
             md_strbuf_printf(b, "%sbatch %s", it > 0 ? ", " : "", md_html_fmt_num(bs, t, sizeof t));
         if (md_hj_str(bench, "data_source")) {
-            md_strbuf_add(b, ", ");
-            md_strbuf_add_escaped(b, md_hj_str(bench, "data_source"));
-            md_strbuf_add(b, " data");
+            md_html_wrap(b, ", ", md_hj_str(bench, "data_source"), " data");
         }
         if (md_hj_get(bench, "find_batch_size")) md_strbuf_add(b, "; batch-size finder");
         if (cJSON_IsArray(md_hj_get(bench, "sweep"))) md_strbuf_add(b, "; batch-size sweep");
@@ -552,13 +537,9 @@ static void settings_section(md_strbuf *b, const cJSON *settings)
     cJSON_ArrayForEach(s, settings)
     {
         char lab[160];
-        md_strbuf_add(b, "<tr><td>");
-        md_strbuf_add_escaped(b, md_html_label(md_hj_str(s, "name"), lab, sizeof lab));
-        md_strbuf_add(b, "</td><td><b>");
+        md_html_wrap(b, "<tr><td>", md_html_label(md_hj_str(s, "name"), lab, sizeof lab), "</td><td><b>");
         md_html_value(b, md_hj_str(s, "name"), md_hj_get(s, "value"));
-        md_strbuf_add(b, "</b></td><td>");
-        md_strbuf_add_escaped(b, md_hj_str(s, "why"));
-        md_strbuf_add(b, "</td></tr>\n");
+        md_html_wrap(b, "</b></td><td>", md_hj_str(s, "why"), "</td></tr>\n");
     }
     md_html_table_end(b);
     md_html_section_end(b);
@@ -675,9 +656,8 @@ static void regression_test(md_strbuf *b, const cJSON *tr)
     if (md_hj_num(t, "samples", &samples)) md_strbuf_printf(b, "%.0f windows", samples);
     if (md_hj_num(t, "after_epoch", &after)) md_strbuf_printf(b, "%sweights after epoch %.0f", md_hj_num(t, "samples", &samples) ? ", " : "", after);
     md_strbuf_add(b, ". MSE, MAE and RMSE on standardised values.</p>\n");
-    md_strbuf_add(b, "<table class=\"rec test\"><thead><tr><th></th><th>model</th><th>");
-    md_strbuf_add_escaped(b, bname);
-    md_strbuf_add(b, "</th></tr></thead><tbody>\n");
+    md_html_wrap(b, "<table class=\"rec test\"><thead><tr><th></th><th>model</th><th>", bname,
+                 "</th></tr></thead><tbody>\n");
     static const struct {
         const char *key, *name, *unit;
         double scale;
@@ -696,9 +676,7 @@ static void regression_test(md_strbuf *b, const cJSON *tr)
         if (!md_hj_num(t, rows[i].key, &v) && !md_hj_num(bl, rows[i].key, &v)) continue;
         md_strbuf_printf(b, "<tr><th>%s", rows[i].name);
         if (strcmp(rows[i].key, "loss") == 0 && md_hj_str(tr, "loss_function")) {
-            md_strbuf_add(b, " (");
-            md_strbuf_add_escaped(b, md_hj_str(tr, "loss_function"));
-            md_strbuf_add(b, ")");
+            md_html_wrap(b, " (", md_hj_str(tr, "loss_function"), ")");
         }
         md_strbuf_add(b, "</th>");
         test_cell(b, t, rows[i].key, rows[i].scale, rows[i].unit);
@@ -716,17 +694,14 @@ static void regression_metrics_table(md_strbuf *b, const cJSON *rm, const char *
     double cnt;
     md_strbuf_printf(b, "<h3>%s</h3>\n<p class=\"fig\">", title);
     if (md_hj_num(rm, "count", &cnt)) md_strbuf_printf(b, "%.0f values per target, ", cnt);
-    md_strbuf_add(b, "units: ");
-    md_strbuf_add_escaped(b, md_hj_str(rm, "units") ? md_hj_str(rm, "units") : "?");
-    md_strbuf_add(b, ". Overall: the mean over the targets.</p>\n");
+    md_html_wrap(b, "units: ", md_hj_str(rm, "units") ? md_hj_str(rm, "units") : "?",
+                 ". Overall: the mean over the targets.</p>\n");
     md_strbuf_add(b, "<table class=\"rec regm\"><thead><tr><th>target</th><th>R&#178;</th><th>MAE</th><th>RMSE</th>"
                      "</tr></thead><tbody>\n");
     const cJSON *t;
     cJSON_ArrayForEach(t, md_hj_get(rm, "per_target"))
     {
-        md_strbuf_add(b, "<tr><th>");
-        md_strbuf_add_escaped(b, md_hj_str(t, "name") ? md_hj_str(t, "name") : "?");
-        md_strbuf_add(b, "</th>");
+        md_html_wrap(b, "<tr><th>", md_hj_str(t, "name") ? md_hj_str(t, "name") : "?", "</th>");
         test_cell(b, t, "r2", 1, "");
         test_cell(b, t, "mae", 1, "");
         test_cell(b, t, "rmse", 1, "");
@@ -766,9 +741,11 @@ static void folds_section(md_strbuf *b, const cJSON *folds)
         md_hj_num(run, "fold", &f);
         md_strbuf_printf(b, "<tr><th>%.0f</th>", f);
         for (int c = 0; c < nshow; c++) test_cell(b, md_hj_get(run, "metrics"), cols[show[c]].key, 1, "");
-        md_strbuf_add(b, "<td>");
-        md_strbuf_add_escaped(b, md_hj_str(md_hj_get(run, "status"), "result") ? md_hj_str(md_hj_get(run, "status"), "result") : "?");
-        md_strbuf_add(b, "</td></tr>\n");
+        md_html_wrap(b, "<td>",
+                     md_hj_str(md_hj_get(run, "status"), "result")
+                         ? md_hj_str(md_hj_get(run, "status"), "result")
+                         : "?",
+                     "</td></tr>\n");
     }
     md_strbuf_add(b, "<tr><th>mean &#177; std</th>");
     for (int c = 0; c < nshow; c++) {
@@ -1135,9 +1112,7 @@ static void recommendation_item(md_strbuf *b, const cJSON *e)
     const char *topic = md_hj_str(e, "topic");
     if (topic) {
         char t[160];
-        md_strbuf_add(b, "<b>");
-        md_strbuf_add_escaped(b, md_html_label(topic, t, sizeof t));
-        md_strbuf_add(b, ":</b> ");
+        md_html_wrap(b, "<b>", md_html_label(topic, t, sizeof t), ":</b> ");
     }
     md_strbuf_add_escaped(b, md_hj_str(e, "advice"));
     add_tagged(b, "<br><span class=\"fig\">measured: ", md_hj_str(e, "figure"), "</span>");

@@ -62,9 +62,7 @@ void md_html_svg_close(md_strbuf *b, const char *caption)
 {
     md_strbuf_add(b, "</svg>");
     if (caption) {
-        md_strbuf_add(b, "<figcaption>");
-        md_strbuf_add_escaped(b, caption);
-        md_strbuf_add(b, "</figcaption>");
+        md_html_wrap(b, "<figcaption>", caption, "</figcaption>");
     }
     md_strbuf_add(b, "</figure>\n");
 }
@@ -301,6 +299,19 @@ void md_html_sweep_chart(md_strbuf *b, const cJSON *sweep)
     md_html_svg_close(b, "Line: training samples/s (left axis). Bars: peak device memory (right axis).");
 }
 
+void md_html_vgrid(md_strbuf *b, double a0, double a1, double step, double left, double right, double top,
+                   double bottom, double label_y)
+{
+    for (double v = a0; v <= a1 + step * 0.5; v += step) {
+        double x = left + (v - a0) / (a1 - a0) * (right - left);
+        char t[32];
+        fmt_tick(v, t, sizeof t);
+        md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x, top, x,
+                         bottom);
+        md_html_svg_text(b, x, label_y, "middle", " class=\"tick\"", t);
+    }
+}
+
 /* Horizontal bars: one per record, value from `key`, label from `label_key`,
  * an optional note from `note_key` (a number printed as "x2.5"). */
 void md_html_hbars(md_strbuf *b, const char *title, const cJSON *arr, const char *label_key, const char *key,
@@ -331,13 +342,7 @@ void md_html_hbars(md_strbuf *b, const char *title, const cJSON *arr, const char
     md_html_svg_open(b, NULL, title, CW, h);
     md_html_svg_text(b, CW / 2, 20, "middle", " class=\"ttl\"", title);
     double bottom = h - MB;
-    for (double v = a0; v <= a1 + as * 0.5; v += as) {
-        double x = left + (v - a0) / (a1 - a0) * (right - left);
-        char t[32];
-        fmt_tick(v, t, sizeof t);
-        md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x, MT, x, bottom);
-        md_html_svg_text(b, x, bottom + 16, "middle", " class=\"tick\"", t);
-    }
+    md_html_vgrid(b, a0, a1, as, left, right, MT, bottom, bottom + 16);
     for (int i = 0; i < n; i++) {
         double y = MT + rowh * i + 5, w = val[i] / (a1 - a0) * (right - left);
         md_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", left, y, w,

@@ -140,9 +140,7 @@ static void dead_part(md_strbuf *b, const cJSON *diag)
         md_strbuf_add(b, "<tr><th>");
         md_strbuf_add_escaped(b, name);
         if (act) {
-            md_strbuf_add(b, " <span class=\"k\">");
-            md_strbuf_add_escaped(b, act);
-            md_strbuf_add(b, "</span>");
+            md_html_wrap(b, " <span class=\"k\">", act, "</span>");
         }
         md_strbuf_add(b, "</th>");
         cJSON_ArrayForEach(d, diag)
@@ -181,18 +179,14 @@ static void balance_part(md_strbuf *b, const cJSON *diag)
         if (!layer) continue;
         char head[400];
         snprintf(head, sizeof head, "%.200s (%.40s): input", layer, kind ? kind : "fusion");
-        md_strbuf_add(b, "<p class=\"flat\">");
-        md_strbuf_add_escaped(b, head);
-        md_strbuf_add(b, "</p>\n");
+        md_html_wrap(b, "<p class=\"flat\">", head, "</p>\n");
         epoch_head(b, diag, "input");
         const cJSON *in;
         cJSON_ArrayForEach(in, md_hj_get(f, "inputs"))
         {
             const char *name = md_hj_str(in, "input");
             if (!name) continue;
-            md_strbuf_add(b, "<tr><th>");
-            md_strbuf_add_escaped(b, name);
-            md_strbuf_add(b, "</th>");
+            md_html_wrap(b, "<tr><th>", name, "</th>");
             int nin = cJSON_GetArraySize(md_hj_get(f, "inputs"));
             cJSON_ArrayForEach(d, diag)
             {

@@ -82,14 +82,7 @@ static void bars(md_strbuf *b, const char *title, const char *better, const stru
     text(b, W / 2, 18, "middle", "ttl", title);
     text(b, W / 2, 32, "middle", "tick", better);
     double bottom = top + rowh * n;
-    for (double v = a0; v <= a1 + st * 0.5; v += st) {
-        double x = left + (v - a0) / (a1 - a0) * (right - left);
-        char t[32];
-        md_html_tick(v, t, sizeof t);
-        md_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x, top, x,
-                         bottom);
-        text(b, x, bottom + 14, "middle", "tick", t);
-    }
+    md_html_vgrid(b, a0, a1, st, left, right, top, bottom, bottom + 14);
     for (int i = 0; i < n; i++) {
         double y = top + rowh * i + 4;
         char lab[40], sn[256];
@@ -227,9 +220,7 @@ static void cell_bytes(md_strbuf *b, double v)
 
 static void cell_text(md_strbuf *b, const char *t)
 {
-    md_strbuf_add(b, "<td>");
-    md_strbuf_add_escaped(b, t ? t : "");
-    md_strbuf_add(b, "</td>");
+    md_html_wrap(b, "<td>", t ? t : "", "</td>");
 }
 
 /* A model's anchor: "model-<index>" (names may hold any characters). */
@@ -254,19 +245,13 @@ static void recommendation_list(md_strbuf *b, const cJSON *recs)
     const cJSON *e;
     cJSON_ArrayForEach(e, recs)
     {
-        md_strbuf_add(b, "<li><b>");
-        md_strbuf_add_escaped(b, md_hj_str(e, "topic") ? md_hj_str(e, "topic") : "");
-        md_strbuf_add(b, ":</b> ");
+        md_html_wrap(b, "<li><b>", md_hj_str(e, "topic") ? md_hj_str(e, "topic") : "", ":</b> ");
         md_strbuf_add_escaped(b, md_hj_str(e, "advice") ? md_hj_str(e, "advice") : "");
         if (md_hj_str(e, "figure")) {
-            md_strbuf_add(b, "<br><span class=\"fig\">measured: ");
-            md_strbuf_add_escaped(b, md_hj_str(e, "figure"));
-            md_strbuf_add(b, "</span>");
+            md_html_wrap(b, "<br><span class=\"fig\">measured: ", md_hj_str(e, "figure"), "</span>");
         }
         if (md_hj_str(e, "cost")) {
-            md_strbuf_add(b, "<br><span class=\"fig\">cost: ");
-            md_strbuf_add_escaped(b, md_hj_str(e, "cost"));
-            md_strbuf_add(b, "</span>");
+            md_html_wrap(b, "<br><span class=\"fig\">cost: ", md_hj_str(e, "cost"), "</span>");
         }
         md_strbuf_add(b, "</li>\n");
     }
@@ -297,22 +282,17 @@ static void comparison_section(md_strbuf *b, const cJSON *r)
         md_strbuf_add(b, "<p class=\"meta\">Data: ");
         md_strbuf_add_escaped(b, md_hj_str(diag, "data"));
         if (md_hj_str(diag, "data_why")) {
-            md_strbuf_add(b, " (");
-            md_strbuf_add_escaped(b, md_hj_str(diag, "data_why"));
-            md_strbuf_add(b, ")");
+            md_html_wrap(b, " (", md_hj_str(diag, "data_why"), ")");
         }
         md_strbuf_add(b, "</p>\n");
     }
     /* the verdicts */
     md_strbuf_add(b, "<ul class=\"verdicts\">\n");
     if (md_hj_str(cmp, "most_accurate")) {
-        md_strbuf_add(b, "<li><b>Most accurate:</b> ");
-        md_strbuf_add_escaped(b, md_hj_str(cmp, "most_accurate"));
-        md_strbuf_add(b, "</li>\n");
+        md_html_wrap(b, "<li><b>Most accurate:</b> ", md_hj_str(cmp, "most_accurate"), "</li>\n");
     } else if (md_hj_str(cmp, "not_comparable")) {
-        md_strbuf_add(b, "<li><b>Most accurate:</b> not comparable, ");
-        md_strbuf_add_escaped(b, md_hj_str(cmp, "not_comparable"));
-        md_strbuf_add(b, "</li>\n");
+        md_html_wrap(b, "<li><b>Most accurate:</b> not comparable, ", md_hj_str(cmp, "not_comparable"),
+                     "</li>\n");
     }
     static const char *const verdict[][2] = {{"fastest", "Fastest to train"}, {"least_memory", "Least memory"}};
     for (int i = 0; i < 2; i++)

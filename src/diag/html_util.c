@@ -237,11 +237,16 @@ const char *md_html_label(const char *key, char *buf, size_t n)
 
 /* ---- page pieces ------------------------------------------------------------------ */
 
+void md_html_wrap(md_strbuf *b, const char *open, const char *text, const char *close)
+{
+    md_strbuf_add(b, open);
+    md_strbuf_add_escaped(b, text);
+    md_strbuf_add(b, close);
+}
+
 void md_html_section_begin(md_strbuf *b, const char *id, const char *title)
 {
-    md_strbuf_add(b, "<section id=\"");
-    md_strbuf_add_escaped(b, id);
-    md_strbuf_add(b, "\">\n<h2>");
+    md_html_wrap(b, "<section id=\"", id, "\">\n<h2>");
     md_strbuf_add_escaped(b, title);
     md_strbuf_add(b, "</h2>\n");
 }
@@ -250,16 +255,12 @@ void md_html_section_end(md_strbuf *b) { md_strbuf_add(b, "</section>\n"); }
 
 void md_html_heading(md_strbuf *b, const char *title)
 {
-    md_strbuf_add(b, "<h3>");
-    md_strbuf_add_escaped(b, title);
-    md_strbuf_add(b, "</h3>\n");
+    md_html_wrap(b, "<h3>", title, "</h3>\n");
 }
 
 void md_html_para(md_strbuf *b, const char *text)
 {
-    md_strbuf_add(b, "<p class=\"fig\">");
-    md_strbuf_add_escaped(b, text);
-    md_strbuf_add(b, "</p>\n");
+    md_html_wrap(b, "<p class=\"fig\">", text, "</p>\n");
 }
 
 void md_html_callout(md_strbuf *b, enum md_html_level level, const char *title, const char *text)
@@ -267,9 +268,7 @@ void md_html_callout(md_strbuf *b, enum md_html_level level, const char *title, 
     static const char *const cls[] = {"info", "good", "warn", "bad"};
     md_strbuf_printf(b, "<div class=\"callout %s\">", cls[level]);
     if (title) {
-        md_strbuf_add(b, "<b>");
-        md_strbuf_add_escaped(b, title);
-        md_strbuf_add(b, "</b>");
+        md_html_wrap(b, "<b>", title, "</b>");
         if (text) md_strbuf_add(b, " ");
     }
     if (text) md_strbuf_add_escaped(b, text);
@@ -288,15 +287,11 @@ void md_html_calloutf(md_strbuf *b, enum md_html_level level, const char *title,
 
 void md_html_table_begin(md_strbuf *b, const char *cls, const char *const *headers)
 {
-    md_strbuf_add(b, "<table class=\"");
-    md_strbuf_add_escaped(b, cls ? cls : "rec");
-    md_strbuf_add(b, "\">");
+    md_html_wrap(b, "<table class=\"", cls ? cls : "rec", "\">");
     if (headers) {
         md_strbuf_add(b, "<thead><tr>");
         for (; *headers; headers++) {
-            md_strbuf_add(b, "<th>");
-            md_strbuf_add_escaped(b, *headers);
-            md_strbuf_add(b, "</th>");
+            md_html_wrap(b, "<th>", *headers, "</th>");
         }
         md_strbuf_add(b, "</tr></thead>");
     }
@@ -307,9 +302,7 @@ void md_html_table_row_begin(md_strbuf *b, const char *th)
 {
     md_strbuf_add(b, "<tr>");
     if (th) {
-        md_strbuf_add(b, "<th>");
-        md_strbuf_add_escaped(b, th);
-        md_strbuf_add(b, "</th>");
+        md_html_wrap(b, "<th>", th, "</th>");
     }
 }
 
@@ -348,9 +341,7 @@ void md_html_cards_begin(md_strbuf *b) { md_strbuf_add(b, "<div class=\"cards\">
 
 void md_html_card(md_strbuf *b, const char *value, const char *label)
 {
-    md_strbuf_add(b, "<div class=\"card\"><span>");
-    md_strbuf_add_escaped(b, value);
-    md_strbuf_add(b, "</span>");
+    md_html_wrap(b, "<div class=\"card\"><span>", value, "</span>");
     md_strbuf_add_escaped(b, label);
     md_strbuf_add(b, "</div>");
 }

@@ -58,6 +58,9 @@ int md_html_is_fraction(const char *key, double v);
 /* ---- page structure ------------------------------------------------------------ */
 
 /* <section id="id"><h2>title</h2> ... </section>; the nav lists sections by id. */
+/* open, text (escaped), close: an element with text in it, such as
+ * md_html_wrap(b, "<th>", name, "</th>"). */
+void md_html_wrap(md_strbuf *b, const char *open, const char *text, const char *close);
 void md_html_section_begin(md_strbuf *b, const char *id, const char *title);
 void md_html_section_end(md_strbuf *b);
 void md_html_heading(md_strbuf *b, const char *title); /* an <h3> inside a section */
@@ -103,6 +106,12 @@ void md_html_svg_open(md_strbuf *b, const char *figure_class, const char *label,
 void md_html_svg_close(md_strbuf *b, const char *caption);
 /* <text> at (x, y), escaped; extra: more attributes (" class=\"tick\"") or NULL. */
 void md_html_svg_text(md_strbuf *b, double x, double y, const char *anchor, const char *extra, const char *text);
+
+/* The value axis of horizontal bars: a light vertical line from top to bottom
+ * and its tick label (at label_y) for each value a0, a0 + step, ... up to a1,
+ * at x = left .. right for a0 .. a1. */
+void md_html_vgrid(md_strbuf *b, double a0, double a1, double step, double left, double right, double top,
+                   double bottom, double label_y);
 
 struct md_html_series {
     const char *name;

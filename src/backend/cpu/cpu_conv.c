@@ -110,14 +110,36 @@ static long long task_grain(size_t floats_per_task)
 
 struct nchw_ctx {
     const struct geom *g;
-    const float *x;  /* (n, c, h, w) */
     float *col;      /* (crs, ld) */
     int ld, n0, grp;
     float *dx;       /* col2im target */
     float beta;
-    /* scatter / gather */
-    float *y; const float *tmp; float *dst;
 };
+
+/* The per-thread buffers of the pipelines: per_thread floats for each of the
+ * pool's threads (the backend's scratch; NULL when out of memory). */
+static float *thread_buffers(size_t per_thread)
+{
+    return md_cpu_scratch(CPU_SCR_COL, sizeof(float) * per_thread * (size_t)md_threadpool_size());
+}
+
+/* y = t + beta * y over n floats (y = t when beta is 0). */
+static void store_beta(float *y, const float *t, size_t n, float beta)
+{
+    if (beta == 0.0f)
+        memcpy(y, t, sizeof(float) * n);
+    else
+        for (size_t i = 0; i < n; i++) y[i] = t[i] + beta * y[i];
+}
+
+/* y *= beta over n floats, before sums are added into it (0: zeroed). */
+static void scale_beta(float *y, size_t n, float beta)
+{
+    if (beta == 0.0f)
+        memset(y, 0, sizeof(float) * n);
+    else if (beta != 1.0f)
+        for (size_t i = 0; i < n; i++) y[i] *= beta;
+}
 
 /* im2col of output rows [p0, p1) of one input channel plane xp: col rows
  * r*S + s (row stride ld) hold (p1-p0)*Q values each. */
@@ -173,16 +195,25 @@ static void im2col_rows(const struct geom *g, const float *xp, float *dst, size_
     }
 }
 
-/* im2col for one (image, channel-of-group) pair: rows (cg*R + r)*S + s. */
-static void im2col_nchw_range(void *vc, long long b, long long e)
+/* im2col of images [n0, n0+cnt) of group grp, all output rows: col (crs,
+ * ld), image i in columns [i*pq, (i+1)*pq). */
+static void im2col_images(const struct geom *g, const float *x, int n0, int cnt, int grp, float *col, size_t ld)
 {
-    const struct nchw_ctx *c = vc;
-    const struct geom *g = c->g;
-    for (long long t = b; t < e; t++) {
-        int img = (int)(t / g->cg), cg = (int)(t % g->cg);
-        const float *xp = c->x + ((size_t)(c->n0 + img) * g->c + (size_t)c->grp * g->cg + cg) * g->h * g->w;
-        im2col_rows(g, xp, c->col + (size_t)cg * g->r * g->s * c->ld + (size_t)img * g->pq, (size_t)c->ld, 0, g->p);
-    }
+    for (int img = 0; img < cnt; img++)
+        for (int cg = 0; cg < g->cg; cg++)
+            im2col_rows(g, x + ((size_t)(n0 + img) * g->c + (size_t)grp * g->cg + cg) * g->h * g->w,
+                        col + (size_t)cg * g->r * g->s * ld + (size_t)img * g->pq, ld, 0, g->p);
+}
+
+/* dst (nk, ld) <- channels [k0, k0+nk) of dy (n, K, P*Q) for images [n0,
+ * n0+cnt): image i in columns [i*pq, (i+1)*pq). */
+static void gather_images(const struct geom *g, const float *dy, int n0, int cnt, int k0, int nk, float *dst,
+                          size_t ld)
+{
+    for (int img = 0; img < cnt; img++)
+        for (int k = 0; k < nk; k++)
+            memcpy(dst + (size_t)k * ld + (size_t)img * g->pq, dy + ((size_t)(n0 + img) * g->k + k0 + k) * g->pq,
+                   sizeof(float) * (size_t)g->pq);
 }
 
 /* ---- forward on large planes: per-thread im2col + GEMM pipelines ----------
@@ -253,7 +284,7 @@ static md_status tile_init(const struct geom *g, struct tile_ctx *c)
     c->nblk = (g->p + c->rows - 1) / c->rows;
     c->ntasks = (long long)g->n * c->nblk * g->g;
     c->per_thread = (size_t)g->crs * c->rows * g->q;
-    c->buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c->per_thread * (size_t)md_threadpool_size());
+    c->buf = thread_buffers(c->per_thread);
     return c->buf ? MD_OK : MD_ERR_OOM;
 }
 
@@ -285,29 +316,44 @@ static int pipeline_images(const struct geom *g)
 
 struct chunk_ctx {
     const struct geom *g;
-    const float *x, *w;
-    float *y, *buf;
+    const float *x, *w, *dy; /* what the pipeline reads */
+    float *out, *buf;        /* out: y, dx or the dw partials (FILTER_SLOTS, k, crs) */
     float beta;
-    int nb;
+    int nb, nchunks;         /* images per chunk, chunks */
     size_t per_thread;
 };
+
+/* Fixed chunks of pipeline_images(g) images and per-thread buffers of
+ * `rows` (col and a GEMM operand) x the chunk's columns. */
+static md_status chunk_init(const struct geom *g, size_t rows, struct chunk_ctx *c)
+{
+    c->g = g;
+    c->nb = pipeline_images(g);
+    c->nchunks = (g->n + c->nb - 1) / c->nb;
+    c->per_thread = rows * (size_t)c->nb * g->pq;
+    c->buf = thread_buffers(c->per_thread);
+    return c->buf ? MD_OK : MD_ERR_OOM;
+}
+
+/* The calling thread's buffer. */
+static float *chunk_buf(const struct chunk_ctx *c) { return c->buf + (size_t)md_parallel_thread_id() * c->per_thread; }
+
+/* The images of the chunk that starts at image n0. */
+static int chunk_count(const struct chunk_ctx *c, int n0) { return c->g->n - n0 < c->nb ? c->g->n - n0 : c->nb; }
 
 static void chunk_fwd_range(void *vc, long long b, long long e)
 {
     const struct chunk_ctx *c = vc;
     const struct geom *g = c->g;
-    float *col = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    float *col = chunk_buf(c);
     for (long long t = b; t < e; t++) {
         int grp = (int)(t % g->g), n0 = (int)(t / g->g) * c->nb;
-        int cnt = g->n - n0 < c->nb ? g->n - n0 : c->nb;
+        int cnt = chunk_count(c, n0);
         size_t ld = (size_t)cnt * g->pq;
         float *tmp = col + (size_t)g->crs * ld;
-        for (int img = 0; img < cnt; img++)
-            for (int cg = 0; cg < g->cg; cg++)
-                im2col_rows(g, c->x + ((size_t)(n0 + img) * g->c + (size_t)grp * g->cg + cg) * g->h * g->w,
-                            col + (size_t)cg * g->r * g->s * ld + (size_t)img * g->pq, ld, 0, g->p);
+        im2col_images(g, c->x, n0, cnt, grp, col, ld);
         const float *wg = c->w + (size_t)grp * g->kg * g->crs;
-        float *y0 = c->y + ((size_t)n0 * g->k + (size_t)grp * g->kg) * g->pq;
+        float *y0 = c->out + ((size_t)n0 * g->k + (size_t)grp * g->kg) * g->pq;
         if (cnt == 1) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->kg, g->pq, g->crs, 1.0f, wg, g->crs, col,
                         (int)ld, c->beta, y0, g->pq);
@@ -316,24 +362,17 @@ static void chunk_fwd_range(void *vc, long long b, long long e)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->kg, (int)ld, g->crs, 1.0f, wg, g->crs, col,
                     (int)ld, 0.0f, tmp, (int)ld);
         for (int img = 0; img < cnt; img++)
-            for (int k = 0; k < g->kg; k++) {
-                float *yp = y0 + ((size_t)img * g->k + k) * g->pq;
-                const float *tp = tmp + (size_t)k * ld + (size_t)img * g->pq;
-                if (c->beta == 0.0f)
-                    memcpy(yp, tp, sizeof(float) * (size_t)g->pq);
-                else
-                    for (int i = 0; i < g->pq; i++) yp[i] = tp[i] + c->beta * yp[i];
-            }
+            for (int k = 0; k < g->kg; k++)
+                store_beta(y0 + ((size_t)img * g->k + k) * g->pq, tmp + (size_t)k * ld + (size_t)img * g->pq,
+                           (size_t)g->pq, c->beta);
     }
 }
 
 static md_status chunked_fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
 {
-    size_t nb = (size_t)pipeline_images(g);
-    struct chunk_ctx c = {g, x, w, y, NULL, beta, (int)nb, (size_t)(g->crs + g->kg) * nb * g->pq};
-    c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
-    if (!c.buf) return MD_ERR_OOM;
-    md_parallel_for((long long)((g->n + c.nb - 1) / c.nb) * g->g, 1, chunk_fwd_range, &c);
+    struct chunk_ctx c = {.x = x, .w = w, .out = y, .beta = beta};
+    MD_TRY(chunk_init(g, (size_t)(g->crs + g->kg), &c));
+    md_parallel_for((long long)c.nchunks * g->g, 1, chunk_fwd_range, &c);
     return MD_OK;
 }
 
@@ -397,14 +436,9 @@ static void shift_fwd_range(void *vc, long long b, long long e)
                             tap ? 1.0f : 0.0f, grid, ncol);
             }
         for (int k = 0; k < g->k; k++)
-            for (int p = 0; p < g->p; p++) {
-                float *yp = c->y + ((size_t)img * g->k + k) * g->pq + (size_t)p * g->q;
-                const float *gp = grid + (size_t)k * ncol + (size_t)p * c->wp;
-                if (c->beta == 0.0f)
-                    memcpy(yp, gp, sizeof(float) * (size_t)g->q);
-                else
-                    for (int i = 0; i < g->q; i++) yp[i] = gp[i] + c->beta * yp[i];
-            }
+            for (int p = 0; p < g->p; p++)
+                store_beta(c->y + ((size_t)img * g->k + k) * g->pq + (size_t)p * g->q,
+                           grid + (size_t)k * ncol + (size_t)p * c->wp, (size_t)g->q, c->beta);
     }
 }
 
@@ -425,7 +459,7 @@ static md_status shift_fwd_nchw(const struct geom *g, const float *x, const floa
     c.per_thread = (size_t)g->c * c.plane + (size_t)g->k * g->p * c.wp;
     size_t rs = (size_t)g->r * g->s;
     float *wt = md_cpu_scratch(CPU_SCR_WTAP, sizeof(float) * rs * g->k * g->c);
-    c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
+    c.buf = thread_buffers(c.per_thread);
     if (!wt || !c.buf) return MD_ERR_OOM;
     /* (K, C, R, S) -> (R*S, K, C) */
     for (int k = 0; k < g->k; k++)
@@ -492,10 +526,7 @@ static void col2im_nchw_range(void *vc, long long b, long long e)
     for (long long t = b; t < e; t++) {
         int img = (int)(t / g->cg), cg = (int)(t % g->cg);
         float *dp = c->dx + ((size_t)(c->n0 + img) * g->c + (size_t)c->grp * g->cg + cg) * hw;
-        if (c->beta == 0.0f)
-            memset(dp, 0, sizeof(float) * hw);
-        else if (c->beta != 1.0f)
-            for (size_t i = 0; i < hw; i++) dp[i] *= c->beta;
+        scale_beta(dp, hw, c->beta);
         for (int r = 0; r < g->r; r++) {
             int plo, phi;
             valid_range(g->p, g->h, g->sh, g->ph, r, g->dh, &plo, &phi);
@@ -535,34 +566,6 @@ static void col2im_nchw_range(void *vc, long long b, long long e)
     }
 }
 
-/* y[(n0+img), grp*kg + k, :] = tmp[k, img*pq : ] + beta * y, per (img, k). */
-static void scatter_nchw_range(void *vc, long long b, long long e)
-{
-    const struct nchw_ctx *c = vc;
-    const struct geom *g = c->g;
-    for (long long t = b; t < e; t++) {
-        int img = (int)(t / g->kg), k = (int)(t % g->kg);
-        float *yp = c->y + ((size_t)(c->n0 + img) * g->k + (size_t)c->grp * g->kg + k) * g->pq;
-        const float *tp = c->tmp + (size_t)k * c->ld + (size_t)img * g->pq;
-        if (c->beta == 0.0f)
-            memcpy(yp, tp, sizeof(float) * (size_t)g->pq);
-        else
-            for (int i = 0; i < g->pq; i++) yp[i] = tp[i] + c->beta * yp[i];
-    }
-}
-
-/* dst[k, img*pq :] = y[(n0+img), k, :] for all K channels, per (img, k). */
-static void gather_nchw_range(void *vc, long long b, long long e)
-{
-    const struct nchw_ctx *c = vc;
-    const struct geom *g = c->g;
-    for (long long t = b; t < e; t++) {
-        int img = (int)(t / g->k), k = (int)(t % g->k);
-        memcpy(c->dst + (size_t)k * c->ld + (size_t)img * g->pq, c->y + ((size_t)(c->n0 + img) * g->k + k) * g->pq,
-               sizeof(float) * (size_t)g->pq);
-    }
-}
-
 static int chunk_images(const struct geom *g, size_t per_image_floats)
 {
     size_t nb = COL_BYTES / 4 / (per_image_floats ? per_image_floats : 1);
@@ -571,72 +574,46 @@ static int chunk_images(const struct geom *g, size_t per_image_floats)
     return (int)nb;
 }
 
+/* A 1x1 convolution, forward (ta 0: y = W x) or backward-data (ta 1: dx =
+ * W^T dy), per image and group: out (m per group, pq) from in (kk per group,
+ * pq); cin and cout are in's and out's channels per image. */
+static void gemm_1x1_nchw(const struct geom *g, int ta, int m, int kk, const float *w, const float *in, int cin,
+                          float *out, int cout, float beta)
+{
+    for (int i = 0; i < g->n; i++)
+        for (int grp = 0; grp < g->g; grp++)
+            sgemm(ta, 0, m, g->pq, kk, w + (size_t)grp * g->kg * g->cg, g->cg,
+                  in + ((size_t)i * cin + (size_t)grp * kk) * g->pq, g->pq, beta,
+                  out + ((size_t)i * cout + (size_t)grp * m) * g->pq, g->pq);
+}
+
 static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
 {
     if (shift_fwd_ok(g)) return shift_fwd_nchw(g, x, w, y, beta);
     if (tiled_fwd_ok(g)) return tiled_fwd_nchw(g, x, w, y, beta);
     if (!g->is_1x1) return chunked_fwd_nchw(g, x, w, y, beta);
-    if (g->is_1x1) {
-        for (int i = 0; i < g->n; i++)
-            for (int grp = 0; grp < g->g; grp++)
-                sgemm(0, 0, g->kg, g->pq, g->cg, w + (size_t)grp * g->kg * g->cg, g->cg,
-                      x + ((size_t)i * g->c + (size_t)grp * g->cg) * g->pq, g->pq, beta,
-                      y + ((size_t)i * g->k + (size_t)grp * g->kg) * g->pq, g->pq);
-        return MD_OK;
-    }
-    int nb = chunk_images(g, (size_t)g->crs * g->pq);
-    int ld = nb * g->pq;
-    float *col = col_buffer(g, sizeof(float) * (size_t)g->crs * ld);
-    float *tmp = md_cpu_scratch(CPU_SCR_TMP, sizeof(float) * (size_t)g->kg * ld);
-    if (!col || !tmp) return MD_ERR_OOM;
-    for (int n0 = 0; n0 < g->n; n0 += nb) {
-        int cnt = g->n - n0 < nb ? g->n - n0 : nb;
-        for (int grp = 0; grp < g->g; grp++) {
-            struct nchw_ctx c = {.g = g, .x = x, .col = col, .ld = ld, .n0 = n0, .grp = grp, .beta = beta,
-                                 .y = y, .tmp = tmp};
-            md_parallel_for((long long)cnt * g->cg, task_grain((size_t)g->r * g->s * g->pq), im2col_nchw_range, &c);
-            if (cnt == 1) {
-                sgemm(0, 0, g->kg, g->pq, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, col, ld, beta,
-                      y + ((size_t)n0 * g->k + (size_t)grp * g->kg) * g->pq, g->pq);
-                continue;
-            }
-            sgemm(0, 0, g->kg, cnt * g->pq, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, col, ld, 0.0f, tmp, ld);
-            md_parallel_for((long long)cnt * g->kg, task_grain((size_t)g->pq), scatter_nchw_range, &c);
-        }
-    }
+    gemm_1x1_nchw(g, 0, g->kg, g->cg, w, x, g->c, y, g->k, beta);
     return MD_OK;
 }
 
 /* Backward-data where it is not a forward convolution (stride > 1, ...): per
  * fixed image chunk, in the thread's own buffers, gather dy, GEMM W^T dy into
  * col and col2im into the chunk's images of dx (disjoint between tasks). */
-struct chunk_data_ctx {
-    const struct geom *g;
-    const float *dy, *w;
-    float *dx, *buf;
-    float beta;
-    int nb;
-    size_t per_thread;
-};
-
 static void chunk_data_range(void *vc, long long b, long long e)
 {
-    const struct chunk_data_ctx *c = vc;
+    const struct chunk_ctx *c = vc;
     const struct geom *g = c->g;
-    float *col = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    float *col = chunk_buf(c);
     for (long long ch = b; ch < e; ch++) {
-        int n0 = (int)ch * c->nb, cnt = g->n - n0 < c->nb ? g->n - n0 : c->nb;
+        int n0 = (int)ch * c->nb, cnt = chunk_count(c, n0);
         size_t ld = (size_t)cnt * g->pq;
         float *dyb = col + (size_t)g->crs * ld;
-        for (int img = 0; img < cnt; img++)
-            for (int k = 0; k < g->k; k++)
-                memcpy(dyb + (size_t)k * ld + (size_t)img * g->pq, c->dy + ((size_t)(n0 + img) * g->k + k) * g->pq,
-                       sizeof(float) * (size_t)g->pq);
+        gather_images(g, c->dy, n0, cnt, 0, g->k, dyb, ld);
         for (int grp = 0; grp < g->g; grp++) {
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g->crs, (int)ld, g->kg, 1.0f,
                         c->w + (size_t)grp * g->kg * g->crs, g->crs, dyb + (size_t)grp * g->kg * ld, (int)ld, 0.0f,
                         col, (int)ld);
-            struct nchw_ctx x = {.g = g, .col = col, .ld = (int)ld, .n0 = n0, .grp = grp, .dx = c->dx,
+            struct nchw_ctx x = {.g = g, .col = col, .ld = (int)ld, .n0 = n0, .grp = grp, .dx = c->out,
                                  .beta = c->beta};
             col2im_nchw_range(&x, 0, (long long)cnt * g->cg);
         }
@@ -645,48 +622,16 @@ static void chunk_data_range(void *vc, long long b, long long e)
 
 static md_status chunked_data_nchw(const struct geom *g, const float *dy, const float *w, float *dx, float beta)
 {
-    int nb = pipeline_images(g);
-    struct chunk_data_ctx c = {g, dy, w, dx, NULL, beta, nb, (size_t)(g->crs + g->k) * nb * g->pq};
-    c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
-    if (!c.buf) return MD_ERR_OOM;
-    md_parallel_for((g->n + nb - 1) / nb, 1, chunk_data_range, &c);
+    struct chunk_ctx c = {.dy = dy, .w = w, .out = dx, .beta = beta};
+    MD_TRY(chunk_init(g, (size_t)(g->crs + g->k), &c));
+    md_parallel_for(c.nchunks, 1, chunk_data_range, &c);
     return MD_OK;
 }
 
 static md_status data_nchw(const struct geom *g, const float *dy, const float *w, float *dx, float beta)
 {
     if (!g->is_1x1) return chunked_data_nchw(g, dy, w, dx, beta);
-    if (g->is_1x1) {
-        for (int i = 0; i < g->n; i++)
-            for (int grp = 0; grp < g->g; grp++)
-                sgemm(1, 0, g->cg, g->pq, g->kg, w + (size_t)grp * g->kg * g->cg, g->cg,
-                      dy + ((size_t)i * g->k + (size_t)grp * g->kg) * g->pq, g->pq, beta,
-                      dx + ((size_t)i * g->c + (size_t)grp * g->cg) * g->pq, g->pq);
-        return MD_OK;
-    }
-    int nb = chunk_images(g, (size_t)(g->crs + g->k) * g->pq);
-    int ld = nb * g->pq;
-    float *col = col_buffer(g, sizeof(float) * (size_t)g->crs * ld);
-    float *dyb = md_cpu_scratch(CPU_SCR_DY, sizeof(float) * (size_t)g->k * ld);
-    if (!col || !dyb) return MD_ERR_OOM;
-    for (int n0 = 0; n0 < g->n; n0 += nb) {
-        int cnt = g->n - n0 < nb ? g->n - n0 : nb;
-        struct nchw_ctx c = {.g = g, .col = col, .ld = ld, .n0 = n0, .dx = dx, .beta = beta,
-                             .y = (float *)dy, .dst = dyb};
-        const float *src = dy + (size_t)n0 * g->k * g->pq;
-        int lds = g->pq;
-        if (cnt > 1) {
-            md_parallel_for((long long)cnt * g->k, task_grain((size_t)g->pq), gather_nchw_range, &c);
-            src = dyb;
-            lds = ld;
-        }
-        for (int grp = 0; grp < g->g; grp++) {
-            c.grp = grp;
-            sgemm(1, 0, g->crs, cnt * g->pq, g->kg, w + (size_t)grp * g->kg * g->crs, g->crs,
-                  src + (size_t)grp * g->kg * lds, lds, 0.0f, col, ld);
-            md_parallel_for((long long)cnt * g->cg, task_grain((size_t)g->r * g->s * g->pq), col2im_nchw_range, &c);
-        }
-    }
+    gemm_1x1_nchw(g, 1, g->cg, g->kg, w, dy, g->k, dx, g->c, beta);
     return MD_OK;
 }
 
@@ -694,37 +639,22 @@ static md_status data_nchw(const struct geom *g, const float *dy, const float *w
  * into FILTER_SLOTS runs; a slot gathers each chunk's dy (kg, cnt*pq), does
  * its im2col and accumulates dy @ col^T into the slot's dw partial, all in
  * the thread's own buffers; partials are added in slot order. */
-struct chunk_filter_ctx {
-    const struct geom *g;
-    const float *x, *dy;
-    float *buf, *part;
-    int nb, nchunks;
-    size_t per_thread;
-};
-
 static void chunk_filter_range(void *vc, long long b, long long e)
 {
-    const struct chunk_filter_ctx *c = vc;
+    const struct chunk_ctx *c = vc;
     const struct geom *g = c->g;
     size_t nw = (size_t)g->k * g->crs;
-    float *col = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
+    float *col = chunk_buf(c);
     for (long long slot = b; slot < e; slot++) {
-        float *acc = c->part + (size_t)slot * nw;
+        float *acc = c->out + (size_t)slot * nw;
         memset(acc, 0, sizeof(float) * nw);
         for (long long ch = slot * c->nchunks / FILTER_SLOTS; ch < (slot + 1) * c->nchunks / FILTER_SLOTS; ch++) {
-            int n0 = (int)ch * c->nb, cnt = g->n - n0 < c->nb ? g->n - n0 : c->nb;
+            int n0 = (int)ch * c->nb, cnt = chunk_count(c, n0);
             size_t ld = (size_t)cnt * g->pq;
             float *dyb = col + (size_t)g->crs * ld;
             for (int grp = 0; grp < g->g; grp++) {
-                for (int img = 0; img < cnt; img++) {
-                    for (int cg = 0; cg < g->cg; cg++)
-                        im2col_rows(g, c->x + ((size_t)(n0 + img) * g->c + (size_t)grp * g->cg + cg) * g->h * g->w,
-                                    col + (size_t)cg * g->r * g->s * ld + (size_t)img * g->pq, ld, 0, g->p);
-                    for (int k = 0; k < g->kg; k++)
-                        memcpy(dyb + (size_t)k * ld + (size_t)img * g->pq,
-                               c->dy + ((size_t)(n0 + img) * g->k + (size_t)grp * g->kg + k) * g->pq,
-                               sizeof(float) * (size_t)g->pq);
-                }
+                im2col_images(g, c->x, n0, cnt, grp, col, ld);
+                gather_images(g, c->dy, n0, cnt, grp * g->kg, g->kg, dyb, ld);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->kg, g->crs, (int)ld, 1.0f, dyb, (int)ld, col,
                             (int)ld, 1.0f, acc + (size_t)grp * g->kg * g->crs, g->crs);
             }
@@ -734,52 +664,25 @@ static void chunk_filter_range(void *vc, long long b, long long e)
 
 static md_status chunked_filter_nchw(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
 {
-    size_t nb = (size_t)pipeline_images(g);
-    struct chunk_filter_ctx c = {g, x, dy, NULL, NULL, (int)nb, (int)((g->n + (int)nb - 1) / (int)nb),
-                                 (size_t)(g->crs + g->kg) * nb * g->pq};
-    c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
-    c.part = md_cpu_scratch(CPU_SCR_TMP, sizeof(float) * FILTER_SLOTS * (size_t)g->k * g->crs);
-    if (!c.buf || !c.part) return MD_ERR_OOM;
+    struct chunk_ctx c = {.x = x, .dy = dy};
+    MD_TRY(chunk_init(g, (size_t)(g->crs + g->kg), &c));
+    c.out = md_cpu_scratch(CPU_SCR_TMP, sizeof(float) * FILTER_SLOTS * (size_t)g->k * g->crs);
+    if (!c.out) return MD_ERR_OOM;
     md_parallel_for(FILTER_SLOTS, 1, chunk_filter_range, &c);
-    struct tile_ctx t = {.g = g, .y = dw, .beta = beta, .part = c.part};
+    struct tile_ctx t = {.g = g, .y = dw, .beta = beta, .part = c.out};
     md_parallel_for((long long)g->k * g->crs, CPU_GRAIN, tile_sum_range, &t);
     return MD_OK;
 }
 
 static md_status filter_nchw(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
 {
-    if (!g->is_1x1 && !tiled_fwd_ok(g)) return chunked_filter_nchw(g, x, dy, dw, beta);
     if (tiled_fwd_ok(g)) return tiled_filter_nchw(g, x, dy, dw, beta);
-    if (g->is_1x1) {
-        for (int i = 0; i < g->n; i++)
-            for (int grp = 0; grp < g->g; grp++)
-                sgemm(0, 1, g->kg, g->cg, g->pq, dy + ((size_t)i * g->k + (size_t)grp * g->kg) * g->pq, g->pq,
-                      x + ((size_t)i * g->c + (size_t)grp * g->cg) * g->pq, g->pq, i == 0 ? beta : 1.0f,
-                      dw + (size_t)grp * g->kg * g->cg, g->cg);
-        return MD_OK;
-    }
-    int nb = chunk_images(g, (size_t)(g->crs + g->k) * g->pq);
-    int ld = nb * g->pq;
-    float *col = col_buffer(g, sizeof(float) * (size_t)g->crs * ld);
-    float *dyb = md_cpu_scratch(CPU_SCR_DY, sizeof(float) * (size_t)g->k * ld);
-    if (!col || !dyb) return MD_ERR_OOM;
-    for (int n0 = 0; n0 < g->n; n0 += nb) {
-        int cnt = g->n - n0 < nb ? g->n - n0 : nb;
-        struct nchw_ctx c = {.g = g, .x = x, .col = col, .ld = ld, .n0 = n0, .y = (float *)dy, .dst = dyb};
-        const float *src = dy + (size_t)n0 * g->k * g->pq;
-        int lds = g->pq;
-        if (cnt > 1) {
-            md_parallel_for((long long)cnt * g->k, task_grain((size_t)g->pq), gather_nchw_range, &c);
-            src = dyb;
-            lds = ld;
-        }
-        for (int grp = 0; grp < g->g; grp++) {
-            c.grp = grp;
-            md_parallel_for((long long)cnt * g->cg, task_grain((size_t)g->r * g->s * g->pq), im2col_nchw_range, &c);
-            sgemm(0, 1, g->kg, g->crs, cnt * g->pq, src + (size_t)grp * g->kg * lds, lds, col, ld,
-                  n0 == 0 ? beta : 1.0f, dw + (size_t)grp * g->kg * g->crs, g->crs);
-        }
-    }
+    if (!g->is_1x1) return chunked_filter_nchw(g, x, dy, dw, beta);
+    for (int i = 0; i < g->n; i++)
+        for (int grp = 0; grp < g->g; grp++)
+            sgemm(0, 1, g->kg, g->cg, g->pq, dy + ((size_t)i * g->k + (size_t)grp * g->kg) * g->pq, g->pq,
+                  x + ((size_t)i * g->c + (size_t)grp * g->cg) * g->pq, g->pq, i == 0 ? beta : 1.0f,
+                  dw + (size_t)grp * g->kg * g->cg, g->cg);
     return MD_OK;
 }
 
@@ -828,12 +731,7 @@ static void col2im_nhwc_range(void *vc, long long b, long long e)
     for (long long t = b; t < e; t++) {
         int img = c->n0 + (int)t;
         float *dp = c->dx + (size_t)img * img_elems;
-        if (c->grp == 0) {
-            if (c->beta == 0.0f)
-                memset(dp, 0, sizeof(float) * img_elems);
-            else if (c->beta != 1.0f)
-                for (size_t i = 0; i < img_elems; i++) dp[i] *= c->beta;
-        }
+        if (c->grp == 0) scale_beta(dp, img_elems, c->beta);
         for (int pq = 0; pq < g->pq; pq++) {
             int p = pq / g->q, q = pq % g->q;
             const float *o = c->col + ((size_t)(img - c->n0) * g->pq + pq) * c->rsc;
@@ -850,6 +748,14 @@ static void col2im_nhwc_range(void *vc, long long b, long long e)
     }
 }
 
+/* Rows per NHWC chunk: the col buffer under COL_BYTES, at least one row. */
+static long long nhwc_chunk_rows(const struct geom *g, long long rows)
+{
+    long long mb = (long long)(COL_BYTES / 4 / (size_t)g->crs);
+    if (mb < 1) mb = 1;
+    return mb > rows ? rows : mb;
+}
+
 static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, float *y, float beta)
 {
     long long rows = (long long)g->n * g->pq;
@@ -859,9 +765,7 @@ static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, 
                   g->cg, beta, y + (size_t)grp * g->kg, g->k);
         return MD_OK;
     }
-    long long mb = (long long)(COL_BYTES / 4 / (size_t)g->crs);
-    if (mb < 1) mb = 1;
-    if (mb > rows) mb = rows;
+    long long mb = nhwc_chunk_rows(g, rows);
     float *col = col_buffer(g, sizeof(float) * (size_t)mb * g->crs);
     if (!col) return MD_ERR_OOM;
     for (long long r0 = 0; r0 < rows; r0 += mb) {
@@ -909,9 +813,7 @@ static md_status filter_nhwc(const struct geom *g, const float *x, const float *
                   dw + (size_t)grp * g->kg * g->cg, g->cg);
         return MD_OK;
     }
-    long long mb = (long long)(COL_BYTES / 4 / (size_t)g->crs);
-    if (mb < 1) mb = 1;
-    if (mb > rows) mb = rows;
+    long long mb = nhwc_chunk_rows(g, rows);
     float *col = col_buffer(g, sizeof(float) * (size_t)mb * g->crs);
     if (!col) return MD_ERR_OOM;
     for (long long r0 = 0; r0 < rows; r0 += mb) {
