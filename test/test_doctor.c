@@ -508,7 +508,7 @@ Test(doctor_metal_sim, profile_and_leak_check_on_simulated_metal, .timeout = 300
     char extra[4400];
     snprintf(extra, sizeof extra, "--device metal --model %s --batch-size 8 --bench-iters 2 --profile --leak-check 6", m);
     free(m);
-    struct job_out r = run_job(dir, extra);
+    struct th_main_run r = run_job(dir, extra);
     cr_assert_eq(r.st, MD_OK, "%s", md_errmsg());
     expect_valid(r.report);
     expect_width(r.text);
@@ -523,6 +523,5 @@ Test(doctor_metal_sim, profile_and_leak_check_on_simulated_metal, .timeout = 300
     if (pk) cr_expect_eq(cJSON_GetObjectItem(pk, "gemm_n")->valueint, 128);
     free(r.text);
     cJSON_Delete(r.report);
-    th_rmtree(dir);
-    free(dir);
+    th_tmpdir_free(dir);
 }
