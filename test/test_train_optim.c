@@ -180,7 +180,7 @@ Test(optim, device_side_step_values_clip_and_skip)
     struct md_optim_ctl h = {.step = 1, .clip = 1.0, .lr = 0.1f, .grad_scale = 0.25f, .loss_sum = 2.5f,
                              .grad_sumsq = 0.16f + 0.64f + 1.44f};
     md_dev_upload(dev, c, &h, sizeof h);
-    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, NULL, MD_F32), MD_OK, "%s", md_errmsg());
     float got[3];
     md_dev_download(dev, got, p, sizeof got);
     check3(got, (const double[]){0.989, -2.018, 0.53}, "ctl step 1");
@@ -189,11 +189,11 @@ Test(optim, device_side_step_values_clip_and_skip)
     h.step = 2;
     h.loss_sum = NAN;
     md_dev_upload(dev, c, &h, sizeof h);
-    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK);
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, NULL, MD_F32), MD_OK);
     h.loss_sum = 1.0f;
     h.grad_sumsq = INFINITY;
     md_dev_upload(dev, c, &h, sizeof h);
-    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK);
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, NULL, MD_F32), MD_OK);
     md_dev_download(dev, got, p, sizeof got);
     check3(got, (const double[]){0.989, -2.018, 0.53}, "skipped steps");
     md_dev_download(dev, got, md_optim_m(o), sizeof got);
@@ -203,7 +203,7 @@ Test(optim, device_side_step_values_clip_and_skip)
     h.clip = 0.1;
     h.lr = 0.2f;
     md_dev_upload(dev, c, &h, sizeof h);
-    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK);
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, NULL, MD_F32), MD_OK);
     double norm = sqrt((double)(0.16f + 0.64f + 1.44f)) * 0.25, f = 0.25 * 0.1 / (norm + 1e-6);
     double want[3], pm[3] = {0.989, -2.018, 0.53}, buf0[3] = {0.11, 0.18, -0.3}, wd[3] = {0.01, 0.01, 0};
     for (int i = 0; i < 3; i++) {
