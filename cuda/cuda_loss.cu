@@ -12,7 +12,7 @@
 
 template <class T>
 __global__ void k_xent_rows(int classes, float smoothing, const T *logits, const int32_t *labels, float *row_loss,
-                            float *row_hit, T *dlogits, float grad_scale)
+                            float *row_hit, T *dlogits, float grad_scale, const float *grad_scale_dev)
 {
     __shared__ float smax[32];
     __shared__ int sarg[32];
@@ -72,6 +72,7 @@ __global__ void k_xent_rows(int classes, float smoothing, const T *logits, const
     if (dlogits) {
         T *d = dlogits + (size_t)row * classes;
         float off = smoothing / (float)classes, inv = 1.0f / se;
+        if (grad_scale_dev) grad_scale *= *grad_scale_dev; /* the loss scale of a captured fp16 step */
         for (int j = threadIdx.x; j < classes; j += blockDim.x) {
             float p = expf(tof(x[j]) - m) * inv;
             float t = off + (j == label ? 1.0f - smoothing : 0.0f);
@@ -104,7 +105,7 @@ md_status md_cuda_xent(md_device *dev, const struct md_xent_args *a)
     MD_CU_DISPATCH(a->dtype, "xent", {
         k_xent_rows<T><<<a->n, XENT_THREADS, 0, cd->stream>>>(a->classes, a->smoothing, (const T *)a->logits,
                                                              a->labels, row_loss, row_hit, (T *)a->dlogits,
-                                                             a->grad_scale);
+                                                             a->grad_scale, a->grad_scale_dev);
     });
     MD_TRY(md_cuda_check_launch("xent"));
     k_xent_sum<<<1, 1024, 0, cd->stream>>>(a->n, row_loss, row_hit, a->loss_sum, a->correct);

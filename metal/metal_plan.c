@@ -232,6 +232,8 @@ static md_status pack_xent(const char *op, const void *args, struct packed *k)
 {
     const struct md_xent_args *a = args;
     MD_TRY(typed(op, a->dtype, k));
+    if (a->grad_scale_dev)
+        return md_errf(MD_ERR_UNSUPPORTED, "metal %s: a device-side loss scale is for captured steps (CUDA graphs)", op);
     PUT(k, md_mtl_xent_params, .n = a->n, .classes = a->classes, .has_loss = a->loss_sum != NULL,
         .has_correct = a->correct != NULL, .has_dlogits = a->dlogits != NULL, .smoothing = a->smoothing,
         .grad_scale = a->grad_scale);

@@ -28,10 +28,14 @@ void th_job_open(struct th_job *r, const char *args)
     cr_assert_eq(md_device_open(md_backend_find("cpu"), 0, &dopts, &r->job.dev), MD_OK, "%s", md_errmsg());
 }
 
+int th_job_force_fp16;
+
 void th_job_run(struct th_job *r, const char *args, long long interrupt_after, int force_pipeline)
 {
     th_job_open(r, args);
-    md_status st = md_stage_policy(&r->job);
+    md_status st = md_stage_precision_plan(&r->job); /* as md_job_run: before the policy */
+    if (st == MD_OK) st = md_stage_policy(&r->job);
+    if (th_job_force_fp16) r->job.opts->precision = MD_PREC_FP16; /* the CPU policy keeps fp32 */
     if (st == MD_OK) st = md_stage_model(&r->job);
     if (st == MD_OK) st = md_stage_data(&r->job);
     if (st == MD_OK) st = md_stage_train_create(&r->job, &r->t);

@@ -31,6 +31,9 @@ void th_job_open(struct th_job *r, const char *args);
  * force_pipeline is set, its steps pipelined as on CUDA. Never asserts on the
  * run's status: the test reads r->st and r->err. */
 void th_job_run(struct th_job *r, const char *args, long long interrupt_after, int force_pipeline);
+/* 1: th_job_run's job computes in fp16 with dynamic loss scaling (the CPU
+ * policy would keep fp32): the GPU's fp16 path, on the CPU's fp16 storage. */
+extern int th_job_force_fp16;
 
 /* A host copy of a flat (nparams) device buffer of the model, such as its
  * parameters or gradients (malloc, caller frees). */

@@ -706,5 +706,62 @@ Test(cuda, xent_and_optimizers)
             same("optim ctl params_half", &H, tol_for(MD_BF16, 0), tol_for(MD_BF16, 0) / 4);
             drop(&P); drop(&G); drop(&M); drop(&V); drop(&H); drop(&C);
         }
+    /* the loss scaler decided on the device (md_scale_ctl): 1/scale and t
+     * from it, then its rule once (growth at the interval, halving and a skip,
+     * giving up at scale 1, and the rule alone when n is 0), the same state
+     * bit for bit as the reference's */
+    for (int kind = 0; kind < 2; kind++)
+        for (int sv = 0; sv < 4; sv++) {
+            size_t n = sv == 3 ? 0 : 10007;
+            buf P = mk(n, MD_F32, -1, 1), G = mk(n, MD_F32, -1000, 1000), M = mk(n, MD_F32, -0.1f, 0.1f);
+            buf V = mk(n, MD_F32, 0, 0.01f);
+            buf C = mk(sizeof(struct md_optim_ctl) / 4, MD_I32, 0, 0);
+            buf S = mk(sizeof(struct md_scale_ctl) / 4, MD_I32, 0, 0);
+            struct md_optim_ctl c = {.step = 1000, .clip = 0.0, .lr = 0.03f, .grad_scale = 7.0f, .loss_sum = 3.0f,
+                                     .grad_sumsq = sv == 1 || sv == 2 ? INFINITY : 50.0f};
+            struct md_scale_ctl sc;
+            memset(&sc, 0, sizeof sc);
+            sc.taken = 4;
+            sc.clean = 2;
+            sc.skipped = 1;
+            sc.scale = sv == 2 ? 1.0f : 1024.0f;
+            sc.growth_interval = 3;
+            memcpy(C.h, &c, sizeof c);
+            memcpy(S.h, &sc, sizeof sc);
+            push(&C);
+            push(&S);
+            struct md_optim_args ra = {.kind = kind, .n = n, .lr = 99.0f, .momentum = 0.9f, .weight_decay = 5e-4f,
+                                       .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 1000, .grad_scale = 7.0f,
+                                       .ctl = C.h, .scaler = S.h, .scaler_update = 1, .params = P.h, .grads = G.h,
+                                       .m = M.h, .v = V.h};
+            struct md_optim_args ca = ra;
+            ca.ctl = C.d; ca.scaler = S.d; ca.params = P.d; ca.grads = G.d; ca.m = M.d; ca.v = V.d;
+            RUN_BOTH(md_k_optim, ra, ca);
+            char what[64];
+            snprintf(what, sizeof what, "optim scaler %d case %d params", kind, sv);
+            same(what, &P, 1e-6, 1e-5);
+            same("optim scaler m", &M, 1e-6, 1e-5);
+            snprintf(what, sizeof what, "optim scaler %d case %d state", kind, sv);
+            same(what, &S, 0, 0);
+            const struct md_scale_ctl *r = S.h;
+            cr_assert(sv == 2 ? r->gave_up && r->scale == 1.0f
+                      : sv == 1 ? r->scale == 512.0f && r->skipped == 2 && r->taken == 4
+                                : r->scale == 2048.0f && r->taken == 5 && r->clean == 0, "%s", what);
+            drop(&P); drop(&G); drop(&M); drop(&V); drop(&C); drop(&S);
+        }
+    {   /* the loss gradient seeded with a device-side scale */
+        int nn = 37, C = 10;
+        buf L = mk((size_t)nn * C, MD_F16, -3, 3), LAB = mk(nn, MD_I32, 0, 0), LS = mk(1, MD_F32, 0, 0);
+        buf DL = out((size_t)nn * C, MD_F16, 0), SC = mk(1, MD_F32, 2048.0f, 2048.0f);
+        for (int i = 0; i < nn; i++) ((int32_t *)LAB.h)[i] = (i * 7) % C;
+        push(&LAB);
+        struct md_xent_args ra = {.n = nn, .classes = C, .dtype = MD_F16, .logits = L.h, .labels = LAB.h,
+                                  .loss_sum = LS.h, .dlogits = DL.h, .grad_scale = 1.0f / nn, .grad_scale_dev = SC.h};
+        struct md_xent_args ca = ra;
+        ca.logits = L.d; ca.labels = LAB.d; ca.loss_sum = LS.d; ca.dlogits = DL.d; ca.grad_scale_dev = SC.d;
+        RUN_BOTH(md_k_xent, ra, ca);
+        same("xent dlogits, device-side scale", &DL, tol_for(MD_F16, 1e-3), tol_for(MD_F16, 1e-4));
+        drop(&L); drop(&LAB); drop(&LS); drop(&DL); drop(&SC);
+    }
     close_both();
 }

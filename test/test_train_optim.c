@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "train/optim.h"
+#include "train/scaler.h"
 
 /* The CPU device when its table has the optim kernel, plus the reference
  * backend (always): each test body runs on both. */
@@ -180,7 +181,7 @@ Test(optim, device_side_step_values_clip_and_skip)
     struct md_optim_ctl h = {.step = 1, .clip = 1.0, .lr = 0.1f, .grad_scale = 0.25f, .loss_sum = 2.5f,
                              .grad_sumsq = 0.16f + 0.64f + 1.44f};
     md_dev_upload(dev, c, &h, sizeof h);
-    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, NULL, MD_F32), MD_OK, "%s", md_errmsg());
     float got[3];
     md_dev_download(dev, got, p, sizeof got);
     check3(got, (const double[]){0.989, -2.018, 0.53}, "ctl step 1");
@@ -189,11 +190,11 @@ Test(optim, device_side_step_values_clip_and_skip)
     h.step = 2;
     h.loss_sum = NAN;
     md_dev_upload(dev, c, &h, sizeof h);
-    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK);
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, NULL, MD_F32), MD_OK);
     h.loss_sum = 1.0f;
     h.grad_sumsq = INFINITY;
     md_dev_upload(dev, c, &h, sizeof h);
-    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK);
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, NULL, MD_F32), MD_OK);
     md_dev_download(dev, got, p, sizeof got);
     check3(got, (const double[]){0.989, -2.018, 0.53}, "skipped steps");
     md_dev_download(dev, got, md_optim_m(o), sizeof got);
@@ -203,7 +204,7 @@ Test(optim, device_side_step_values_clip_and_skip)
     h.clip = 0.1;
     h.lr = 0.2f;
     md_dev_upload(dev, c, &h, sizeof h);
-    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, MD_F32), MD_OK);
+    cr_assert_eq(md_optim_step_ctl(o, p, g, c, NULL, NULL, MD_F32), MD_OK);
     double norm = sqrt((double)(0.16f + 0.64f + 1.44f)) * 0.25, f = 0.25 * 0.1 / (norm + 1e-6);
     double want[3], pm[3] = {0.989, -2.018, 0.53}, buf0[3] = {0.11, 0.18, -0.3}, wd[3] = {0.01, 0.01, 0};
     for (int i = 0; i < 3; i++) {
@@ -216,6 +217,86 @@ Test(optim, device_side_step_values_clip_and_skip)
     md_dev_free(dev, p);
     md_dev_free(dev, g);
     md_dev_free(dev, c);
+    md_device_close(dev);
+    }
+}
+
+/* The loss scaler decided on the device (kernels.h md_scale_ctl, applied by
+ * md_optim_step_ctl's last kernel) against train/scaler.c's md_scaler_update
+ * driving host-decided steps, step for step: growth after 3 clean steps up
+ * to the 2^24 cap, halving and skipping on non-finite gradients, the count
+ * restarting, then halving down to 1 and giving up there. AdamW (t counts
+ * the steps taken only), two ranges (the rule runs once per step); the
+ * params must match bit for bit. */
+Test(optim, device_loss_scaler_matches_the_host_rule)
+{
+    md_device *dev;
+    EACH_DEVICE(dev) {
+    float *pd, *ph, *g;
+    struct md_optim_ctl *c;
+    struct md_scale_ctl *sc;
+    cr_assert_eq(md_dev_alloc(dev, 3 * sizeof(float), (void **)&pd, "pd"), MD_OK);
+    cr_assert_eq(md_dev_alloc(dev, 3 * sizeof(float), (void **)&ph, "ph"), MD_OK);
+    cr_assert_eq(md_dev_alloc(dev, 3 * sizeof(float), (void **)&g, "g"), MD_OK);
+    cr_assert_eq(md_dev_alloc(dev, sizeof *c, (void **)&c, "ctl"), MD_OK);
+    cr_assert_eq(md_dev_alloc(dev, sizeof *sc, (void **)&sc, "scaler"), MD_OK);
+    const float p0[3] = {1.0f, -2.0f, 0.5f}, g0[3] = {4096.0f, -8192.0f, 12288.0f};
+    md_dev_upload(dev, pd, p0, sizeof p0);
+    md_dev_upload(dev, ph, p0, sizeof p0);
+    md_dev_upload(dev, g, g0, sizeof g0);
+    struct md_optim_cfg cfg = {.kind = MD_OPT_ADAMW, .weight_decay = 0.01f};
+    md_optim *od, *oh;
+    cr_assert_eq(md_optim_create(dev, &cfg, 3, ranges, 3, &od), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_optim_create(dev, &cfg, 3, ranges, 3, &oh), MD_OK, "%s", md_errmsg());
+    struct md_scaler hs;
+    md_scaler_init(&hs, 1);
+    hs.scale = 4194304.0f; /* 2^22 */
+    hs.growth_interval = 3;
+    struct md_scale_ctl s0;
+    memset(&s0, 0, sizeof s0);
+    s0.scale = hs.scale;
+    s0.growth_interval = 3;
+    md_dev_upload(dev, sc, &s0, sizeof s0);
+    /* F: finite, N: not; then non-finite until the host rule gives up */
+    const char *script = "FFFFFFFFFNFFNFFFNNFFFF";
+    int gave_up = 0, grew = 0, capped = 0;
+    for (int i = 0; i < 200 && !gave_up; i++) {
+        int finite = i < (int)strlen(script) ? script[i] == 'F' : 0;
+        float used = hs.scale;
+        int action = md_scaler_update(&hs, finite);
+        grew += hs.scale > used;
+        capped += finite && used == 16777216.0f && hs.clean == 0;
+        if (action > 0)
+            cr_assert_eq(md_optim_step(oh, ph, g, 0.01f, (float)(1.0 / (double)used), NULL, NULL, MD_F32), MD_OK);
+        /* ctl->step and ctl->grad_scale are not what the scaler's step reads */
+        struct md_optim_ctl h = {.step = 999, .lr = 0.01f, .grad_scale = 0.0f, .loss_sum = 1.0f,
+                                 .grad_sumsq = finite ? 1.0f : INFINITY};
+        md_dev_upload(dev, c, &h, sizeof h);
+        cr_assert_eq(md_optim_step_ctl(od, pd, g, c, sc, NULL, MD_F32), MD_OK, "%s", md_errmsg());
+        struct md_scale_ctl s;
+        md_dev_download(dev, &s, sc, sizeof s);
+        cr_assert_eq(md_dev_sync(dev), MD_OK);
+        cr_assert_eq(s.gave_up, action < 0, "step %d: gave up", i);
+        gave_up = action < 0;
+        cr_assert_eq(s.scale, hs.scale, "step %d: scale %g, host %g", i, (double)s.scale, (double)hs.scale);
+        cr_assert_eq(s.clean, hs.clean, "step %d: clean steps", i);
+        cr_assert_eq(s.skipped, hs.skipped, "step %d: skipped", i);
+        cr_assert_eq(s.taken, md_optim_steps(oh), "step %d: steps taken", i);
+        float a[3], b[3];
+        md_dev_download(dev, a, pd, sizeof a);
+        md_dev_download(dev, b, ph, sizeof b);
+        cr_assert(memcmp(a, b, sizeof a) == 0, "step %d: params %.9g %.9g %.9g, host-decided %.9g %.9g %.9g", i,
+                  (double)a[0], (double)a[1], (double)a[2], (double)b[0], (double)b[1], (double)b[2]);
+    }
+    cr_assert(gave_up && grew == 4 && capped == 1, "the script reaches the cap (%d, %d) and the floor", grew, capped);
+    cr_assert_eq(hs.scale, 1.0f);
+    md_optim_free(od);
+    md_optim_free(oh);
+    md_dev_free(dev, pd);
+    md_dev_free(dev, ph);
+    md_dev_free(dev, g);
+    md_dev_free(dev, c);
+    md_dev_free(dev, sc);
     md_device_close(dev);
     }
 }

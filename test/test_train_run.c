@@ -322,7 +322,15 @@ static const char *exec_mode(const cJSON *training, double *synced)
     return cJSON_GetObjectItem(e, "mode")->valuestring;
 }
 
-static void expect_same_run(const char *what, const char *extra, const char *dir)
+static double scaling_num(const cJSON *training, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(training, "loss_scaling"), key);
+    cr_assert(cJSON_IsNumber(v), "report.training.loss_scaling.%s", key);
+    return v->valuedouble;
+}
+
+/* Returns the steps the loss scaler skipped (the same in both runs). */
+static double expect_same_run(const char *what, const char *extra, const char *dir)
 {
     char args[1024];
     /* both runs write into one folder of their own: the second replaces the first's checkpoints */
@@ -349,8 +357,16 @@ static void expect_same_run(const char *what, const char *extra, const char *dir
         cr_assert_eq(curve_at(a.training, "train_acc", e), curve_at(b.training, "train_acc", e), "%s: acc", what);
         cr_assert_eq(curve_at(a.training, "val_loss", e), curve_at(b.training, "val_loss", e), "%s: val loss", what);
     }
+    /* fp16: the device's loss scaler decided as the host's did */
+    double skipped = scaling_num(a.training, "skipped_steps");
+    cr_assert_eq(scaling_num(a.training, "final_scale"), scaling_num(b.training, "final_scale"), "%s: loss scale", what);
+    cr_assert_eq(skipped, scaling_num(b.training, "skipped_steps"), "%s: skipped steps", what);
+    const cJSON *ls = cJSON_GetObjectItem(b.training, "loss_scaling");
+    if (cJSON_IsTrue(cJSON_GetObjectItem(ls, "enabled")))
+        cr_assert_str_eq(cJSON_GetObjectItem(ls, "decided_on")->valuestring, "device", "%s", what);
     run_out_free(&a);
     run_out_free(&b);
+    return skipped;
 }
 
 Test(train_pipe, same_weights_as_host_synced_steps, .timeout = 120)
@@ -360,6 +376,41 @@ Test(train_pipe, same_weights_as_host_synced_steps, .timeout = 120)
     expect_same_run("sgd, clip", "--grad-clip 0.05 --warmup-epochs 1", dir);
     expect_same_run("adamw (bias correction from the device step)", "--optimizer adamw --lr 0.003", dir);
     expect_same_run("one batch in flight at most, workers", "--prefetch 1 --num-workers 2 --label-smoothing 0.1", dir);
+    th_tmpdir_free(dir);
+}
+
+/* fp16 with dynamic loss scaling pipelines too: the optimizer kernel applies
+ * the scaler's rule on the device and the loss gradient reads the scale from
+ * there. This model's fp16 gradients overflow above a scale of 2^15: a run
+ * from 2^17 skips its first two steps and takes the next at 2^15 (a step
+ * that read the host's scale, one step late, would be seeded at 2^16); one
+ * from 2^19 skips four. Both runs alike, and AdamW's t counts taken steps
+ * only. */
+static double fp16_run(const char *what, double scale, const char *flags, const char *dir)
+{
+    char plan[128], extra[1400];
+    snprintf(plan, sizeof plan, "{\"format\": \"mpsdiag-precision-plan\", \"precision\": \"fp16\", "
+             "\"loss_scale\": %.0f}\n", scale);
+    char *path = th_write(dir, "plan.json", plan);
+    snprintf(extra, sizeof extra, "--precision-plan %s %s", path, flags);
+    free(path);
+    th_job_force_fp16 = 1;
+    double skipped = expect_same_run(what, extra, dir);
+    th_job_force_fp16 = 0;
+    fprintf(stderr, "  fp16 from %.0f: %.0f of 10 steps skipped, pipelined as host-synced\n", scale, skipped);
+    return skipped;
+}
+
+Test(train_pipe, fp16_loss_scale_decided_on_the_device, .timeout = 120)
+{
+    char *dir = th_tmpdir();
+    /* SGD without clipping: a gradient seeded at the wrong scale shows */
+    double s = fp16_run("fp16 from 2^17, sgd", 131072, "", dir);
+    cr_assert(s >= 2, "the overflowing first steps are skipped: %g", s);
+    s = fp16_run("fp16 from 2^19, adamw, clip", 524288, "--optimizer adamw --lr 0.003 --grad-clip 1", dir);
+    cr_assert_eq(s, 4, "the overflowing first steps are skipped: %g", s);
+    s = fp16_run("fp16 from 2^19, one batch in flight at most", 524288, "--prefetch 1", dir);
+    cr_assert_eq(s, 4, "the overflowing first steps are skipped: %g", s);
     th_tmpdir_free(dir);
 }
 

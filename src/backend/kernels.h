@@ -241,7 +241,9 @@ struct md_chslice_args {
  * correct (device int32 scalar, optional) += number of argmax == label
  *   (ties: the lowest index, as torch.argmax);
  * dlogits (optional) = grad_scale * (softmax - target), of `dtype`
- *   (grad_scale is 1/n for a mean loss, times the loss scale). */
+ *   (grad_scale is 1/n for a mean loss, times the loss scale; with
+ *   grad_scale_dev, a device fp32 scalar, times *grad_scale_dev in fp32:
+ *   the loss scale of a captured step, struct md_scale_ctl). */
 struct md_xent_args {
     int n, classes;
     float smoothing;
@@ -252,6 +254,7 @@ struct md_xent_args {
     int32_t *correct;
     void *dlogits;
     float grad_scale;
+    const float *grad_scale_dev;
 };
 
 /* ---- regression losses, fused forward + backward ---------------------------------
@@ -329,7 +332,14 @@ struct md_permute_args {
  *   grad_scale = g = ctl->grad_scale, times clip / (norm + 1e-6) when
  *     ctl->clip > 0 and norm = sqrt(ctl->grad_sumsq) * g exceeds it (in double),
  * and changes nothing (params, state, half copy) when ctl->loss_sum or
- * ctl->grad_sumsq is not finite. md_optim_ctl_resolve does this on the host. */
+ * ctl->grad_sumsq is not finite. md_optim_ctl_resolve does this on the host.
+ *
+ * scaler (optional, with ctl; device memory): dynamic loss scaling decided on
+ * the device (fp16). The kernel then uses grad_scale = 1 / scaler->scale (in
+ * double, times the clip factor as above) and t = scaler->taken + 1 instead
+ * of ctl->grad_scale and ctl->step. With scaler_update set (the step's last
+ * call; n may be 0), once this call's update is done the kernel applies
+ * md_scale_ctl_update with finite = loss_sum and grad_sumsq both finite. */
 enum md_optim_kind { MD_OPT_SGD = 0, MD_OPT_ADAMW };
 struct md_optim_ctl {
     long long step;     /* t >= 1 */
@@ -339,6 +349,45 @@ struct md_optim_ctl {
     float loss_sum;     /* written by the step's loss */
     float grad_sumsq;   /* written by the step: sum of squares of the (scaled) gradients */
 };
+/* The loss scaler's state in device memory (train/scaler.c's rule, applied by
+ * the optimizer kernel so a captured fp16 step needs no host decision). */
+struct md_scale_ctl {
+    long long taken;        /* optimizer steps taken: the next one is t = taken + 1 */
+    long long clean;        /* finite steps since the scale last changed */
+    long long skipped;      /* steps skipped for non-finite gradients */
+    float scale;            /* the loss scale (the loss gradient's seed reads it too) */
+    int32_t growth_interval;/* clean steps before the scale doubles */
+    int32_t gave_up;        /* 1: non-finite gradients at scale <= 1 (the host stops the run) */
+    int32_t pad;
+};
+#ifdef __CUDACC__
+#define MD_HOST_DEVICE __host__ __device__
+#else
+#define MD_HOST_DEVICE
+#endif
+/* After a step with (finite) or without finite loss and gradients, as
+ * md_scaler_update: finite counts a clean step (and takes it), doubling the
+ * scale after growth_interval of them up to 2^24; non-finite halves it, skips
+ * the step and restarts the count, or at scale <= 1 sets gave_up and changes
+ * nothing else. Every backend's optim kernel calls this one function. */
+static inline MD_HOST_DEVICE void md_scale_ctl_update(struct md_scale_ctl *s, int finite)
+{
+    if (!finite) {
+        if (s->scale <= 1.0f) {
+            s->gave_up = 1;
+            return;
+        }
+        s->skipped++;
+        s->clean = 0;
+        s->scale *= 0.5f;
+        return;
+    }
+    s->taken++;
+    if (++s->clean >= s->growth_interval) {
+        s->clean = 0;
+        if (s->scale < 16777216.0f) s->scale *= 2.0f;
+    }
+}
 struct md_optim_args {
     int kind;
     size_t n;
@@ -348,6 +397,8 @@ struct md_optim_args {
     float grad_scale;
     const float *grad_scale_dev;
     const struct md_optim_ctl *ctl;
+    struct md_scale_ctl *scaler;  /* with ctl: the loss scale decided on the device */
+    int scaler_update;            /* with scaler: apply its rule after this call */
     float *params; const float *grads;
     float *m, *v;                 /* SGD uses m as the momentum buffer */
     void *params_half; md_dtype half_dtype;
@@ -539,10 +590,17 @@ struct md_kernels {
 extern const char *const md_kernel_names[MD_KERNEL_COUNT];
 
 /* For backends whose kernels run when called (CPU, reference): *out = a with
- * ctl's values resolved into lr, step and grad_scale (ctl and grad_scale_dev
- * cleared). Returns 0 when the step must change nothing (non-finite loss or
- * gradients), 1 otherwise. Without ctl, *out = a and 1. */
+ * ctl's values resolved into lr, step and grad_scale (ctl, scaler and
+ * grad_scale_dev cleared). Returns 0 when the step must change nothing
+ * (non-finite loss or gradients), 1 otherwise. Without ctl, *out = a and 1.
+ * md_optim_ctl_after then applies the scaler's rule when a asks for it. */
 int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *out);
+void md_optim_ctl_after(const struct md_optim_args *a);
+/* The loss gradient's multiplier for such backends (grad_scale x *grad_scale_dev). */
+static inline float md_xent_grad_scale(const struct md_xent_args *a)
+{
+    return a->grad_scale_dev ? a->grad_scale * *a->grad_scale_dev : a->grad_scale;
+}
 
 /* Checks what every backend's regress kernel needs (a known kind, sizes >= 0,
  * delta > 0 for HUBER, `last` for FINANCIAL); MD_ERR_INTERNAL naming the

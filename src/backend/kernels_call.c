@@ -86,18 +86,27 @@ int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *ou
     *out = *a;
     const struct md_optim_ctl *c = a->ctl;
     if (!c) return 1;
+    const struct md_scale_ctl *sc = a->scaler;
     out->ctl = NULL;
+    out->scaler = NULL;
+    out->scaler_update = 0;
     out->grad_scale_dev = NULL;
     if (!isfinite(c->loss_sum) || !isfinite(c->grad_sumsq)) return 0;
-    double g = (double)c->grad_scale;
+    double g = sc ? 1.0 / (double)sc->scale : (double)c->grad_scale;
     if (c->clip > 0) {
         double norm = sqrt((double)c->grad_sumsq) * g;
         if (norm > c->clip) g *= c->clip / (norm + 1e-6);
     }
     out->lr = c->lr;
-    out->step = c->step;
+    out->step = sc ? sc->taken + 1 : c->step;
     out->grad_scale = (float)g;
     return 1;
+}
+
+void md_optim_ctl_after(const struct md_optim_args *a)
+{
+    if (!a->ctl || !a->scaler || !a->scaler_update) return;
+    md_scale_ctl_update(a->scaler, isfinite(a->ctl->loss_sum) && isfinite(a->ctl->grad_sumsq));
 }
 
 md_status md_regress_args_check(const char *backend, const struct md_regress_args *a)

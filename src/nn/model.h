@@ -217,6 +217,11 @@ const void *md_model_logits(md_model *m);
  * 1/batch for a mean loss, times the loss scale). labels_dev: (batch) int32. */
 md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing, float grad_scale,
                         float *loss_sum_dev, int32_t *correct_dev);
+/* The same with the gradient's multiplier grad_scale x *grad_scale_dev (a
+ * device fp32 scalar, read when the kernel runs: the loss scale of a
+ * captured fp16 step, kernels.h md_scale_ctl). */
+md_status md_model_loss_scaled(md_model *m, const int32_t *labels_dev, float smoothing, float grad_scale,
+                               const float *grad_scale_dev, float *loss_sum_dev, int32_t *correct_dev);
 /* The regression counterpart of md_model_loss (kernels.h, md_regress_args,
  * has the formulas): the last forward's output, read as (batch, horizon,
  * channels) in the compute dtype (horizon * channels must be its elements

@@ -787,6 +787,12 @@ const void *md_model_logits(md_model *m)
 md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing, float grad_scale,
                         float *loss_sum_dev, int32_t *correct_dev)
 {
+    return md_model_loss_scaled(m, labels_dev, smoothing, grad_scale, NULL, loss_sum_dev, correct_dev);
+}
+
+md_status md_model_loss_scaled(md_model *m, const int32_t *labels_dev, float smoothing, float grad_scale,
+                               const float *grad_scale_dev, float *loss_sum_dev, int32_t *correct_dev)
+{
     MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
     if (!m->last_batch) return md_errf(MD_ERR_INTERNAL, "model %s: loss before forward", m->name);
     if (m->regression)
@@ -805,6 +811,7 @@ md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing,
     x.correct = correct_dev;
     x.dlogits = m->last_training ? md_layer_grad(&r, m->nlayers - 1) : NULL;
     x.grad_scale = grad_scale;
+    x.grad_scale_dev = grad_scale_dev;
     MD_TRY(md_k_xent(m->dev, &x));
     m->have_loss = m->last_training;
     return MD_OK;

@@ -90,11 +90,24 @@ void md_optim_free(md_optim *o)
 }
 
 static md_status step_ranges(md_optim *o, float *params, const float *grads, float lr, float grad_scale,
-                             const float *grad_scale_dev, const struct md_optim_ctl *ctl, void *params_half,
-                             md_dtype half_dtype)
+                             const float *grad_scale_dev, const struct md_optim_ctl *ctl,
+                             struct md_scale_ctl *scaler, void *params_half, md_dtype half_dtype)
 {
     long long t = o->step + 1;
     size_t hsz = params_half ? md_dtype_size(half_dtype) : 0;
+    int last = -1; /* the last range stepped: its call applies the loss scaler's rule */
+    for (int i = 0; i < o->nranges; i++)
+        if (!o->ranges[i].frozen) last = i;
+    if (scaler && last < 0) { /* nothing to step: the rule still runs */
+        struct md_optim_args a;
+        memset(&a, 0, sizeof a);
+        a.kind = o->cfg.kind;
+        a.step = 1;
+        a.ctl = ctl;
+        a.scaler = scaler;
+        a.scaler_update = 1;
+        MD_TRY(md_k_optim(o->dev, &a));
+    }
     for (int i = 0; i < o->nranges; i++) {
         const struct md_optim_range *r = &o->ranges[i];
         if (r->frozen) continue;
@@ -115,6 +128,8 @@ static md_status step_ranges(md_optim *o, float *params, const float *grads, flo
         a.grad_scale = grad_scale;
         a.grad_scale_dev = grad_scale_dev;
         a.ctl = ctl;
+        a.scaler = ctl ? scaler : NULL;
+        a.scaler_update = a.scaler && i == last;
         a.params = params + r->offset;
         a.grads = grads + r->offset;
         a.m = o->m + r->offset;
@@ -130,13 +145,14 @@ static md_status step_ranges(md_optim *o, float *params, const float *grads, flo
 md_status md_optim_step(md_optim *o, float *params, const float *grads, float lr, float grad_scale,
                         const float *grad_scale_dev, void *params_half, md_dtype half_dtype)
 {
-    return step_ranges(o, params, grads, lr, grad_scale, grad_scale_dev, NULL, params_half, half_dtype);
+    return step_ranges(o, params, grads, lr, grad_scale, grad_scale_dev, NULL, NULL, params_half, half_dtype);
 }
 
 md_status md_optim_step_ctl(md_optim *o, float *params, const float *grads, const struct md_optim_ctl *ctl,
-                            void *params_half, md_dtype half_dtype)
+                            struct md_scale_ctl *scaler, void *params_half, md_dtype half_dtype)
 {
-    return step_ranges(o, params, grads, 0.0f, 1.0f, NULL, ctl, params_half, half_dtype);
+    if (!ctl && scaler) return md_errf(MD_ERR_INTERNAL, "optimizer: a device-side loss scaler without step values");
+    return step_ranges(o, params, grads, 0.0f, 1.0f, NULL, ctl, scaler, params_half, half_dtype);
 }
 
 void md_optim_unfreeze(md_optim *o, long long t0)

@@ -49,9 +49,13 @@ md_status md_optim_step(md_optim *o, float *params, const float *grads, float lr
  * md_optim_ctl: lr, t, loss scale, clip; skipped on the device when the
  * step's loss or gradients are not finite), so it can be captured once and
  * replayed. The caller writes ctl->step = md_optim_steps() + 1 before each
- * run; the host count advances here. */
+ * run; the host count advances here. scaler (optional, device memory,
+ * kernels.h md_scale_ctl): the loss scale and step count come from it
+ * instead, and the step's last kernel applies the scaler's rule to it
+ * (train/scaler.c), so fp16 steps need no host decision; the host count is
+ * then only right once the caller sets it from scaler->taken. */
 md_status md_optim_step_ctl(md_optim *o, float *params, const float *grads, const struct md_optim_ctl *ctl,
-                            void *params_half, md_dtype half_dtype);
+                            struct md_scale_ctl *scaler, void *params_half, md_dtype half_dtype);
 
 /* Frozen ranges take no step: their parameters and state stay as they are.
  * md_optim_unfreeze makes them trainable from step `t0` on: their step count

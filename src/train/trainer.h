@@ -17,11 +17,12 @@
  * - host-synced (eager): one sync per step (a 12-byte download of the step's
  *   loss, gradient sum of squares and correct count) to stop on a non-finite
  *   loss, skip fp16 overflow steps and clip by global norm. Used with
- *   --no-compile, fp16 loss scaling, on devices without graph capture, and
- *   for each epoch's last step and a short batch;
+ *   --no-compile, on devices without graph capture, and for each epoch's
+ *   last step and a short batch;
  * - pipelined (compile on, CUDA): the step's changing values (lr, optimizer
  *   t, clip, dropout offset) live in device memory (kernels.h md_optim_ctl),
- *   the optimizer skips a non-finite step on the device and clips there, the
+ *   the optimizer skips a non-finite step on the device and clips there
+ *   (fp16: it also applies the loss scaler's rule there, md_scale_ctl), the
  *   results come back asynchronously and are checked while the next step
  *   runs; inputs are double-buffered and copied on a separate stream. After
  *   one eager step each input set's step is captured as a CUDA graph and

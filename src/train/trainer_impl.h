@@ -51,6 +51,11 @@ struct step_ctl {
     uint64_t rng_offset;     /* dropout: global step << 32 (md_model_set_step_dev) */
     int32_t correct;
     int32_t pad;
+    /* fp16: the loss scaler and the optimizer's step count, decided on the
+     * device by the step's optimizer kernel. Owned by the device while a
+     * step is in flight (the upload stops before it); uploaded from
+     * t->scaler when none is, read back with each step's results. */
+    struct md_scale_ctl scale;
 };
 
 struct md_trainer {

@@ -213,7 +213,9 @@ void md_trainer_print_start(md_trainer *t)
     md_out("  %-16s %g peak, %s%s; batch %d (validation %d), %lld step%s per epoch\n", "schedule", t->lr,
            md_schedule_name(t->sched.kind), o->warmup_epochs > 0 ? " after linear warm-up" : "", t->batch,
            t->val_batch, t->steps_per_epoch, md_s(t->steps_per_epoch));
-    if (t->scaler.enabled) md_out("  %-16s dynamic, starting at %.0f\n", "loss scaling", (double)t->scaler.scale);
+    if (t->scaler.enabled)
+        md_out("  %-16s dynamic, starting at %.0f, decided on the %s\n", "loss scaling", (double)t->scaler.scale,
+               t->pipe ? "device" : "host");
     if (t->regress && t->ser.seq_len == 0) /* images with targets: no window */
         md_out("  %-16s %s over %d target%s per image\n", "loss", t->loss_name, t->ser.n_out,
                t->ser.n_out == 1 ? "" : "s");
@@ -309,6 +311,8 @@ void md_trainer_report_finish(md_trainer *t, int start_epoch)
     cJSON_AddBoolToObject(ls, "enabled", t->scaler.enabled);
     cJSON_AddNumberToObject(ls, "final_scale", t->scaler.scale);
     cJSON_AddNumberToObject(ls, "skipped_steps", (double)t->scaler.skipped);
+    /* pipelined (captured) steps: the optimizer kernel applies the rule on the device */
+    cJSON_AddStringToObject(ls, "decided_on", !t->scaler.enabled ? "none" : t->pipe ? "device" : "host");
     if (t->best_epoch > 0) {
         cJSON *be = cJSON_AddObjectToObject(t->report, "best");
         cJSON_AddNumberToObject(be, "epoch", t->best_epoch);

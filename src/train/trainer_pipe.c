@@ -5,6 +5,7 @@
  * replayed (trainer.h, trainer_impl.h). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,6 @@ md_status md_trainer_pipe_setup(md_trainer *t)
     else if (o->unfreeze_after > 0 || md_optim_needs_host(t->opt))
         why = "--backbone-lr / --unfreeze-after: parameter groups with their own learning rate or step count "
               "take host-synced steps";
-    else if (t->scaler.enabled) why = "fp16 dynamic loss scaling decides each step on the host: steps run op by op";
     else if (t->ranks > 1 && !dist)
         why = getenv("MPSDIAG_DIST_GRAPH")
                   ? "several ranks: host-synced steps with one gradient all-reduce each (MPSDIAG_DIST_GRAPH=0)"
@@ -78,8 +78,13 @@ static md_status pipe_body(md_trainer *t, const int32_t *labels, int n)
     MD_TRY(md_model_forward(t->model, n, 1));
     /* several ranks: the mean over the global batch (full batches only here) */
     float mean_n = (float)n * (float)(t->ranks > 1 ? t->ranks : 1);
-    MD_TRY(md_model_loss(t->model, labels, (float)t->o->label_smoothing, t->scaler.scale / mean_n,
-                         &t->d_ctl->opt.loss_sum, &t->d_ctl->correct));
+    /* fp16: the loss scale in device memory, as the optimizer's rule left it */
+    if (t->scaler.enabled)
+        MD_TRY(md_model_loss_scaled(t->model, labels, (float)t->o->label_smoothing, 1.0f / mean_n,
+                                    &t->d_ctl->scale.scale, &t->d_ctl->opt.loss_sum, &t->d_ctl->correct));
+    else
+        MD_TRY(md_model_loss(t->model, labels, (float)t->o->label_smoothing, t->scaler.scale / mean_n,
+                             &t->d_ctl->opt.loss_sum, &t->d_ctl->correct));
     MD_TRY(md_model_backward(t->model));
     float *grads = md_model_grads(t->model), *params = md_model_params(t->model);
     if (t->ranks > 1) MD_TRY(md_trainer_dist_grads_queued(t, grads, md_model_nparams(t->model)));
@@ -87,8 +92,8 @@ static md_status pipe_body(md_trainer *t, const int32_t *labels, int n)
     struct md_reduce_args r = {.op = MD_RED_SUMSQ, .n = md_model_nparams(t->model), .dtype = MD_F32, .a = grads,
                                .out = &t->d_ctl->opt.grad_sumsq};
     MD_TRY(md_k_reduce(t->dev, &r));
-    return md_optim_step_ctl(t->opt, params, grads, &t->d_ctl->opt, md_model_params_half(t->model),
-                             md_model_get_opts(t->model)->compute_dtype);
+    return md_optim_step_ctl(t->opt, params, grads, &t->d_ctl->opt, t->scaler.enabled ? &t->d_ctl->scale : NULL,
+                             md_model_params_half(t->model), md_model_get_opts(t->model)->compute_dtype);
 }
 
 /* Records the step as a graph for input set s. Nothing runs during capture;
@@ -133,7 +138,13 @@ md_status md_trainer_pipe_finish(md_trainer *t)
     MD_TRY(md_trainer_dist_scalars(t, &sc));
     /* the device skipped the update of such a step (md_optim_ctl) */
     if (!isfinite(sc.loss_sum)) return md_trainer_numeric_failure(t, t->pend_step, "the loss is not finite");
-    if (!isfinite(r->opt.grad_sumsq))
+    if (t->scaler.enabled) { /* the device's loss scaler (md_scale_ctl): this step's decision */
+        if (r->scale.gave_up) return md_trainer_numeric_failure(t, t->pend_step, "the gradients are not finite");
+        t->scaler.scale = r->scale.scale;
+        t->scaler.clean = r->scale.clean;
+        t->scaler.skipped = r->scale.skipped;
+        md_optim_set_steps(t->opt, r->scale.taken);
+    } else if (!isfinite(r->opt.grad_sumsq))
         return md_trainer_numeric_failure(t, t->pend_step, "the gradients are not finite");
     t->ep_loss += (double)sc.loss_sum;
     t->ep_correct += sc.correct;
@@ -173,7 +184,17 @@ md_status md_trainer_pipe_step(md_trainer *t, struct md_batch *b)
     u->opt.lr = (float)md_schedule_lr(&t->sched, t->global_step);
     u->opt.grad_scale = 1.0f / t->scaler.scale;
     u->rng_offset = (uint64_t)t->global_step << 32;
-    if (st == MD_OK) st = md_dev_upload(t->dev, t->d_ctl, u, sizeof *u);
+    size_t up = sizeof *u;
+    if (t->scaler.enabled && t->pend_b) /* the step in flight decides the scaler: leave it */
+        up = offsetof(struct step_ctl, scale);
+    else if (t->scaler.enabled) { /* none in flight: the host's values are the latest */
+        u->scale.taken = md_optim_steps(t->opt);
+        u->scale.clean = t->scaler.clean;
+        u->scale.skipped = t->scaler.skipped;
+        u->scale.scale = t->scaler.scale;
+        u->scale.growth_interval = t->scaler.growth_interval;
+    }
+    if (st == MD_OK) st = md_dev_upload(t->dev, t->d_ctl, u, up);
     if (st == MD_OK) st = md_dev_side_join(t->dev);
     md_model_set_step_dev(t->model, &t->d_ctl->rng_offset);
     double c1 = md_now();

@@ -28,8 +28,9 @@ int md_trainer_loss_elems(const md_trainer *t) { return t->regress ? t->out_elem
 
 md_status md_trainer_loss(md_trainer *t, int n, float scale, float label_smoothing)
 {
-    if (!t->regress)
-        return md_model_loss(t->model, t->d_labels, label_smoothing, scale / (float)n, &t->d_sc->loss_sum,
+    if (!t->regress) /* fp16: (1/n) x scale in fp32, as a pipelined step seeds it (trainer_pipe.c) */
+        return md_model_loss(t->model, t->d_labels, label_smoothing,
+                             t->scaler.enabled ? 1.0f / (float)n * scale : scale / (float)n, &t->d_sc->loss_sum,
                              &t->d_sc->correct);
     /* the forecast origin: the last row of the lookback window, columns out_col.. */
     const struct md_data_series *s = &t->ser;

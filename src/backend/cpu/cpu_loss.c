@@ -39,7 +39,7 @@ static void xent_range(void *vc, long long b, long long e)
         /* -sum_j t_j (z_j - lse) with t = (1-sm) onehot + sm/C */
         c->loss[ni] = -((1.0 - sm) * (zl - lse) + sm / C * (sz - C * lse));
         if (a->dlogits) {
-            float gsc = a->grad_scale;
+            float gsc = md_xent_grad_scale(a);
             for (int j = 0; j < C; j++) {
                 double z = (double)md_load_f(a->logits, a->dtype, row + j) - (double)mx;
                 double t = (j == lab ? 1.0 - sm : 0.0) + sm / C;

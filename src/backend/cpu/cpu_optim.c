@@ -44,7 +44,10 @@ md_status md_cpu_optim(md_device *dev, const struct md_optim_args *args)
 {
     (void)dev;
     struct md_optim_args resolved;
-    if (!md_optim_ctl_resolve(args, &resolved)) return MD_OK; /* non-finite step: skipped */
+    if (!md_optim_ctl_resolve(args, &resolved)) { /* non-finite step: skipped */
+        md_optim_ctl_after(args);
+        return MD_OK;
+    }
     const struct md_optim_args *a = &resolved;
     if (a->params_half) MD_TRY(md_cpu_dtype_check("optim", a->half_dtype));
     if (a->step < 1) return md_errf(MD_ERR_INTERNAL, "cpu optim: step %lld < 1", a->step);
@@ -53,5 +56,6 @@ md_status md_cpu_optim(md_device *dev, const struct md_optim_args *args)
                         (float)(1.0 - pow((double)a->beta1, (double)a->step)),
                         (float)(1.0 - pow((double)a->beta2, (double)a->step))};
     md_parallel_for((long long)a->n, CPU_GRAIN, optim_range, &c);
+    md_optim_ctl_after(args); /* the loss scaler's rule (a captured fp16 step) */
     return MD_OK;
 }

@@ -35,7 +35,7 @@ md_status md_ref_xent(md_device *dev, const struct md_xent_args *a)
             double z = ld(a->logits, a->dtype, row + j);
             double t = (j == lab ? 1.0 - sm : 0.0) + sm / C;
             total -= t * (z - lse);
-            if (a->dlogits) md_store_f(a->dlogits, a->dtype, row + j, (float)((double)a->grad_scale * (exp(z - lse) - t)));
+            if (a->dlogits) md_store_f(a->dlogits, a->dtype, row + j, (float)((double)md_xent_grad_scale(a) * (exp(z - lse) - t)));
         }
     }
     if (a->loss_sum) *a->loss_sum = (float)((double)*a->loss_sum + total);

@@ -11,7 +11,10 @@ md_status md_ref_optim(md_device *dev, const struct md_optim_args *args)
 {
     (void)dev;
     struct md_optim_args resolved;
-    if (!md_optim_ctl_resolve(args, &resolved)) return MD_OK; /* non-finite step: skipped */
+    if (!md_optim_ctl_resolve(args, &resolved)) { /* non-finite step: skipped */
+        md_optim_ctl_after(args);
+        return MD_OK;
+    }
     const struct md_optim_args *a = &resolved;
     if (a->params_half) MD_TRY(check_dtype("optim", a->half_dtype));
     if (a->step < 1) return md_errf(MD_ERR_INTERNAL, "ref optim: step %lld < 1", a->step);
@@ -43,5 +46,6 @@ md_status md_ref_optim(md_device *dev, const struct md_optim_args *args)
         a->params[i] = (float)p;
         if (a->params_half) md_store_f(a->params_half, a->half_dtype, i, a->params[i]);
     }
+    md_optim_ctl_after(args); /* the loss scaler's rule (a captured fp16 step) */
     return MD_OK;
 }
