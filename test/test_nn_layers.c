@@ -22,7 +22,7 @@ Test(nn_layers, registry_names_unique_and_found)
                     cr_expect_neq(strcmp(*nm, *o), 0, "'%s' names two kinds", *nm);
         }
     }
-    /* the config types the README documents (a new kind adds to them) */
+    /* the config types docs/models.md documents (a new kind adds to them) */
     static const char *const documented[] = {"conv2d", "batchnorm", "relu", "leaky_relu", "gelu", "silu",
                                              "sigmoid", "tanh", "maxpool", "avgpool", "global_avgpool",
                                              "flatten", "linear", "dropout", "add", "concat", "weighted_add"};

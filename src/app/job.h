@@ -5,8 +5,8 @@
  *
  * Each stage lives in its area's folder and owns its part of the context.
  * Stages print their text section as they go (md_section + aligned tables)
- * and add their figures to the JSON report (ctx->report, see README
- * "Report schema"). A stage returns MD_OK, or an error that ends the run.
+ * and add their figures to the JSON report (ctx->report, see
+ * docs/report-schema.md). A stage returns MD_OK, or an error that ends the run.
  */
 #ifndef MD_JOB_H
 #define MD_JOB_H

@@ -77,7 +77,7 @@ static const struct optdef table[] = {
     OPT("device", "device-type", T_CHOICE, device, "device", "DEV",
         "auto, cpu, cuda[:N], metal or mps (auto probes metal, then cuda, then cpu)", NULL, 0, 0, 0, NULL),
     ON_KEY("list-devices", list_devices, NULL, "list every backend and device with availability, then exit"),
-    INT("threads", threads, "N", 1, 1024, "CPU threads for kernels and OpenBLAS (default: physical cores)"),
+    INT("threads", threads, "N", 1, 1024, "CPU threads: one pool runs every CPU kernel (default: physical cores)"),
     ON("fallback", fallback, "run ops the device lacks on the CPU (also MPSDIAG_ENABLE_FALLBACK=1)"),
     DBL("memory-fraction", memory_fraction, "F", 1e-6, 1.0,
         "cap device memory at F x total (0 < F <= 1; also MPSDIAG_HIGH_WATERMARK_RATIO)"),
@@ -240,7 +240,7 @@ static const struct optdef table[] = {
         "with --precision-audit: write the recommended plan here; otherwise: train with this plan"),
 #undef GROUP
 #define GROUP "Report"
-    STR("report", report, "FILE", "write the JSON report (schema in README)"),
+    STR("report", report, "FILE", "write the JSON report (docs/report-schema.md)"),
     STR("html", html, "FILE", "write a self-contained HTML report with charts"),
     ON_KEY("ci", ci, NULL, "smoke-test mode: tiny model, few steps, thresholds"),
     OPT("expect-min-throughput", NULL, T_DOUBLE, expect_min_throughput, NULL, "S/S",

@@ -2,9 +2,9 @@
  *
  * One file with inline CSS and inline SVG charts drawn here: no scripts, no
  * network, no fonts to fetch, so it opens on an air-gapped machine and can be
- * attached to a CI run. It is written from the JSON report (README "Report
- * schema"), so the two never disagree. The page opens with a summary for a
- * person (device, what ran, results, findings as callouts, the first
+ * attached to a CI run. It is written from the JSON report
+ * (docs/report-schema.md), so the two never disagree. The page opens with a
+ * summary for a person (device, what ran, results, findings as callouts, the first
  * recommendations), then one section per part of the report: system,
  * devices, settings (with reasons), model, data, run, training (curves;
  * per epoch the step time by phase, dead units and pathway balance:

@@ -3,7 +3,7 @@
  * touches a device (model_exec.c does) or plans memory; the summary is in
  * model_summary.c.
  *
- * Config format (README "Models and kernels"):
+ * Config format (docs/models.md):
  *   {"name": "...", "num_classes": 10, "zero_init_residual": false,
  *    "inputs": [{"name": "image", "shape": [1, 28, 28]}],
  *    "blocks": {"basic": {"params": {"out": null, "stride": 1, "down": false},
@@ -33,7 +33,7 @@
 #include "core/strmap.h"
 
 #define MAX_DEPTH 8
-/* Bounds on what a config may expand to (README "Model configs"): block
+/* Bounds on what a config may expand to (docs/models.md): block
  * instances and repeats multiply, so a few lines can ask for 10^12 layers.
  * Work counts layers, skipped layers and block instances. */
 #define MAX_LAYERS 100000
