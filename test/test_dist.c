@@ -414,8 +414,8 @@ Test(dist, interrupt_stops_every_rank_and_rank_0_saves, .timeout = 120)
     int rc = run_signalled(cmd, p, SIGUSR2, 40, &out, &err, &hung);
     fprintf(stderr, "  interrupt: exit %d after %.1f s\n", rc, md_now() - t0);
     cr_assert(!hung, "mpirun still ran 40 s after the signal: %s", err);
+    cr_assert_eq(th_count(err, "mpsdiag: interrupted"), 1, "rank 0 alone says so (exit %d): %s\n%s", rc, err, out);
     cr_assert_eq(rc, 130, "%s\n%s", out, err);
-    cr_assert_eq(th_count(err, "mpsdiag: interrupted"), 1, "rank 0 alone says so: %s", err);
     cr_assert(strstr(err, "checkpoint") && strstr(err, "continue with --resume"), "%s", err);
     free(out);
     free(err);
