@@ -73,6 +73,11 @@ int main(int argc, char **argv)
         print_error(md_errmsg());
         return md_status_exit_code(st);
     }
+    /* before MPI's start: a Ctrl-C or mpirun's SIGTERM during it (a loaded
+     * machine takes seconds) stops the run with its message, never kills it
+     * silently; again after it, in case the library took the signals */
+    if (md_dist_launched()) md_signals_install_rank();
+    else md_signals_install();
     if ((st = md_dist_init()) != MD_OK || (st = md_launch_rank_setup(&opts)) != MD_OK) {
         if (md_dist_size() > 1) md_dist_abort(md_status_exit_code(st), md_errmsg());
         print_error(md_errmsg());
@@ -94,7 +99,8 @@ int main(int argc, char **argv)
         return md_status_exit_code(MD_ERR_IO);
     }
     md_log_init((md_verbosity)opts.verbosity);
-    md_signals_install();
+    if (md_dist_launched()) md_signals_install_rank();
+    else md_signals_install();
     st = md_job_run(&opts);
     md_progress_clear(); /* no progress line left in front of an error (finish_stdout flushes) */
     int rc = finish_stdout(md_status_exit_code(st), 0);

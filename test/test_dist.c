@@ -11,13 +11,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/dist.h"
 #include "core/safetensors.h"
 #include "core/timer.h"
 #include "data/data.h"
+#include "data/metrics.h"
 #include "helpers.h"
 #include "json_schema.h"
 
@@ -96,6 +100,37 @@ static void assert_same_curve(const cJSON *a, const cJSON *b, const char *key)
     }
 }
 
+static void assert_same_fields_of(const cJSON *x, const cJSON *y, const char *what, const char *const *keys)
+{
+    cr_assert(cJSON_IsObject(x) && cJSON_IsObject(y), "%s", what);
+    for (int i = 0; keys[i]; i++) {
+        const cJSON *a = cJSON_GetObjectItem(x, keys[i]), *b = cJSON_GetObjectItem(y, keys[i]);
+        cr_assert(cJSON_IsNumber(a) && cJSON_IsNumber(b), "%s.%s", what, keys[i]);
+        double u = a->valuedouble, v = b->valuedouble;
+        fprintf(stderr, "  %s.%s: one process %.7f, two ranks %.7f\n", what, keys[i], u, v);
+        cr_assert(fabs(u - v) <= 1e-4 * fabs(u) + 1e-6, "%s.%s: %.8f vs %.8f", what, keys[i], u, v);
+    }
+}
+
+/* report.training[key]'s numbers, one process against two ranks */
+static void assert_same_fields(const cJSON *one, const cJSON *two, const char *key, const char *const *keys)
+{
+    assert_same_fields_of(th_obj(th_obj(one, "training"), key), th_obj(th_obj(two, "training"), key), key, keys);
+}
+
+/* Two ranks evaluated halves: each rank's samples, adding up to the split. */
+static void assert_sharded(const cJSON *two, const cJSON *one)
+{
+    const cJSON *ev = th_obj(th_obj(th_obj(two, "training"), "distributed"), "evaluation");
+    cr_assert_str_eq(th_obj(ev, "mode")->valuestring, "sharded");
+    const cJSON *ts = th_obj(ev, "test_samples_per_rank");
+    cr_assert_eq(cJSON_GetArraySize(ts), 2);
+    long long n0 = (long long)cJSON_GetArrayItem(ts, 0)->valuedouble, n1 = (long long)cJSON_GetArrayItem(ts, 1)->valuedouble;
+    cr_assert_eq(n0 + n1, (long long)th_obj(th_obj(th_obj(one, "training"), "test"), "samples")->valuedouble);
+    cr_assert(n0 > 0 && n1 > 0 && llabs(n0 - n1) <= 16, "test samples per rank %lld, %lld", n0, n1);
+    cr_assert_eq(cJSON_GetArraySize(th_obj(ev, "val_samples_per_rank")), 2);
+}
+
 Test(dist, two_ranks_match_one_process, .timeout = 60)
 {
     NEED_MPI();
@@ -123,6 +158,10 @@ Test(dist, two_ranks_match_one_process, .timeout = 60)
     assert_same_curve(one, two, "train_loss");
     assert_same_curve(one, two, "val_loss");
     assert_same_curve(one, two, "train_acc");
+    /* validation and test scored in shards, the sums added over the ranks */
+    assert_same_curve(one, two, "val_acc");
+    assert_same_fields(one, two, "test", (const char *[]){"loss", "acc", "samples", NULL});
+    assert_sharded(two, one);
     /* the report: two ranks, the scaled rate, per-rank figures; valid */
     const cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(two, "training"), "distributed");
     cr_assert(cJSON_IsObject(d), "report.training.distributed");
@@ -142,6 +181,43 @@ Test(dist, two_ranks_match_one_process, .timeout = 60)
     cr_assert_eq(th_count(out, "data parallel"), 1, "%s", out);
     cr_assert(strstr(out, "0.01 x 2 ranks = 0.02 (linear scaling rule"), "%s", out);
     cr_assert_eq(th_count(out, "Report written"), 1, "%s", out);
+    cJSON_Delete(one);
+    cJSON_Delete(two);
+    free(out);
+    free(err);
+    /* a forecasting model: the regression metrics (MSE, MAE, per target)
+     * and the forecasts of the test split come from every rank's shard */
+    const char *fc = "--device cpu --threads 1 --model itransformer --seq-len 16 --pred-len 8 --d-model 16 --d-ff 16 "
+                     "--e-layers 1 --n-heads 2 --steps 3 --epochs 2 --num-workers 0 --seed 7 --dropout 0 --quiet";
+    snprintf(cmd, sizeof cmd, "$B %s --batch-size 32 --lr 0.002 --report %s/f1.json --checkpoint-dir %s/f1", fc, dir,
+             dir);
+    cr_assert_eq(th_sh(cmd, NULL, &err), 0, "%s", err);
+    free(err);
+    snprintf(cmd, sizeof cmd,
+             MPIENV MPIRUN "$B %s --batch-size 16 --lr 0.001 --report %s/f2.json --checkpoint-dir %s/f2", fc, dir, dir);
+    rc = th_sh(cmd, &out, &err);
+    cr_assert_eq(rc, 0, "%s\n%s", out, err);
+    snprintf(p, sizeof p, "%s/f1.json", dir);
+    one = th_load_json(p);
+    snprintf(p, sizeof p, "%s/f2.json", dir);
+    two = th_load_json(p);
+    assert_same_curve(one, two, "val_loss");
+    assert_same_curve(one, two, "val_mse");
+    assert_same_curve(one, two, "val_mae");
+    assert_same_fields(one, two, "test",
+                       (const char *[]){"loss", "mse", "mae", "rmse", "mse_original_units", "mae_original_units",
+                                        "directional_accuracy", "samples", NULL});
+    const cJSON *m1 = th_obj(th_obj(th_obj(one, "training"), "test"), "regression_metrics");
+    const cJSON *m2 = th_obj(th_obj(th_obj(two, "training"), "test"), "regression_metrics");
+    assert_same_fields_of(m1, m2, "regression_metrics", (const char *[]){"count", "r2", "mae", "rmse", NULL});
+    const cJSON *f1 = th_obj(one, "training") ? cJSON_GetObjectItem(th_obj(one, "training"), "forecasts") : NULL;
+    const cJSON *f2 = th_obj(two, "training") ? cJSON_GetObjectItem(th_obj(two, "training"), "forecasts") : NULL;
+    cr_assert(cJSON_IsArray(f1) && cJSON_IsArray(f2), "training.forecasts");
+    cr_assert_eq(cJSON_GetArraySize(f1), cJSON_GetArraySize(f2), "forecasts from both ranks' shards");
+    for (int i = 0; i < cJSON_GetArraySize(f1); i++)
+        cr_assert_eq(th_obj(cJSON_GetArrayItem(f1, i), "window")->valueint,
+                     th_obj(cJSON_GetArrayItem(f2, i), "window")->valueint, "forecast %d", i);
+    assert_sharded(two, one);
     cJSON_Delete(one);
     cJSON_Delete(two);
     free(out);
@@ -327,32 +403,130 @@ Test(dist, hung_rank_ends_the_job_within_the_timeout, .timeout = 60)
     free(dir);
 }
 
-/* Ctrl-C to mpirun reaches both ranks: they stop after the same step, rank 0
- * writes the checkpoint (resumable), rank 1 says nothing. */
-Test(dist, interrupt_stops_every_rank_and_rank_0_saves, .timeout = 60)
+/* Starts the shell line cmd ($B the binary) as its own session (setsid:
+ * nothing that signals this test's process group reaches mpirun or its
+ * ranks), stdout and stderr into *out / *err. When wait_file is given it
+ * waits (up to 60 s) for that file, which shows training really runs, then
+ * sends sig to that one process. The job gets `limit` seconds to end after
+ * that; past them it is ended (SIGTERM, then SIGKILL 5 s later) and *hung
+ * is set. Returns the exit code (128 + signal when killed). */
+static int run_signalled(const char *cmd, const char *wait_file, int sig, double limit, char **out, char **err,
+                         int *hung)
+{
+    char *dir = th_tmpdir();
+    char po[4200], pe[4200];
+    snprintf(po, sizeof po, "%s/out", dir);
+    snprintf(pe, sizeof pe, "%s/err", dir);
+    setenv("B", th_bin(), 1);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        setsid();
+        int o = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int in = open("/dev/null", O_RDONLY);
+        dup2(in, 0);
+        dup2(o, 1);
+        dup2(e, 2);
+        /* exec env VAR=... mpirun: the pid signalled below is mpirun's own */
+        char *full = NULL;
+        if (asprintf(&full, "exec env %s", cmd) < 0) _exit(127);
+        execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0, done = 0;
+    *hung = 0;
+    double t0 = md_now();
+    struct stat sb;
+    while (wait_file && stat(wait_file, &sb) != 0 && md_now() - t0 < 60 && !done) {
+        done = waitpid(pid, &status, WNOHANG) == pid;
+        usleep(50 * 1000);
+    }
+    if (!done) kill(pid, sig);
+    double t1 = md_now();
+    while (!done && md_now() - t1 < limit) {
+        done = waitpid(pid, &status, WNOHANG) == pid;
+        if (!done) usleep(50 * 1000);
+    }
+    if (!done) {
+        *hung = 1;
+        kill(pid, SIGTERM);
+        for (double t2 = md_now(); !done && md_now() - t2 < 5; usleep(50 * 1000))
+            done = waitpid(pid, &status, WNOHANG) == pid;
+        if (!done) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+        }
+    }
+    *out = th_slurp(po, NULL);
+    *err = th_slurp(pe, NULL);
+    if (!*out) *out = strdup("");
+    if (!*err) *err = strdup("");
+    th_rmtree(dir);
+    free(dir);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* A stop request to mpirun reaches both ranks: they stop after the same
+ * step, rank 0 writes the checkpoint (resumable) and alone says so, and the
+ * job ends with 130. SIGUSR2, which mpirun passes on to every rank at once:
+ * its Ctrl-C path sends SIGTERM only after odls_base_sigkill_timeout (1 s)
+ * and SIGKILL as long again later, without reading the ranks' output in
+ * between, so a message or a checkpoint may not make it (docs/distributed.md).
+ * The signal goes once training runs (the first epoch's checkpoint is
+ * there), to mpirun's pid alone, with a bound on the job. */
+Test(dist, interrupt_stops_every_rank_and_rank_0_saves, .timeout = 120)
 {
     NEED_MPI();
     char *dir = th_tmpdir();
     char cmd[4096], *out = NULL, *err = NULL;
     const char *b = base(dir);
     snprintf(cmd, sizeof cmd,
-             MPIENV MPIRUN "$B %s --epochs 100000 --steps 4 --batch-size 16 --checkpoint-dir %s/ck --quiet & "
-             /* the interrupt once both ranks train (the first epoch's checkpoint is written) */
-             "for i in $(seq 200); do [ -f %s/ck/last.safetensors ] && break; sleep 0.1; done; sleep 0.5; "
-             "kill -INT $!; wait $!",
-             b, dir, dir);
-    int rc = th_sh(cmd, &out, &err);
-    cr_assert_neq(rc, 0);
-    cr_assert_eq(th_count(err, "mpsdiag: interrupted"), 1, "rank 0 alone says so: %s", err);
+             MPIENV "mpirun -np 2 --oversubscribe --bind-to none "
+             "$B %s --epochs 100000 --steps 4 --batch-size 16 --checkpoint-dir %s/ck --quiet",
+             b, dir);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/ck/last.safetensors", dir);
+    int hung = 0;
+    double t0 = md_now();
+    int rc = run_signalled(cmd, p, SIGUSR2, 40, &out, &err, &hung);
+    fprintf(stderr, "  interrupt: exit %d after %.1f s\n", rc, md_now() - t0);
+    cr_assert(!hung, "mpirun still ran 40 s after the signal: %s", err);
+    cr_assert_eq(th_count(err, "mpsdiag: interrupted"), 1, "rank 0 alone says so (exit %d): %s\n%s", rc, err, out);
+    cr_assert_eq(rc, 130, "%s\n%s", out, err);
     cr_assert(strstr(err, "checkpoint") && strstr(err, "continue with --resume"), "%s", err);
     free(out);
     free(err);
-    char p[4200];
-    snprintf(p, sizeof p, "%s/ck/last.safetensors", dir);
     md_st_file *f = NULL;
     cr_assert_eq(md_st_open(p, &f), MD_OK, "a whole checkpoint: %s", md_errmsg());
     cr_assert_str_eq(md_st_meta(f, "format"), "mpsdiag-checkpoint-1");
     md_st_close(f);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* An interrupt before training (every rank while opening the dataset, by
+ * the test hook): every rank ends, rank 0 with the message, exit 130, no
+ * rank left waiting for the others. */
+Test(dist, interrupt_before_training_ends_every_rank, .timeout = 120)
+{
+    NEED_MPI();
+    char *dir = th_tmpdir();
+    char cmd[4096], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd,
+             "MPSDIAG_TEST_INTERRUPT=data " MPIENV "mpirun -np 2 --oversubscribe --bind-to none "
+             "$B %s --epochs 1 --batch-size 16 --checkpoint-dir %s/ck --quiet",
+             base(dir), dir);
+    int hung = 0;
+    double t0 = md_now();
+    int rc = run_signalled(cmd, NULL, 0, 40, &out, &err, &hung);
+    double dt = md_now() - t0;
+    fprintf(stderr, "  interrupt before training: exit %d after %.1f s\n", rc, dt);
+    cr_assert(!hung, "mpirun still ran after 40 s: %s", err);
+    cr_assert_eq(rc, 130, "%s\n%s", out, err);
+    cr_assert_eq(th_count(err, "mpsdiag: interrupted while opening the dataset"), 1, "%s", err);
+    free(out);
+    free(err);
     th_rmtree(dir);
     free(dir);
 }
@@ -422,4 +596,70 @@ Test(dist, launcher_errors_name_the_fix, .timeout = 30)
         cr_assert(strstr(err, "built without MPI"), "%s", err);
     free(out);
     free(err);
+}
+
+/* A split's samples over the ranks: disjoint pieces in rank order that
+ * cover it, at most one sample apart; with more ranks than samples some
+ * pieces are empty. */
+Test(dist, shard_bounds_cover_the_split_once)
+{
+    static const long long ms[] = {0, 1, 2, 3, 7, 16, 100, 101, 1000003};
+    static const int rs[] = {1, 2, 3, 4, 5, 8, 13};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        for (size_t j = 0; j < sizeof rs / sizeof rs[0]; j++) {
+            long long m = ms[i], next = 0, mn = m, mx = 0;
+            int R = rs[j];
+            for (int r = 0; r < R; r++) {
+                long long lo, hi;
+                md_shard_bounds(m, r, R, &lo, &hi);
+                cr_assert_eq(lo, next, "m %lld, rank %d of %d: starts where rank %d ended", m, r, R, r - 1);
+                cr_assert_geq(hi, lo);
+                next = hi;
+                if (hi - lo < mn) mn = hi - lo;
+                if (hi - lo > mx) mx = hi - lo;
+            }
+            cr_assert_eq(next, m, "m %lld over %d ranks: every sample once", m, R);
+            cr_assert_leq(mx - mn, 1, "m %lld over %d ranks: even pieces", m, R);
+            if (R > m) cr_assert_eq(mn, 0, "more ranks than samples: an empty piece");
+        }
+}
+
+/* Per-target accumulators of two shards, merged, give the figures of one
+ * over all the rows (R2 needs the mean and spread of y of the whole). */
+Test(dist, regression_sums_of_shards_merge_to_the_whole)
+{
+    enum { N = 37, K = 3 };
+    float pred[N * K], y[N * K];
+    for (int i = 0; i < N * K; i++) {
+        y[i] = (float)sin(0.7 * i) * 3.0f + (float)(i % 5);
+        pred[i] = y[i] + (float)cos(1.3 * i);
+    }
+    double mean[K] = {1, -2, 0.5}, sd[K] = {2, 0.5, 3};
+    struct md_regress_acc whole, a, b;
+    cr_assert_eq(md_regress_acc_init(&whole, K), MD_OK);
+    cr_assert_eq(md_regress_acc_init(&a, K), MD_OK);
+    cr_assert_eq(md_regress_acc_init(&b, K), MD_OK);
+    md_regress_acc_add(&whole, pred, y, N, mean, sd);
+    md_regress_acc_add(&a, pred, y, 12, mean, sd);
+    md_regress_acc_add(&b, pred + 12 * K, y + 12 * K, N - 12, mean, sd);
+    struct md_regress_acc m;
+    cr_assert_eq(md_regress_acc_init(&m, K), MD_OK);
+    md_regress_acc_merge(&m, a.n, a.s);
+    md_regress_acc_merge(&m, 0, b.s); /* an empty shard */
+    md_regress_acc_merge(&m, b.n, b.s);
+    struct md_regress_metrics x, z;
+    cr_assert_eq(md_regress_acc_result(&whole, &x), MD_OK);
+    cr_assert_eq(md_regress_acc_result(&m, &z), MD_OK);
+    cr_assert_eq(x.n, z.n);
+    for (int j = 0; j < K; j++) {
+        cr_assert_float_eq(x.per[j].r2, z.per[j].r2, 1e-12, "target %d", j);
+        cr_assert_float_eq(x.per[j].mae, z.per[j].mae, 1e-12, "target %d", j);
+        cr_assert_float_eq(x.per[j].rmse, z.per[j].rmse, 1e-12, "target %d", j);
+    }
+    md_regress_metrics_free(&x);
+    md_regress_metrics_free(&z);
+    md_regress_acc_free(&whole);
+    md_regress_acc_free(&a);
+    md_regress_acc_free(&b);
+    md_regress_acc_free(&m);
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/json.h"
+#include "core/signals.h"
 #include "helpers.h"
 
 #define TRAIN "--device cpu --threads 1 --dataset synthetic --max-samples 64 --batch-size 32 --num-workers 0 --steps 1"
@@ -127,4 +128,33 @@ Test(interrupt, sigint_during_the_benchmark_from_outside, .timeout = 60)
     cr_assert(strstr(err, "interrupted") && strstr(err, "benchmark"), "stderr: %s", err);
     cr_assert_null(strstr(err, "twice"), "one signal was enough: %s", err);
     th_tmpdir_free(dir);
+}
+
+/* A second Ctrl-C while a checkpoint is written waits for it (the run then
+ * stops as the first asked); outside the write it exits at once. */
+Test(interrupt, second_signal_during_a_checkpoint_write_waits_for_it)
+{
+    md_signals_install();
+    md_interrupt_set(0);
+    raise(SIGINT);
+    cr_assert_eq(md_interrupted(), 1);
+    md_signals_hold(1);
+    raise(SIGINT); /* would _exit without the hold */
+    md_signals_hold(0);
+    cr_assert_eq(md_interrupted(), 2, "still running after the second signal during the write");
+    md_interrupt_set(0);
+}
+
+/* A rank of an MPI job takes SIGUSR2 (mpirun forwards it) as a stop request
+ * and a second signal as the same request (mpirun and the terminal may both
+ * pass one on). */
+Test(interrupt, a_rank_takes_sigusr2_and_a_repeated_signal_as_one_request)
+{
+    md_signals_install_rank();
+    md_interrupt_set(0);
+    raise(SIGUSR2);
+    cr_assert_eq(md_interrupted(), 1);
+    raise(SIGTERM);
+    cr_assert_eq(md_interrupted(), 2, "still running after the second signal");
+    md_interrupt_set(0);
 }

@@ -10,7 +10,14 @@
 #include <unistd.h>
 
 #include "core/dist.h"
+#include "core/signals.h"
+#include "core/status.h"
 #include "core/timer.h"
+
+/* After a Ctrl-C a rank waits at most this long for the others: they got
+ * the signal too and stop after the same step, so a longer wait means some
+ * stopped elsewhere (before training, during validation) and never come. */
+#define INTERRUPTED_WAIT_S 10.0
 
 #ifdef MD_HAVE_MPI
 #include <mpi.h>
@@ -101,13 +108,22 @@ static void *watchdog(void *arg)
         void *ctx = D.abort_ctx;
         pthread_mutex_unlock(&D.mu);
         if (stop) return NULL;
-        if (!what || D.timeout <= 0 || md_now() - since < D.timeout) continue;
+        if (!what) continue;
+        double waited = md_now() - since;
+        int intr = md_interrupted() > 0;
+        double limit = D.timeout > 0 ? D.timeout : 0;
+        if (intr && (limit <= 0 || limit > INTERRUPTED_WAIT_S)) limit = INTERRUPTED_WAIT_S;
+        if (limit <= 0 || waited < limit) continue;
         char msg[512];
-        snprintf(msg, sizeof msg,
-                 "waited %.0f s for the other ranks in %s (--dist-timeout); a rank died or hangs, ending the job",
-                 md_now() - since, what);
+        if (intr)
+            snprintf(msg, sizeof msg, "interrupted; waited %.0f s for the other ranks in %s, ending the job", waited,
+                     what);
+        else
+            snprintf(msg, sizeof msg,
+                     "waited %.0f s for the other ranks in %s (--dist-timeout); a rank died or hangs, ending the job",
+                     waited, what);
         if (fn) fn(ctx);
-        md_dist_abort(1, msg);
+        md_dist_abort(intr ? MD_EXIT_INTERRUPTED : 1, msg);
     }
 }
 
@@ -177,6 +193,12 @@ md_status md_dist_init(void)
 
 void md_dist_finalize(void)
 {
+    /* MPI_Finalize waits for every rank: watched like a collective (after
+     * an interrupt that stopped this rank where the others did not) */
+    md_dist_wait_begin("the end of the job");
+    if (D.active) MPI_Finalize();
+    md_dist_wait_end();
+    D.active = 0;
     if (D.th_started) {
         pthread_mutex_lock(&D.mu);
         D.th_stop = 1;
@@ -184,8 +206,6 @@ void md_dist_finalize(void)
         pthread_join(D.th, NULL);
         D.th_started = 0;
     }
-    if (D.active) MPI_Finalize();
-    D.active = 0;
 }
 
 #define WATCHED(what, call)                                                                                  \

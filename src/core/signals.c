@@ -12,18 +12,34 @@
 #include "core/status.h"
 
 static volatile sig_atomic_t hits;
+/* set while a checkpoint is written: a signal that would exit waits */
+static volatile sig_atomic_t holding;
+/* a rank of several: one stop request may come as more than one signal */
+static volatile sig_atomic_t patient;
 static int installed;
+
+static void say(const char *msg, size_t len)
+{
+    ssize_t w = write(STDERR_FILENO, msg, len);
+    (void)w;
+}
 
 static void on_signal(int sig)
 {
     (void)sig;
     hits++;
-    if (hits >= 2) {
-        static const char msg[] = "\nmpsdiag: interrupted twice; exiting now\n";
-        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-        (void)w;
-        _exit(MD_EXIT_INTERRUPTED);
+    /* a rank of a job may be told twice (mpirun's SIGTERM after a Ctrl-C
+     * that reached its process group too): only a third signal is urgent */
+    int urgent = hits >= (patient ? 3 : 2);
+    if (!urgent) return;
+    if (holding && hits < (patient ? 4 : 3)) {
+        static const char msg[] = "\nmpsdiag: interrupted again; exiting once the checkpoint is written\n";
+        say(msg, sizeof msg - 1);
+        return;
     }
+    static const char msg[] = "\nmpsdiag: interrupted twice; exiting now\n";
+    say(msg, sizeof msg - 1);
+    _exit(MD_EXIT_INTERRUPTED);
 }
 
 void md_signals_install(void)
@@ -39,6 +55,22 @@ void md_signals_install(void)
     sigaction(SIGTERM, &sa, NULL);
     installed = 1;
 }
+
+void md_signals_install_rank(void)
+{
+    patient = 1;
+    md_signals_install();
+    /* mpirun forwards SIGUSR2 to every rank at once (its Ctrl-C path waits
+     * and then kills) */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR2, &sa, NULL);
+}
+
+void md_signals_hold(int on) { holding = on ? 1 : 0; }
 
 int md_interrupted(void) { return (int)hits; }
 void md_interrupt_set(int n) { hits = n; }

@@ -2,13 +2,23 @@
  * safe point (every long loop checks it: model loading, opening the dataset,
  * training steps, validation, test scoring, the benchmark; the run says where
  * it stopped and exits 130, the training loop after writing a checkpoint);
- * the second exits at once. */
+ * the second exits at once, except while a checkpoint is being written
+ * (md_signals_hold). */
 #ifndef MD_SIGNALS_H
 #define MD_SIGNALS_H
 
 #include "core/status.h"
 
 void md_signals_install(void);
+/* md_signals_install for a rank of a job started by an MPI launcher: it
+ * also takes SIGUSR2 (which mpirun forwards to every rank at once) as a stop
+ * request, and a second signal counts as the same request (mpirun and the
+ * terminal may both pass one on); only a third exits at once. */
+void md_signals_install_rank(void);
+/* on = 1 while a checkpoint is written: a signal that would exit at once
+ * waits until on = 0 (the run then stops as asked; one more signal during
+ * the write still exits at once). */
+void md_signals_hold(int on);
 /* Number of SIGINT/SIGTERM received (0 = keep going). */
 int md_interrupted(void);
 /* For tests: pretend a signal arrived (n > 0) or clear (n = 0). */

@@ -278,6 +278,11 @@ struct md_loader_opts {
     int shard_rank;
 };
 
+/* Rank r of R's piece [lo, hi) of m samples: [m r / R, m (r + 1) / R).
+ * The pieces are disjoint, cover [0, m) and differ by at most one sample
+ * (a piece is empty where R > m). */
+void md_shard_bounds(long long m, int r, int R, long long *lo, long long *hi);
+
 /* One batch: host memory owned by the loader, valid until md_loader_release. */
 struct md_batch {
     int n;                                  /* samples (the last batch may be short,

@@ -60,6 +60,13 @@ struct md_loader {
     double st_prepare, st_wait, st_wall;
 };
 
+void md_shard_bounds(long long m, int r, int R, long long *lo, long long *hi)
+{
+    if (R < 1) R = 1;
+    *lo = m * r / R;
+    *hi = m * (r + 1) / R;
+}
+
 /* Fills slot s with batch b (outside the lock). */
 static md_status fill(struct md_loader *l, md_data_scratch *scr, struct slot *s, long long b, long long *skipped)
 {
@@ -68,9 +75,10 @@ static md_status fill(struct md_loader *l, md_data_scratch *scr, struct slot *s,
     long long last = first + l->gbatch;
     if (last > l->n) last = l->n;
     if (l->o.shard_count > 1) { /* this rank's part of the global batch */
-        long long m = last - first, r = l->o.shard_rank, R = l->o.shard_count;
-        last = first + m * (r + 1) / R;
-        first += m * r / R;
+        long long lo, hi;
+        md_shard_bounds(last - first, l->o.shard_rank, l->o.shard_count, &lo, &hi);
+        last = first + hi;
+        first += lo;
     }
     int j = 0;
     *skipped = 0;

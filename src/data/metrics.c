@@ -149,6 +149,25 @@ void md_regress_acc_add(struct md_regress_acc *a, const float *pred, const float
     a->n += n;
 }
 
+void md_regress_acc_merge(struct md_regress_acc *a, long long n, const double *s)
+{
+    if (n <= 0) return;
+    int k = a->k;
+    double na = (double)a->n, nb = (double)n, nt = na + nb;
+    for (int j = 0; j < k; j++) {
+        double *mu = &a->s[(size_t)RS_MEAN * k + j], *m2 = &a->s[(size_t)RS_M2 * k + j];
+        double d = s[(size_t)RS_MEAN * k + j] - *mu;
+        /* Chan et al.: the M2 of the union of two sets from theirs */
+        *m2 += s[(size_t)RS_M2 * k + j] + d * d * na * nb / nt;
+        *mu += d * nb / nt;
+        a->s[(size_t)RS_SAE * k + j] += s[(size_t)RS_SAE * k + j];
+        a->s[(size_t)RS_SSE * k + j] += s[(size_t)RS_SSE * k + j];
+    }
+    a->n += n;
+}
+
+size_t md_regress_acc_state_len(const struct md_regress_acc *a) { return (size_t)RS_COUNT * (size_t)a->k; }
+
 md_status md_regress_acc_result(const struct md_regress_acc *a, struct md_regress_metrics *out)
 {
     memset(out, 0, sizeof *out);

@@ -101,6 +101,11 @@ struct md_regress_metrics {
 md_status md_regress_acc_init(struct md_regress_acc *a, int k);
 void md_regress_acc_free(struct md_regress_acc *a);
 void md_regress_acc_reset(struct md_regress_acc *a);
+/* Adds another accumulator's rows: its n and its state s (a->s's layout,
+ * md_regress_acc_state_len doubles), as if they had been added here (the
+ * means and M2s combine exactly; the sums to rounding). */
+void md_regress_acc_merge(struct md_regress_acc *a, long long n, const double *s);
+size_t md_regress_acc_state_len(const struct md_regress_acc *a);
 /* Adds n rows: pred and target (n, k) row-major; mean, std (k) or NULL. */
 void md_regress_acc_add(struct md_regress_acc *a, const float *pred, const float *target, long long n,
                         const double *mean, const double *std);

@@ -124,7 +124,19 @@ static char *run_config_json(const md_trainer *t)
 
 /* Writes the checkpoint at `path`: the state after `epoch_done` whole epochs
  * plus `batch_done` batches of the next one. */
+static md_status save_checkpoint(md_trainer *t, const char *path, int epoch, long long batch_done, double ep_time);
+
 md_status md_trainer_save_checkpoint(md_trainer *t, const char *path, int epoch, long long batch_done, double ep_time)
+{
+    /* a second Ctrl-C while the file is written waits for it (the run then
+     * stops as the first asked), so the interrupt's checkpoint is not lost */
+    md_signals_hold(1);
+    md_status st = save_checkpoint(t, path, epoch, batch_done, ep_time);
+    md_signals_hold(0);
+    return st;
+}
+
+static md_status save_checkpoint(md_trainer *t, const char *path, int epoch, long long batch_done, double ep_time)
 {
     struct md_ckpt_tensor *v = NULL;
     int n = 0;

@@ -286,6 +286,8 @@ void md_trainer_dist_report_start(md_trainer *t)
         cJSON_AddNumberToObject(lr, "lr", t->lr);
     }
     cJSON_AddStringToObject(d, "batch_norm", t->sync_bn ? "synchronised" : "local");
+    cJSON *ev = cJSON_AddObjectToObject(d, "evaluation");
+    if (ev) cJSON_AddStringToObject(ev, "mode", r < 2 ? "one process" : "sharded");
     cJSON *ar = cJSON_AddObjectToObject(d, "allreduce");
     if (ar) {
         cJSON_AddStringToObject(ar, "mode", t->buckets ? "buckets" : "flat");

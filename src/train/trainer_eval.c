@@ -3,10 +3,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/json.h"
+#include "core/dist.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/signals.h"
 #include "nn/model.h"
 #include "train/trainer_impl.h"
@@ -56,8 +59,7 @@ static void add_forecast(md_trainer *t, const struct md_batch *b, int from, int 
 
 /* After an evaluation forward and loss over samples [from, from + n) of b:
  * the outputs to the host, into the metrics (and forecasts). */
-static md_status regress_chunk(md_trainer *t, const struct md_batch *b, int from, int n, long long first,
-                               struct md_metrics_acc *acc)
+static md_status regress_chunk(md_trainer *t, const struct md_batch *b, int from, int n, struct md_metrics_acc *acc)
 {
     md_dtype dt = md_model_get_opts(t->model)->compute_dtype;
     size_t count = (size_t)n * t->out_elems;
@@ -78,10 +80,55 @@ static md_status regress_chunk(md_trainer *t, const struct md_batch *b, int from
     md_regress_acc_add(&t->racc, pred, b->targets + (size_t)from * t->out_elems, (long long)n * s->pred_len,
                        md_data_target_mean(t->data), md_data_target_std(t->data));
     if (t->forecasts && s->seq_len > 0) {
+        /* the window's place in the split (this rank's shard holds some) */
         long long total = md_data_count(t->data, MD_SPLIT_TEST);
-        for (int i = 0; i < n; i++)
-            if (wanted_window(first + i, total)) add_forecast(t, b, from, i, pred, first + i);
+        for (int i = 0; i < n; i++) {
+            long long w = b->index[from + i];
+            if (wanted_window(w, total)) add_forecast(t, b, from, i, pred, w);
+        }
     }
+    return MD_OK;
+}
+
+static int by_window(const void *a, const void *b)
+{
+    double x = cJSON_GetObjectItemCaseSensitive(*(cJSON *const *)a, "window")->valuedouble;
+    double y = cJSON_GetObjectItemCaseSensitive(*(cJSON *const *)b, "window")->valuedouble;
+    return (x > y) - (x < y);
+}
+
+/* The forecasts of every rank's shard into rank 0's t->forecasts, in window
+ * order (each rank's as JSON text, broadcast from it in turn). */
+static md_status gather_forecasts(md_trainer *t)
+{
+    char *mine = cJSON_PrintUnformatted(t->forecasts);
+    if (!mine) return MD_ERR_OOM;
+    md_status st = MD_OK;
+    for (int r = 1; st == MD_OK && r < t->ranks; r++) {
+        double len = t->rank == r ? (double)strlen(mine) + 1 : 0;
+        st = md_dist_bcast(&len, sizeof len, r, "the forecasts' gathering");
+        char *text = st == MD_OK ? md_malloc((size_t)len) : NULL;
+        if (st == MD_OK && !text) st = MD_ERR_OOM;
+        if (st == MD_OK && t->rank == r) memcpy(text, mine, (size_t)len);
+        if (st == MD_OK) st = md_dist_bcast(text, (size_t)len, r, "the forecasts' gathering");
+        cJSON *theirs = st == MD_OK && t->rank == 0 ? cJSON_Parse(text) : NULL;
+        for (cJSON *f = theirs ? theirs->child : NULL; f;) {
+            cJSON *next = f->next;
+            cJSON_AddItemToArray(t->forecasts, cJSON_DetachItemViaPointer(theirs, f));
+            f = next;
+        }
+        cJSON_Delete(theirs);
+        md_free(text);
+    }
+    cJSON_free(mine);
+    int n = cJSON_GetArraySize(t->forecasts);
+    if (st != MD_OK || t->rank != 0 || n < 2) return st;
+    cJSON **items = md_malloc((size_t)n * sizeof *items);
+    if (!items) return MD_ERR_OOM;
+    for (int i = 0; i < n; i++) items[i] = cJSON_DetachItemFromArray(t->forecasts, 0);
+    qsort(items, (size_t)n, sizeof *items, by_window);
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(t->forecasts, items[i]);
+    md_free(items);
     return MD_OK;
 }
 
@@ -91,8 +138,16 @@ static md_status eval_batches(md_trainer *t, struct md_loader *l, const char *wh
 {
     for (long long bi = 0;; bi++) {
         md_interrupt_hook(what);
-        MD_TRY(md_interrupt_check("during %s%s (batch %lld of %lld)", strcmp(what, "test") == 0 ? "scoring of the " : "",
-                                  strcmp(what, "test") == 0 ? "test split" : what, bi + 1, nb));
+        /* with several ranks every one stops at the same batch (they all
+         * got the signal, not at the same moment): one small all-reduce */
+        double stop = md_interrupted() ? 1 : 0;
+        if (t->ranks > 1) MD_TRY(md_dist_allreduce_max_f64(&stop, 1, "the evaluation's interrupt check"));
+        if (stop > 0) {
+            if (!md_interrupted()) md_interrupt_set(1);
+            MD_TRY(md_interrupt_check("during %s%s (batch %lld of %lld)",
+                                      strcmp(what, "test") == 0 ? "scoring of the " : "",
+                                      strcmp(what, "test") == 0 ? "test split" : what, bi + 1, nb));
+        }
         struct md_batch *b;
         MD_TRY(md_loader_next(l, &b));
         if (!b) break;
@@ -104,7 +159,7 @@ static md_status eval_batches(md_trainer *t, struct md_loader *l, const char *wh
             if (st == MD_OK) st = md_model_forward(t->model, n, 0);
             /* sums accumulate on the device; no gradient after an inference forward */
             if (st == MD_OK) st = md_trainer_loss(t, n, (float)n, 0.0f);
-            if (st == MD_OK && t->regress) st = regress_chunk(t, b, from, n, *seen + from, macc);
+            if (st == MD_OK && t->regress) st = regress_chunk(t, b, from, n, macc);
         }
         *seen += b->n;
         /* Uploads are asynchronous on GPU backends: the (possibly pinned)
@@ -115,6 +170,59 @@ static md_status eval_batches(md_trainer *t, struct md_loader *l, const char *wh
         md_progress_update((double)(bi + 1));
     }
     return MD_OK;
+}
+
+/* Each rank evaluated its shard of every batch: the sums of all, on every
+ * rank (the loss sum, correct count and samples; the regression metrics'
+ * sums, the per-target accumulators merged in rank order, the forecasts
+ * gathered on rank 0). */
+static md_status sum_over_ranks(md_trainer *t, const char *what, double *loss_sum, double *correct,
+                                long long *seen, struct md_metrics_acc *m)
+{
+    /* each rank's samples, for the report */
+    double n_mine = (double)*seen, *n_all = md_malloc((size_t)t->ranks * sizeof *n_all);
+    if (!n_all) return MD_ERR_OOM;
+    md_status gst = md_dist_allgather_f64(&n_mine, 1, n_all, "the evaluation's sample counts");
+    cJSON *ev = cJSON_GetObjectItemCaseSensitive(t->dist, "evaluation");
+    const char *key = strcmp(what, "test") == 0 ? "test_samples_per_rank" : "val_samples_per_rank";
+    if (gst == MD_OK && ev) {
+        cJSON_DeleteItemFromObjectCaseSensitive(ev, key);
+        cJSON *a = cJSON_AddArrayToObject(ev, key);
+        for (int i = 0; a && i < t->ranks; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(n_all[i]));
+    }
+    md_free(n_all);
+    MD_TRY(gst);
+    double v[11] = {*loss_sum, *correct, (double)*seen, m->sae, m->sse, m->sae_orig, m->sse_orig, m->hits,
+                    (double)m->count, (double)m->dir_count, (double)m->orig_count};
+    MD_TRY(md_dist_allreduce_sum_f64(v, 11, "the evaluation's sums"));
+    *loss_sum = v[0];
+    *correct = v[1];
+    *seen = (long long)v[2];
+    m->sae = v[3];
+    m->sse = v[4];
+    m->sae_orig = v[5];
+    m->sse_orig = v[6];
+    m->hits = v[7];
+    m->count = (long long)v[8];
+    m->dir_count = (long long)v[9];
+    m->orig_count = (long long)v[10];
+    if (!t->regress) return MD_OK;
+    size_t len = md_regress_acc_state_len(&t->racc) + 1, r = (size_t)t->ranks;
+    double *mine = md_malloc(len * sizeof *mine), *all = md_malloc(len * r * sizeof *all);
+    md_status st = mine && all ? MD_OK : MD_ERR_OOM;
+    if (st == MD_OK) {
+        mine[0] = (double)t->racc.n;
+        memcpy(mine + 1, t->racc.s, (len - 1) * sizeof *mine);
+        st = md_dist_allgather_f64(mine, len, all, "the evaluation's per-target sums");
+    }
+    if (st == MD_OK) {
+        md_regress_acc_reset(&t->racc);
+        for (size_t i = 0; i < r; i++) md_regress_acc_merge(&t->racc, (long long)all[i * len], all + i * len + 1);
+    }
+    md_free(mine);
+    md_free(all);
+    MD_TRY(st);
+    return t->forecasts ? gather_forecasts(t) : MD_OK;
 }
 
 /* Loss and accuracy of the model over a whole split, without gradients. */
@@ -141,9 +249,11 @@ md_status md_trainer_evaluate(md_trainer *t, struct md_loader *l, int epoch, dou
     struct step_scalars sc;
     MD_TRY(md_dev_download(t->dev, &sc, t->d_sc, sizeof sc));
     MD_TRY(md_dev_sync(t->dev));
+    double loss_sum = sc.loss_sum, correct = sc.correct;
+    if (t->ranks > 1) MD_TRY(sum_over_ranks(t, what, &loss_sum, &correct, &seen, &macc));
     if (seen > 0) {
-        *loss = (double)sc.loss_sum / (double)seen / md_trainer_loss_elems(t);
-        *acc = (double)sc.correct / (double)seen;
+        *loss = loss_sum / (double)seen / md_trainer_loss_elems(t);
+        *acc = correct / (double)seen;
     }
     *count = seen;
     if (t->regress) {

@@ -24,9 +24,9 @@ static md_status make_loader(md_trainer *t, md_split split, int batch, int train
         .prefetch = t->o->prefetch,
         .seed = t->o->seed,
         .pin_dev = t->o->pin_memory > 0 ? t->dev : NULL,
-        /* training batches are global: each rank takes its part; every rank
-         * evaluates the whole validation and test splits */
-        .shard_count = train && t->ranks > 1 ? t->ranks : 0,
+        /* batches are global: each rank takes its part, for training and
+         * for evaluation (whose sums trainer_eval.c adds over the ranks) */
+        .shard_count = t->ranks > 1 ? t->ranks : 0,
         .shard_rank = t->rank,
     };
     return md_loader_create(t->data, &lo, out);
