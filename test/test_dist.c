@@ -505,6 +505,34 @@ Test(dist, interrupt_stops_every_rank_and_rank_0_saves, .timeout = 120)
     free(dir);
 }
 
+/* Ctrl-C on a job the launcher started (--devices): the SIGINT reaches the
+ * launcher only (mpirun runs in its own process group), which passes it on as
+ * SIGUSR2; every rank stops after the same step and rank 0 saves. */
+Test(dist, ctrl_c_on_the_launcher_stops_every_rank_and_rank_0_saves, .timeout = 120)
+{
+    NEED_MPI();
+    char *dir = th_tmpdir();
+    char cmd[4096], *out = NULL, *err = NULL;
+    const char *b = base(dir);
+    snprintf(cmd, sizeof cmd,
+             MPIENV "$B --devices cpu,cpu %s --epochs 100000 --steps 4 --batch-size 16 --checkpoint-dir %s/ck --quiet", b,
+             dir);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/ck/last.safetensors", dir);
+    int hung = 0;
+    int rc = run_signalled(cmd, p, SIGINT, 40, &out, &err, &hung);
+    cr_assert(!hung, "the launcher still ran 40 s after Ctrl-C: %s", err);
+    cr_assert_eq(th_count(err, "mpsdiag: interrupted"), 1, "rank 0 alone says so (exit %d): %s\n%s", rc, err, out);
+    cr_assert_eq(rc, 130, "%s\n%s", out, err);
+    free(out);
+    free(err);
+    md_st_file *f = NULL;
+    cr_assert_eq(md_st_open(p, &f), MD_OK, "a whole checkpoint: %s", md_errmsg());
+    md_st_close(f);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* An interrupt before training (every rank while opening the dataset, by
  * the test hook): every rank ends, rank 0 with the message, exit 130, no
  * rank left waiting for the others. */

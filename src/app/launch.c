@@ -1,10 +1,25 @@
-/* launch.c - --gpus / --devices re-execute under mpirun; each rank's device (launch.h). */
-#define _POSIX_C_SOURCE 200809L
+/* launch.c - --gpus / --devices run this program again under mpirun; each rank's device (launch.h).
+ *
+ * mpirun runs as a child in a process group of its own, and this process
+ * waits for it: a Ctrl-C (or SIGTERM, SIGHUP) reaches only this process,
+ * which passes it on to mpirun as SIGUSR2. Open MPI forwards SIGUSR2 to
+ * every rank at once, and the ranks take it as a stop request (the step's
+ * all-reduce carries it, rank 0 saves); a SIGINT that reached mpirun itself
+ * would instead start its kill sequence (SIGTERM to the ranks a second
+ * later, then SIGKILL), which can cut a checkpoint short. A third signal
+ * sends mpirun SIGTERM. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "app/launch.h"
 #include "core/dist.h"
@@ -43,6 +58,51 @@ static int find_on_path(const char *name, char *out, size_t cap)
     return 0;
 }
 
+static volatile sig_atomic_t g_signals;
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_signals++;
+}
+
+/* Runs mpirun (av) in its own process group and waits; signals to this
+ * process go on to it (above). Its exit code, 128 + its signal, or -1 (errno)
+ * when it could not start. */
+static int run_mpirun(const char *mpirun, char **av)
+{
+    struct sigaction sa, old[3];
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal; /* no SA_RESTART: waitpid returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
+        setpgid(0, 0);
+#ifdef __linux__
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* this process killed: mpirun ends its ranks */
+#endif
+        execv(mpirun, av);
+        fprintf(stderr, "mpsdiag: cannot start %s: %s\n", mpirun, strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    int sent = 0, status = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, 0);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) return -1;
+        while (sent < g_signals) {
+            sent++;
+            kill(pid, sent < 3 ? SIGUSR2 : SIGTERM);
+        }
+    }
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
 md_status md_launch_reexec(const md_options *o, int argc, char **argv)
 {
     int n = md_launch_ranks_wanted(o);
@@ -72,15 +132,19 @@ md_status md_launch_reexec(const md_options *o, int argc, char **argv)
     av[k++] = "--oversubscribe";
     av[k++] = "--bind-to";
     av[k++] = "none";
+    /* not the terminal's foreground group: reading it would stop mpirun */
+    av[k++] = "--stdin";
+    av[k++] = "none";
     if (geteuid() == 0) av[k++] = "--allow-run-as-root";
     av[k++] = self;
     for (int i = 1; i < argc; i++) av[k++] = argv[i];
     av[k] = NULL;
     fflush(stdout);
     fflush(stderr);
-    execv(mpirun, av);
+    int code = run_mpirun(mpirun, av);
     md_free(av);
-    return md_errf(MD_ERR_UNSUPPORTED, "%s: cannot start %s", flag, mpirun);
+    if (code < 0) return md_errf(MD_ERR_UNSUPPORTED, "%s: cannot start %s: %s", flag, mpirun, strerror(errno));
+    exit(code);
 }
 
 md_status md_launch_rank_setup(md_options *o)
