@@ -467,31 +467,25 @@ static int run_signalled(const char *cmd, const char *wait_file, int sig, double
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/* A stop request to mpirun reaches both ranks: they stop after the same
- * step, rank 0 writes the checkpoint (resumable) and alone says so, and the
- * job ends with 130. SIGUSR2, which mpirun passes on to every rank at once:
- * its Ctrl-C path sends SIGTERM only after odls_base_sigkill_timeout (1 s)
- * and SIGKILL as long again later, without reading the ranks' output in
- * between, so a message or a checkpoint may not make it (docs/distributed.md).
- * The signal goes once training runs (the first epoch's checkpoint is
- * there), to mpirun's pid alone, with a bound on the job. */
-Test(dist, interrupt_stops_every_rank_and_rank_0_saves, .timeout = 120)
+/* Starts `launch $B flags` (mpirun, or the launcher) on a long training run, sends
+ * `sig` once the first checkpoint is there, and expects a clean stop: rank 0
+ * alone says so, exit 130, a whole checkpoint. */
+static void expect_clean_stop(const char *launch, const char *flags, int sig, const char *who)
 {
     NEED_MPI();
     char *dir = th_tmpdir();
     char cmd[4096], *out = NULL, *err = NULL;
     const char *b = base(dir);
     snprintf(cmd, sizeof cmd,
-             MPIENV "mpirun -np 2 --oversubscribe --bind-to none "
-             "$B %s --epochs 100000 --steps 4 --batch-size 16 --checkpoint-dir %s/ck --quiet",
+             MPIENV "%s $B %s %s --epochs 100000 --steps 4 --batch-size 16 --checkpoint-dir %s/ck --quiet", launch, flags,
              b, dir);
     char p[4200];
     snprintf(p, sizeof p, "%s/ck/last.safetensors", dir);
     int hung = 0;
     double t0 = md_now();
-    int rc = run_signalled(cmd, p, SIGUSR2, 40, &out, &err, &hung);
-    fprintf(stderr, "  interrupt: exit %d after %.1f s\n", rc, md_now() - t0);
-    cr_assert(!hung, "mpirun still ran 40 s after the signal: %s", err);
+    int rc = run_signalled(cmd, p, sig, 40, &out, &err, &hung);
+    fprintf(stderr, "  %s: exit %d after %.1f s\n", who, rc, md_now() - t0);
+    cr_assert(!hung, "%s still ran 40 s after the signal: %s", who, err);
     cr_assert_eq(th_count(err, "mpsdiag: interrupted"), 1, "rank 0 alone says so (exit %d): %s\n%s", rc, err, out);
     cr_assert_eq(rc, 130, "%s\n%s", out, err);
     cr_assert(strstr(err, "checkpoint") && strstr(err, "continue with --resume"), "%s", err);
@@ -505,32 +499,25 @@ Test(dist, interrupt_stops_every_rank_and_rank_0_saves, .timeout = 120)
     free(dir);
 }
 
+/* A stop request to mpirun reaches both ranks: they stop after the same
+ * step, rank 0 writes the checkpoint (resumable) and alone says so, and the
+ * job ends with 130. SIGUSR2, which mpirun passes on to every rank at once:
+ * its Ctrl-C path sends SIGTERM only after odls_base_sigkill_timeout (1 s)
+ * and SIGKILL as long again later, without reading the ranks' output in
+ * between, so a message or a checkpoint may not make it (docs/distributed.md).
+ * The signal goes once training runs (the first epoch's checkpoint is
+ * there), to mpirun's pid alone, with a bound on the job. */
+Test(dist, interrupt_stops_every_rank_and_rank_0_saves, .timeout = 120)
+{
+    expect_clean_stop("mpirun -np 2 --oversubscribe --bind-to none", "", SIGUSR2, "mpirun");
+}
+
 /* Ctrl-C on a job the launcher started (--devices): the SIGINT reaches the
  * launcher only (mpirun runs in its own process group), which passes it on as
  * SIGUSR2; every rank stops after the same step and rank 0 saves. */
 Test(dist, ctrl_c_on_the_launcher_stops_every_rank_and_rank_0_saves, .timeout = 120)
 {
-    NEED_MPI();
-    char *dir = th_tmpdir();
-    char cmd[4096], *out = NULL, *err = NULL;
-    const char *b = base(dir);
-    snprintf(cmd, sizeof cmd,
-             MPIENV "$B --devices cpu,cpu %s --epochs 100000 --steps 4 --batch-size 16 --checkpoint-dir %s/ck --quiet", b,
-             dir);
-    char p[4200];
-    snprintf(p, sizeof p, "%s/ck/last.safetensors", dir);
-    int hung = 0;
-    int rc = run_signalled(cmd, p, SIGINT, 40, &out, &err, &hung);
-    cr_assert(!hung, "the launcher still ran 40 s after Ctrl-C: %s", err);
-    cr_assert_eq(th_count(err, "mpsdiag: interrupted"), 1, "rank 0 alone says so (exit %d): %s\n%s", rc, err, out);
-    cr_assert_eq(rc, 130, "%s\n%s", out, err);
-    free(out);
-    free(err);
-    md_st_file *f = NULL;
-    cr_assert_eq(md_st_open(p, &f), MD_OK, "a whole checkpoint: %s", md_errmsg());
-    md_st_close(f);
-    th_rmtree(dir);
-    free(dir);
+    expect_clean_stop("", "--devices cpu,cpu", SIGINT, "the launcher");
 }
 
 /* An interrupt before training (every rank while opening the dataset, by

@@ -11,9 +11,10 @@
 
 /* The ranks --gpus / --devices ask for (1: none). */
 int md_launch_ranks_wanted(const md_options *o);
-/* With more than one rank wanted and not yet under an MPI launcher: execs
- * mpirun (returns only with an error: no mpirun, built without MPI). MD_OK
- * when there is nothing to start. */
+/* With more than one rank wanted and not yet under an MPI launcher: runs
+ * mpirun as a child, passes signals on to it, and exits with its status
+ * (returns only with an error: no mpirun, built without MPI, fork failed).
+ * MD_OK when there is nothing to start. */
 md_status md_launch_reexec(const md_options *o, int argc, char **argv);
 /* Under mpirun with several ranks: this rank's device into o->device
  * (--devices entry, or cuda:<local rank> for --gpus / --device cuda), and the
