@@ -42,17 +42,22 @@ static void on_signal(int sig)
     _exit(MD_EXIT_INTERRUPTED);
 }
 
-void md_signals_install(void)
+/* on_signal for sig; system calls resume after the handler: the loops poll
+ * md_interrupted, and a read cut short by EINTR would look like a damaged file */
+static void catch_signal(int sig)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    /* system calls resume after the handler: the loops poll md_interrupted,
-     * and a read cut short by EINTR would look like a damaged file */
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sigaction(sig, &sa, NULL);
+}
+
+void md_signals_install(void)
+{
+    catch_signal(SIGINT);
+    catch_signal(SIGTERM);
     installed = 1;
 }
 
@@ -62,12 +67,7 @@ void md_signals_install_rank(void)
     md_signals_install();
     /* mpirun forwards SIGUSR2 to every rank at once (its Ctrl-C path waits
      * and then kills) */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGUSR2, &sa, NULL);
+    catch_signal(SIGUSR2);
 }
 
 void md_signals_hold(int on) { holding = on ? 1 : 0; }
