@@ -606,7 +606,7 @@ Test(report, interrupted_report_is_complete, .timeout = 60)
     char *m = th_write(dir, "tiny.json", tiny_model);
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
-             "timeout --preserve-status -s INT 2 %s --device cpu --threads 1 --dataset synthetic --model %s "
+             "timeout --foreground --preserve-status -s INT 2 %s --device cpu --threads 1 --dataset synthetic --model %s "
              "--max-samples 256 --batch-size 32 --epochs 100000 --steps 2 --checkpoint-dir %s/ck --report "
              "%s/r.json "
              ">%s/out 2>%s/err </dev/null",

@@ -228,7 +228,7 @@ Test(train_run, sigint_to_the_binary_leaves_a_loadable_checkpoint, .timeout = 60
     char cmd[4096];
     /* far more epochs than 2 s allow: the SIGINT lands mid-run */
     snprintf(cmd, sizeof cmd,
-             "timeout --preserve-status -s INT 2 %s %s --epochs 100000 --steps 2 --checkpoint-dir %s/ck "
+             "timeout --foreground --preserve-status -s INT 2 %s %s --epochs 100000 --steps 2 --checkpoint-dir %s/ck "
              ">%s/out 2>%s/err </dev/null",
              bin, base_args(dir), dir, dir, dir);
     int rc = system(cmd);
