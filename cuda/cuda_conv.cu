@@ -2,24 +2,28 @@
  * through cuDNN's convolution API.
  *
  * One cache entry per shape (sizes, layout, dtype, TF32) holds the
- * descriptors and, per direction, the algorithms chosen: by cuDNN's
- * heuristics (cudnnGet*Algorithm_v7) by default, by measurement
- * (cudnnFind*) when MPSDIAG_CUDNN_AUTOTUNE=1 (what --compile-mode
- * max-autotune sets). The workspace comes from our allocator, so it is
- * counted in the memory statistics. NHWC uses cuDNN's NHWC filter format,
- * (K, R, S, C/g), which is exactly our NHWC filter layout.
+ * descriptors and, per direction, the algorithms chosen. The workspace comes
+ * from our allocator, so it is counted in the memory statistics. NHWC uses
+ * cuDNN's NHWC filter format, (K, R, S, C/g), which is exactly our NHWC
+ * filter layout.
  *
  * Execution: cuDNN 9's legacy convolution calls cost 150-350 µs of host
  * time each (measured on an H100 host), which makes an eager ResNet-50 step
  * host-bound. So, like PyTorch's cuDNN frontend, each (shape, direction,
  * beta 0/1) gets an execution plan of the backend (graph) API, built once
- * from cuDNN's heuristics (mode A) and run with cudnnBackendExecute and a
- * small variant pack. The legacy path remains for what plans do not cover:
- * fp32 without TF32 (plans cannot be restricted to FMA kernels here),
- * deterministic mode, autotune (cudnnFind*), other betas, pointers not
- * 16-byte aligned, a plan cuDNN will not build or run, and
- * MPSDIAG_CUDNN_LEGACY=1.
+ * and run with cudnnBackendExecute and a small variant pack. The plan is the
+ * first of cuDNN's heuristics (mode A) that builds within the workspace cap;
+ * with autotune (--compile-mode max-autotune) up to eight of the heuristics'
+ * configurations are built and timed on the first call's inputs and the
+ * fastest is kept, as PyTorch's cudnn.benchmark does (fastest_plan). The
+ * legacy path remains for what plans do not cover: fp32 without TF32 (plans
+ * cannot be restricted to FMA kernels here), deterministic mode, other
+ * betas, pointers not 16-byte aligned, a plan cuDNN will not build or run,
+ * and MPSDIAG_CUDNN_LEGACY=1. There the algorithms come from
+ * cudnnGet*Algorithm_v7 heuristics, or from measurement (cudnnFind*) with
+ * autotune.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,9 +330,87 @@ static cudnnBackendDescriptor_t plan_tensor(struct bplan *p, int64_t uid, cudnnD
     return d;
 }
 
+/* Runs a plan with the tensors in the roles x, w, y (the direction's order). */
+static cudnnStatus_t exec_raw(struct md_cuda_dev *c, cudnnBackendDescriptor_t plan, void *const io[3], void *ws)
+{
+    int64_t uids[3] = {UID_X, UID_W, UID_Y};
+    void *ptrs[3] = {io[0], io[1], io[2]};
+    cudnnBackendDescriptor_t vp = NULL;
+    cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+    set_attr(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids, &s);
+    set_attr(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs, &s);
+    set_attr(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, &s);
+    finalize(vp, &s);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(c->dnn, plan, vp);
+    if (vp) cudnnBackendDestroyDescriptor(vp);
+    return s;
+}
+
+/* Timed plan selection (--compile-mode max-autotune, as PyTorch's
+ * cudnn.benchmark): each candidate runs on this call's inputs into a scratch
+ * output (the real one may hold a sum being accumulated), once to warm up and
+ * three times timed. Returns the index of the fastest median time, 0 when the
+ * timing itself could not be set up (the heuristics' first), -1 when every
+ * candidate refused to run. */
+static int fastest_plan(md_device *dev, const struct md_cuda_conv_entry *e, int dir, cudnnBackendDescriptor_t *plans,
+                        const int64_t *wss, int np, void *const io[3])
+{
+    struct md_cuda_dev *c = md_cuda_impl(dev);
+    const struct conv_key *k = &e->key;
+    size_t out_elems = dir == DIR_FWD        ? (size_t)k->n * k->k * k->p * k->q
+                       : dir == DIR_BWD_DATA ? (size_t)k->n * k->c * k->h * k->w
+                                             : (size_t)k->k * (k->c / k->g) * k->r * k->s;
+    size_t out_bytes = out_elems * md_dtype_size((md_dtype)k->dtype);
+    int out_role = dir == DIR_FWD ? 2 : dir == DIR_BWD_DATA ? 0 : 1;
+    int64_t need = 0;
+    for (int i = 0; i < np; i++)
+        if (wss[i] > need) need = wss[i];
+    void *out = NULL, *ws = NULL;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    int best = 0, set_up = 0;
+    float best_ms = 0;
+    if (need > 0 && md_cuda_scratch_get(dev, &c->conv_ws, (size_t)need, "cuDNN workspace") != MD_OK) goto done;
+    ws = need > 0 ? c->conv_ws.ptr : NULL;
+    if (cudaMalloc(&out, out_bytes) != cudaSuccess) goto done;
+    if (cudaMemsetAsync(out, 0, out_bytes, c->stream) != cudaSuccess) goto done;
+    if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) goto done;
+    set_up = 1;
+    {
+        void *tio[3] = {io[0], io[1], io[2]};
+        tio[out_role] = out;
+        best = -1;
+        for (int i = 0; i < np; i++) {
+            if (exec_raw(c, plans[i], tio, ws) != CUDNN_STATUS_SUCCESS) continue; /* refused: not a candidate */
+            float t[3] = {0, 0, 0};
+            int bad = 0;
+            for (int r = 0; r < 3 && !bad; r++) {
+                bad |= cudaEventRecord(ev[0], c->stream) != cudaSuccess;
+                bad |= exec_raw(c, plans[i], tio, ws) != CUDNN_STATUS_SUCCESS;
+                bad |= cudaEventRecord(ev[1], c->stream) != cudaSuccess;
+                bad |= cudaEventSynchronize(ev[1]) != cudaSuccess;
+                bad |= cudaEventElapsedTime(&t[r], ev[0], ev[1]) != cudaSuccess;
+            }
+            if (bad) continue;
+            float lo = fminf(t[0], fminf(t[1], t[2])), hi = fmaxf(t[0], fmaxf(t[1], t[2]));
+            float med = t[0] + t[1] + t[2] - lo - hi;
+            if (best < 0 || med < best_ms) best = i, best_ms = med;
+        }
+    }
+done:
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    if (out) {
+        cudaStreamSynchronize(c->stream);
+        cudaFree(out);
+    }
+    (void)cudaGetLastError(); /* a failed allocation is not the next kernel's error */
+    return set_up ? best : 0;
+}
+
 /* Builds p's plan; returns 1 when one is ready. Any refusal is not an error:
  * the legacy API runs instead. */
-static int build_plan(md_device *dev, const struct md_cuda_conv_entry *e, int dir, float beta, struct bplan *p)
+static int build_plan(md_device *dev, const struct md_cuda_conv_entry *e, int dir, float beta, struct bplan *p,
+                      void *const io[3])
 {
     struct md_cuda_dev *c = md_cuda_impl(dev);
     const struct conv_key *k = &e->key;
@@ -392,15 +474,20 @@ static int build_plan(md_device *dev, const struct md_cuda_conv_entry *e, int di
     set_attr(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hm, &s);
     finalize(heur, &s);
 
-    enum { NCFG = 6 };
+    /* max-autotune times up to 8 of the heuristics' configurations (keep: 7 + NCFG <= PLAN_KEEP) */
+    enum { NCFG = 8 };
+    int want = c->autotune ? NCFG : 6;
     cudnnBackendDescriptor_t cfg[NCFG];
-    for (int i = 0; i < NCFG; i++) cfg[i] = keep_new(p, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &s);
+    for (int i = 0; i < want; i++) cfg[i] = keep_new(p, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &s);
     int64_t got = 0;
     if (s == CUDNN_STATUS_SUCCESS)
-        s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, NCFG, &got, cfg);
+        s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, want, &got, cfg);
     if (s != CUDNN_STATUS_SUCCESS) return 0;
     int64_t cap = (int64_t)ws_cap(dev);
-    for (int64_t i = 0; i < got && i < NCFG; i++) {
+    cudnnBackendDescriptor_t plans[NCFG];
+    int64_t wss[NCFG];
+    int np = 0;
+    for (int64_t i = 0; i < got && i < want; i++) {
         cudnnBackendDescriptor_t plan = NULL;
         cudnnStatus_t ps = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
         set_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->dnn, &ps);
@@ -410,13 +497,21 @@ static int build_plan(md_device *dev, const struct md_cuda_conv_entry *e, int di
         if (ps == CUDNN_STATUS_SUCCESS)
             ps = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws);
         if (ps == CUDNN_STATUS_SUCCESS && ws <= cap) {
-            p->plan = plan;
-            p->ws = ws;
-            return 1;
+            plans[np] = plan;
+            wss[np++] = ws;
+            if (!c->autotune) break; /* heuristics: the first that builds */
+            continue;
         }
         if (plan) cudnnBackendDestroyDescriptor(plan);
     }
-    return 0;
+    if (!np) return 0;
+    int best = np > 1 ? fastest_plan(dev, e, dir, plans, wss, np, io) : 0;
+    for (int i = 0; i < np; i++)
+        if (i != best) cudnnBackendDestroyDescriptor(plans[i]);
+    if (best < 0) return 0; /* every candidate refused to run */
+    p->plan = plans[best];
+    p->ws = wss[best];
+    return 1;
 }
 
 /* Runs a ready plan on (x, w, y) in the direction's roles. */
@@ -432,16 +527,8 @@ static md_status exec_plan(md_device *dev, const struct md_conv2d_args *a, struc
             ws = c->conv_ws.ptr;
         }
     }
-    int64_t uids[3] = {UID_X, UID_W, UID_Y};
-    void *ptrs[3] = {x, w, y};
-    cudnnBackendDescriptor_t vp = NULL;
-    cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
-    set_attr(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids, &s);
-    set_attr(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs, &s);
-    set_attr(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, &s);
-    finalize(vp, &s);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(c->dnn, p->plan, vp);
-    if (vp) cudnnBackendDestroyDescriptor(vp);
+    void *io[3] = {x, w, y};
+    cudnnStatus_t s = exec_raw(c, p->plan, io, ws);
     return s == CUDNN_STATUS_SUCCESS ? MD_OK : md_cuda_dnn_err(s, "cudnnBackendExecute");
 }
 
@@ -458,7 +545,7 @@ static int try_plan(md_device *dev, struct md_cuda_conv_entry *e, const struct m
         legacy = v && strcmp(v, "1") == 0;
     }
     const struct conv_key *k = &e->key;
-    if (legacy || c->autotune || k->det || (k->dtype == MD_F32 && !k->tf32)) return 0;
+    if (legacy || k->det || (k->dtype == MD_F32 && !k->tf32)) return 0;
     if (a->beta != 0.0f && a->beta != 1.0f) return 0;
     void *x = dir == DIR_BWD_DATA ? a->dx : (void *)a->x;
     void *w = dir == DIR_BWD_FILTER ? a->dwt : (void *)a->wt;
@@ -467,7 +554,8 @@ static int try_plan(md_device *dev, struct md_cuda_conv_entry *e, const struct m
     struct bplan *p = &e->bp[dir][a->beta == 1.0f];
     if (p->state == 0) {
         if (c->capturing) return 0; /* built outside a capture: heuristics may touch the device */
-        p->state = build_plan(dev, e, dir, a->beta, p) ? 1 : -1;
+        void *io[3] = {x, w, y};
+        p->state = build_plan(dev, e, dir, a->beta, p, io) ? 1 : -1;
     }
     if (p->state != 1) return 0;
     *st = exec_plan(dev, a, p, x, w, y);

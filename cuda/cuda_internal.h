@@ -51,7 +51,7 @@ struct md_cuda_dev {
     int n_retired;
 
     struct md_cuda_conv_entry *convs; /* per-shape descriptors and algorithms */
-    int autotune;                     /* cudnnFind* instead of heuristics */
+    int autotune;                     /* convolution plans/algorithms chosen by timing */
     int attn_path;                    /* enum md_attn_path from MPSDIAG_ATTN (0: auto) */
 };
 

@@ -1439,7 +1439,16 @@ static void run_op(struct harness *h, int op)
     }
 }
 
+static int open_pair_with(struct harness *h, const char *name, const struct md_device_opts *opts);
+
 static int open_pair(struct harness *h, const char *name)
+{
+    /* 3 CPU threads exercise uneven chunking; other backends ignore it */
+    struct md_device_opts o = {.threads = 3};
+    return open_pair_with(h, name, &o);
+}
+
+static int open_pair_with(struct harness *h, const char *name, const struct md_device_opts *opts)
 {
     memset(h, 0, sizeof *h);
     const md_backend *b = md_backend_find(name);
@@ -1452,9 +1461,7 @@ static int open_pair(struct harness *h, const char *name)
         fprintf(stderr, "backend-ops %s: skipped: %s\n", name, p->reason);
         return 0;
     }
-    /* 3 CPU threads exercise uneven chunking; other backends ignore it */
-    struct md_device_opts o = {.threads = 3};
-    cr_assert_eq(md_device_open(b, 0, &o, &h->dev[0]), MD_OK, "%s: %s", name, md_errmsg());
+    cr_assert_eq(md_device_open(b, 0, opts, &h->dev[0]), MD_OK, "%s: %s", name, md_errmsg());
     h->dev[1] = kc_open_ref();
     h->cuda = strcmp(name, "cuda") == 0;
     return 1;
@@ -1597,6 +1604,24 @@ Test(backend_ops, cpu_filter_in_waves, .timeout = 120)
 Test(backend_ops, cuda, .timeout = 300)
 {
     cr_assert_eq(run_backend("cuda"), 0, "some cuda ops failed (see stderr)");
+}
+
+/* Autotune (--compile-mode max-autotune): CUDA's half-precision
+ * convolutions through execution plans chosen by timing the candidates, fp32
+ * through cudnnFind's measured algorithms; the same results as the reference. */
+Test(backend_ops, cuda_autotuned_convolutions, .timeout = 300)
+{
+    struct harness h;
+    struct md_device_opts o = {.autotune = 1};
+    if (!open_pair_with(&h, "cuda", &o)) return;
+    int failed = 0;
+    for (int op = K_CONV_FWD; op <= K_CONV_FILTER; op++) {
+        run_op(&h, op);
+        failed += h.failed[op];
+        cr_expect_gt(h.run[op], 0, "no %s case ran", md_kernel_names[op]);
+    }
+    close_pair(&h);
+    cr_assert_eq(failed, 0, "autotuned convolutions differ from the reference (see stderr)");
 }
 
 Test(backend_ops, metal, .timeout = 300)

@@ -146,7 +146,7 @@ void md_policy_decide(const struct md_policy_in *in, struct md_policy_out *out)
     } else if (in->kind == MD_BACKEND_CUDA) {
         snprintf(out->why_compile, sizeof out->why_compile,
                  "mode %s: fused layers, one planned activation arena, the training step captured as a CUDA graph%s",
-                 mode, strcmp(mode, "max-autotune") == 0 ? ", cuDNN algorithms searched" : "");
+                 mode, strcmp(mode, "max-autotune") == 0 ? ", cuDNN plans timed" : "");
     } else if (in->kind == MD_BACKEND_METAL) {
         snprintf(out->why_compile, sizeof out->why_compile,
                  "mode %s: fused layers, planned memory, one command buffer per step with cached pipelines "

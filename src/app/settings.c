@@ -128,7 +128,7 @@ static void model_settings(md_job *job)
     put(job, "compile_mode", o->compile_mode, "compile-mode",
         !o->compile ? "not used: --no-compile"
         : md_device_kind(job->dev) == MD_BACKEND_CUDA
-            ? (strcmp(o->compile_mode, "max-autotune") == 0 ? "cuDNN algorithms chosen by measurement"
+            ? (strcmp(o->compile_mode, "max-autotune") == 0 ? "cuDNN plans chosen by timing the candidates"
                                                             : "cuDNN's heuristics choose the algorithms")
             : "no effect beyond compile itself on this device");
     if (o->reduce_architecture)
