@@ -13,6 +13,27 @@
 /* Per-channel statistics area "st" (4c floats): mean, invstd, and the affine
  * folded in, scale = gamma * invstd and shift = beta - mean * scale, so the
  * apply pass is one multiply-add per element. */
+/* One channel's statistics from its mean and (biased) variance over m
+ * values: the area st, the saved ones and the running ones. */
+__device__ __forceinline__ void bn_store(int ch, int c, float mean, float var, float m, float eps, float momentum,
+                                         const float *gamma, const float *beta, float *st, float *save_mean,
+                                         float *save_invstd, float *run_mean, float *run_var)
+{
+    float invstd = 1.0f / sqrtf(var + eps);
+    float sc = (gamma ? gamma[ch] : 1.0f) * invstd;
+    st[ch] = mean;
+    st[c + ch] = invstd;
+    st[2 * c + ch] = sc;
+    st[3 * c + ch] = (beta ? beta[ch] : 0.0f) - mean * sc;
+    if (save_mean) save_mean[ch] = mean;
+    if (save_invstd) save_invstd[ch] = invstd;
+    if (run_mean) run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * mean;
+    if (run_var) {
+        float unbiased = m > 1.0f ? var * (m / (m - 1.0f)) : var;
+        run_var[ch] = (1.0f - momentum) * run_var[ch] + momentum * unbiased;
+    }
+}
+
 template <class T>
 __global__ void k_bn_stats(const T *x, int c, int hw, int nhwc, long long m, int splits, const float *part, float eps,
                            float momentum, const float *gamma, const float *beta, float *st, float *save_mean,
@@ -24,20 +45,8 @@ __global__ void k_bn_stats(const T *x, int c, int hw, int nhwc, long long m, int
     float shift = tof(x[nhwc ? (size_t)ch : (size_t)ch * hw]);
     float dm = s1 / (float)m;
     float var = fmaxf(s2 / (float)m - dm * dm, 0.0f);
-    float mean = shift + dm;
-    float invstd = 1.0f / sqrtf(var + eps);
-    float sc = (gamma ? gamma[ch] : 1.0f) * invstd;
-    st[ch] = mean;
-    st[c + ch] = invstd;
-    st[2 * c + ch] = sc;
-    st[3 * c + ch] = (beta ? beta[ch] : 0.0f) - mean * sc;
-    if (save_mean) save_mean[ch] = mean;
-    if (save_invstd) save_invstd[ch] = invstd;
-    if (run_mean) run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * mean;
-    if (run_var) {
-        float unbiased = m > 1 ? var * ((float)m / (float)(m - 1)) : var;
-        run_var[ch] = (1.0f - momentum) * run_var[ch] + momentum * unbiased;
-    }
+    bn_store(ch, c, shift + dm, var, (float)m, eps, momentum, gamma, beta, st, save_mean, save_invstd, run_mean,
+             run_var);
 }
 
 /* --sync-bn (kernels.h md_batchnorm_args.sync): the exchange area "ex"
@@ -76,20 +85,9 @@ __global__ void k_bn_sync_final(int c, const float *ex, float eps, float momentu
 {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
-    float N = ex[c], mean = ex[ch] / N, var = ex[3 * c + 1 + ch] / N;
-    float invstd = 1.0f / sqrtf(var + eps);
-    float sc = (gamma ? gamma[ch] : 1.0f) * invstd;
-    st[ch] = mean;
-    st[c + ch] = invstd;
-    st[2 * c + ch] = sc;
-    st[3 * c + ch] = (beta ? beta[ch] : 0.0f) - mean * sc;
-    if (save_mean) save_mean[ch] = mean;
-    if (save_invstd) save_invstd[ch] = invstd;
-    if (run_mean) run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * mean;
-    if (run_var) {
-        float unbiased = N > 1.0f ? var * (N / (N - 1.0f)) : var;
-        run_var[ch] = (1.0f - momentum) * run_var[ch] + momentum * unbiased;
-    }
+    float N = ex[c];
+    bn_store(ch, c, ex[ch] / N, ex[3 * c + 1 + ch] / N, N, eps, momentum, gamma, beta, st, save_mean, save_invstd,
+             run_mean, run_var);
 }
 
 /* The same area from the running statistics (inference). */
@@ -98,12 +96,7 @@ __global__ void k_bn_running(int c, const float *rm, const float *rv, float eps,
 {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
-    float mean = rm[ch], invstd = 1.0f / sqrtf(rv[ch] + eps);
-    float sc = (gamma ? gamma[ch] : 1.0f) * invstd;
-    st[ch] = mean;
-    st[c + ch] = invstd;
-    st[2 * c + ch] = sc;
-    st[3 * c + ch] = (beta ? beta[ch] : 0.0f) - mean * sc;
+    bn_store(ch, c, rm[ch], rv[ch], 0.0f, eps, 0.0f, gamma, beta, st, NULL, NULL, NULL, NULL);
 }
 
 /* y = act(x * scale + shift) + obeta * y */
