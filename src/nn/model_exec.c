@@ -811,19 +811,11 @@ md_status md_model_loss_scaled(md_model *m, const int32_t *labels_dev, float smo
     if (m->regression)
         return md_errf(MD_ERR_INTERNAL, "model %s: a regression model has no cross-entropy loss", m->name);
     struct md_layer_run r = last_run(m);
-    struct md_xent_args x;
-    memset(&x, 0, sizeof x);
-    x.n = m->last_batch;
-    x.classes = m->num_classes;
-    x.smoothing = smoothing;
-    x.dtype = m->opts.compute_dtype;
-    x.logits = md_layer_act(&r, m->nlayers - 1);
-    x.labels = labels_dev;
-    x.loss_sum = loss_sum_dev;
-    x.correct = correct_dev;
-    x.dlogits = m->last_training ? md_layer_grad(&r, m->nlayers - 1) : NULL;
-    x.grad_scale = grad_scale;
-    x.grad_scale_dev = grad_scale_dev;
+    struct md_xent_args x = {.n = m->last_batch, .classes = m->num_classes, .smoothing = smoothing,
+                             .dtype = m->opts.compute_dtype, .logits = md_layer_act(&r, m->nlayers - 1),
+                             .labels = labels_dev, .loss_sum = loss_sum_dev, .correct = correct_dev,
+                             .dlogits = m->last_training ? md_layer_grad(&r, m->nlayers - 1) : NULL,
+                             .grad_scale = grad_scale, .grad_scale_dev = grad_scale_dev};
     MD_TRY(md_k_xent(m->dev, &x));
     m->have_loss = m->last_training;
     return MD_OK;
@@ -839,23 +831,12 @@ md_status md_model_regress_loss(md_model *m, const float *targets_dev, int horiz
         return md_errf(MD_ERR_CONFIG, "model %s: %zu outputs per sample; the forecast needs %d x %d = %lld", m->name,
                        per, horizon, channels, (long long)horizon * channels);
     struct md_layer_run r = last_run(m);
-    struct md_regress_args a;
-    memset(&a, 0, sizeof a);
-    a.n = m->last_batch;
-    a.horizon = horizon;
-    a.channels = channels;
-    a.kind = kind;
-    a.delta = delta;
-    a.lambda = lambda;
-    a.dtype = m->opts.compute_dtype;
-    a.pred = md_layer_act(&r, m->nlayers - 1);
-    a.target = targets_dev;
-    a.last = last_dev;
-    a.last_ld = last_ld;
-    a.loss_sum = loss_sum_dev;
-    a.metrics = metrics_dev;
-    a.dpred = m->last_training ? md_layer_grad(&r, m->nlayers - 1) : NULL;
-    a.grad_scale = grad_scale;
+    struct md_regress_args a = {.n = m->last_batch, .horizon = horizon, .channels = channels, .kind = kind,
+                                .delta = delta, .lambda = lambda, .dtype = m->opts.compute_dtype,
+                                .pred = md_layer_act(&r, m->nlayers - 1), .target = targets_dev, .last = last_dev,
+                                .last_ld = last_ld, .loss_sum = loss_sum_dev, .metrics = metrics_dev,
+                                .dpred = m->last_training ? md_layer_grad(&r, m->nlayers - 1) : NULL,
+                                .grad_scale = grad_scale};
     MD_TRY(md_k_regress(m->dev, &a));
     m->have_loss = m->last_training;
     return MD_OK;
