@@ -156,6 +156,25 @@ inline void md_mtl_mm_load_tiles(thread const Op &op, threadgroup float *As, int
     }
 }
 
+/* A thread's block of the tile: v[i][j] is C(m0 + ty + TY*i, n0 + tx + TX*j). */
+struct md_mtl_mm_block {
+    float v[MD_MTL_MM_RM][MD_MTL_MM_RN];
+};
+
+/* The epilogue of both engines: op.store of the block's elements inside C. */
+template <typename Op>
+inline void md_mtl_mm_store(thread const Op &op, thread const md_mtl_mm_block &b, int m0, int n0, int tx, int ty)
+{
+    for (int i = 0; i < MD_MTL_MM_RM; i++) {
+        int gm = m0 + ty + MD_MTL_MM_TY * i;
+        if (gm >= op.M) continue;
+        for (int j = 0; j < MD_MTL_MM_RN; j++) {
+            int gn = n0 + tx + MD_MTL_MM_TX * j;
+            if (gn < op.N) op.store(gm, gn, b.v[i][j]);
+        }
+    }
+}
+
 template <typename Op>
 inline void md_mtl_tiled_mm(thread const Op &op, threadgroup float *tgm, uint3 lid, uint3 tgid)
 {
@@ -163,9 +182,9 @@ inline void md_mtl_tiled_mm(thread const Op &op, threadgroup float *tgm, uint3 l
     threadgroup float *Bs = tgm + MD_MTL_MM_BK * MD_MTL_MM_BM;
     const int tx = int(lid.x), ty = int(lid.y), t = ty * MD_MTL_MM_TX + tx;
     const int m0 = int(tgid.y) * MD_MTL_MM_BM, n0 = int(tgid.x) * MD_MTL_MM_BN;
-    float acc[MD_MTL_MM_RM][MD_MTL_MM_RN];
+    md_mtl_mm_block acc;
     for (int i = 0; i < MD_MTL_MM_RM; i++)
-        for (int j = 0; j < MD_MTL_MM_RN; j++) acc[i][j] = 0.0f;
+        for (int j = 0; j < MD_MTL_MM_RN; j++) acc.v[i][j] = 0.0f;
     for (int k0 = 0; k0 < op.K; k0 += MD_MTL_MM_BK) {
         md_mtl_mm_load_tiles(op, As, 1, MD_MTL_MM_BM, Bs, m0, n0, k0, t);
         threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -174,18 +193,11 @@ inline void md_mtl_tiled_mm(thread const Op &op, threadgroup float *tgm, uint3 l
             for (int i = 0; i < MD_MTL_MM_RM; i++) av[i] = As[kk * MD_MTL_MM_BM + ty + MD_MTL_MM_TY * i];
             for (int j = 0; j < MD_MTL_MM_RN; j++) bv[j] = Bs[kk * MD_MTL_MM_BN + tx + MD_MTL_MM_TX * j];
             for (int i = 0; i < MD_MTL_MM_RM; i++)
-                for (int j = 0; j < MD_MTL_MM_RN; j++) acc[i][j] += av[i] * bv[j];
+                for (int j = 0; j < MD_MTL_MM_RN; j++) acc.v[i][j] += av[i] * bv[j];
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
     }
-    for (int i = 0; i < MD_MTL_MM_RM; i++) {
-        int gm = m0 + ty + MD_MTL_MM_TY * i;
-        if (gm >= op.M) continue;
-        for (int j = 0; j < MD_MTL_MM_RN; j++) {
-            int gn = n0 + tx + MD_MTL_MM_TX * j;
-            if (gn < op.N) op.store(gm, gn, acc[i][j]);
-        }
-    }
+    md_mtl_mm_store(op, acc, m0, n0, tx, ty);
 }
 
 /* ---- the same with simdgroup matrices (Apple7+ GPUs) ---------------------------------
@@ -226,14 +238,11 @@ inline void md_mtl_tiled_mm_sg(thread const Op &op, threadgroup float *tgm, uint
         for (int j = 0; j < 2; j++)
             simdgroup_store(acc[i][j], Cs + (sm * 32 + i * 8) * MD_MTL_MM_BN + sn * 16 + j * 8, MD_MTL_MM_BN);
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int i = 0; i < MD_MTL_MM_RM; i++) {
-        int gm = m0 + ty + MD_MTL_MM_TY * i;
-        if (gm >= op.M) continue;
-        for (int j = 0; j < MD_MTL_MM_RN; j++) {
-            int gn = n0 + tx + MD_MTL_MM_TX * j;
-            if (gn < op.N) op.store(gm, gn, Cs[(ty + MD_MTL_MM_TY * i) * MD_MTL_MM_BN + tx + MD_MTL_MM_TX * j]);
-        }
-    }
+    md_mtl_mm_block c;
+    for (int i = 0; i < MD_MTL_MM_RM; i++)
+        for (int j = 0; j < MD_MTL_MM_RN; j++)
+            c.v[i][j] = Cs[(ty + MD_MTL_MM_TY * i) * MD_MTL_MM_BN + tx + MD_MTL_MM_TX * j];
+    md_mtl_mm_store(op, c, m0, n0, tx, ty);
 }
 #endif
 

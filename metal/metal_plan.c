@@ -48,6 +48,14 @@ static md_status check_dtype(const char *op, md_dtype t)
     return md_errf(MD_ERR_UNSUPPORTED, "metal %s: dtype %s is not supported (fp32, fp16, bf16)", op, md_dtype_name(t));
 }
 
+/* A value read on the device (a dropout offset, a loss scale) is for captured
+ * steps (CUDA graphs); here it must come with the call. */
+static md_status host_value(const char *op, int on_device, const char *what)
+{
+    if (!on_device) return MD_OK;
+    return md_errf(MD_ERR_UNSUPPORTED, "metal %s: a device-side %s is for captured steps (CUDA graphs)", op, what);
+}
+
 /* The call's dtype: checked, and the suffix of typed kernel names. */
 static md_status typed(const char *op, md_dtype t, struct packed *k)
 {
@@ -185,8 +193,7 @@ static md_status pack_dropout(const char *op, const void *args, struct packed *k
 {
     const struct md_dropout_args *a = args;
     MD_TRY(typed(op, a->dtype, k));
-    if (a->offset_dev)
-        return md_errf(MD_ERR_UNSUPPORTED, "metal %s: a device-side offset is for captured steps (CUDA graphs)", op);
+    MD_TRY(host_value(op, a->offset_dev != NULL, "offset"));
     PUT(k, md_mtl_dropout_params, .n = a->n, .seed = a->seed, .offset = a->offset, .has_mask = a->mask != NULL,
         .p = a->p, .scale = a->p < 1.0f ? (float)(1.0 / (1.0 - (double)a->p)) : 0.0f, .beta = a->beta);
     ext(k, 0, a->n, 0, 0);
@@ -232,8 +239,7 @@ static md_status pack_xent(const char *op, const void *args, struct packed *k)
 {
     const struct md_xent_args *a = args;
     MD_TRY(typed(op, a->dtype, k));
-    if (a->grad_scale_dev)
-        return md_errf(MD_ERR_UNSUPPORTED, "metal %s: a device-side loss scale is for captured steps (CUDA graphs)", op);
+    MD_TRY(host_value(op, a->grad_scale_dev != NULL, "loss scale"));
     PUT(k, md_mtl_xent_params, .n = a->n, .classes = a->classes, .has_loss = a->loss_sum != NULL,
         .has_correct = a->correct != NULL, .has_dlogits = a->dlogits != NULL, .smoothing = a->smoothing,
         .grad_scale = a->grad_scale);
@@ -351,8 +357,7 @@ static md_status pack_attn(const char *op, const void *args, struct packed *k)
                        a->heads, a->tq, a->tk, a->d);
     if (a->d > MD_MTL_ATTN_MAX_D)
         return md_errf(MD_ERR_UNSUPPORTED, "metal %s: head_dim %d (at most %d)", op, a->d, MD_MTL_ATTN_MAX_D);
-    if (a->offset_dev)
-        return md_errf(MD_ERR_UNSUPPORTED, "metal %s: a device-side offset is for captured steps (CUDA graphs)", op);
+    MD_TRY(host_value(op, a->offset_dev != NULL, "offset"));
     if (!(a->dropout_p >= 0.0f && a->dropout_p <= 1.0f))
         return md_errf(MD_ERR_INTERNAL, "metal %s: dropout %g outside [0, 1]", op, (double)a->dropout_p);
     struct md_mtl_attn_params v;

@@ -345,6 +345,17 @@ static int device_ok(const char *v)
     return 0;
 }
 
+/* val is outside [d->min, d->max]: an integer option shows the bounds without decimals. */
+static md_status out_of_range(md_status st, const char *who, const struct optdef *d, int integer, const char *val)
+{
+    char msg[128];
+    if (integer)
+        snprintf(msg, sizeof msg, "%%s is out of range (%.0f to %.0f)", d->min, d->max);
+    else
+        snprintf(msg, sizeof msg, "%%s is out of range (%g to %g)", d->min, d->max);
+    return bad(st, who, msg, val);
+}
+
 static md_status set_text(md_options *o, const struct optdef *d, const char *val, const char *who, md_status st)
 {
     char *base = (char *)o + d->off;
@@ -361,11 +372,7 @@ static md_status set_text(md_options *o, const struct optdef *d, const char *val
         errno = 0;
         long v = strtol(val, &end, 10);
         if (!*val || *end || errno) return bad(st, who, "'%s' is not an integer", val);
-        if (v < d->min || v > d->max) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "%%s is out of range (%.0f to %.0f)", d->min, d->max);
-            return bad(st, who, msg, val);
-        }
+        if (v < d->min || v > d->max) return out_of_range(st, who, d, 1, val);
         *(int *)(void *)base = (int)v;
         return MD_OK;
     }
@@ -373,11 +380,7 @@ static md_status set_text(md_options *o, const struct optdef *d, const char *val
         errno = 0;
         double v = strtod(val, &end);
         if (!*val || *end || errno || !isfinite(v)) return bad(st, who, "'%s' is not a number", val);
-        if (v < d->min || v > d->max) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "%%s is out of range (%g to %g)", d->min, d->max);
-            return bad(st, who, msg, val);
-        }
+        if (v < d->min || v > d->max) return out_of_range(st, who, d, 0, val);
         *(double *)(void *)base = v;
         return MD_OK;
     }

@@ -596,6 +596,11 @@ extern const char *const md_kernel_names[MD_KERNEL_COUNT];
  * md_optim_ctl_after then applies the scaler's rule when a asks for it. */
 int md_optim_ctl_resolve(const struct md_optim_args *a, struct md_optim_args *out);
 void md_optim_ctl_after(const struct md_optim_args *a);
+/* The start of such a backend's step: *a resolved from args (md_optim_ctl_resolve) and
+ * checked (params_half's dtype, step >= 1: errors name `backend`). *run is 0 when the step
+ * must change nothing (md_optim_ctl_after already applied), 1 when it runs. */
+md_status md_optim_host_begin(const char *backend, const struct md_optim_args *args, struct md_optim_args *a,
+                              int *run);
 /* The loss gradient's multiplier for such backends (grad_scale x *grad_scale_dev). */
 static inline float md_xent_grad_scale(const struct md_xent_args *a)
 {

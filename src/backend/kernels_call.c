@@ -109,6 +109,22 @@ void md_optim_ctl_after(const struct md_optim_args *a)
     md_scale_ctl_update(a->scaler, isfinite(a->ctl->loss_sum) && isfinite(a->ctl->grad_sumsq));
 }
 
+md_status md_optim_host_begin(const char *backend, const struct md_optim_args *args, struct md_optim_args *a,
+                              int *run)
+{
+    *run = 0;
+    if (!md_optim_ctl_resolve(args, a)) { /* non-finite step: skipped */
+        md_optim_ctl_after(args);
+        return MD_OK;
+    }
+    if (a->params_half && a->half_dtype != MD_F32 && a->half_dtype != MD_F16 && a->half_dtype != MD_BF16)
+        return md_errf(MD_ERR_UNSUPPORTED, "%s optim: dtype %s is not supported (fp32, fp16, bf16)", backend,
+                       md_dtype_name(a->half_dtype));
+    if (a->step < 1) return md_errf(MD_ERR_INTERNAL, "%s optim: step %lld < 1", backend, a->step);
+    *run = 1;
+    return MD_OK;
+}
+
 md_status md_regress_args_check(const char *backend, const struct md_regress_args *a)
 {
     if (a->kind < MD_REGRESS_MSE || a->kind > MD_REGRESS_FINANCIAL)

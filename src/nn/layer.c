@@ -104,6 +104,16 @@ md_status md_layer_get_act(const cJSON *o, const char *path, int *act)
     return md_errf(MD_ERR_CONFIG, "%s.act: '%s' is not supported here (relu or none)", path, s);
 }
 
+md_status md_layer_get_dropout(const struct md_layer_parse *p, const cJSON *o, const char *key, const char *path,
+                               double dflt, float *prob)
+{
+    double v = dflt;
+    MD_TRY(md_json_num(o, key, path, 0, 0.0, 0.999, &v));
+    if (p->opts->dropout >= 0) v = p->opts->dropout;
+    *prob = (float)v;
+    return MD_OK;
+}
+
 md_status md_layer_check_inputs(const struct md_model *m, const struct md_layer *L, int same_c, const char *hint)
 {
     const struct md_layer *X = &m->layers[L->in[0]];

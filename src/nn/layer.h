@@ -150,6 +150,10 @@ md_status md_layer_get_pair(const cJSON *o, const char *key, const char *path, i
                             int dflt_a, int dflt_b);
 /* "act": "relu" or "none" (default). */
 md_status md_layer_get_act(const cJSON *o, const char *path, int *act);
+/* A drop probability in [0, 0.999] at `key` (dflt when absent); --dropout, when given,
+ * replaces it. */
+md_status md_layer_get_dropout(const struct md_layer_parse *p, const cJSON *o, const char *key, const char *path,
+                               double dflt, float *prob);
 
 /* Every input of a multi-input layer has the first input's height and width
  * (and channels when same_c); errors name L->path.inputs[k] and end with

@@ -758,6 +758,21 @@ static md_status check_bound(const struct md_model *m, int batch)
     return MD_OK;
 }
 
+/* The run of the last forward: its batch and plan. */
+static struct md_layer_run last_run(md_model *m)
+{
+    return (struct md_layer_run){m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch,
+                                 m->last_training, 0, 0};
+}
+
+/* A loss reads the last forward's output. */
+static md_status check_loss_ready(md_model *m)
+{
+    MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
+    if (!m->last_batch) return md_errf(MD_ERR_INTERNAL, "model %s: loss before forward", m->name);
+    return MD_OK;
+}
+
 md_status md_model_forward(md_model *m, int batch, int training)
 {
     MD_TRY(check_bound(m, batch));
@@ -779,8 +794,7 @@ md_status md_model_forward(md_model *m, int batch, int training)
 const void *md_model_logits(md_model *m)
 {
     if (!m->dev || !m->last_batch) return NULL;
-    struct md_layer_run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch,
-                             m->last_training, 0, 0};
+    struct md_layer_run r = last_run(m);
     return md_layer_act(&r, m->nlayers - 1);
 }
 
@@ -793,25 +807,15 @@ md_status md_model_loss(md_model *m, const int32_t *labels_dev, float smoothing,
 md_status md_model_loss_scaled(md_model *m, const int32_t *labels_dev, float smoothing, float grad_scale,
                                const float *grad_scale_dev, float *loss_sum_dev, int32_t *correct_dev)
 {
-    MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
-    if (!m->last_batch) return md_errf(MD_ERR_INTERNAL, "model %s: loss before forward", m->name);
+    MD_TRY(check_loss_ready(m));
     if (m->regression)
         return md_errf(MD_ERR_INTERNAL, "model %s: a regression model has no cross-entropy loss", m->name);
-    struct md_layer_run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch,
-                             m->last_training, 0, 0};
-    struct md_xent_args x;
-    memset(&x, 0, sizeof x);
-    x.n = m->last_batch;
-    x.classes = m->num_classes;
-    x.smoothing = smoothing;
-    x.dtype = m->opts.compute_dtype;
-    x.logits = md_layer_act(&r, m->nlayers - 1);
-    x.labels = labels_dev;
-    x.loss_sum = loss_sum_dev;
-    x.correct = correct_dev;
-    x.dlogits = m->last_training ? md_layer_grad(&r, m->nlayers - 1) : NULL;
-    x.grad_scale = grad_scale;
-    x.grad_scale_dev = grad_scale_dev;
+    struct md_layer_run r = last_run(m);
+    struct md_xent_args x = {.n = m->last_batch, .classes = m->num_classes, .smoothing = smoothing,
+                             .dtype = m->opts.compute_dtype, .logits = md_layer_act(&r, m->nlayers - 1),
+                             .labels = labels_dev, .loss_sum = loss_sum_dev, .correct = correct_dev,
+                             .dlogits = m->last_training ? md_layer_grad(&r, m->nlayers - 1) : NULL,
+                             .grad_scale = grad_scale, .grad_scale_dev = grad_scale_dev};
     MD_TRY(md_k_xent(m->dev, &x));
     m->have_loss = m->last_training;
     return MD_OK;
@@ -821,31 +825,18 @@ md_status md_model_regress_loss(md_model *m, const float *targets_dev, int horiz
                                 md_regress_kind kind, float delta, float lambda, const float *last_dev,
                                 long long last_ld, float grad_scale, float *loss_sum_dev, float *metrics_dev)
 {
-    MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
-    if (!m->last_batch) return md_errf(MD_ERR_INTERNAL, "model %s: loss before forward", m->name);
+    MD_TRY(check_loss_ready(m));
     size_t per = md_shape_numel(m->layers[m->nlayers - 1].out);
     if (horizon < 1 || channels < 1 || (size_t)horizon * (size_t)channels != per)
         return md_errf(MD_ERR_CONFIG, "model %s: %zu outputs per sample; the forecast needs %d x %d = %lld", m->name,
                        per, horizon, channels, (long long)horizon * channels);
-    struct md_layer_run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch,
-                             m->last_training, 0, 0};
-    struct md_regress_args a;
-    memset(&a, 0, sizeof a);
-    a.n = m->last_batch;
-    a.horizon = horizon;
-    a.channels = channels;
-    a.kind = kind;
-    a.delta = delta;
-    a.lambda = lambda;
-    a.dtype = m->opts.compute_dtype;
-    a.pred = md_layer_act(&r, m->nlayers - 1);
-    a.target = targets_dev;
-    a.last = last_dev;
-    a.last_ld = last_ld;
-    a.loss_sum = loss_sum_dev;
-    a.metrics = metrics_dev;
-    a.dpred = m->last_training ? md_layer_grad(&r, m->nlayers - 1) : NULL;
-    a.grad_scale = grad_scale;
+    struct md_layer_run r = last_run(m);
+    struct md_regress_args a = {.n = m->last_batch, .horizon = horizon, .channels = channels, .kind = kind,
+                                .delta = delta, .lambda = lambda, .dtype = m->opts.compute_dtype,
+                                .pred = md_layer_act(&r, m->nlayers - 1), .target = targets_dev, .last = last_dev,
+                                .last_ld = last_ld, .loss_sum = loss_sum_dev, .metrics = metrics_dev,
+                                .dpred = m->last_training ? md_layer_grad(&r, m->nlayers - 1) : NULL,
+                                .grad_scale = grad_scale};
     MD_TRY(md_k_regress(m->dev, &a));
     m->have_loss = m->last_training;
     return MD_OK;
@@ -1002,8 +993,8 @@ md_status md_model_first_nonfinite(md_model *m, char *layer, size_t n, int *foun
     if (n) layer[0] = 0;
     MD_TRY(check_bound(m, m->last_batch ? m->last_batch : 1));
     if (!m->last_batch) return MD_OK;
-    struct md_layer_run r = {m, m->last_training ? &m->plan_train : &m->plan_eval, m->last_batch,
-                             m->last_training, 0, 1};
+    struct md_layer_run r = last_run(m);
+    r.recompute = 1;
     for (int i = 0; i < m->nlayers; i++) {
         const struct md_layer *L = &m->layers[i];
         if (L->alias >= 0) continue;

@@ -141,6 +141,20 @@ static void scale_beta(float *y, size_t n, float beta)
         for (size_t i = 0; i < n; i++) y[i] *= beta;
 }
 
+/* Stride 1 and q == w (g->same1): nrows rows of q values read (or written)
+ * as one run of the plane shifted by off hold, in the columns that wrapped
+ * around a row edge, values of the wrong row: zero them. */
+static inline void zero_wrapped(float *d, int nrows, int q, int off)
+{
+    for (int p = 0; p < nrows; p++) {
+        float *o = d + (size_t)p * q;
+        if (off < 0)
+            for (int j = 0; j < -off; j++) o[j] = 0.0f;
+        else
+            for (int j = q - off; j < q; j++) o[j] = 0.0f;
+    }
+}
+
 /* im2col of output rows [p0, p1) of one input channel plane xp: col rows
  * r*S + s (row stride ld) hold (p1-p0)*Q values each. */
 static void im2col_rows(const struct geom *g, const float *xp, float *dst, size_t ld, int p0, int p1)
@@ -168,13 +182,7 @@ static void im2col_rows(const struct geom *g, const float *xp, float *dst, size_
                 const float *src = xp + (size_t)(lo - g->ph + r * g->dh) * g->w + off;
                 size_t skip = off < 0 ? cut : 0; /* never read before the plane or past it */
                 memcpy(d + skip, src + skip, sizeof(float) * (len - cut));
-                for (int p = lo; p < hi; p++) {
-                    float *o = d + (size_t)(p - lo) * nq;
-                    if (off < 0)
-                        for (int q = 0; q < -off; q++) o[q] = 0.0f;
-                    else
-                        for (int q = g->q - off; q < g->q; q++) o[q] = 0.0f;
-                }
+                zero_wrapped(d, hi - lo, g->q, off);
                 continue;
             }
             for (int p = lo; p < hi; p++) {
@@ -541,13 +549,7 @@ static void col2im_nchw_range(void *vc, long long b, long long e)
                      * task owns them), then add rows plo..phi-1 as one run */
                     if (phi <= plo) continue;
                     float *src = row + (size_t)plo * g->q;
-                    for (int p = plo; p < phi; p++) {
-                        float *o = src + (size_t)(p - plo) * g->q;
-                        if (off < 0)
-                            for (int q = 0; q < -off; q++) o[q] = 0.0f;
-                        else
-                            for (int q = g->q - off; q < g->q; q++) o[q] = 0.0f;
-                    }
+                    zero_wrapped(src, phi - plo, g->q, off);
                     float *dst = dp + (size_t)(plo * g->sh - g->ph + r * g->dh) * g->w + off;
                     size_t len = (size_t)(phi - plo) * g->q, cut = (size_t)abs(off), b0 = off < 0 ? cut : 0;
                     for (size_t i = b0; i < b0 + len - cut; i++) dst[i] += src[i];
@@ -577,14 +579,15 @@ static int chunk_images(const struct geom *g, size_t per_image_floats)
 /* A 1x1 convolution, forward (ta 0: y = W x) or backward-data (ta 1: dx =
  * W^T dy), per image and group: out (m per group, pq) from in (kk per group,
  * pq); cin and cout are in's and out's channels per image. */
-static void gemm_1x1_nchw(const struct geom *g, int ta, int m, int kk, const float *w, const float *in, int cin,
-                          float *out, int cout, float beta)
+static md_status gemm_1x1_nchw(const struct geom *g, int ta, int m, int kk, const float *w, const float *in, int cin,
+                               float *out, int cout, float beta)
 {
     for (int i = 0; i < g->n; i++)
         for (int grp = 0; grp < g->g; grp++)
             sgemm(ta, 0, m, g->pq, kk, w + (size_t)grp * g->kg * g->cg, g->cg,
                   in + ((size_t)i * cin + (size_t)grp * kk) * g->pq, g->pq, beta,
                   out + ((size_t)i * cout + (size_t)grp * m) * g->pq, g->pq);
+    return MD_OK;
 }
 
 static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, float *y, float beta)
@@ -592,8 +595,7 @@ static md_status fwd_nchw(const struct geom *g, const float *x, const float *w, 
     if (shift_fwd_ok(g)) return shift_fwd_nchw(g, x, w, y, beta);
     if (tiled_fwd_ok(g)) return tiled_fwd_nchw(g, x, w, y, beta);
     if (!g->is_1x1) return chunked_fwd_nchw(g, x, w, y, beta);
-    gemm_1x1_nchw(g, 0, g->kg, g->cg, w, x, g->c, y, g->k, beta);
-    return MD_OK;
+    return gemm_1x1_nchw(g, 0, g->kg, g->cg, w, x, g->c, y, g->k, beta);
 }
 
 /* Backward-data where it is not a forward convolution (stride > 1, ...): per
@@ -631,8 +633,7 @@ static md_status chunked_data_nchw(const struct geom *g, const float *dy, const 
 static md_status data_nchw(const struct geom *g, const float *dy, const float *w, float *dx, float beta)
 {
     if (!g->is_1x1) return chunked_data_nchw(g, dy, w, dx, beta);
-    gemm_1x1_nchw(g, 1, g->cg, g->kg, w, dy, g->k, dx, g->c, beta);
-    return MD_OK;
+    return gemm_1x1_nchw(g, 1, g->cg, g->kg, w, dy, g->k, dx, g->c, beta);
 }
 
 /* Backward-filter on small planes: fixed image chunks (as the forward's) cut
@@ -756,28 +757,41 @@ static long long nhwc_chunk_rows(const struct geom *g, long long rows)
     return mb > rows ? rows : mb;
 }
 
-static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, float *y, float beta)
+/* Forward (fwd 1: y[rows, grp] = col @ W_g^T, with beta) or backward-filter
+ * (fwd 0: dW_g = beta*dW_g + dy[rows, grp]^T @ col) per chunk of rows and
+ * group: im2col of the chunk, then its GEMM. A 1x1 convolution takes x as
+ * its own col, all rows in one chunk. */
+static md_status im2col_gemm_nhwc(const struct geom *g, int fwd, const float *x, const float *b, float *out,
+                                  float beta)
 {
-    long long rows = (long long)g->n * g->pq;
-    if (g->is_1x1) {
-        for (int grp = 0; grp < g->g; grp++)
-            sgemm(0, 1, (int)rows, g->kg, g->cg, x + (size_t)grp * g->cg, g->c, w + (size_t)grp * g->kg * g->cg,
-                  g->cg, beta, y + (size_t)grp * g->kg, g->k);
-        return MD_OK;
-    }
-    long long mb = nhwc_chunk_rows(g, rows);
-    float *col = col_buffer(g, sizeof(float) * (size_t)mb * g->crs);
-    if (!col) return MD_ERR_OOM;
+    long long rows = (long long)g->n * g->pq, mb = g->is_1x1 ? rows : nhwc_chunk_rows(g, rows);
+    float *col = NULL;
+    if (!g->is_1x1 && !(col = col_buffer(g, sizeof(float) * (size_t)mb * g->crs))) return MD_ERR_OOM;
     for (long long r0 = 0; r0 < rows; r0 += mb) {
         long long cnt = rows - r0 < mb ? rows - r0 : mb;
         for (int grp = 0; grp < g->g; grp++) {
-            struct nhwc_ctx c = {.g = g, .x = x, .col = col, .r0 = r0, .grp = grp, .rsc = g->crs};
-            md_parallel_for(cnt, task_grain((size_t)g->crs), im2col_nhwc_range, &c);
-            sgemm(0, 1, (int)cnt, g->kg, g->crs, col, g->crs, w + (size_t)grp * g->kg * g->crs, g->crs, beta,
-                  y + (size_t)r0 * g->k + (size_t)grp * g->kg, g->k);
+            const float *a = x + (size_t)grp * g->cg;
+            int lda = g->c;
+            if (!g->is_1x1) {
+                struct nhwc_ctx c = {.g = g, .x = x, .col = col, .r0 = r0, .grp = grp, .rsc = g->crs};
+                md_parallel_for(cnt, task_grain((size_t)g->crs), im2col_nhwc_range, &c);
+                a = col;
+                lda = g->crs;
+            }
+            if (fwd)
+                sgemm(0, 1, (int)cnt, g->kg, g->crs, a, lda, b + (size_t)grp * g->kg * g->crs, g->crs, beta,
+                      out + (size_t)r0 * g->k + (size_t)grp * g->kg, g->k);
+            else
+                sgemm(1, 0, g->kg, g->crs, (int)cnt, b + (size_t)r0 * g->k + (size_t)grp * g->kg, g->k, a, lda,
+                      r0 == 0 ? beta : 1.0f, out + (size_t)grp * g->kg * g->crs, g->crs);
         }
     }
     return MD_OK;
+}
+
+static md_status fwd_nhwc(const struct geom *g, const float *x, const float *w, float *y, float beta)
+{
+    return im2col_gemm_nhwc(g, 1, x, w, y, beta);
 }
 
 static md_status data_nhwc(const struct geom *g, const float *dy, const float *w, float *dx, float beta)
@@ -806,26 +820,7 @@ static md_status data_nhwc(const struct geom *g, const float *dy, const float *w
 
 static md_status filter_nhwc(const struct geom *g, const float *x, const float *dy, float *dw, float beta)
 {
-    long long rows = (long long)g->n * g->pq;
-    if (g->is_1x1) {
-        for (int grp = 0; grp < g->g; grp++)
-            sgemm(1, 0, g->kg, g->cg, (int)rows, dy + (size_t)grp * g->kg, g->k, x + (size_t)grp * g->cg, g->c, beta,
-                  dw + (size_t)grp * g->kg * g->cg, g->cg);
-        return MD_OK;
-    }
-    long long mb = nhwc_chunk_rows(g, rows);
-    float *col = col_buffer(g, sizeof(float) * (size_t)mb * g->crs);
-    if (!col) return MD_ERR_OOM;
-    for (long long r0 = 0; r0 < rows; r0 += mb) {
-        long long cnt = rows - r0 < mb ? rows - r0 : mb;
-        for (int grp = 0; grp < g->g; grp++) {
-            struct nhwc_ctx c = {.g = g, .x = x, .col = col, .r0 = r0, .grp = grp, .rsc = g->crs};
-            md_parallel_for(cnt, task_grain((size_t)g->crs), im2col_nhwc_range, &c);
-            sgemm(1, 0, g->kg, g->crs, (int)cnt, dy + (size_t)r0 * g->k + (size_t)grp * g->kg, g->k, col, g->crs,
-                  r0 == 0 ? beta : 1.0f, dw + (size_t)grp * g->kg * g->crs, g->crs);
-        }
-    }
-    return MD_OK;
+    return im2col_gemm_nhwc(g, 0, x, dy, dw, beta);
 }
 
 /* ================= backward-data as a forward convolution ================
@@ -924,10 +919,7 @@ static void dw_data_range(void *vc, long long b, long long e)
     for (long long t = b; t < e; t++) {
         int img = (int)(t / g->c), ch = (int)(t % g->c);
         float *dxp = c->out + (size_t)t * hw;
-        if (c->beta == 0.0f)
-            memset(dxp, 0, sizeof(float) * hw);
-        else if (c->beta != 1.0f)
-            for (size_t i = 0; i < hw; i++) dxp[i] *= c->beta;
+        scale_beta(dxp, hw, c->beta);
         for (int k = ch * g->kg; k < (ch + 1) * g->kg; k++) {
             const float *dyp = c->dy + ((size_t)img * g->k + k) * g->pq;
             const float *wk = c->w + (size_t)k * g->r * g->s;

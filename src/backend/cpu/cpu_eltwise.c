@@ -127,26 +127,28 @@ static void dropout_bwd_range(void *vc, long long b, long long e)
     }
 }
 
-md_status md_cpu_dropout_fwd(md_device *dev, const struct md_dropout_args *a)
+/* Either pass over the n elements, with the offset resolved first (a
+ * device-side one read here). */
+static md_status dropout_run(const char *op, const struct md_dropout_args *a, md_range_fn fn)
 {
-    (void)dev;
-    MD_TRY(md_cpu_dtype_check("dropout_fwd", a->dtype));
+    MD_TRY(md_cpu_dtype_check(op, a->dtype));
     struct md_dropout_args r = *a;
     r.offset = md_dropout_offset(a);
     r.offset_dev = NULL;
-    md_parallel_for((long long)a->n, CPU_GRAIN, dropout_fwd_range, &r);
+    md_parallel_for((long long)a->n, CPU_GRAIN, fn, &r);
     return MD_OK;
+}
+
+md_status md_cpu_dropout_fwd(md_device *dev, const struct md_dropout_args *a)
+{
+    (void)dev;
+    return dropout_run("dropout_fwd", a, dropout_fwd_range);
 }
 
 md_status md_cpu_dropout_bwd(md_device *dev, const struct md_dropout_args *a)
 {
     (void)dev;
-    MD_TRY(md_cpu_dtype_check("dropout_bwd", a->dtype));
-    struct md_dropout_args r = *a;
-    r.offset = md_dropout_offset(a);
-    r.offset_dev = NULL;
-    md_parallel_for((long long)a->n, CPU_GRAIN, dropout_bwd_range, &r);
-    return MD_OK;
+    return dropout_run("dropout_bwd", a, dropout_bwd_range);
 }
 
 /* ---- ew ------------------------------------------------------------------------------------- */
@@ -286,13 +288,18 @@ static void bias_add_range(void *vc, long long b, long long e)
             }
 }
 
+/* tasks tasks of per elements each (images or channels), after the dtype check. */
+static md_status bias_run(const char *op, const struct md_bias_args *a, long long tasks, long long per, md_range_fn fn)
+{
+    MD_TRY(md_cpu_dtype_check(op, a->dtype));
+    md_parallel_for(tasks, md_cpu_tasks_per_chunk(per, CPU_GRAIN), fn, (void *)a);
+    return MD_OK;
+}
+
 md_status md_cpu_bias_add(md_device *dev, const struct md_bias_args *a)
 {
     (void)dev;
-    MD_TRY(md_cpu_dtype_check("bias_add", a->dtype));
-    long long per = (long long)a->c * a->hw;
-    md_parallel_for(a->n, md_cpu_tasks_per_chunk(per, CPU_GRAIN), bias_add_range, (void *)a);
-    return MD_OK;
+    return bias_run("bias_add", a, a->n, (long long)a->c * a->hw, bias_add_range);
 }
 
 static void bias_grad_range(void *vc, long long b, long long e)
@@ -310,10 +317,7 @@ static void bias_grad_range(void *vc, long long b, long long e)
 md_status md_cpu_bias_grad(md_device *dev, const struct md_bias_args *a)
 {
     (void)dev;
-    MD_TRY(md_cpu_dtype_check("bias_grad", a->dtype));
-    long long per = (long long)a->n * a->hw;
-    md_parallel_for(a->c, md_cpu_tasks_per_chunk(per, CPU_GRAIN), bias_grad_range, (void *)a);
-    return MD_OK;
+    return bias_run("bias_grad", a, a->c, (long long)a->n * a->hw, bias_grad_range);
 }
 
 /* ---- channel slices ------------------------------------------------------------------------------------- */

@@ -44,13 +44,10 @@ md_status md_cpu_optim(md_device *dev, const struct md_optim_args *args)
 {
     (void)dev;
     struct md_optim_args resolved;
-    if (!md_optim_ctl_resolve(args, &resolved)) { /* non-finite step: skipped */
-        md_optim_ctl_after(args);
-        return MD_OK;
-    }
+    int run;
+    MD_TRY(md_optim_host_begin("cpu", args, &resolved, &run));
+    if (!run) return MD_OK;
     const struct md_optim_args *a = &resolved;
-    if (a->params_half) MD_TRY(md_cpu_dtype_check("optim", a->half_dtype));
-    if (a->step < 1) return md_errf(MD_ERR_INTERNAL, "cpu optim: step %lld < 1", a->step);
     if (a->kind != MD_OPT_SGD && a->kind != MD_OPT_ADAMW) return md_errf(MD_ERR_INTERNAL, "cpu optim: unknown kind %d", a->kind);
     struct opt_ctx c = {a, a->grad_scale * (a->grad_scale_dev ? *a->grad_scale_dev : 1.0f),
                         (float)(1.0 - pow((double)a->beta1, (double)a->step)),

@@ -11,13 +11,10 @@ md_status md_ref_optim(md_device *dev, const struct md_optim_args *args)
 {
     (void)dev;
     struct md_optim_args resolved;
-    if (!md_optim_ctl_resolve(args, &resolved)) { /* non-finite step: skipped */
-        md_optim_ctl_after(args);
-        return MD_OK;
-    }
+    int run;
+    MD_TRY(md_optim_host_begin("ref", args, &resolved, &run));
+    if (!run) return MD_OK;
     const struct md_optim_args *a = &resolved;
-    if (a->params_half) MD_TRY(check_dtype("optim", a->half_dtype));
-    if (a->step < 1) return md_errf(MD_ERR_INTERNAL, "ref optim: step %lld < 1", a->step);
     double gs = (double)a->grad_scale * (a->grad_scale_dev ? (double)*a->grad_scale_dev : 1.0);
     double lr = (double)a->lr, wd = (double)a->weight_decay, mom = (double)a->momentum;
     double b1 = (double)a->beta1, b2 = (double)a->beta2, eps = (double)a->eps;

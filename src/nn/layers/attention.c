@@ -44,11 +44,7 @@ static md_status attention_parse(const struct md_layer_parse *p, const cJSON *o,
     if (names && strcmp(names, "timm") && strcmp(names, "torch"))
         return md_errf(MD_ERR_CONFIG, "%s.names: '%s' is not a naming (torch or timm)", L->path, names);
     a->timm_names = names && !strcmp(names, "timm");
-    double pr = 0.0;
-    MD_TRY(md_json_num(o, "attn_dropout", L->path, 0, 0.0, 0.999, &pr));
-    if (p->opts->dropout >= 0) pr = p->opts->dropout;
-    a->p = (float)pr;
-    return MD_OK;
+    return md_layer_get_dropout(p, o, "attn_dropout", L->path, 0.0, &a->p);
 }
 
 static md_status attention_shape(const struct md_model *m, struct md_layer *L)

@@ -18,11 +18,7 @@ static md_status dropout_parse(const struct md_layer_parse *p, const cJSON *o, s
     struct dropout_cfg *a = L->args;
     static const char *const k[] = {"p", NULL};
     MD_TRY(md_layer_check_keys(o, L->path, k));
-    double prob = 0.5;
-    MD_TRY(md_json_num(o, "p", L->path, 0, 0.0, 0.999, &prob));
-    if (p->opts->dropout >= 0) prob = p->opts->dropout;
-    a->p = (float)prob;
-    return MD_OK;
+    return md_layer_get_dropout(p, o, "p", L->path, 0.5, &a->p);
 }
 
 static md_status dropout_shape(const struct md_model *m, struct md_layer *L)

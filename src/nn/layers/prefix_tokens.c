@@ -80,69 +80,75 @@ struct part {
     int rows, at, param;
     char *buf; /* its block in the saved area, (n, rows, D) */
 };
-static int parts(const struct md_layer_run *r, int i, struct part *p)
+
+/* What the forward and the backward both read: d the token width, t the
+ * tokens out, pre the prefix tokens among them, and the np prefix parts. */
+struct prefix_run {
+    struct md_model *m;
+    int d, t, pre, np;
+    md_dtype dt;
+    struct part p[2];
+};
+
+static void prefix_run_init(const struct md_layer_run *r, int i, struct prefix_run *x)
 {
     const struct md_layer *L = &r->m->layers[i];
     const struct prefix_tokens_cfg *a = L->args;
     char *s = md_layer_saved(r, i, 0);
-    size_t es = md_dtype_size(r->m->opts.compute_dtype);
-    int n = 0, slot = 0;
-    if (a->cls) p[n++] = (struct part){1, 0, L->param[slot++], s};
+    *x = (struct prefix_run){.m = r->m, .d = L->out.w, .t = L->out.c, .pre = a->cls + a->reg,
+                             .dt = r->m->opts.compute_dtype};
+    size_t es = md_dtype_size(x->dt);
+    int slot = 0;
+    if (a->cls) x->p[x->np++] = (struct part){1, 0, L->param[slot++], s};
     if (a->reg)
-        p[n++] = (struct part){a->reg, a->cls, L->param[slot++], s + (size_t)r->n * (size_t)a->cls * L->out.w * es};
-    return n;
+        x->p[x->np++] =
+            (struct part){a->reg, a->cls, L->param[slot++], s + (size_t)r->n * (size_t)a->cls * L->out.w * es};
 }
 
 static md_status prefix_tokens_forward(const struct md_layer_run *r, int i)
 {
-    struct md_model *m = r->m;
-    const struct md_layer *L = &m->layers[i];
-    const struct prefix_tokens_cfg *a = L->args;
-    int d = L->out.w, t = L->out.c, pre = a->cls + a->reg;
-    md_dtype dt = m->opts.compute_dtype;
+    struct prefix_run x;
+    prefix_run_init(r, i, &x);
+    struct md_model *m = x.m;
     void *y = md_layer_act(r, i);
-    struct part p[2];
-    int np = parts(r, i, p);
     struct md_ew_args z;
     memset(&z, 0, sizeof z);
     z.op = MD_EW_FILL;
-    z.n = (size_t)r->n * (size_t)pre * (size_t)d;
-    z.dtype = dt;
-    z.y = p[0].buf;
+    z.n = (size_t)r->n * (size_t)x.pre * (size_t)x.d;
+    z.dtype = x.dt;
+    z.y = x.p[0].buf;
     MD_TRY(md_k_ew(m->dev, &z));
-    for (int k = 0; k < np; k++) {
-        struct md_bias_args b = {r->n, p[k].rows * d, 1, MD_NCHW, dt, p[k].buf, md_layer_param32(m, p[k].param),
+    for (int k = 0; k < x.np; k++) {
+        const struct part *p = &x.p[k];
+        struct md_bias_args b = {r->n, p->rows * x.d, 1, MD_NCHW, x.dt, p->buf, md_layer_param32(m, p->param),
                                  NULL, NULL, 0};
         MD_TRY(md_k_bias_add(m->dev, &b));
-        struct md_chslice_args s = {r->n, d, p[k].rows, p[k].rows, 0, t, p[k].at, MD_NCHW, dt, p[k].buf, y, 0.0f};
+        struct md_chslice_args s = {r->n, x.d, p->rows, p->rows, 0, x.t, p->at, MD_NCHW, x.dt, p->buf, y, 0.0f};
         MD_TRY(md_k_chslice(m->dev, &s));
     }
-    struct md_chslice_args s = {r->n, d, t - pre, t - pre, 0, t, pre, MD_NCHW, dt, md_layer_act(r, L->in[0]), y,
-                                0.0f};
+    struct md_chslice_args s = {r->n, x.d, x.t - x.pre, x.t - x.pre, 0, x.t, x.pre, MD_NCHW, x.dt,
+                                md_layer_act(r, m->layers[i].in[0]), y, 0.0f};
     return md_k_chslice(m->dev, &s);
 }
 
 static md_status prefix_tokens_backward(const struct md_layer_run *r, int i)
 {
-    struct md_model *m = r->m;
-    const struct md_layer *L = &m->layers[i];
-    const struct prefix_tokens_cfg *a = L->args;
-    int d = L->out.w, t = L->out.c, pre = a->cls + a->reg;
-    md_dtype dt = m->opts.compute_dtype;
+    struct prefix_run x;
+    prefix_run_init(r, i, &x);
+    struct md_model *m = x.m;
     void *dy = md_layer_grad(r, i);
-    struct part p[2];
-    int np = parts(r, i, p);
-    for (int k = 0; k < np; k++) {
-        struct md_chslice_args s = {r->n, d, p[k].rows, t, p[k].at, p[k].rows, 0, MD_NCHW, dt, dy, p[k].buf, 0.0f};
+    for (int k = 0; k < x.np; k++) {
+        const struct part *p = &x.p[k];
+        struct md_chslice_args s = {r->n, x.d, p->rows, x.t, p->at, p->rows, 0, MD_NCHW, x.dt, dy, p->buf, 0.0f};
         MD_TRY(md_k_chslice(m->dev, &s));
-        struct md_bias_args b = {r->n, p[k].rows * d, 1, MD_NCHW, dt, NULL, NULL, p[k].buf,
-                                 md_layer_grad32(m, p[k].param), 0};
+        struct md_bias_args b = {r->n, p->rows * x.d, 1, MD_NCHW, x.dt, NULL, NULL, p->buf,
+                                 md_layer_grad32(m, p->param), 0};
         MD_TRY(md_k_bias_grad(m->dev, &b));
     }
-    if (L->in[0] < m->ninputs) return MD_OK;
+    if (m->layers[i].in[0] < m->ninputs) return MD_OK;
     float beta;
     void *dx = md_layer_dx(r, i, 0, &beta);
-    struct md_chslice_args s = {r->n, d, t - pre, t, pre, t - pre, 0, MD_NCHW, dt, dy, dx, beta};
+    struct md_chslice_args s = {r->n, x.d, x.t - x.pre, x.t, x.pre, x.t - x.pre, 0, MD_NCHW, x.dt, dy, dx, beta};
     return md_k_chslice(m->dev, &s);
 }
 
