@@ -2,9 +2,12 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/json.h"
 #include "core/mem.h"
+#include "core/outfile.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "core/timer.h"
@@ -147,5 +150,39 @@ Test(json, atomic_write_keeps_old_file_on_failure)
     cJSON_Delete(o);
     th_rmtree(dir);
     free(path);
+    free(dir);
+}
+
+/* The best checkpoint as a second name of the last one: the same bytes
+ * without writing them again, and the next atomic write of "last" leaves
+ * "best" as it was (a new file is renamed over the name, not rewritten). */
+Test(outfile, link_is_a_copy_that_a_later_write_of_the_source_leaves_alone)
+{
+    char *dir = th_tmpdir();
+    char a[4300], b[4300];
+    snprintf(a, sizeof a, "%s/last.safetensors", dir);
+    snprintf(b, sizeof b, "%s/best.safetensors", dir);
+    cr_assert_eq(md_outfile_write_all(a, "epoch 1", 7), MD_OK);
+    cr_assert_eq(md_outfile_write_all(b, "epoch 0", 7), MD_OK);
+    cr_assert_eq(md_outfile_link(a, b), MD_OK, "%s", md_errmsg());
+    struct stat sa, sb;
+    cr_assert_eq(stat(a, &sa), 0);
+    cr_assert_eq(stat(b, &sb), 0);
+    cr_assert_eq(sa.st_ino, sb.st_ino, "best is not the file just written");
+    cr_assert_eq(md_outfile_write_all(a, "epoch 2", 7), MD_OK);
+    size_t n = 0;
+    char *got = th_slurp(b, &n);
+    cr_assert(got && n == 7 && memcmp(got, "epoch 1", 7) == 0, "best changed with last: %.*s", (int)n, got ? got : "");
+    free(got);
+    got = th_slurp(a, &n);
+    cr_assert(got && n == 7 && memcmp(got, "epoch 2", 7) == 0);
+    free(got);
+    /* no temporary names left behind; a missing source is refused, not a crash */
+    char t[4400];
+    snprintf(t, sizeof t, "%s.tmp", b);
+    cr_assert_neq(access(t, F_OK), 0, "%s left behind", t);
+    snprintf(t, sizeof t, "%s/none.safetensors", dir);
+    cr_assert_eq(md_outfile_link(t, b), MD_ERR_UNSUPPORTED);
+    th_rmtree(dir);
     free(dir);
 }

@@ -221,6 +221,26 @@ void md_outfile_abort(md_outfile *f)
     md_free(f);
 }
 
+md_status md_outfile_link(const char *from, const char *to)
+{
+    char src[OF_PATH], tgt[OF_PATH], tmp[OF_PATH + 8];
+    MD_TRY(md_outfile_resolve(from, src, sizeof src));
+    MD_TRY(md_outfile_resolve(to, tgt, sizeof tgt));
+    struct stat sb;
+    if (stat(src, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return md_errf(MD_ERR_UNSUPPORTED, "%s: not a regular file to link", from);
+    snprintf(tmp, sizeof tmp, "%s.tmp", tgt);
+    unlink(tmp);
+    if (link(src, tmp) != 0) return md_errf(MD_ERR_UNSUPPORTED, "%s: cannot link: %s", to, strerror(errno));
+    if (rename(tmp, tgt) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return md_errf(MD_ERR_UNSUPPORTED, "%s: cannot rename the link: %s", to, strerror(e));
+    }
+    sync_dir_of(tgt);
+    return MD_OK;
+}
+
 md_status md_outfile_write_all(const char *path, const void *data, size_t n)
 {
     md_outfile *f = NULL;

@@ -35,6 +35,13 @@ md_status md_outfile_commit(md_outfile *f);
 /* Drops what was written (the temporary file is removed); frees f. NULL ok. */
 void md_outfile_abort(md_outfile *f);
 
+/* Makes `to` a second name of the regular file `from` (a hard link, put in
+ * place by rename, so `to` is never half there): a copy without writing the
+ * bytes again. MD_ERR_UNSUPPORTED where the file system has no hard links
+ * (the caller writes instead); a later atomic write of either name replaces
+ * only that name. */
+md_status md_outfile_link(const char *from, const char *to);
+
 /* Writes a whole buffer to path through md_outfile_*. */
 md_status md_outfile_write_all(const char *path, const void *data, size_t n);
 

@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/mem.h"
+#include "core/outfile.h"
 #include "core/signals.h"
 #include "nn/model.h"
 #include "train/checkpoint.h"
@@ -330,8 +331,15 @@ md_status md_trainer_keep_best(md_trainer *t, double score)
         /* state after this epoch: the next run starts at epoch + 1, batch 0 */
         t->ep_loss = 0;
         t->ep_correct = t->ep_seen = 0;
-        if (best) st = md_trainer_save_checkpoint(t, t->best_path, t->epoch + 1, 0, 0);
-        if (st == MD_OK) st = md_trainer_save_checkpoint(t, t->last_path, t->epoch + 1, 0, 0);
+        /* the best is this same state: a second name for the file just
+         * written (written again where the file system has no hard links) */
+        st = md_trainer_save_checkpoint(t, t->last_path, t->epoch + 1, 0, 0);
+        if (st == MD_OK && best) {
+            md_signals_hold(1);
+            st = md_outfile_link(t->last_path, t->best_path);
+            md_signals_hold(0);
+            if (st == MD_ERR_UNSUPPORTED) st = md_trainer_save_checkpoint(t, t->best_path, t->epoch + 1, 0, 0);
+        }
         if (st != MD_OK) return st;
         if (best && t->regress)
             md_out("  Saved best model (epoch %d, %s loss %.4f) to %s\n", t->epoch + 1,
