@@ -1,6 +1,6 @@
 /* test_bn_sync.c - synchronised batch norm (md_batchnorm_args.sync, --sync-bn)
- * in one process: two threads play two ranks, each runs the CPU or reference
- * kernels on its part of a batch, and a fake all-reduce (a barrier and a sum)
+ * in one process: two threads play two ranks, each runs the CPU, reference
+ * or CUDA kernels on its part of a batch, and a fake all-reduce (a barrier and a sum)
  * exchanges their statistics. Forward (y, saved and running statistics) and
  * backward (dx, and dgamma/dbeta summed over the parts) must equal the same
  * kernels' local batch norm over the whole batch. The inputs sit far from 0
@@ -58,11 +58,63 @@ struct rank_job {
     md_status fwd, bwd;
 };
 
+/* A device copy of n bytes of host memory (uploaded when `in`). */
+static void *dcopy(md_device *dev, const void *h, size_t n, int in, md_status *st)
+{
+    void *d = NULL;
+    if (*st == MD_OK) *st = md_dev_alloc(dev, n ? n : 1, &d, "bn_sync test");
+    if (*st == MD_OK && in) *st = md_dev_upload(dev, d, h, n);
+    return d;
+}
+
+/* Forward then backward of a (host pointers) on dev: directly where the
+ * kernels read host memory (cpu, ref), else on device copies whose results
+ * come back into a's host buffers. */
+static void run_bn(md_device *dev, const struct md_batchnorm_args *h, md_status *fwd, md_status *bwd)
+{
+    if (md_device_kind(dev) != MD_BACKEND_CUDA) {
+        struct md_batchnorm_args a = *h;
+        *fwd = md_k_batchnorm_fwd(dev, &a);
+        *bwd = *fwd == MD_OK ? md_k_batchnorm_bwd(dev, &a) : MD_ERR_INTERNAL;
+        return;
+    }
+    size_t nx = (size_t)h->n * h->c * h->hw * md_dtype_size(h->dtype), nc = (size_t)h->c * sizeof(float);
+    md_status st = MD_OK;
+    struct md_batchnorm_args a = *h;
+    a.x = dcopy(dev, h->x, nx, 1, &st);
+    a.dy = dcopy(dev, h->dy, nx, 1, &st);
+    a.y = dcopy(dev, h->y, nx, 0, &st);
+    a.dx = dcopy(dev, h->dx, nx, 0, &st);
+    a.gamma = dcopy(dev, h->gamma, nc, 1, &st);
+    a.beta_p = dcopy(dev, h->beta_p, nc, 1, &st);
+    a.running_mean = dcopy(dev, h->running_mean, nc, 1, &st);
+    a.running_var = dcopy(dev, h->running_var, nc, 1, &st);
+    a.save_mean = dcopy(dev, h->save_mean, nc, 0, &st);
+    a.save_invstd = dcopy(dev, h->save_invstd, nc, 0, &st);
+    a.dgamma = dcopy(dev, h->dgamma, nc, 0, &st);
+    a.dbeta = dcopy(dev, h->dbeta, nc, 0, &st);
+    *fwd = st == MD_OK ? md_k_batchnorm_fwd(dev, &a) : st;
+    *bwd = *fwd == MD_OK ? md_k_batchnorm_bwd(dev, &a) : MD_ERR_INTERNAL;
+    if (*bwd == MD_OK) {
+        md_status d = md_dev_download(dev, h->y, a.y, nx);
+        if (d == MD_OK) d = md_dev_download(dev, h->dx, a.dx, nx);
+        if (d == MD_OK) d = md_dev_download(dev, h->running_mean, a.running_mean, nc);
+        if (d == MD_OK) d = md_dev_download(dev, h->running_var, a.running_var, nc);
+        if (d == MD_OK) d = md_dev_download(dev, h->save_mean, a.save_mean, nc);
+        if (d == MD_OK) d = md_dev_download(dev, h->save_invstd, a.save_invstd, nc);
+        if (d == MD_OK) d = md_dev_download(dev, h->dgamma, a.dgamma, nc);
+        if (d == MD_OK) d = md_dev_download(dev, h->dbeta, a.dbeta, nc);
+        *bwd = d;
+    }
+    void *bufs[] = {(void *)a.x, (void *)a.dy, a.y, a.dx, (void *)a.gamma, (void *)a.beta_p, a.running_mean,
+                    a.running_var, a.save_mean, a.save_invstd, a.dgamma, a.dbeta};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) md_dev_free(dev, bufs[i]);
+}
+
 static void *run_rank(void *p)
 {
     struct rank_job *j = p;
-    j->fwd = md_k_batchnorm_fwd(j->dev, &j->a);
-    if (j->fwd == MD_OK) j->bwd = md_k_batchnorm_bwd(j->dev, &j->a);
+    run_bn(j->dev, &j->a, &j->fwd, &j->bwd);
     return NULL;
 }
 
@@ -94,8 +146,10 @@ static void close_typed(const char *what, const void *got, const void *ref, md_d
     cr_assert(ok, "%s differs from the whole batch's", what);
 }
 
-/* Ranks 0 and 1 hold samples [0, n0) and [n0, n) of the batch. */
-static void check_case(md_device *dev, const char *be, int n, int n0, int c, int hw, md_layout lay, md_dtype t,
+/* Ranks 0 and 1 hold samples [0, n0) and [n0, n) of the batch; dev[0]
+ * computes the whole batch, dev[r] is rank r's (one device for host
+ * kernels; a CUDA device per rank: each has its own queue and scratch). */
+static void check_case(md_device *const dev[2], const char *be, int n, int n0, int c, int hw, md_layout lay, md_dtype t,
                        int relu)
 {
     size_t per = (size_t)c * hw, es = md_dtype_size(t), nx = (size_t)n * per;
@@ -122,8 +176,9 @@ static void check_case(md_device *dev, const char *be, int n, int n0, int c, int
         P[r].dx = malloc((size_t)nr * per * es + 1);
     }
     struct md_batchnorm_args whole = args_for(&W, n, c, hw, lay, t, relu);
-    cr_assert_eq(md_k_batchnorm_fwd(dev, &whole), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(md_k_batchnorm_bwd(dev, &whole), MD_OK, "%s", md_errmsg());
+    md_status wf, wb;
+    run_bn(dev[0], &whole, &wf, &wb);
+    cr_assert(wf == MD_OK && wb == MD_OK, "%s", md_errmsg());
 
     struct fake_comm comm = {0};
     pthread_barrier_init(&comm.bar, NULL, 2);
@@ -132,7 +187,7 @@ static void check_case(md_device *dev, const char *be, int n, int n0, int c, int
     struct rank_job job[2];
     pthread_t th[2];
     for (int r = 0; r < 2; r++) {
-        job[r].dev = dev;
+        job[r].dev = dev[r];
         job[r].a = args_for(&P[r], r ? n - n0 : n0, c, hw, lay, t, relu);
         job[r].a.sync = &sync[r];
         job[r].fwd = job[r].bwd = MD_ERR_INTERNAL;
@@ -185,7 +240,7 @@ static void check_case(md_device *dev, const char *be, int n, int n0, int c, int
     free(W.dx);
 }
 
-static void all_cases(md_device *dev, const char *be)
+static void all_cases(md_device *const dev[2], const char *be)
 {
     static const md_dtype dt[2] = {MD_F32, MD_BF16};
     for (int lay = 0; lay < 2; lay++)
@@ -205,7 +260,8 @@ Test(bn_sync, two_parts_equal_the_whole_batch_cpu, .timeout = 60)
     struct md_device_opts o = {.threads = 2};
     cr_assert_eq(md_device_open(b, 0, &o, &dev), MD_OK, "%s", md_errmsg());
     cr_assert(md_dev_batchnorm_sync(dev));
-    all_cases(dev, "cpu");
+    md_device *both[2] = {dev, dev};
+    all_cases(both, "cpu");
     md_device_close(dev);
 }
 
@@ -213,8 +269,27 @@ Test(bn_sync, two_parts_equal_the_whole_batch_ref, .timeout = 60)
 {
     md_device *dev = kc_open_ref();
     cr_assert(md_dev_batchnorm_sync(dev));
-    all_cases(dev, "ref");
+    md_device *both[2] = {dev, dev};
+    all_cases(both, "ref");
     md_device_close(dev);
+}
+
+/* The CUDA kernels, two handles on GPU 0 playing the ranks; without a
+ * communicator their exchanges go through the host and the hook (the NCCL
+ * path sums the same areas on the device). Skipped without a GPU. */
+Test(bn_sync, two_parts_equal_the_whole_batch_cuda, .timeout = 60)
+{
+    const md_backend *b = md_backend_find("cuda");
+    if (!b || !md_backend_probe(b)->available) {
+        fprintf(stderr, "bn_sync cuda: skipped: %s\n", b ? md_backend_probe(b)->reason : "not registered");
+        return;
+    }
+    struct md_device_opts o = {0};
+    md_device *dev[2] = {NULL, NULL};
+    for (int r = 0; r < 2; r++) cr_assert_eq(md_device_open(b, 0, &o, &dev[r]), MD_OK, "%s", md_errmsg());
+    cr_assert(md_dev_batchnorm_sync(dev[0]));
+    all_cases(dev, "cuda");
+    for (int r = 0; r < 2; r++) md_device_close(dev[r]);
 }
 
 /* One rank with the hook's exchange left out: the same as local batch norm;

@@ -205,7 +205,7 @@ static const struct optdef table[] = {
     STR("devices", devices, "LIST", "one rank per listed device (cuda:0,cuda:1,...), started under mpirun"),
     CHOICE("lr-scaling", lr_scaling, "RULE", "linear|none",
            "linear (--lr x ranks: --lr is for one rank's batch) | none (--lr as given)"),
-    ON("sync-bn", sync_bn, "batch norm statistics over the global batch (all ranks), as SyncBatchNorm (not yet on CUDA)"),
+    ON("sync-bn", sync_bn, "batch norm statistics over the global batch (all ranks), as SyncBatchNorm"),
     DBL("bucket-mb", bucket_mb, "MB", 0.0, 1e5,
         "GPUs: all-reduce the gradients in buckets of MB megabytes during backward (0: once, after it)"),
     DBL("dist-timeout", dist_timeout, "S", 0.0, 1e6,

@@ -57,11 +57,6 @@ static md_status sync_bn_setup(md_trainer *t)
         return MD_OK;
     }
     const struct md_device_info *di = md_device_get_info(t->dev);
-    /* the CUDA kernels are built and pass the one-rank test, but two H100s
-     * did not reproduce one GPU's loss with them: refused until they do */
-    if (md_device_kind(t->dev) == MD_BACKEND_CUDA && !getenv("MPSDIAG_CUDA_SYNC_BN"))
-        return md_errf(MD_ERR_UNSUPPORTED, "--sync-bn: not available on CUDA ranks yet (its check on two GPUs did not "
-                       "match one GPU); drop --sync-bn");
     if (!md_dev_batchnorm_sync(t->dev))
         return md_errf(MD_ERR_UNSUPPORTED, "--sync-bn: %s (%s) has no synchronised batch norm; drop --sync-bn",
                        di->backend, di->name);
