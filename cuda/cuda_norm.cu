@@ -50,10 +50,14 @@ __global__ void k_bn_stats(const T *x, int c, int hw, int nhwc, long long m, int
 }
 
 /* --sync-bn (kernels.h md_batchnorm_args.sync): the exchange area "ex"
- * (4c + 1 floats): [0, c) m * mean and [c] m (the first exchange), then
- * this rank's mean [c+1, 2c+1) and M2 [2c+1, 3c+1), and [3c+1, 4c+1)
- * M2 + m * (mean - global mean)^2 (the second exchange; Chan's combination,
- * no cancellation). */
+ * (5c + 1 floats): [0, c) m * mean and [c] m (the first exchange: the
+ * global count N and a first global mean mu0 = sum / N, the same on every
+ * rank); this rank's mean [c+1, 2c+1) and M2 [2c+1, 3c+1); then the second
+ * exchange [3c+1, 5c+1): m * (mean - mu0) and M2 + m * (mean - mu0)^2
+ * (Chan's combination around mu0). The first mean carries fp32's rounding
+ * of m * mean (far from 0 that is several ulps of the mean); the second
+ * exchange's small deviations correct it: mean = mu0 + sum m d / N and
+ * M2 = sum (M2 + m d^2) - (sum m d)^2 / N. Nothing cancels. */
 template <class T>
 __global__ void k_bn_sync_local(const T *x, int c, int hw, int nhwc, long long m, int splits, const float *part,
                                 float *ex)
@@ -75,7 +79,8 @@ __global__ void k_bn_sync_m2(int c, long long m, float *ex)
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
     float d = ex[c + 1 + ch] - ex[ch] / ex[c];
-    ex[3 * c + 1 + ch] = ex[2 * c + 1 + ch] + (float)m * d * d;
+    ex[3 * c + 1 + ch] = (float)m * d;
+    ex[4 * c + 1 + ch] = ex[2 * c + 1 + ch] + (float)m * d * d;
 }
 
 /* k_bn_stats from the exchanged sums (count N = ex[c]). */
@@ -85,8 +90,9 @@ __global__ void k_bn_sync_final(int c, const float *ex, float eps, float momentu
 {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
-    float N = ex[c];
-    bn_store(ch, c, ex[ch] / N, ex[3 * c + 1 + ch] / N, N, eps, momentum, gamma, beta, st, save_mean, save_invstd,
+    float N = ex[c], corr = ex[3 * c + 1 + ch];
+    float m2 = fmaxf(ex[4 * c + 1 + ch] - corr * corr / N, 0.0f);
+    bn_store(ch, c, ex[ch] / N + corr / N, m2 / N, N, eps, momentum, gamma, beta, st, save_mean, save_invstd,
              run_mean, run_var);
 }
 
@@ -199,7 +205,7 @@ md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *
         MD_TRY((chan_reduce<T, RED_STATS>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &st,
                                           &splits)));
         if (a->sync) { /* this rank's statistics, two exchanges, then the same apply */
-            MD_TRY(md_cuda_scratch_get(dev, &cd->aux_ws, ((size_t)4 * a->c + 1) * sizeof(float),
+            MD_TRY(md_cuda_scratch_get(dev, &cd->aux_ws, ((size_t)5 * a->c + 1) * sizeof(float),
                                        "batchnorm exchange"));
             float *ex = (float *)cd->aux_ws.ptr;
             long long m = (long long)a->n * a->hw;
@@ -209,7 +215,7 @@ md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *
             MD_TRY(md_cuda_sync_sum(dev, ex, (size_t)a->c + 1, a->sync));
             k_bn_sync_m2<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(a->c, m, ex);
             MD_TRY(md_cuda_check_launch("batchnorm_fwd (deviations)"));
-            MD_TRY(md_cuda_sync_sum(dev, ex + 3 * a->c + 1, (size_t)a->c, a->sync));
+            MD_TRY(md_cuda_sync_sum(dev, ex + 3 * a->c + 1, (size_t)2 * a->c, a->sync));
             k_bn_sync_final<<<(a->c + 127) / 128, 128, 0, cd->stream>>>(
                 a->c, ex, a->eps, a->momentum, a->gamma, a->beta_p, st, a->save_mean, a->save_invstd,
                 a->running_mean, a->running_var);

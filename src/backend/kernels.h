@@ -88,9 +88,11 @@ struct md_conv2d_args {
  * sync (training only; NULL: statistics of this rank's batch): synchronised
  *   batch norm (--sync-bn), the statistics of the batches of every rank.
  *   Forward: with this rank's count m_r, mean mu_r and M2_r = m_r * var_r,
- *   all-reduce {m_r * mu_r (c), m_r} -> count N and mean mu; then
- *   {M2_r + m_r * (mu_r - mu)^2 (c)} -> N * var (Chan's combination: every
- *   term is >= 0, so nothing cancels, unlike sum x^2 - N mu^2). Running
+ *   all-reduce {m_r * mu_r (c), m_r} -> count N and a first mean mu0; then
+ *   {m_r * d_r (c), M2_r + m_r * d_r^2 (c)} with d_r = mu_r - mu0 -> the
+ *   mean mu = mu0 + sum m_r d_r / N (correcting fp32's rounding of the first
+ *   sums) and N * var = sum (M2_r + m_r d_r^2) - (sum m_r d_r)^2 / N (Chan's
+ *   combination: no cancellation, unlike sum x^2 - N mu^2). Running
  *   statistics from mu and var * N / (N - 1). Backward: all-reduce
  *   {sum dy (c), sum dy*xhat (c), m_r}; dx from the global sums over N;
  *   dgamma/dbeta stay this rank's sums (the gradient all-reduce adds them). */
