@@ -17,7 +17,8 @@
 # for resnet18_cifar (local batch norm: close, not equal; printed).
 # Needs: a CUDA build with NCCL and MPI (make), mpirun, nvidia-smi, python3
 # with torch + torchvision (PY_ENV: extra `env` arguments for it, as in
-# cuda_tool_vs_torch.sh). Environment: STEPS (40), EPOCHS (2), WORKERS (8).
+# cuda_tool_vs_torch.sh). Environment: STEPS (40), EPOCHS (2), WORKERS (8),
+# MODELS (resnet18_cifar resnet50: the models to run).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$(readlink -f "${1:-build/mpsdiag}")
@@ -35,7 +36,8 @@ counts=(1 2)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "dist_scaling: $ngpu GPUs ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)); results in $out"
 
-for mb in "resnet18_cifar 256" "resnet50 128"; do
+for m in ${MODELS:-resnet18_cifar resnet50}; do
+    case $m in resnet50) mb="resnet50 128" ;; *) mb="$m 256" ;; esac
     set -- $mb
     m=$1 b=$2
     for g in "${counts[@]}"; do
