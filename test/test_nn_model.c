@@ -3,11 +3,13 @@
  * the JSON path). No device work here. */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/json.h"
 #include "core/log.h"
 #include "nn/model.h"
+#include "helpers.h"
 
 static md_model *load_text(const char *text, md_status *st)
 {
@@ -112,6 +114,36 @@ Test(nn_model, overrides_num_classes_dropout_and_reduce)
     /* conv 16 and 32 channels, fc1 64: 144 + 32 + 4608 + 64 + (1568*64+64) + (64*7+7) */
     cr_expect_eq(md_model_nparams(m), 144u + 32 + 4608 + 64 + 1568 * 64 + 64 + 64 * 7 + 7, "%zu", md_model_nparams(m));
     md_model_free(m);
+}
+
+/* docs/models.md's table of bundled configs: every row's config loads and
+ * has the parameter count the table states. */
+Test(nn_model, bundled_configs_have_the_documented_parameter_counts, .timeout = 60)
+{
+    char *doc = th_slurp("docs/models.md", NULL);
+    cr_assert_not_null(doc, "docs/models.md not found (run from the repository root)");
+    int rows = 0;
+    for (char *line = strtok(doc, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[64];
+        if (sscanf(line, "| `%63[^`]`", name) != 1) continue;
+        /* columns: config | input | classes | parameters | FLOPs */
+        const char *p = line;
+        for (int bar = 0; bar < 3 && p; bar++) p = strchr(p + 1, '|');
+        if (!p) continue;
+        size_t want = 0;
+        int digits = 0;
+        for (p++; *p && *p != '|'; p++)
+            if (*p >= '0' && *p <= '9') want = want * 10 + (size_t)(*p - '0'), digits++;
+        if (!digits) continue;
+        md_model *m = NULL;
+        cr_assert_eq(md_model_load(name, NULL, NULL, &m), MD_OK, "%s: %s", name, md_errmsg());
+        cr_expect_eq(md_model_nparams(m), want, "%s: %zu parameters, docs/models.md says %zu", name,
+                     md_model_nparams(m), want);
+        md_model_free(m);
+        rows++;
+    }
+    free(doc);
+    cr_assert_geq(rows, 4, "only %d config rows read from docs/models.md", rows);
 }
 
 Test(nn_model, missing_model_names_the_search)
