@@ -444,8 +444,12 @@ static void op_pool(struct harness *h, int op)
                                    {2, 4, 5, 5, 5, 5, 1, 1, 2}, {1, 3, 13, 13, 3, 3, 3, 3, 0},
                                    /* ReLU-like input (half zeros: ties, where max routes to the first
                                     * maximum), 70 channels (the CPU's NHWC channel chunks of 64) */
-                                   {2, 70, 6, 7, 3, 3, 2, 2, 1}};
-    for (size_t ci = 0; ci < 6; ci++)
+                                   {2, 70, 6, 7, 3, 3, 2, 2, 1},
+                                   /* disjoint windows (stride = kernel: the CPU's write-once max
+                                    * backward): the same ReLU-like input with a column no window
+                                    * covers, and padding that clips the edge windows */
+                                   {2, 70, 8, 9, 2, 2, 2, 2, 0}, {1, 3, 7, 7, 2, 2, 2, 2, 1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int kind = 0; kind < 2; kind++)
             for (int cip = 0; cip < 2; cip++)
                 for (int lay = 0; lay < 2; lay++)
@@ -465,7 +469,7 @@ static void op_pool(struct harness *h, int op)
                         size_t nout = op == K_POOL_FWD ? ny : nx;
                         void *X = host_typed(t, nx, 41 + ci, -2, 2), *DY = host_typed(t, ny, 42, -1, 1),
                              *O0 = host_typed(t, nout, 43, -1, 1);
-                        if (ci == 5) /* negatives to +0: in every type, the sign bit set means negative */
+                        if (ci == 5 || ci == 6) /* negatives to +0: in every type, the sign bit set means negative */
                             for (size_t i = 0; i < nx; i++) {
                                 if (t == MD_F32 && ((float *)X)[i] < 0.0f) ((float *)X)[i] = 0.0f;
                                 if (t != MD_F32 && (((uint16_t *)X)[i] & 0x8000u)) ((uint16_t *)X)[i] = 0;

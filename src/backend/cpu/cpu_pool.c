@@ -153,10 +153,87 @@ static void f32_nhwc_fwd_image(const struct md_pool2d_args *a, int ni)
         }
 }
 
+/* Max pooling whose windows do not overlap (stride >= kernel, as 2x2/2):
+ * each input lies in at most one window, so dx is written once, position by
+ * position: the window's dy where its first maximum sits, 0 elsewhere (plus
+ * beta dx) - no zeroing pass, no scatter, and the channel loops vectorise.
+ * The inputs no window covers (rows or columns past the last window) get
+ * beta dx. Same results as the general loop below. Returns 0 where it does
+ * not apply (more than 4096 rows or columns). */
+static int f32_nhwc_max_bwd_disjoint(const struct md_pool2d_args *a, int ni)
+{
+    enum { CH = 64 };
+    if (a->h > 4096 || a->w > 4096 || a->kh * a->kw > 64) return 0; /* checked before any write */
+    int C = a->c;
+    size_t hwc = (size_t)a->h * a->w * C;
+    const float *xi = (const float *)a->x + (size_t)ni * hwc;
+    const float *dyi = (const float *)a->dy + (size_t)ni * a->p * a->q * C;
+    float *dxi = (float *)a->dx + (size_t)ni * hwc;
+    const float beta = a->beta;
+    unsigned char rows[4096], cols[4096];
+    memset(rows, 0, (size_t)a->h);
+    memset(cols, 0, (size_t)a->w);
+    for (int pi = 0; pi < a->p; pi++) {
+        struct win w = window(a, pi, 0);
+        for (int hi = w.h0; hi < w.h1; hi++) rows[hi] = 1;
+    }
+    for (int qi = 0; qi < a->q; qi++) {
+        struct win w = window(a, 0, qi);
+        for (int wi = w.w0; wi < w.w1; wi++) cols[wi] = 1;
+    }
+    for (int hi = 0; hi < a->h; hi++)
+        for (int wi = 0; wi < a->w; wi++) {
+            if (rows[hi] && cols[wi]) continue;
+            float *o = dxi + ((size_t)hi * a->w + wi) * C;
+            if (beta == 0.0f) memset(o, 0, sizeof(float) * (size_t)C);
+            else
+                for (int c = 0; c < C; c++) o[c] *= beta;
+        }
+    float bv[CH], rem[CH];
+    size_t off[64];
+    for (int pi = 0; pi < a->p; pi++)
+        for (int qi = 0; qi < a->q; qi++) {
+            struct win w = window(a, pi, qi);
+            int kw = w.w1 - w.w0, K = (w.h1 - w.h0) * kw;
+            if (K <= 0) continue;
+            for (int hi = w.h0, k = 0; hi < w.h1; hi++)
+                for (int wi = w.w0; wi < w.w1; wi++) off[k++] = ((size_t)hi * a->w + wi) * C;
+            const float *d = dyi + ((size_t)pi * a->q + qi) * C;
+            for (int c0 = 0; c0 < C; c0 += CH) {
+                int cn = C - c0 < CH ? C - c0 : CH;
+                /* the maximum (strictly greater replaces: a NaN never does), then dy
+                 * to the first position holding it (to the first when it is NaN) */
+                const float *x0 = xi + off[0] + c0;
+                for (int c = 0; c < cn; c++) bv[c] = x0[c], rem[c] = d[c0 + c];
+                for (int k = 1; k < K; k++) {
+                    const float *xr = xi + off[k] + c0;
+                    for (int c = 0; c < cn; c++) bv[c] = xr[c] > bv[c] ? xr[c] : bv[c];
+                }
+                for (int k = 0; k < K; k++) {
+                    const float *xr = xi + off[k] + c0;
+                    float *o = dxi + off[k] + c0;
+                    float g[CH];
+                    for (int c = 0; c < cn; c++) {
+                        int hit = xr[c] == bv[c] || (k == 0 && bv[c] != bv[c]);
+                        g[c] = hit ? rem[c] : 0.0f;
+                        rem[c] = hit ? 0.0f : rem[c];
+                    }
+                    if (beta == 0.0f)
+                        for (int c = 0; c < cn; c++) o[c] = g[c];
+                    else
+                        for (int c = 0; c < cn; c++) o[c] = beta * o[c] + g[c];
+                }
+            }
+        }
+    return 1;
+}
+
 /* dx of one image: beta-scaled, then every output's share added in output
  * order (as the reference). Max routes to the first maximum of the window. */
 static void f32_nhwc_bwd_image(const struct md_pool2d_args *a, int ni)
 {
+    if (a->kind == MD_POOL_MAX && a->stride_h >= a->kh && a->stride_w >= a->kw && f32_nhwc_max_bwd_disjoint(a, ni))
+        return;
     int C = a->c;
     size_t hwc = (size_t)a->h * a->w * C;
     const float *xi = (const float *)a->x + (size_t)ni * hwc;
