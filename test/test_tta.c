@@ -3,6 +3,7 @@
  * stops at the first epoch that reaches it; bad values are one-line usage
  * errors; Fashion-MNIST-like data with a small CNN gets its recipe, each
  * setting with its reason. Tiny model, synthetic data: seconds in all. */
+#define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -59,6 +60,31 @@ Test(tta, time_budget_sizes_the_schedule_and_ends_in_time, .timeout = 60)
     cr_assert(fabs(lr_end - 0.01 / 25 / 1e4) < 1e-9, "the last step's lr %g is not the schedule's end", lr_end);
     /* the schedule's length is the plan, not --epochs' (here: as many as fit) */
     cr_assert(num(j.training, "epochs_run") >= 1);
+    th_job_end(&j);
+    th_tmpdir_free(dir);
+}
+
+/* A cold start (the first 4 steps 400 ms longer each, as a GPU's first
+ * steps load kernels and capture graphs) must not shrink the plan to the
+ * first epoch's average pace: the second half of the first epoch sets it,
+ * so training still fills the budget (with the epoch's average it planned
+ * under two epochs and left a third of the budget unused). */
+Test(tta, a_cold_first_epoch_does_not_shrink_the_plan, .timeout = 60)
+{
+    char *dir = th_tmpdir();
+    char args[2400];
+    snprintf(args, sizeof args, "%s --lr 0.01 --lradj onecycle --time-budget %g", base_args(dir), BUDGET_S);
+    setenv("MPSDIAG_TEST_COLD_STEPS", "4:400", 1);
+    struct th_job j;
+    th_job_run(&j, args, 0, 0);
+    unsetenv("MPSDIAG_TEST_COLD_STEPS");
+    cr_assert_eq(j.st, MD_OK, "%s", j.err);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(j.training, "time_budget");
+    double run = num(b, "steps_run"), spe = num(j.training, "steps_per_epoch");
+    fprintf(stderr, "  cold start: %.0f steps run (%.1f epochs of %.0f)\n", run, run / spe, spe);
+    cr_assert(run >= 4 * spe, "only %.0f steps (%.1f epochs) in a %g s budget after a cold start", run, run / spe,
+              BUDGET_S);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "schedule_completed")), "schedule not completed");
     th_job_end(&j);
     th_tmpdir_free(dir);
 }
