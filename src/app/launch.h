@@ -11,7 +11,7 @@
 
 /* The ranks --gpus / --devices ask for (1: none). */
 int md_launch_ranks_wanted(const md_options *o);
-/* With more than one rank wanted and not yet under an MPI launcher: runs
+/* With more than one rank wanted and not already under an MPI launcher: runs
  * mpirun as a child, passes signals on to it, and exits with its status
  * (returns only with an error: no mpirun, built without MPI, fork failed).
  * MD_OK when there is nothing to start. */

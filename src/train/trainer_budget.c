@@ -64,7 +64,6 @@ void md_trainer_budget_start(md_trainer *t)
     t->bud_steps_end = 0;
     t->bud_mid_step = -1;
     t->bud_mid_t = t->bud_last_t = 0;
-    t->bud_epochs = 0;
     if (o->time_budget <= 0) return;
     t->bud_t0 = o->t_start > 0 ? o->t_start : md_now();
     t->bud_end = t->bud_t0 + o->time_budget;
@@ -177,7 +176,7 @@ int md_trainer_budget_after_step(md_trainer *t)
     test_cold_step(t);
     double now = md_now();
     long long spe = t->steps_per_epoch > 0 ? t->steps_per_epoch : 1;
-    if (t->bud_epochs == 0 && t->bud_mid_step < 0 && t->global_step - (long long)t->epoch * spe >= spe / 2) {
+    if (!t->bud_said && t->bud_mid_step < 0 && t->global_step - (long long)t->epoch * spe >= spe / 2) {
         t->bud_mid_step = t->global_step;
         t->bud_mid_t = now;
     }
@@ -223,7 +222,7 @@ void md_trainer_budget_after_epoch(md_trainer *t, long long steps, double steps_
     /* the pace of this epoch's steps (the first epoch's: of its second half) */
     double pace = steps_s / (double)steps;
     long long late = t->global_step - t->bud_mid_step;
-    if (t->bud_epochs == 0 && t->bud_mid_step >= 0 && late >= WARM_MIN && t->bud_last_t > t->bud_mid_t)
+    if (!t->bud_said && t->bud_mid_step >= 0 && late >= WARM_MIN && t->bud_last_t > t->bud_mid_t)
         pace = (t->bud_last_t - t->bud_mid_t) / (double)late;
     if (!t->bud_planned) { /* an epoch shorter than the warm-up: its pace */
         t->bud_step_s = pace;
@@ -232,7 +231,6 @@ void md_trainer_budget_after_epoch(md_trainer *t, long long steps, double steps_
         t->bud_first_total = (double)t->bud_total;
         t->bud_planned = 1;
         t->bud_said = 1;
-        t->bud_epochs++;
         print_plan(t, "sized after the first epoch");
         return;
     }
@@ -247,7 +245,6 @@ void md_trainer_budget_after_epoch(md_trainer *t, long long steps, double steps_
         print_plan(t, "sized after a short warm-up");
     }
     t->bud_said = 1;
-    t->bud_epochs++;
 }
 
 int md_trainer_budget_done(const md_trainer *t)

@@ -141,12 +141,11 @@ struct md_trainer {
     long long bud_total;                 /* planned optimizer steps (the schedule's total) */
     long long bud_warm_steps;            /* steps timed before the plan */
     int bud_replans, bud_cut;            /* re-plans after epochs; steps stopped at the budget's end */
-    int bud_said;                        /* the plan line was printed */
+    int bud_said;                        /* the plan line was printed (an epoch of this run ended) */
     double bud_steps_end;                /* md_now when the steps ended */
     double bud_first_total;              /* the first plan's steps */
     long long bud_mid_step;              /* the first epoch's step at its middle (-1: not reached) ... */
     double bud_mid_t, bud_last_t;        /* ... md_now then, and after the latest step */
-    int bud_epochs;                      /* epochs ended under the budget in this run */
     /* --target-accuracy on the test split: its score after the last epoch, which the
        final test scoring reuses while the weights are those (test_cache_step == global_step) */
     long long test_cache_step;
