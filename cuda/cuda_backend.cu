@@ -583,6 +583,7 @@ md_cuda_backend_entry(int api_version)
     o->comm_check = md_cuda_comm_check;
     o->comm_abort = md_cuda_comm_abort;
     o->batchnorm_sync = 1;
+    o->batchnorm_residual = 1;
     struct md_kernels *k = &o->kernels;
     k->gemm = md_cuda_gemm;
     k->conv2d_fwd = md_cuda_conv2d_fwd;

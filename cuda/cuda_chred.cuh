@@ -19,7 +19,16 @@ struct red_in {
     const float *mean, *invstd; /* RED_BWD: the statistics normalising x */
     const float *gamma, *beta;  /* RED_BWD with ReLU and no y: the mask from x */
     int relu;
+    void *dres;                 /* RED_BWD: also writes the masked dy here (a fused residual's gradient) */
+    float dres_beta;            /* ... as g + dres_beta * dres */
 };
+
+/* A fused residual's gradient: element i's masked dy g. */
+template <class T> __device__ __forceinline__ void put_dres(const red_in &in, size_t i, float g)
+{
+    T *d = (T *)in.dres;
+    d[i] = fromf<T>(in.dres_beta != 0.0f ? g + in.dres_beta * tof(d[i]) : g);
+}
 
 /* dy masked by the fused ReLU: no gradient where the output was <= 0 (from y
  * when given, else recomputed from x-hat). */
@@ -47,6 +56,7 @@ __device__ __forceinline__ void red_vals(const red_in &in, size_t i, int c, floa
     } else if (MODE == RED_BWD) {
         float xhat = (tof(((const T *)in.x)[i]) - in.mean[c]) * in.invstd[c];
         float g = bn_masked_dy<T>(in, i, c, xhat);
+        if (in.dres) put_dres<T>(in, i, g);
         v1 = g;
         v2 = g * xhat;
     } else {
@@ -153,6 +163,10 @@ __global__ void k_chred_nhwc_v(red_in in, size_t rows, int c, int splits, float 
                 uint4 uy = ug;
                 if (in.relu) uy = *(const uint4 *)((const T *)in.y + off);
                 const T *eg = (const T *)&ug, *ex = (const T *)&ux, *ey = (const T *)&uy;
+                uint4 ud, uo;
+                if (in.dres && in.dres_beta != 0.0f) ud = *(const uint4 *)((const T *)in.dres + off);
+                const T *ed = (const T *)&ud;
+                T *eo = (T *)&uo;
 #pragma unroll
                 for (int k = 0; k < V; k++) {
                     float g = tof(eg[k]);
@@ -160,7 +174,9 @@ __global__ void k_chred_nhwc_v(red_in in, size_t rows, int c, int splits, float 
                     float xhat = (tof(ex[k]) - shift[k]) * inv_r[k];
                     s1[k] += g;
                     s2[k] += g * xhat;
+                    if (in.dres) eo[k] = fromf<T>(in.dres_beta != 0.0f ? g + in.dres_beta * tof(ed[k]) : g);
                 }
+                if (in.dres) *(uint4 *)((T *)in.dres + off) = uo;
             } else {
                 uint4 u = *(const uint4 *)((const T *)in.dy + off);
                 const T *e = (const T *)&u;
@@ -211,7 +227,7 @@ static md_status chan_reduce(md_device *dev, const red_in &in, int n, int c, int
     float *p = (float *)cd->red_ws.ptr;
     const int V = vw<T>::V;
     int vec = layout == MD_NHWC && c % V == 0 && (!in.x || aligned16(in.x)) && (!in.y || aligned16(in.y)) &&
-              (!in.dy || aligned16(in.dy)) && (MODE != RED_BWD || !in.relu || in.y);
+              (!in.dy || aligned16(in.dy)) && (!in.dres || aligned16(in.dres)) && (MODE != RED_BWD || !in.relu || in.y);
     if (vec) {
         int CV = c / V, TW = CV < 32 ? CV : 32, RY = 256 / TW, gx = (CV + TW - 1) / TW;
         int sv = (target + gx - 1) / gx;

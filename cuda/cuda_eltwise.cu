@@ -453,7 +453,7 @@ md_status md_cuda_bias_grad(md_device *dev, const struct md_bias_args *a)
         return MD_OK;
     }
     MD_CU_DISPATCH(a->dtype, "bias_grad", {
-        red_in in = {NULL, NULL, a->dy, NULL, NULL, NULL, NULL, 0};
+        red_in in = {NULL, NULL, a->dy, NULL, NULL, NULL, NULL, 0, NULL, 0.0f};
         float *part, *unused;
         int splits;
         MD_TRY((chan_reduce<T, RED_BIAS>(dev, in, a->n, a->c, a->hw, a->layout, 0, &part, &unused, &splits)));

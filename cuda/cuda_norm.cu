@@ -105,15 +105,16 @@ __global__ void k_bn_running(int c, const float *rm, const float *rv, float eps,
     bn_store(ch, c, rm[ch], rv[ch], 0.0f, eps, 0.0f, gamma, beta, st, NULL, NULL, NULL, NULL);
 }
 
-/* y = act(x * scale + shift) + obeta * y */
+/* y = act(x * scale + shift [+ res]) + obeta * y */
 template <class T>
-__global__ void k_bn_apply(size_t total, int c, int hw, int nhwc, const T *x, T *y, const float *scale,
-                           const float *shift, int relu, float obeta)
+__global__ void k_bn_apply(size_t total, int c, int hw, int nhwc, const T *x, const T *res, T *y,
+                           const float *scale, const float *shift, int relu, float obeta)
 {
     GRID_STRIDE(i, total)
     {
         int ch = chan_of(i, c, hw, nhwc);
         float v = tof(x[i]) * scale[ch] + shift[ch];
+        if (res) v += tof(res[i]);
         if (relu) v = fmaxf(v, 0.0f);
         if (obeta != 0.0f) v += obeta * tof(y[i]);
         y[i] = fromf<T>(v);
@@ -136,8 +137,8 @@ template <int V> __device__ __forceinline__ void load_ch(const float *p, int c0,
 /* NHWC apply, V channels per thread; a thread's channel vector advances by the
  * grid stride modulo CV, so no division per element. */
 template <class T>
-__global__ void k_bn_apply_v(size_t nvec, int c, const T *x, T *y, const float *scale, const float *shift, int relu,
-                             float obeta)
+__global__ void k_bn_apply_v(size_t nvec, int c, const T *x, const T *res, T *y, const float *scale,
+                             const float *shift, int relu, float obeta)
 {
     const int V = vw<T>::V;
     int CV = c / V;
@@ -145,9 +146,10 @@ __global__ void k_bn_apply_v(size_t nvec, int c, const T *x, T *y, const float *
     int cv = (int)(v % CV), inc = (int)(stride % CV), loaded = -1;
     float sc[V], sh[V];
     for (; v < nvec; v += stride) {
-        uint4 u = ((const uint4 *)x)[v], o = u, yo = u;
+        uint4 u = ((const uint4 *)x)[v], o = u, yo = u, ur = u;
         if (obeta != 0.0f) yo = ((const uint4 *)y)[v];
-        const T *e = (const T *)&u, *ey = (const T *)&yo;
+        if (res) ur = ((const uint4 *)res)[v];
+        const T *e = (const T *)&u, *ey = (const T *)&yo, *er = (const T *)&ur;
         T *oe = (T *)&o;
         if (cv != loaded) { /* usually once: the grid stride is a multiple of CV */
             load_ch<V>(scale, cv * V, sc);
@@ -157,6 +159,7 @@ __global__ void k_bn_apply_v(size_t nvec, int c, const T *x, T *y, const float *
 #pragma unroll
         for (int k = 0; k < V; k++) {
             float val = tof(e[k]) * sc[k] + sh[k];
+            if (res) val += tof(er[k]);
             if (relu) val = fmaxf(val, 0.0f);
             if (obeta != 0.0f) val += obeta * tof(ey[k]);
             oe[k] = fromf<T>(val);
@@ -173,13 +176,15 @@ template <class T> static void bn_apply(md_device *dev, const struct md_batchnor
     size_t total = (size_t)a->n * a->c * a->hw;
     const int V = vw<T>::V;
     int relu = a->act == MD_ACT_RELU;
-    if (a->layout == MD_NHWC && a->c % V == 0 && aligned16(a->x) && aligned16(a->y) && aligned16(st))
+    const T *res = (const T *)a->res;
+    if (a->layout == MD_NHWC && a->c % V == 0 && aligned16(a->x) && aligned16(a->y) && aligned16(st) &&
+        (!res || aligned16(res)))
         k_bn_apply_v<T><<<md_cu_blocks(dev, total / V), MD_THREADS, 0, cd->stream>>>(
-            total / V, a->c, (const T *)a->x, (T *)a->y, st + 2 * a->c, st + 3 * a->c, relu, a->beta);
+            total / V, a->c, (const T *)a->x, res, (T *)a->y, st + 2 * a->c, st + 3 * a->c, relu, a->beta);
     else
         k_bn_apply<T><<<md_cu_blocks(dev, total), MD_THREADS, 0, cd->stream>>>(
-            total, a->c, a->hw, a->layout == MD_NHWC, (const T *)a->x, (T *)a->y, st + 2 * a->c, st + 3 * a->c,
-            relu, a->beta);
+            total, a->c, a->hw, a->layout == MD_NHWC, (const T *)a->x, res, (T *)a->y, st + 2 * a->c,
+            st + 3 * a->c, relu, a->beta);
 }
 
 md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a)
@@ -199,7 +204,7 @@ md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *
             bn_apply<T>(dev, a, st);
             return md_cuda_check_launch("batchnorm_fwd (inference)");
         }
-        red_in in = {a->x, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+        red_in in = {a->x, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0.0f};
         float *part, *st;
         int splits;
         MD_TRY((chan_reduce<T, RED_STATS>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &st,
@@ -339,6 +344,8 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
     size_t total = (size_t)a->n * a->c * a->hw;
     if (!total) return MD_OK;
     int nhwc = a->layout == MD_NHWC, relu = a->act == MD_ACT_RELU;
+    if (a->res && relu && !a->y)
+        return md_errf(MD_ERR_USAGE, "cuda batchnorm_bwd: a residual with a ReLU needs the forward's output");
     int have_saved = a->training && a->save_mean && a->save_invstd;
     float *tmp = NULL; /* (4, c): the statistics area when the forward saved none; the exchange's with sync */
     md_status st = MD_OK;
@@ -362,7 +369,7 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
             mean = tmp;
             invstd = tmp + a->c;
         } else if (!have_saved) {
-            red_in sin = {a->x, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+            red_in sin = {a->x, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0.0f};
             st = chan_reduce<T, RED_STATS>(dev, sin, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &co,
                                            &splits);
             if (st != MD_OK) goto done;
@@ -372,8 +379,13 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
             mean = tmp;
             invstd = tmp + a->c;
         }
-        red_in in = {a->x, a->y, a->dy, mean, invstd, a->gamma, a->beta_p, relu};
+        red_in in = {a->x, a->y, a->dy, mean, invstd, a->gamma, a->beta_p, relu, a->dres, a->beta_res};
         st = chan_reduce<T, RED_BWD>(dev, in, a->n, a->c, a->hw, a->layout, (size_t)4 * a->c, &part, &co, &splits);
+        in.dres = NULL;
+        if (a->dres && a->beta_res == 0.0f) { /* the pass above left the masked dy there: one read, not two */
+            in.dy = a->dres;
+            in.relu = 0;
+        }
         if (st != MD_OK) goto done;
         if (sync) { /* dx from every rank's sums; dgamma, dbeta this rank's */
             k_bn_bwd_sync_local<<<FIN_BLOCKS(a->c), 128, 0, cd->stream>>>(
@@ -388,8 +400,8 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
                                                                        mean, invstd, a->gamma, co, a->dgamma,
                                                                        a->dbeta, a->beta);
         const int V = vw<T>::V;
-        if (a->dx && nhwc && a->c % V == 0 && aligned16(a->x) && aligned16(a->dy) && aligned16(a->dx) &&
-            aligned16(co) && (!relu || (a->y && aligned16(a->y))))
+        if (a->dx && nhwc && a->c % V == 0 && aligned16(a->x) && aligned16(in.dy) && aligned16(a->dx) &&
+            aligned16(co) && (!in.relu || (a->y && aligned16(a->y))))
             k_bn_bwd_dx_v<T><<<md_cu_blocks(dev, total / V), MD_THREADS, 0, cd->stream>>>(total / V, a->c, in,
                                                                                         (T *)a->dx, co, a->beta);
         else if (a->dx)

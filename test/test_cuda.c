@@ -310,20 +310,24 @@ Test(cuda, conv2d_fwd_bwd_data_bwd_filter)
     close_both();
 }
 
-Test(cuda, batchnorm_train_infer_relu_both_layouts)
+/* modes 4-7: with a fused residual (y = act(bn(x) + r), its gradient into
+ * dres), which accumulates (beta_res 1) in the second shape: the NHWC pass
+ * then recomputes the mask, elsewhere it reads dres back. */
+Test(cuda, batchnorm_train_infer_relu_residual_both_layouts)
 {
     open_both(0);
     static const int shp[][3] = {{4, 3, 25}, {8, 40, 9}, {2, 64, 1}};
     for (int si = 0; si < 3; si++)
         for (int lay = 0; lay < 2; lay++)
             for (int di = 0; di < 3; di++)
-                for (int mode = 0; mode < 4; mode++) {
-                    int training = mode < 2, relu = mode & 1;
+                for (int mode = 0; mode < 8; mode++) {
+                    int training = (mode & 3) < 2, relu = mode & 1, res = mode >= 4;
                     md_dtype t = FT[di];
                     int n = shp[si][0], c = shp[si][1], hw = shp[si][2];
                     size_t nx = (size_t)n * c * hw;
                     float beta = si == 1 ? 1.0f : 0.0f;
                     buf X = mk(nx, t, 0.5f, 2.5f), DY = mk(nx, t, -1, 1), Y = out(nx, t, beta), DX = out(nx, t, beta);
+                    buf R = mk(res ? nx : 1, t, -1.5f, 1.0f), DR = out(res ? nx : 1, t, beta);
                     buf G = mk(c, MD_F32, 0.5f, 1.5f), BB = mk(c, MD_F32, -0.5f, 0.5f);
                     buf RM = mk(c, MD_F32, 0, 1), RV = mk(c, MD_F32, 0.5f, 2);
                     buf SM = out(c, MD_F32, 0), SI = out(c, MD_F32, 0);
@@ -334,11 +338,16 @@ Test(cuda, batchnorm_train_infer_relu_both_layouts)
                                                    .gamma = G.h, .beta_p = BB.h, .running_mean = RM.h,
                                                    .running_var = RV.h, .save_mean = SM.h, .save_invstd = SI.h,
                                                    .dy = DY.h, .dx = DX.h, .dgamma = DG.h, .dbeta = DB.h,
-                                                   .beta = beta};
+                                                   .beta = beta, .res = res ? R.h : NULL,
+                                                   .dres = res ? DR.h : NULL, .beta_res = beta};
                     struct md_batchnorm_args ca = ra;
                     ca.x = X.d; ca.y = Y.d; ca.gamma = G.d; ca.beta_p = BB.d; ca.running_mean = RM.d;
                     ca.running_var = RV.d; ca.save_mean = SM.d; ca.save_invstd = SI.d; ca.dy = DY.d; ca.dx = DX.d;
                     ca.dgamma = DG.d; ca.dbeta = DB.d;
+                    if (res) {
+                        ca.res = R.d;
+                        ca.dres = DR.d;
+                    }
                     RUN_BOTH(md_k_batchnorm_fwd, ra, ca);
                     /* backward reads y: give both sides the reference's y (half rounding of y may differ by an
                      * ulp, which could flip a ReLU mask at exactly 0) */
@@ -348,8 +357,8 @@ Test(cuda, batchnorm_train_infer_relu_both_layouts)
                     }
                     char what[128];
                     double tl = tol_for(t, 2e-5);
-                    snprintf(what, sizeof what, "bn fwd shape %d %s %s train %d relu %d", si, lay ? "NHWC" : "NCHW",
-                             md_dtype_name(t), training, relu);
+                    snprintf(what, sizeof what, "bn fwd shape %d %s %s train %d relu %d res %d", si,
+                             lay ? "NHWC" : "NCHW", md_dtype_name(t), training, relu, res);
                     same(what, &Y, tl, tl);
                     if (training) {
                         same("bn save_mean", &SM, 1e-5, 1e-5);
@@ -361,11 +370,13 @@ Test(cuda, batchnorm_train_infer_relu_both_layouts)
                         cr_assert_eq(md_dev_upload(cu, SI.d, SI.h, c * 4), MD_OK);
                     }
                     RUN_BOTH(md_k_batchnorm_bwd, ra, ca);
-                    snprintf(what, sizeof what, "bn bwd dx shape %d %s %s train %d relu %d", si,
-                             lay ? "NHWC" : "NCHW", md_dtype_name(t), training, relu);
+                    snprintf(what, sizeof what, "bn bwd dx shape %d %s %s train %d relu %d res %d", si,
+                             lay ? "NHWC" : "NCHW", md_dtype_name(t), training, relu, res);
                     same(what, &DX, tl * 4, tl);
                     same("bn dgamma", &DG, tl * 10, tl);
                     same("bn dbeta", &DB, tl * 10, tl);
+                    if (res) same("bn dres", &DR, tl, tl);
+                    drop(&R); drop(&DR);
                     drop(&X); drop(&DY); drop(&Y); drop(&DX); drop(&G); drop(&BB); drop(&RM); drop(&RV);
                     drop(&SM); drop(&SI); drop(&DG); drop(&DB);
                 }

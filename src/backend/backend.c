@@ -602,6 +602,7 @@ void md_dev_graph_destroy(md_device *dev, void *graph)
 
 int md_dev_has_comm(const md_device *dev) { return dev->ops->allreduce_sum != NULL; }
 int md_dev_batchnorm_sync(const md_device *dev) { return dev->ops->batchnorm_sync; }
+int md_dev_batchnorm_residual(const md_device *dev) { return dev->ops->batchnorm_residual; }
 
 static md_status no_comm(const md_device *dev)
 {

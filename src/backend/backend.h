@@ -188,6 +188,9 @@ void md_dev_comm_abort(md_device *dev);
 /* 1 when the device's batch norm kernels honour md_batchnorm_args.sync
  * (synchronised batch norm over the ranks, --sync-bn): CPU, ref, CUDA. */
 int md_dev_batchnorm_sync(const md_device *dev);
+/* 1 when they take a fused residual summand (md_batchnorm_args.res): ref,
+ * CUDA; elsewhere the model runs batch norm, the sum and the ReLU apart. */
+int md_dev_batchnorm_residual(const md_device *dev);
 
 /* Which kernels are supported (non-NULL) and how often the fallback ran. */
 int md_dev_supports(const md_device *dev, int kernel_index);

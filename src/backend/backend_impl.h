@@ -72,6 +72,8 @@ struct md_backend_ops {
 
     /* 1: batchnorm_fwd/bwd honour md_batchnorm_args.sync (kernels.h) */
     int batchnorm_sync;
+    /* 1: batchnorm_fwd/bwd honour md_batchnorm_args.res/dres */
+    int batchnorm_residual;
 
     struct md_kernels kernels;
 

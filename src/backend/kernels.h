@@ -83,6 +83,12 @@ struct md_conv2d_args {
  * inference: running statistics.
  * act: fused activation after the affine (MD_ACT_NONE or MD_ACT_RELU); with
  *   RELU, backward needs y to mask dy.
+ * res (optional; only on devices whose batchnorm_residual is set, backend.h
+ *   md_dev_batchnorm_residual): a residual summand of y's shape, added after
+ *   the affine and before the activation, y = act(bn(x) + res) (a ResNet
+ *   block's "bn2 + shortcut, relu" in one pass). Backward then needs y (not
+ *   res) and writes g = act'(y) * dy, the residual's gradient, to dres
+ *   (= or +=beta_res) besides dx; y is required with res and RELU.
  * bwd (training statistics): dx (= or +=beta), dgamma, dbeta (beta_param
  *   accumulate flag applies to dgamma/dbeta too).
  * sync (training only; NULL: statistics of this rank's batch): synchronised
@@ -119,6 +125,8 @@ struct md_batchnorm_args {
     float *dgamma, *dbeta;          /* (c) */
     float beta;                     /* accumulate factor for dx, dgamma, dbeta */
     const struct md_bn_sync *sync;  /* --sync-bn (above), or NULL */
+    const void *res; void *dres;    /* the fused residual (above), or NULL */
+    float beta_res;                 /* accumulate factor for dres */
 };
 
 /* ---- element-wise activations ---------------------------------------------- */

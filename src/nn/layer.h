@@ -112,6 +112,9 @@ struct md_layer_ops {
      * output activations (they are kept until then). */
     int (*needs_x)(const struct md_layer *L);
     int (*needs_y)(const struct md_layer *L);
+    /* (optional, default needs_x) Whether backward reads input k's activation
+     * (a batch norm with a fused residual reads x, not the residual). */
+    int (*needs_input)(const struct md_layer *L, int k);
     /* (optional, default 0) Each input's gradient equals the output's (a
      * sum): the planner may give an input's gradient this layer's buffer,
      * and backward then skips that copy (md_layer_dx returns dy itself). */
@@ -127,6 +130,13 @@ struct md_layer_ops {
     /* (optional, default refuse) Takes activation `act` into this layer's
      * own output; 1 if it did. */
     int (*fuse_act)(struct md_layer *L, int act);
+    /* (optional) For a two-operand sum: its activation (>= 0), offered with
+     * one operand to the other operand's producer; -1 when not such a sum. */
+    int (*sum_act)(const struct md_layer *L);
+    /* (optional, default refuse) Takes a following "add a second input, then
+     * activation `act`" into this layer (the caller appends the input to
+     * L->in); 1 if it did. */
+    int (*fuse_residual)(struct md_layer *L, int act);
     /* (optional, default MD_ACT_NONE) The activation applied last to the
      * output (ReLU statistics). */
     int (*out_act)(const struct md_layer *L);

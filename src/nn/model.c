@@ -646,6 +646,41 @@ static void fuse(struct md_model *m)
     }
 }
 
+/* compile: fold a two-operand sum (and its activation) into the producer of
+ * one operand when that producer takes it (batchnorm: y = act(bn(x) + r)),
+ * the sum is its only consumer, and the other operand is computed before it
+ * (the later of two candidate producers is taken). The sum becomes an alias
+ * of the producer, which gains the other operand as its second input. */
+static md_status fuse_residuals(struct md_model *m)
+{
+    for (int i = m->ninputs; i < m->nlayers; i++) {
+        struct md_layer *A = &m->layers[i];
+        int act = A->ops->sum_act ? A->ops->sum_act(A) : -1;
+        if (act < 0 || A->alias >= 0 || A->nin != 2) continue;
+        int pick = -1;
+        for (int k = 0; k < 2; k++) {
+            int p = A->in[k], o = A->in[1 - k];
+            const struct md_layer *P = &m->layers[p];
+            if (p < m->ninputs || !P->ops->fuse_residual || P->nconsumers != 1 || P->alias >= 0 ||
+                P->group != A->group || P->fold != A->fold || md_model_tensor_of(m, o) >= p)
+                continue;
+            if (pick < 0 || p > A->in[pick]) pick = k;
+        }
+        if (pick < 0) continue;
+        struct md_layer *P = &m->layers[A->in[pick]];
+        int *in = md_realloc(P->in, (size_t)(P->nin + 1) * sizeof *in);
+        if (!in) return md_errf(MD_ERR_OOM, "model: out of host memory while fusing");
+        P->in = in;
+        if (!P->ops->fuse_residual(P, act)) continue;
+        P->in[P->nin++] = A->in[1 - pick];
+        P->flops += A->flops;
+        A->flops = 0;
+        A->alias = A->in[pick];
+        m->nfused++;
+    }
+    return MD_OK;
+}
+
 /* ---- load -------------------------------------------------------------------------- */
 
 static md_status resolve_path(const char *name, char *out, size_t n)
@@ -909,7 +944,10 @@ static md_status load_inner(struct md_model *m, struct build *b, const cJSON *ro
                        "it must give (%d, 1, 1)", b->src, last->path, last->name, last->out.c, last->out.h, last->out.w,
                        b->num_classes, b->num_classes);
     m->num_classes = b->num_classes;
-    if (m->opts.compile) fuse(m);
+    if (m->opts.compile) {
+        fuse(m);
+        if ((st = fuse_residuals(m)) != MD_OK) return st;
+    }
     if ((st = build_tensors(m)) != MD_OK) return st;
     for (int i = 0; i < m->nlayers; i++) m->flops_fwd += m->layers[i].flops;
     /* Training holds the parameters several times over (weights, gradients,

@@ -36,6 +36,10 @@ static size_t numel(const struct md_layer *L) { return md_shape_numel(L->out) * 
 /* Layers whose backward reads their input activations / their own output. */
 static int needs_x(const struct md_layer *L) { return L->ops->needs_x && L->ops->needs_x(L); }
 static int needs_y(const struct md_layer *L) { return L->ops->needs_y && L->ops->needs_y(L); }
+static int needs_input(const struct md_layer *L, int k)
+{
+    return L->ops->needs_input ? L->ops->needs_input(L, k) : needs_x(L);
+}
 
 /* Whether layer i has an activation buffer of its own: not an alias, and
  * not an input read in place (fp32). */
@@ -174,7 +178,7 @@ md_status md_model_plan_make(const struct md_model *m, int batch, int training, 
             int t = md_model_tensor_of(m, C->in[k]);
             if (F[j] > lastF[t]) lastF[t] = F[j];
             if (R[j] > lastR[t]) lastR[t] = R[j];
-            if (needs_x(C) && B[j] > lastB[t]) lastB[t] = B[j];
+            if (needs_input(C, k) && B[j] > lastB[t]) lastB[t] = B[j];
             if (firstB[t] < 0 || B[j] < firstB[t]) firstB[t] = B[j];
         }
     }

@@ -27,6 +27,7 @@ static struct md_backend_ops ref_ops = {
     .close = ref_close,
     MD_HOST_MEMORY_OPS,
     .batchnorm_sync = 1,
+    .batchnorm_residual = 1,
 };
 
 const struct md_backend_ops *md_ref_backend_ops(void)

@@ -66,6 +66,7 @@ md_status md_ref_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a
             for (int i = 0; i < a->hw; i++) {
                 size_t o = md_nci(a->layout, a->c, a->hw, ni, ci, i);
                 double v = (ld(a->x, a->dtype, o) - mean) * invstd * gam + bet;
+                if (a->res) v += ld(a->res, a->dtype, o);
                 if (a->act == MD_ACT_RELU && v < 0.0) v = 0.0;
                 st(a->y, a->dtype, o, v, a->beta);
             }
@@ -92,7 +93,8 @@ static void bwd_stats(const struct md_batchnorm_args *a, int ci, double *mean, d
     }
 }
 
-/* dy masked by the fused ReLU: where the output was 0 no gradient passes */
+/* dy masked by the fused ReLU: where the output was 0 no gradient passes
+ * (y is given with a residual, kernels.h) */
 static double bn_dy(const struct md_batchnorm_args *a, size_t o, double xh, double gam, double bet)
 {
     if (a->act == MD_ACT_RELU && (a->y ? ld(a->y, a->dtype, o) <= 0.0 : xh * gam + bet <= 0.0)) return 0.0;
@@ -103,6 +105,8 @@ md_status md_ref_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
 {
     (void)dev;
     MD_TRY(check_dtype("batchnorm_bwd", a->dtype));
+    if (a->res && a->act == MD_ACT_RELU && !a->y)
+        return md_errf(MD_ERR_USAGE, "ref batchnorm_bwd: a residual with a ReLU needs the forward's output");
     int sync = a->training && a->sync;
     if (sync && !(a->save_mean && a->save_invstd))
         return md_errf(MD_ERR_USAGE, "ref batchnorm_bwd: synchronised statistics need the forward's saved ones");
@@ -122,6 +126,7 @@ md_status md_ref_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
                 size_t o = md_nci(a->layout, a->c, a->hw, ni, ci, i);
                 double xh = (ld(a->x, a->dtype, o) - mean) * invstd;
                 double d = bn_dy(a, o, xh, gam, bet);
+                if (a->dres) st(a->dres, a->dtype, o, d, a->beta_res);
                 sdy[ci] += d;
                 sdyx[ci] += d * xh;
             }

@@ -73,6 +73,8 @@ static int add_needs_y(const struct md_layer *L) { return add_act(L) == MD_ACT_R
 static int add_passes_dy(const struct md_layer *L) { (void)L; return 1; }
 static int add_clobbers_dy(const struct md_layer *L) { return add_act(L) != MD_ACT_NONE; }
 
+static int add_sum_act(const struct md_layer *L) { return L->nin == 2 ? add_act(L) : -1; }
+
 static int add_fuse_act(struct md_layer *L, int act)
 {
     struct add_cfg *a = L->args;
@@ -96,5 +98,6 @@ const struct md_layer_ops md_add_layer = {
     .passes_dy = add_passes_dy,
     .clobbers_dy = add_clobbers_dy,
     .fuse_act = add_fuse_act,
+    .sum_act = add_sum_act,
     .out_act = add_act,
 };

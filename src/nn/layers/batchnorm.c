@@ -1,6 +1,9 @@
 /* batchnorm.c - batch normalisation over (N, H, W) per channel, as
  * torch.nn.BatchNorm2d, with an optional ReLU on its output (written
- * "act": "relu", or fused from a following relu layer by compile):
+ * "act": "relu", or fused from a following relu layer by compile) and, fused
+ * by compile from a following two-operand add, a residual summand before the
+ * ReLU: y = act(bn(x) + r), r the layer's second input (one pass where the
+ * device has the kernel, else batch norm, sum and ReLU apart):
  *   {"type": "batchnorm", "eps": 1e-5, "momentum": 0.1, "act": "none",
  *    "zero_init": false}
  * weight (gamma) 1 (0 when zero_init and the model's zero_init_residual),
@@ -16,6 +19,7 @@ struct batchnorm_cfg {
     float eps, momentum;
     int act;       /* enum md_act: MD_ACT_NONE or MD_ACT_RELU */
     int zero_init; /* gamma 0 when the model's zero_init_residual is on */
+    int res;       /* a fused residual: the second input (compile) */
 };
 
 static md_status batchnorm_parse(const struct md_layer_parse *p, const cJSON *o, struct md_layer *L)
@@ -91,13 +95,32 @@ static void batchnorm_args(const struct md_layer_run *r, int i, struct md_batchn
     b->save_mean = m->bn_save + L->stat_off;
     b->save_invstd = m->bn_save + L->stat_off + L->out.c;
     b->sync = r->training && m->bn_sync_on ? &m->bn_sync : NULL;
+    if (a->res) b->res = md_layer_act(r, L->in[1]);
+}
+
+/* A residual on a device without the fused kernel: its ReLU and the sum
+ * apart, as the unfused add would run them. */
+static int apart(const struct md_layer_run *r, const struct md_batchnorm_args *b)
+{
+    return b->res && !md_dev_batchnorm_residual(r->m->dev);
 }
 
 static md_status batchnorm_forward(const struct md_layer_run *r, int i)
 {
+    struct md_model *m = r->m;
     struct md_batchnorm_args b;
     batchnorm_args(r, i, &b);
-    return md_k_batchnorm_fwd(r->m->dev, &b);
+    if (!apart(r, &b)) return md_k_batchnorm_fwd(m->dev, &b);
+    int act = b.act;
+    const void *res = b.res;
+    b.act = MD_ACT_NONE;
+    b.res = NULL;
+    MD_TRY(md_k_batchnorm_fwd(m->dev, &b));
+    size_t ne = (size_t)b.n * b.c * b.hw;
+    MD_TRY(md_layer_axpby(m, ne, 1.0f, NULL, b.y, 1.0f, res, b.y));
+    if (act == MD_ACT_NONE) return MD_OK;
+    struct md_act_args k = {act, 0.0f, ne, b.dtype, b.y, b.y, NULL, NULL, 0};
+    return md_k_act_fwd(m->dev, &k);
 }
 
 static md_status batchnorm_backward(const struct md_layer_run *r, int i)
@@ -112,16 +135,28 @@ static md_status batchnorm_backward(const struct md_layer_run *r, int i)
     b.dx = md_layer_dx(r, i, 0, &b.beta);
     b.dgamma = md_layer_grad32(m, L->param[0]);
     b.dbeta = md_layer_grad32(m, L->param[1]);
+    if (b.res) b.dres = md_layer_dx(r, i, 1, &b.beta_res);
+    if (!apart(r, &b)) return md_k_batchnorm_bwd(m->dev, &b);
+    /* the ReLU's mask in place (clobbers_dy), the residual's share, then batch norm */
+    size_t ne = (size_t)b.n * b.c * b.hw;
+    if (b.act != MD_ACT_NONE) {
+        struct md_act_args k = {b.act, 0.0f, ne, b.dtype, b.y, NULL, b.dy, (void *)b.dy, 0};
+        MD_TRY(md_k_act_bwd(m->dev, &k));
+    }
+    MD_TRY(md_layer_axpby(m, ne, 1.0f, NULL, b.dy, b.beta_res, b.dres, b.dres));
+    b.act = MD_ACT_NONE;
+    b.res = b.dres = NULL;
     return md_k_batchnorm_bwd(m->dev, &b);
 }
 
 static void batchnorm_describe(const struct md_layer *L, char *buf, size_t n)
 {
     const struct batchnorm_cfg *a = L->args;
-    snprintf(buf, n, "%s%s", L->type, a->act == MD_ACT_RELU ? "+relu" : "");
+    snprintf(buf, n, "%s%s%s", L->type, a->res ? "+add" : "", a->act == MD_ACT_RELU ? "+relu" : "");
 }
 
 static int batchnorm_needs_x(const struct md_layer *L) { (void)L; return 1; }
+static int batchnorm_needs_input(const struct md_layer *L, int k) { (void)L; return k == 0; }
 static int batchnorm_out_act(const struct md_layer *L) { return ((const struct batchnorm_cfg *)L->args)->act; }
 /* its ReLU's derivative is read from y */
 static int batchnorm_needs_y(const struct md_layer *L) { return batchnorm_out_act(L) == MD_ACT_RELU; }
@@ -129,9 +164,25 @@ static int batchnorm_needs_y(const struct md_layer *L) { return batchnorm_out_ac
 static int batchnorm_fuse_act(struct md_layer *L, int act)
 {
     struct batchnorm_cfg *a = L->args;
-    if (act != MD_ACT_RELU || a->act != MD_ACT_NONE) return 0;
+    if (act != MD_ACT_RELU || a->act != MD_ACT_NONE || a->res) return 0;
     a->act = act;
     return 1;
+}
+
+static int batchnorm_fuse_residual(struct md_layer *L, int act)
+{
+    struct batchnorm_cfg *a = L->args;
+    if ((act != MD_ACT_NONE && act != MD_ACT_RELU) || a->act != MD_ACT_NONE || a->res) return 0;
+    a->res = 1;
+    a->act = act;
+    return 1;
+}
+
+/* with a residual, a device without the fused kernel masks dy in place */
+static int batchnorm_clobbers_dy(const struct md_layer *L)
+{
+    const struct batchnorm_cfg *a = L->args;
+    return a->res && a->act != MD_ACT_NONE;
 }
 
 static const char *const batchnorm_names[] = {"batchnorm", NULL};
@@ -150,6 +201,9 @@ const struct md_layer_ops md_batchnorm_layer = {
     .describe = batchnorm_describe,
     .needs_x = batchnorm_needs_x,
     .needs_y = batchnorm_needs_y,
+    .needs_input = batchnorm_needs_input,
+    .clobbers_dy = batchnorm_clobbers_dy,
     .fuse_act = batchnorm_fuse_act,
+    .fuse_residual = batchnorm_fuse_residual,
     .out_act = batchnorm_out_act,
 };
