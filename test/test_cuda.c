@@ -260,6 +260,7 @@ Test(cuda, conv2d_fwd_bwd_data_bwd_filter)
         {2, 4, 9, 9, 4, 3, 3, 1, 2, 2, 1},
         {2, 16, 6, 6, 16, 3, 3, 1, 1, 1, 16}, /* depthwise */
         {3, 1, 10, 10, 8, 3, 3, 1, 1, 1, 1},  /* one input channel: half filter gradient runs in fp32 */
+        {2, 5, 12, 12, 8, 7, 7, 2, 3, 1, 1},  /* a 7x7 stride-2 stem on few channels */
     };
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
         for (int lay = 0; lay < 2; lay++)
