@@ -7,7 +7,12 @@
 # For resnet18_cifar (batch 256 per GPU) and resnet50 (batch 128 per GPU),
 # bf16 (--amp), synthetic data kept in memory once made (--cache-images: the
 # first epoch makes them, as PyTorch's script keeps its batch on the GPU): a
-# short training run (EPOCHS epochs of STEPS steps; the last epoch's samples/s) on 1, 2 and, when present, 4 GPUs
+# short training run (EPOCHS epochs of STEPS steps; the last epoch's samples/s) on 1, 2 and, when present, 4 GPUs.
+# Each rank caches only the images of its own shard, and every epoch deals the
+# samples out anew, so a rank keeps making images it has not seen for several
+# epochs (a fraction (1 - 1/N)^(e-1) of epoch e on N ranks): the synthetic set
+# is exactly one global epoch, and EPOCHS defaults to 5 so that the last epoch
+# measures the GPUs rather than image making
 # (mpsdiag --gpus N, which starts the ranks under mpirun), and
 # scripts/bench/ddp_torch.py under torch.distributed.run on as many GPUs. Prints a
 # markdown table of global samples/s and the ratio to one GPU of each, the
@@ -17,7 +22,7 @@
 # for resnet18_cifar (local batch norm: close, not equal; printed).
 # Needs: a CUDA build with NCCL and MPI (make), mpirun, nvidia-smi, python3
 # with torch + torchvision (PY_ENV: extra `env` arguments for it, as in
-# cuda_tool_vs_torch.sh). Environment: STEPS (40), EPOCHS (2), WORKERS (8),
+# cuda_tool_vs_torch.sh). Environment: STEPS (40), EPOCHS (5), WORKERS (8),
 # MODELS (resnet18_cifar resnet50: the models to run).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +30,7 @@ bin=$(readlink -f "${1:-build/mpsdiag}")
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"
 steps=${STEPS:-40}
-epochs=${EPOCHS:-2}
+epochs=${EPOCHS:-5}
 workers=${WORKERS:-8}
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$ngpu" -ge 2 ] || { echo "dist_scaling: needs 2 or more GPUs (nvidia-smi sees $ngpu)" >&2; exit 1; }
@@ -41,8 +46,8 @@ for m in ${MODELS:-resnet18_cifar resnet50}; do
     set -- $mb
     m=$1 b=$2
     for g in "${counts[@]}"; do
-        # enough synthetic samples for the steps of every rank
-        n=$(( b * g * steps + 1000 ))
+        # one global epoch of synthetic samples: every epoch reuses the same images
+        n=$(( b * g * steps ))
         "$bin" --gpus "$g" --device cuda --model "$m" --dataset synthetic --max-samples "$n" --val-split 0 \
             --batch-size "$b" --amp --cache-images --epochs "$epochs" --steps "$steps" --num-workers "$workers" \
             --lr-scaling none --lr 0.1 --checkpoint-dir "$out/ck_${m}_$g" --overwrite --verbose \
