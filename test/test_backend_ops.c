@@ -308,16 +308,19 @@ static void op_bn(struct harness *h, int op)
     static const int shapes[][3] = {{3, 5, 7}, {2, 16, 9}, {4, 3, 1}, {1, 7, 30}, {2, 3, 1100}, {3, 70, 23}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int lay = 0; lay < 2; lay++)
-            for (int mode = 0; mode < 4; mode++) /* bit 0: training, bit 1: fused ReLU */
+            for (int mode = 0; mode < 8; mode++) /* bit 0: training, bit 1: fused ReLU, bit 2: residual */
                 for (int di = 0; di < 3; di++) {
                     md_dtype t = dtypes[di];
-                    if (t != MD_F32 && (si % 2 || mode != 3)) continue;
+                    if (t != MD_F32 && (si % 2 || (mode & 3) != 3)) continue;
+                    int res = mode >> 2;
+                    if (res && !md_dev_batchnorm_residual(h->dev[0])) continue;
                     int n = shapes[si][0], c = shapes[si][1], hw = shapes[si][2];
                     size_t nx = (size_t)n * c * hw, es = md_dtype_size(t);
                     int training = mode & 1, relu = (mode >> 1) & 1;
                     float beta = op == K_BN_BWD && (si + (size_t)mode) % 2 ? 1.0f : 0.0f;
                     void *X = host_typed(t, nx, 21 + si, -2, 3), *DY = host_typed(t, nx, 22 + si, -1, 1),
-                         *DX0 = host_typed(t, nx, 23 + si, -1, 1);
+                         *DX0 = host_typed(t, nx, 23 + si, -1, 1), *R = host_typed(t, nx, 30 + si, -2, 1),
+                         *DR0 = host_typed(t, nx, 31 + si, -1, 1), *dr[2] = {malloc(nx * es), malloc(nx * es)};
                     float gamma[80], betap[80], rm[80], rv[80], dg0[80], db0[80];
                     kc_fill(gamma, (size_t)c, 24, 0.5f, 1.5f);
                     kc_fill(betap, (size_t)c, 25, -0.5f, 0.5f);
@@ -345,6 +348,7 @@ static void op_bn(struct harness *h, int op)
                         f.running_var = hx_in(h, rv2, (size_t)c * 4);
                         f.save_mean = hx_nan(h, (size_t)c * 4);
                         f.save_invstd = hx_nan(h, (size_t)c * 4);
+                        if (res) f.res = hx_in(h, R, nx * es);
                         cr_assert_eq(md_k_batchnorm_fwd(ref, &f), MD_OK, "%s", md_errmsg());
                         hx_get(h, f.y, Y, nx * es);
                         hx_get(h, f.save_mean, sm, (size_t)c * 4);
@@ -364,6 +368,7 @@ static void op_bn(struct harness *h, int op)
                         b.beta_p = hx_in(h, betap, (size_t)c * 4);
                         b.running_mean = hx_in(h, rm, (size_t)c * 4);
                         b.running_var = hx_in(h, rv, (size_t)c * 4);
+                        if (res) b.res = hx_in(h, R, nx * es);
                         float *s0, *s1, *s2, *s3;
                         void *out;
                         if (op == K_BN_FWD) {
@@ -381,7 +386,12 @@ static void op_bn(struct harness *h, int op)
                             b.dgamma = beta != 0.0f ? hx_in(h, dg0, (size_t)c * 4) : hx_nan(h, (size_t)c * 4);
                             b.dbeta = beta != 0.0f ? hx_in(h, db0, (size_t)c * 4) : hx_nan(h, (size_t)c * 4);
                             s0 = b.dgamma, s1 = b.dbeta, s2 = b.save_mean, s3 = b.save_invstd;
+                            if (res) {
+                                b.beta_res = beta;
+                                b.dres = beta != 0.0f ? hx_in(h, DR0, nx * es) : hx_nan(h, nx * es);
+                            }
                             st[h->side] = md_k_batchnorm_bwd(cur(h), &b);
+                            if (res) hx_get(h, b.dres, dr[h->side], nx * es);
                         }
                         hx_get(h, out, o[h->side], nx * es);
                         hx_get(h, s0, st4[h->side][0], (size_t)c * 4);
@@ -391,8 +401,9 @@ static void op_bn(struct harness *h, int op)
                         hx_end(h);
                     }
                     char what[128];
-                    snprintf(what, sizeof what, "%s n%d c%d hw%d %s training %d relu %d %s beta %g", md_kernel_names[op],
-                             n, c, hw, lay ? "NHWC" : "NCHW", training, relu, md_dtype_name(t), (double)beta);
+                    snprintf(what, sizeof what, "%s n%d c%d hw%d %s training %d relu %d residual %d %s beta %g",
+                             md_kernel_names[op], n, c, hw, lay ? "NHWC" : "NCHW", training, relu, res,
+                             md_dtype_name(t), (double)beta);
                     if (statuses_ok(h, op, what, st[0], st[1])) {
                         struct tol tl = tol_of(op, t), t32 = tol_of(op, MD_F32);
                         if (t != MD_F32) t32 = tl; /* statistics of rounded inputs: same bound as the outputs */
@@ -400,9 +411,11 @@ static void op_bn(struct harness *h, int op)
                         /* fwd: running mean/var and saved stats (training); bwd: dgamma, dbeta */
                         int nstat = op == K_BN_FWD ? (training ? 4 : 2) : 2;
                         for (int s = 0; s < nstat; s++) ok &= cmp_typed(h, what, st4[0][s], st4[1][s], MD_F32, (size_t)c, t32);
+                        if (res && op == K_BN_BWD) ok &= cmp_typed(h, what, dr[0], dr[1], t, nx, tl);
                         record(h, op, ok);
                     }
                     free(X), free(DY), free(DX0), free(Y), free(o[0]), free(o[1]);
+                    free(R), free(DR0), free(dr[0]), free(dr[1]);
                 }
 }
 

@@ -602,7 +602,8 @@ void md_dev_graph_destroy(md_device *dev, void *graph)
 
 int md_dev_has_comm(const md_device *dev) { return dev->ops->allreduce_sum != NULL; }
 int md_dev_batchnorm_sync(const md_device *dev) { return dev->ops->batchnorm_sync; }
-int md_dev_batchnorm_residual(const md_device *dev) { return dev->ops->batchnorm_residual; }
+int md_dev_batchnorm_residual(const md_device *dev) { return dev->ops->batchnorm_residual && !dev->no_bn_residual; }
+void md_dev_set_batchnorm_residual(md_device *dev, int on) { dev->no_bn_residual = !on; }
 
 static md_status no_comm(const md_device *dev)
 {

@@ -189,8 +189,11 @@ void md_dev_comm_abort(md_device *dev);
  * (synchronised batch norm over the ranks, --sync-bn): CPU, ref, CUDA. */
 int md_dev_batchnorm_sync(const md_device *dev);
 /* 1 when they take a fused residual summand (md_batchnorm_args.res): ref,
- * CUDA; elsewhere the model runs batch norm, the sum and the ReLU apart. */
+ * CPU, CUDA; elsewhere (Metal) the model runs batch norm, the sum and the
+ * ReLU apart. md_dev_set_batchnorm_residual(dev, 0) makes a device say 0
+ * (tests of that path; a model bound to it decides per call). */
 int md_dev_batchnorm_residual(const md_device *dev);
+void md_dev_set_batchnorm_residual(md_device *dev, int on);
 
 /* Which kernels are supported (non-NULL) and how often the fallback ran. */
 int md_dev_supports(const md_device *dev, int kernel_index);

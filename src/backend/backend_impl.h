@@ -114,6 +114,7 @@ struct md_device {
     long long fallback_calls[MD_KERNEL_COUNT];
     struct md_ptrmap blocks;  /* live allocations (md_dev_alloc) */
     struct md_alloc_fault fault;
+    int no_bn_residual;       /* md_dev_set_batchnorm_residual(dev, 0) */
 };
 
 /* Memory entries for backends whose device memory is host memory (cpu, ref,

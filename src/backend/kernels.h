@@ -84,7 +84,7 @@ struct md_conv2d_args {
  * act: fused activation after the affine (MD_ACT_NONE or MD_ACT_RELU); with
  *   RELU, backward needs y to mask dy.
  * res (optional; only on devices whose batchnorm_residual is set, backend.h
- *   md_dev_batchnorm_residual): a residual summand of y's shape, added after
+ *   md_dev_batchnorm_residual: ref, CPU, CUDA): a residual summand of y's shape, added after
  *   the affine and before the activation, y = act(bn(x) + res) (a ResNet
  *   block's "bn2 + shortcut, relu" in one pass). Backward then needs y (not
  *   res) and writes g = act'(y) * dy, the residual's gradient, to dres

@@ -68,6 +68,7 @@ static const struct md_backend_ops cpu_ops = {
     MD_HOST_MEMORY_OPS,
     .fma_peak_gflops = cpu_fma_peak,
     .batchnorm_sync = 1,
+    .batchnorm_residual = 1,
 };
 
 static struct md_backend_ops cpu_ops_with_kernels;

@@ -346,10 +346,113 @@ static void f32_nhwc_apply_range(void *vc, long long b, long long e)
     }
 }
 
+/* ---- a fused residual (kernels.h md_batchnorm_args.res) -----------------------------------------
+ * Forward: batch norm without its ReLU, then one pass y = act(y + res);
+ * backward: one pass g = act'(y) * dy into dres (and into a scratch when
+ * dres accumulates), then batch norm's backward of g without its ReLU. Two
+ * passes fewer than running batch norm, the sum and the ReLU apart, and the
+ * same roundings as those (the layer's unfused model gives the same bits). */
+
+#define RES_CHUNK 4096
+
+struct res_ctx {
+    const struct md_batchnorm_args *a;
+    size_t n;
+    const void *t;  /* fwd: batch norm's output (y itself, or a scratch when y accumulates) */
+    void *g;        /* bwd: where g goes (dres, or a scratch when dres accumulates) */
+};
+
+static void res_fwd_range(void *vc, long long b, long long e)
+{
+    const struct res_ctx *r = vc;
+    const struct md_batchnorm_args *a = r->a;
+    size_t i0 = (size_t)b * RES_CHUNK, i1 = (size_t)e * RES_CHUNK < r->n ? (size_t)e * RES_CHUNK : r->n;
+    int relu = a->act == MD_ACT_RELU;
+    md_dtype t = a->dtype;
+    if (t == MD_F32 && a->beta == 0.0f) {
+        const float *u = r->t, *s = a->res;
+        float *y = a->y;
+        for (size_t i = i0; i < i1; i++) {
+            float v = u[i] + s[i];
+            y[i] = relu && !(v > 0.0f) ? 0.0f : v;
+        }
+        return;
+    }
+    for (size_t i = i0; i < i1; i++) {
+        float v = ldf(r->t, t, i) + ldf(a->res, t, i);
+        if (relu && !(v > 0.0f)) v = 0.0f;
+        if (a->beta != 0.0f) v += a->beta * ldf(a->y, t, i);
+        md_store_f(a->y, t, i, v);
+    }
+}
+
+static void res_bwd_range(void *vc, long long b, long long e)
+{
+    const struct res_ctx *r = vc;
+    const struct md_batchnorm_args *a = r->a;
+    size_t i0 = (size_t)b * RES_CHUNK, i1 = (size_t)e * RES_CHUNK < r->n ? (size_t)e * RES_CHUNK : r->n;
+    int relu = a->act == MD_ACT_RELU;
+    md_dtype t = a->dtype;
+    if (t == MD_F32 && r->g == a->dres) {
+        const float *dy = a->dy, *y = a->y;
+        float *g = r->g;
+        for (size_t i = i0; i < i1; i++) g[i] = relu && !(y[i] > 0.0f) ? 0.0f : dy[i];
+        return;
+    }
+    for (size_t i = i0; i < i1; i++) {
+        float g = relu && !(ldf(a->y, t, i) > 0.0f) ? 0.0f : ldf(a->dy, t, i);
+        if (r->g != a->dres) {
+            md_store_f(r->g, t, i, g);
+            md_store_f(a->dres, t, i, g + a->beta_res * ldf(a->dres, t, i));
+        } else {
+            md_store_f(r->g, t, i, g);
+        }
+    }
+}
+
+static md_status res_fwd(md_device *dev, const struct md_batchnorm_args *a)
+{
+    size_t n = (size_t)a->n * a->c * a->hw;
+    void *tmp = NULL;
+    if (a->beta != 0.0f && !(tmp = md_malloc(n * md_dtype_size(a->dtype) + 1)))
+        return md_errf(MD_ERR_OOM, "cpu batchnorm_fwd: cannot allocate the residual's scratch");
+    struct md_batchnorm_args b = *a;
+    b.res = NULL;
+    b.act = MD_ACT_NONE;
+    b.beta = 0.0f;
+    if (tmp) b.y = tmp;
+    md_status st = md_cpu_batchnorm_fwd(dev, &b);
+    struct res_ctx r = {a, n, tmp ? tmp : a->y, NULL};
+    if (st == MD_OK) md_parallel_for((long long)((n + RES_CHUNK - 1) / RES_CHUNK), 1, res_fwd_range, &r);
+    md_free(tmp);
+    return st;
+}
+
+static md_status res_bwd(md_device *dev, const struct md_batchnorm_args *a)
+{
+    if (a->act == MD_ACT_RELU && !a->y)
+        return md_errf(MD_ERR_USAGE, "cpu batchnorm_bwd: a residual with a ReLU needs the forward's output");
+    size_t n = (size_t)a->n * a->c * a->hw;
+    void *tmp = NULL;
+    if (a->beta_res != 0.0f && !(tmp = md_malloc(n * md_dtype_size(a->dtype) + 1)))
+        return md_errf(MD_ERR_OOM, "cpu batchnorm_bwd: cannot allocate the residual's scratch");
+    struct res_ctx r = {a, n, NULL, tmp ? tmp : a->dres};
+    md_parallel_for((long long)((n + RES_CHUNK - 1) / RES_CHUNK), 1, res_bwd_range, &r);
+    struct md_batchnorm_args b = *a;
+    b.res = NULL;
+    b.dres = NULL;
+    b.act = MD_ACT_NONE;
+    b.dy = r.g;
+    md_status st = md_cpu_batchnorm_bwd(dev, &b);
+    md_free(tmp);
+    return st;
+}
+
 md_status md_cpu_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a)
 {
     (void)dev;
     MD_TRY(bn_check("batchnorm_fwd", a));
+    if (a->res) return res_fwd(dev, a);
     struct bn_ctx c = {.a = a};
     int sync = a->training && a->sync;
     if (a->layout == MD_NCHW && a->dtype == MD_F32) return f32_fwd(&c, 1);
@@ -844,6 +947,7 @@ md_status md_cpu_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
 {
     (void)dev;
     MD_TRY(bn_check("batchnorm_bwd", a));
+    if (a->dres) return res_bwd(dev, a);
     struct bn_ctx c = {.a = a};
     int sync = a->training && a->sync;
     if (sync && !(a->save_mean && a->save_invstd))

@@ -2,8 +2,8 @@
  * torch.nn.BatchNorm2d, with an optional ReLU on its output (written
  * "act": "relu", or fused from a following relu layer by compile) and, fused
  * by compile from a following two-operand add, a residual summand before the
- * ReLU: y = act(bn(x) + r), r the layer's second input (one pass where the
- * device has the kernel, else batch norm, sum and ReLU apart):
+ * ReLU: y = act(bn(x) + r), r the layer's second input (the device's kernel
+ * where it has one, else batch norm, sum and ReLU apart):
  *   {"type": "batchnorm", "eps": 1e-5, "momentum": 0.1, "act": "none",
  *    "zero_init": false}
  * weight (gamma) 1 (0 when zero_init and the model's zero_init_residual),
