@@ -362,11 +362,19 @@ struct res_ctx {
     void *g;        /* bwd: where g goes (dres, or a scratch when dres accumulates) */
 };
 
+/* chunks [b, e) as elements [*i0, *i1) */
+static void res_span(const struct res_ctx *r, long long b, long long e, size_t *i0, size_t *i1)
+{
+    *i0 = (size_t)b * RES_CHUNK;
+    *i1 = (size_t)e * RES_CHUNK < r->n ? (size_t)e * RES_CHUNK : r->n;
+}
+
 static void res_fwd_range(void *vc, long long b, long long e)
 {
     const struct res_ctx *r = vc;
     const struct md_batchnorm_args *a = r->a;
-    size_t i0 = (size_t)b * RES_CHUNK, i1 = (size_t)e * RES_CHUNK < r->n ? (size_t)e * RES_CHUNK : r->n;
+    size_t i0, i1;
+    res_span(r, b, e, &i0, &i1);
     int relu = a->act == MD_ACT_RELU;
     md_dtype t = a->dtype;
     if (t == MD_F32 && a->beta == 0.0f) {
@@ -390,7 +398,8 @@ static void res_bwd_range(void *vc, long long b, long long e)
 {
     const struct res_ctx *r = vc;
     const struct md_batchnorm_args *a = r->a;
-    size_t i0 = (size_t)b * RES_CHUNK, i1 = (size_t)e * RES_CHUNK < r->n ? (size_t)e * RES_CHUNK : r->n;
+    size_t i0, i1;
+    res_span(r, b, e, &i0, &i1);
     int relu = a->act == MD_ACT_RELU;
     md_dtype t = a->dtype;
     if (t == MD_F32 && r->g == a->dres) {
@@ -401,12 +410,8 @@ static void res_bwd_range(void *vc, long long b, long long e)
     }
     for (size_t i = i0; i < i1; i++) {
         float g = relu && !(ldf(a->y, t, i) > 0.0f) ? 0.0f : ldf(a->dy, t, i);
-        if (r->g != a->dres) {
-            md_store_f(r->g, t, i, g);
-            md_store_f(a->dres, t, i, g + a->beta_res * ldf(a->dres, t, i));
-        } else {
-            md_store_f(r->g, t, i, g);
-        }
+        if (r->g != a->dres) md_store_f(a->dres, t, i, g + a->beta_res * ldf(a->dres, t, i));
+        md_store_f(r->g, t, i, g);
     }
 }
 
