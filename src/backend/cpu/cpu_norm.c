@@ -358,23 +358,15 @@ static void f32_nhwc_apply_range(void *vc, long long b, long long e)
 struct res_ctx {
     const struct md_batchnorm_args *a;
     size_t n;
+    int bwd;
     const void *t;  /* fwd: batch norm's output (y itself, or a scratch when y accumulates) */
     void *g;        /* bwd: where g goes (dres, or a scratch when dres accumulates) */
 };
 
-/* chunks [b, e) as elements [*i0, *i1) */
-static void res_span(const struct res_ctx *r, long long b, long long e, size_t *i0, size_t *i1)
+/* fwd: y = act(t + res) (+ beta * y) */
+static void res_fwd_span(const struct res_ctx *r, size_t i0, size_t i1)
 {
-    *i0 = (size_t)b * RES_CHUNK;
-    *i1 = (size_t)e * RES_CHUNK < r->n ? (size_t)e * RES_CHUNK : r->n;
-}
-
-static void res_fwd_range(void *vc, long long b, long long e)
-{
-    const struct res_ctx *r = vc;
     const struct md_batchnorm_args *a = r->a;
-    size_t i0, i1;
-    res_span(r, b, e, &i0, &i1);
     int relu = a->act == MD_ACT_RELU;
     md_dtype t = a->dtype;
     if (t == MD_F32 && a->beta == 0.0f) {
@@ -394,12 +386,10 @@ static void res_fwd_range(void *vc, long long b, long long e)
     }
 }
 
-static void res_bwd_range(void *vc, long long b, long long e)
+/* bwd: g = act'(y) * dy into r->g, and dres = g + beta_res * dres when g is a scratch */
+static void res_bwd_span(const struct res_ctx *r, size_t i0, size_t i1)
 {
-    const struct res_ctx *r = vc;
     const struct md_batchnorm_args *a = r->a;
-    size_t i0, i1;
-    res_span(r, b, e, &i0, &i1);
     int relu = a->act == MD_ACT_RELU;
     md_dtype t = a->dtype;
     if (t == MD_F32 && r->g == a->dres) {
@@ -415,6 +405,20 @@ static void res_bwd_range(void *vc, long long b, long long e)
     }
 }
 
+/* chunks [b, e) of RES_CHUNK elements */
+static void res_range(void *vc, long long b, long long e)
+{
+    const struct res_ctx *r = vc;
+    size_t i0 = (size_t)b * RES_CHUNK, i1 = (size_t)e * RES_CHUNK < r->n ? (size_t)e * RES_CHUNK : r->n;
+    if (r->bwd) res_bwd_span(r, i0, i1);
+    else res_fwd_span(r, i0, i1);
+}
+
+static void res_pass(struct res_ctx *r)
+{
+    md_parallel_for((long long)((r->n + RES_CHUNK - 1) / RES_CHUNK), 1, res_range, r);
+}
+
 static md_status res_fwd(md_device *dev, const struct md_batchnorm_args *a)
 {
     size_t n = (size_t)a->n * a->c * a->hw;
@@ -427,8 +431,8 @@ static md_status res_fwd(md_device *dev, const struct md_batchnorm_args *a)
     b.beta = 0.0f;
     if (tmp) b.y = tmp;
     md_status st = md_cpu_batchnorm_fwd(dev, &b);
-    struct res_ctx r = {a, n, tmp ? tmp : a->y, NULL};
-    if (st == MD_OK) md_parallel_for((long long)((n + RES_CHUNK - 1) / RES_CHUNK), 1, res_fwd_range, &r);
+    struct res_ctx r = {a, n, 0, tmp ? tmp : a->y, NULL};
+    if (st == MD_OK) res_pass(&r);
     md_free(tmp);
     return st;
 }
@@ -441,8 +445,8 @@ static md_status res_bwd(md_device *dev, const struct md_batchnorm_args *a)
     void *tmp = NULL;
     if (a->beta_res != 0.0f && !(tmp = md_malloc(n * md_dtype_size(a->dtype) + 1)))
         return md_errf(MD_ERR_OOM, "cpu batchnorm_bwd: cannot allocate the residual's scratch");
-    struct res_ctx r = {a, n, NULL, tmp ? tmp : a->dres};
-    md_parallel_for((long long)((n + RES_CHUNK - 1) / RES_CHUNK), 1, res_bwd_range, &r);
+    struct res_ctx r = {a, n, 1, NULL, tmp ? tmp : a->dres};
+    res_pass(&r);
     struct md_batchnorm_args b = *a;
     b.res = NULL;
     b.dres = NULL;
