@@ -229,7 +229,8 @@ asan: deps
 clean:
 	rm -rf build
 
-# Training-step timer for scripts/bench/cpu_step_vs_torch.sh (not part of mpsdiag).
+# Benchmark timers (not part of mpsdiag). Training-step timer for
+# scripts/bench/cpu_step_vs_torch.sh and cpu_scaling.sh.
 $(BUILD)/obj/scripts/%.o: scripts/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(say) CC $<
@@ -238,6 +239,11 @@ $(BUILD)/obj/scripts/%.o: scripts/%.c $(FLAGS_STAMP)
 $(BUILD)/bench_step: $(BUILD)/obj/scripts/bench/bench_step.o $(LIB_OBJS)
 	$(say) LINK $@
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Conv-layer timer for scripts/bench/kernels_bench.sh and cpu_scaling.sh.
+$(BUILD)/kernels_bench: $(BUILD)/obj/scripts/bench/kernels_bench.o $(LIB_OBJS)
+	$(say) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 

@@ -92,12 +92,8 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
         make --no-print-directory NO_CUDA="${NO_CUDA:-1}" "$bindir/bench_step" >/dev/null || die "building $bindir/bench_step failed"
     fi
     if [ $want_kernels = 1 ]; then
-        make --no-print-directory NO_CUDA="${NO_CUDA:-1}" all >/dev/null || die "building the objects failed"
-        objs=$(find build/obj/src -name '*.o' ! -name main.o | sort)
-        # shellcheck disable=SC2086
-        cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -Isrc -pthread scripts/bench/kernels_bench.c $objs \
-            build/obj/metal/metal_stub.o $(pkg-config --libs openblas libcjson libturbojpeg zlib) -lm -ldl -rdynamic \
-            -o "$kernels_bench" || die "building $kernels_bench failed"
+        make --no-print-directory NO_CUDA="${NO_CUDA:-1}" "$bindir/kernels_bench" >/dev/null ||
+            die "building $bindir/kernels_bench failed"
     fi
 fi
 [ $want_direct = 0 ] || [ -x "$conv_direct" ] || die "$conv_direct is missing (build it, or set CONV_DIRECT / MPSDIAG_BIN)"
