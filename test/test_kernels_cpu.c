@@ -1,6 +1,8 @@
 /* test_kernels_cpu.c - what is specific to the CPU backend: the thread pool,
  * and results that do not depend on the thread count. */
+#include <cblas.h>
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +200,45 @@ Test(kernels_cpu, convolutions_identical_for_1_2_3_7_threads, .timeout = 60)
     md_threadpool_shutdown();
     md_threadpool_set_size(1);
     md_device_close(dev);
+}
+
+/* The CPU cuts a GEMM into strips or a grid of blocks run on the pool
+ * (cpu_gemm.c), fixed by the shape: bit-identical for 1 and 3 threads, and
+ * what one whole OpenBLAS call gives within rounding (its kernels for edge
+ * blocks may round differently): a linear layer's 128 x 128 output over a
+ * long k (a grid), tall and wide strips, every transpose, alpha and beta. */
+Test(kernels_cpu, tiled_gemm_matches_one_call_for_any_thread_count)
+{
+    static const int shapes[][3] = {{128, 128, 3136}, {1000, 64, 300}, {64, 2000, 100}, {300, 520, 90}, {7, 9, 5}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+        float *A = malloc((size_t)m * k * 4), *B = malloc((size_t)k * n * 4), *C0 = malloc((size_t)m * n * 4);
+        float *C[2] = {malloc((size_t)m * n * 4), malloc((size_t)m * n * 4)};
+        kc_fill(A, (size_t)m * k, 41 + si, -1, 1);
+        kc_fill(B, (size_t)k * n, 42 + si, -1, 1);
+        for (int tr = 0; tr < 4; tr++) {
+            int ta = tr & 1, tb = tr >> 1, lda = ta ? m : k, ldb = tb ? k : n;
+            kc_fill(C0, (size_t)m * n, 43, -1, 1);
+            memcpy(C[0], C0, (size_t)m * n * 4);
+            memcpy(C[1], C0, (size_t)m * n * 4);
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 0.5f,
+                        A, lda, B, ldb, 0.75f, C0, n);
+            for (int t = 0; t < 2; t++) {
+                md_device *dev = open_cpu(t ? 3 : 1);
+                struct md_gemm_args g = {.m = m, .n = n, .k = k, .alpha = 0.5f, .beta = 0.75f, .a = A, .lda = lda,
+                                         .b = B, .ldb = ldb, .c = C[t], .ldc = n, .batch = 1, .dtype = MD_F32,
+                                         .trans_a = ta, .trans_b = tb};
+                cr_assert_eq(md_k_gemm(dev, &g), MD_OK, "%s", md_errmsg());
+                md_device_close(dev);
+                for (size_t i = 0; i < (size_t)m * n; i++)
+                    cr_assert(fabsf(C[t][i] - C0[i]) <= 1e-5f * (float)k, "%dx%dx%d ta %d tb %d, %d threads: [%zu] %g vs %g",
+                              m, n, k, ta, tb, t ? 3 : 1, i, (double)C[t][i], (double)C0[i]);
+            }
+            cr_assert(memcmp(C[0], C[1], (size_t)m * n * 4) == 0, "%dx%dx%d ta %d tb %d: 1 and 3 threads differ", m, n,
+                      k, ta, tb);
+        }
+        free(A), free(B), free(C0), free(C[0]), free(C[1]);
+    }
 }
 
 /* fp16/bf16 arguments of a GEMM go through fp32 scratch: rows between ldc

@@ -7,15 +7,21 @@
 
 /* OpenBLAS runs single-threaded (cpu_open); its own threads would spin with
  * sched_yield against our pool on every switch between a GEMM and an
- * element-wise kernel. Instead a large GEMM is cut into column (or row) tiles
- * of C that the pool runs. Tile boundaries depend only on the shape, and a
- * tile's elements are computed exactly as in one whole call (the k order is
- * OpenBLAS's), so results do not depend on the thread count. */
+ * element-wise kernel. Instead a large GEMM is cut into tiles of C that the
+ * pool runs: strips of rows or columns along its longer side, or, where that
+ * side is too short for enough strips (a linear layer's 128 x 128 output over
+ * a long k), a grid of blocks. Tile boundaries depend only on the shape, so
+ * results do not depend on the thread count (they may differ from one whole
+ * call in the last bits: OpenBLAS's kernels for edge blocks round their own
+ * way). */
 #define GEMM_TILE_FLOPS (8.0 * 1024 * 1024) /* below this a tile is not worth a thread */
-#define GEMM_TILES 8                        /* at most; enough to balance 2-4 threads */
+#define GEMM_TILES 64                       /* at most */
+#define GEMM_STRIP 128                      /* strips: at least this many rows or columns */
+#define GEMM_BLOCK 32                       /* grid blocks: at least this many of both */
 
 struct sgemm_ctx {
-    int ta, tb, m, n, k, lda, ldb, ldc, by_rows, tile;
+    int ta, tb, m, n, k, lda, ldb, ldc;
+    int rtile, ctile, ncols; /* tile sides; tiles per row of the grid */
     float alpha, beta;
     const float *A, *B;
     float *C;
@@ -25,18 +31,22 @@ static void sgemm_tile_range(void *vc, long long b, long long e)
 {
     const struct sgemm_ctx *c = vc;
     for (long long t = b; t < e; t++) {
-        int lo = (int)t * c->tile, hi = lo + c->tile;
-        int len = (c->by_rows ? c->m : c->n) - lo;
-        if (hi - lo < len) len = hi - lo;
-        if (c->by_rows) /* rows lo.. of op(A) and C */
-            cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, len,
-                        c->n, c->k, c->alpha, c->A + (c->ta ? (size_t)lo : (size_t)lo * c->lda), c->lda, c->B, c->ldb,
-                        c->beta, c->C + (size_t)lo * c->ldc, c->ldc);
-        else /* columns lo.. of op(B) and C */
-            cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, c->m,
-                        len, c->k, c->alpha, c->A, c->lda, c->B + (c->tb ? (size_t)lo * c->ldb : (size_t)lo), c->ldb,
-                        c->beta, c->C + lo, c->ldc);
+        int r0 = (int)(t / c->ncols) * c->rtile, c0 = (int)(t % c->ncols) * c->ctile;
+        int rn = c->m - r0 < c->rtile ? c->m - r0 : c->rtile, cn = c->n - c0 < c->ctile ? c->n - c0 : c->ctile;
+        /* rows r0.. of op(A) and C, columns c0.. of op(B) and C */
+        const float *A = c->A + (c->ta ? (size_t)r0 : (size_t)r0 * c->lda);
+        const float *B = c->B + (c->tb ? (size_t)c0 * c->ldb : (size_t)c0);
+        cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, rn, cn, c->k,
+                    c->alpha, A, c->lda, B, c->ldb, c->beta, c->C + (size_t)r0 * c->ldc + c0, c->ldc);
     }
+}
+
+/* A side of `len` cut into at most `parts` pieces: the piece length, rounded
+ * up to 16. */
+static int piece(int len, int parts)
+{
+    int p = (len + parts - 1) / parts;
+    return (p + 15) / 16 * 16;
 }
 
 void md_cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
@@ -44,21 +54,33 @@ void md_cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float 
 {
     if (m <= 0 || n <= 0) return;
     double flops = 2.0 * m * n * (k > 0 ? k : 1);
-    int tiles = (int)(flops / GEMM_TILE_FLOPS);
-    if (tiles > GEMM_TILES) tiles = GEMM_TILES;
-    struct sgemm_ctx c = {ta, tb, m, n, k, lda, ldb, ldc, n < m, 0, alpha, beta, A, B, C};
-    /* tiles of at least 128 rows or columns: thinner ones run OpenBLAS's
-     * kernels at a fraction of their speed and repack the shared operand */
-    int dim = c.by_rows ? m : n, align = 16;
-    if (tiles > dim / 128) tiles = dim / 128;
-    if (tiles < 2 || k <= 0) {
+    double wantf = flops / GEMM_TILE_FLOPS;
+    int want = wantf > GEMM_TILES ? GEMM_TILES : (int)wantf;
+    struct sgemm_ctx c = {ta, tb, m, n, k, lda, ldb, ldc, m, n, 1, alpha, beta, A, B, C};
+    /* strips along the longer side, at least GEMM_STRIP wide: thinner ones
+     * run OpenBLAS's kernels at a fraction of their speed and repack the
+     * shared operand */
+    int by_rows = n < m, side = by_rows ? m : n;
+    int strips = want < side / GEMM_STRIP ? want : side / GEMM_STRIP;
+    int rows = m / GEMM_BLOCK < want ? m / GEMM_BLOCK : want, cols = n / GEMM_BLOCK < want ? n / GEMM_BLOCK : want;
+    while (rows * cols > want) { /* the grid: fewer pieces where they are thinner */
+        if (m / rows < n / cols) rows--;
+        else cols--;
+    }
+    if (k <= 0 || (strips < 2 && rows * cols < 2)) {
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A,
                     lda, B, ldb, beta, C, ldc);
         return;
     }
-    c.tile = (dim + tiles - 1) / tiles;
-    c.tile = (c.tile + align - 1) / align * align;
-    md_parallel_for((dim + c.tile - 1) / c.tile, 1, sgemm_tile_range, &c);
+    if (strips >= rows * cols) {
+        if (by_rows) c.rtile = piece(m, strips);
+        else c.ctile = piece(n, strips);
+    } else {
+        c.rtile = piece(m, rows);
+        c.ctile = piece(n, cols);
+    }
+    c.ncols = (n + c.ctile - 1) / c.ctile;
+    md_parallel_for((long long)((m + c.rtile - 1) / c.rtile) * c.ncols, 1, sgemm_tile_range, &c);
 }
 
 static size_t gemm_extent(int batch, long long stride, int rows, int ld, int cols)
