@@ -127,12 +127,8 @@ static const struct small_kernels k_avx2 = {8, "AVX2", fk_any_avx2, fp_any_avx2,
 static const struct small_kernels *kernels(void)
 {
 #if MD_SMALL_AVX2
-    static int avx2 = -1;
-    if (avx2 < 0) {
-        __builtin_cpu_init();
-        avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    if (avx2 && md_cpu_direct_enabled()) return &k_avx2;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && md_cpu_direct_enabled()) return &k_avx2;
 #endif
     return &k_gen;
 }
