@@ -241,6 +241,9 @@ static const struct conv_case conv_cases[] = {
     {3, 130, 6, 7, 70, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},
     {4, 20, 9, 11, 33, 3, 3, 2, 1, 2, 1, 2, 1, 1, 1},
     {9, 16, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0}, /* more images than filter slots; NHWC dy read in place */
+    /* the CPU's small-channel kernels (C*R*S < 16): a first layer with K past whole vectors, a 1x1 */
+    {3, 1, 12, 11, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 3, 9, 8, 33, 1, 1, 2, 2, 0, 0, 1, 1, 1, 1},
 };
 
 static void op_conv(struct harness *h, int op)

@@ -13,8 +13,10 @@
  *   data:   col = dy[rows, g*Kg:] @ W_g; dx += col2im(col)
  *   filter: dW_g += dy[rows, g*Kg:]^T @ col
  * A 1x1, stride-1, unpadded convolution skips im2col (x is its own col).
- * On CPUs with AVX-512, one-group convolutions go to the direct kernels of
- * cpu_conv_direct.c instead (run_f32 and data_via_fwd decide).
+ * On CPUs with AVX-512 or AVX2, one-group convolutions go to the direct
+ * kernels of cpu_conv_direct.c instead (run_f32 and data_via_fwd decide);
+ * forward and backward-filter with C*R*S < 16 (first layers) to those of
+ * cpu_conv_small.c on every CPU.
  * Chunks keep the col buffer under COL_BYTES (cache-resident), at least one
  * image or row per chunk.
  * fp16/bf16 are converted to fp32 scratch and back (storage types on the CPU).
@@ -25,6 +27,7 @@
 #include <cblas.h>
 
 #include "backend/cpu/cpu_conv_direct.h"
+#include "backend/cpu/cpu_conv_small.h"
 #include "backend/cpu/cpu_internal.h"
 #include "core/mem.h"
 
@@ -991,6 +994,8 @@ static md_status run_f32(int which, const struct geom *g, md_layout layout, cons
     int nhwc = layout == MD_NHWC;
     if (!nhwc && g->cg == 1 && g->g > 1) return depthwise_nchw(which, g, x, w, dy, out, beta);
     struct md_dconv d; /* the direct kernels first, where they apply (backward-data: data_via_fwd) */
+    if (which != CONV_DATA && direct_geom(g, &d) && md_cpu_small_ok(&d))
+        return which == CONV_FWD ? md_cpu_small_fwd(&d, nhwc, x, w, out, beta) : md_cpu_small_filter(&d, nhwc, x, dy, out, beta);
     if (which == CONV_FWD && direct_geom(g, &d) && md_cpu_direct_fwd_ok(&d))
         return md_cpu_direct_fwd(&d, nhwc, 0, x, w, out, beta);
     if (which == CONV_FILTER && direct_geom(g, &d) && md_cpu_direct_filter_ok(&d))
