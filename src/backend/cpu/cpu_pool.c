@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_vec.h"
 #include "backend/ref/ref_math.h"
 #include "core/mem.h"
 
@@ -115,54 +116,155 @@ static ALWAYS_INLINE void pool_bwd_pair(const struct md_pool2d_args *a, int ni, 
         }
 }
 
-/* ---- fp32 NHWC: one image per task, channels innermost (contiguous) ---- */
+/* ---- fp32 NHWC: one image per task, channels innermost (contiguous) ----
+ * Channels go in blocks of PU vectors (16 floats with SSE2 or NEON) held in
+ * registers across the window, then single vectors, then a scalar tail; each
+ * channel gets the same operations in the same order in all three. */
+
+enum { PU = 4 };
+
+/* Output position yo's channels [c, c + U * MD_VW): the window's maximum (a
+ * NaN never replaces: the first element's NaN stays, later ones are
+ * skipped) or its sum over the divisor, + beta y. An empty window gives 0. */
+static ALWAYS_INLINE void fwd_vecs(const struct md_pool2d_args *a, const float *xi, float *yo, struct win w, int c,
+                                   int U)
+{
+    int C = a->c, W = a->w;
+    md_vf acc[PU];
+    if (a->kind == MD_POOL_MAX) {
+        if (w.h0 >= w.h1 || w.w0 >= w.w1) {
+            for (int u = 0; u < U; u++) acc[u] = md_vsplat(0.0f);
+        } else {
+            const float *x0 = xi + ((size_t)w.h0 * W + w.w0) * C + c;
+            for (int u = 0; u < U; u++) acc[u] = md_vload(x0 + u * MD_VW);
+            for (int hi = w.h0; hi < w.h1; hi++)
+                for (int wi = hi == w.h0 ? w.w0 + 1 : w.w0; wi < w.w1; wi++) {
+                    const float *xr = xi + ((size_t)hi * W + wi) * C + c;
+                    for (int u = 0; u < U; u++) {
+                        md_vf v = md_vload(xr + u * MD_VW);
+                        acc[u] = md_vsel(v > acc[u], v, acc[u]);
+                    }
+                }
+        }
+    } else {
+        for (int u = 0; u < U; u++) acc[u] = md_vsplat(0.0f);
+        for (int hi = w.h0; hi < w.h1; hi++)
+            for (int wi = w.w0; wi < w.w1; wi++) {
+                const float *xr = xi + ((size_t)hi * W + wi) * C + c;
+                for (int u = 0; u < U; u++) acc[u] += md_vload(xr + u * MD_VW);
+            }
+        for (int u = 0; u < U; u++) acc[u] = w.div > 0.0f ? acc[u] / md_vsplat(w.div) : md_vsplat(0.0f);
+    }
+    float *o = yo + c;
+    for (int u = 0; u < U; u++) {
+        if (a->beta != 0.0f) acc[u] = acc[u] + a->beta * md_vload(o + u * MD_VW);
+        md_vstore(o + u * MD_VW, acc[u]);
+    }
+}
+
+/* fwd_vecs of one channel, in scalars */
+static void fwd_scalar(const struct md_pool2d_args *a, const float *xi, float *yo, struct win w, int c)
+{
+    int C = a->c, W = a->w;
+    float acc = 0.0f;
+    if (a->kind == MD_POOL_MAX) {
+        if (w.h0 < w.h1 && w.w0 < w.w1) {
+            acc = xi[((size_t)w.h0 * W + w.w0) * C + c];
+            for (int hi = w.h0; hi < w.h1; hi++)
+                for (int wi = hi == w.h0 ? w.w0 + 1 : w.w0; wi < w.w1; wi++) {
+                    float v = xi[((size_t)hi * W + wi) * C + c];
+                    acc = v > acc ? v : acc;
+                }
+        }
+    } else {
+        for (int hi = w.h0; hi < w.h1; hi++)
+            for (int wi = w.w0; wi < w.w1; wi++) acc += xi[((size_t)hi * W + wi) * C + c];
+        acc = w.div > 0.0f ? acc / w.div : 0.0f;
+    }
+    if (a->beta != 0.0f) acc = acc + a->beta * yo[c];
+    yo[c] = acc;
+}
 
 static void f32_nhwc_fwd_image(const struct md_pool2d_args *a, int ni)
 {
     int C = a->c;
     const float *xi = (const float *)a->x + (size_t)ni * a->h * a->w * C;
     float *yi = (float *)a->y_out + (size_t)ni * a->p * a->q * C;
-    float acc[64];
     for (int pi = 0; pi < a->p; pi++)
         for (int qi = 0; qi < a->q; qi++) {
             struct win w = window(a, pi, qi);
             float *yo = yi + ((size_t)pi * a->q + qi) * C;
-            for (int c0 = 0; c0 < C; c0 += 64) {
-                int cn = C - c0 < 64 ? C - c0 : 64;
-                int first = 1;
-                for (int c = 0; c < cn; c++) acc[c] = 0.0f;
-                for (int hi = w.h0; hi < w.h1; hi++)
-                    for (int wi = w.w0; wi < w.w1; wi++) {
-                        const float *xr = xi + ((size_t)hi * a->w + wi) * C + c0;
-                        if (a->kind == MD_POOL_MAX && first)
-                            for (int c = 0; c < cn; c++) acc[c] = xr[c];
-                        else if (a->kind == MD_POOL_MAX) /* as the reference: a NaN never replaces */
-                            for (int c = 0; c < cn; c++) acc[c] = xr[c] > acc[c] ? xr[c] : acc[c];
-                        else
-                            for (int c = 0; c < cn; c++) acc[c] += xr[c];
-                        first = 0;
-                    }
-                if (a->kind != MD_POOL_MAX)
-                    for (int c = 0; c < cn; c++) acc[c] = w.div > 0.0f ? acc[c] / w.div : 0.0f;
-                float *o = yo + c0;
-                if (a->beta != 0.0f)
-                    for (int c = 0; c < cn; c++) o[c] = acc[c] + a->beta * o[c];
-                else
-                    memcpy(o, acc, sizeof(float) * (size_t)cn);
-            }
+            int c = 0;
+            for (; c + PU * MD_VW <= C; c += PU * MD_VW) fwd_vecs(a, xi, yo, w, c, PU);
+            for (; c + MD_VW <= C; c += MD_VW) fwd_vecs(a, xi, yo, w, c, 1);
+            for (; c < C; c++) fwd_scalar(a, xi, yo, w, c);
         }
+}
+
+/* o[0, C) *= beta (0: zeros) */
+static void scale_row(float *o, int C, float beta)
+{
+    if (beta == 0.0f) {
+        memset(o, 0, sizeof(float) * (size_t)C);
+        return;
+    }
+    int c = 0;
+    for (; c + MD_VW <= C; c += MD_VW) md_vstore(o + c, md_vload(o + c) * beta);
+    for (; c < C; c++) o[c] *= beta;
+}
+
+/* One window's channels [c, c + U * MD_VW) of a disjoint max backward: the
+ * maximum over the K positions at offsets off[] (strictly greater replaces:
+ * a NaN never does), then dy to the first position holding it (to the
+ * first position when it is NaN), 0 to the others, + beta dx. */
+static ALWAYS_INLINE void disjoint_vecs(const float *xi, float *dxi, const float *d, const size_t *off, int K, int c,
+                                        int U, float beta)
+{
+    md_vf bv[PU], rem[PU];
+    md_vi nan[PU];
+    for (int u = 0; u < U; u++) bv[u] = md_vload(xi + off[0] + c + u * MD_VW);
+    for (int k = 1; k < K; k++)
+        for (int u = 0; u < U; u++) {
+            md_vf v = md_vload(xi + off[k] + c + u * MD_VW);
+            bv[u] = md_vsel(v > bv[u], v, bv[u]);
+        }
+    for (int u = 0; u < U; u++) rem[u] = md_vload(d + c + u * MD_VW), nan[u] = bv[u] != bv[u];
+    for (int k = 0; k < K; k++)
+        for (int u = 0; u < U; u++) {
+            md_vi hit = md_vload(xi + off[k] + c + u * MD_VW) == bv[u];
+            if (k == 0) hit = hit | nan[u];
+            md_vf g = md_vand(hit, rem[u]);
+            rem[u] = md_vandnot(hit, rem[u]);
+            float *o = dxi + off[k] + c + u * MD_VW;
+            md_vstore(o, beta == 0.0f ? g : beta * md_vload(o) + g);
+        }
+}
+
+/* disjoint_vecs of one channel, in scalars */
+static void disjoint_scalar(const float *xi, float *dxi, const float *d, const size_t *off, int K, int c, float beta)
+{
+    float bv = xi[off[0] + c], rem = d[c];
+    for (int k = 1; k < K; k++) {
+        float v = xi[off[k] + c];
+        bv = v > bv ? v : bv;
+    }
+    for (int k = 0; k < K; k++) {
+        int hit = xi[off[k] + c] == bv || (k == 0 && bv != bv);
+        float g = hit ? rem : 0.0f, *o = dxi + off[k] + c;
+        rem = hit ? 0.0f : rem;
+        *o = beta == 0.0f ? g : beta * *o + g;
+    }
 }
 
 /* Max pooling whose windows do not overlap (stride >= kernel, as 2x2/2):
  * each input lies in at most one window, so dx is written once, position by
  * position: the window's dy where its first maximum sits, 0 elsewhere (plus
- * beta dx) - no zeroing pass, no scatter, and the channel loops vectorise.
- * The inputs no window covers (rows or columns past the last window) get
- * beta dx. Same results as the general loop below. Returns 0 where it does
- * not apply (more than 4096 rows or columns). */
+ * beta dx) - no zeroing pass, no scatter. The inputs no window covers (rows
+ * or columns past the last window) get beta dx. Same results as the general
+ * loop below. Returns 0 where it does not apply (more than 4096 rows or
+ * columns, windows of more than 64 elements). */
 static int f32_nhwc_max_bwd_disjoint(const struct md_pool2d_args *a, int ni)
 {
-    enum { CH = 64 };
     if (a->h > 4096 || a->w > 4096 || a->kh * a->kw > 64) return 0; /* checked before any write */
     int C = a->c;
     size_t hwc = (size_t)a->h * a->w * C;
@@ -182,50 +284,66 @@ static int f32_nhwc_max_bwd_disjoint(const struct md_pool2d_args *a, int ni)
         for (int wi = w.w0; wi < w.w1; wi++) cols[wi] = 1;
     }
     for (int hi = 0; hi < a->h; hi++)
-        for (int wi = 0; wi < a->w; wi++) {
-            if (rows[hi] && cols[wi]) continue;
-            float *o = dxi + ((size_t)hi * a->w + wi) * C;
-            if (beta == 0.0f) memset(o, 0, sizeof(float) * (size_t)C);
-            else
-                for (int c = 0; c < C; c++) o[c] *= beta;
-        }
-    float bv[CH], rem[CH];
+        for (int wi = 0; wi < a->w; wi++)
+            if (!rows[hi] || !cols[wi]) scale_row(dxi + ((size_t)hi * a->w + wi) * C, C, beta);
     size_t off[64];
     for (int pi = 0; pi < a->p; pi++)
         for (int qi = 0; qi < a->q; qi++) {
             struct win w = window(a, pi, qi);
-            int kw = w.w1 - w.w0, K = (w.h1 - w.h0) * kw;
-            if (K <= 0) continue;
-            for (int hi = w.h0, k = 0; hi < w.h1; hi++)
-                for (int wi = w.w0; wi < w.w1; wi++) off[k++] = ((size_t)hi * a->w + wi) * C;
+            int K = 0;
+            for (int hi = w.h0; hi < w.h1; hi++)
+                for (int wi = w.w0; wi < w.w1; wi++) off[K++] = ((size_t)hi * a->w + wi) * C;
+            if (K == 0) continue;
             const float *d = dyi + ((size_t)pi * a->q + qi) * C;
-            for (int c0 = 0; c0 < C; c0 += CH) {
-                int cn = C - c0 < CH ? C - c0 : CH;
-                /* the maximum (strictly greater replaces: a NaN never does), then dy
-                 * to the first position holding it (to the first when it is NaN) */
-                const float *x0 = xi + off[0] + c0;
-                for (int c = 0; c < cn; c++) bv[c] = x0[c], rem[c] = d[c0 + c];
-                for (int k = 1; k < K; k++) {
-                    const float *xr = xi + off[k] + c0;
-                    for (int c = 0; c < cn; c++) bv[c] = xr[c] > bv[c] ? xr[c] : bv[c];
-                }
-                for (int k = 0; k < K; k++) {
-                    const float *xr = xi + off[k] + c0;
-                    float *o = dxi + off[k] + c0;
-                    float g[CH];
-                    for (int c = 0; c < cn; c++) {
-                        int hit = xr[c] == bv[c] || (k == 0 && bv[c] != bv[c]);
-                        g[c] = hit ? rem[c] : 0.0f;
-                        rem[c] = hit ? 0.0f : rem[c];
-                    }
-                    if (beta == 0.0f)
-                        for (int c = 0; c < cn; c++) o[c] = g[c];
-                    else
-                        for (int c = 0; c < cn; c++) o[c] = beta * o[c] + g[c];
-                }
-            }
+            int c = 0;
+            for (; c + PU * MD_VW <= C; c += PU * MD_VW) disjoint_vecs(xi, dxi, d, off, K, c, PU, beta);
+            for (; c + MD_VW <= C; c += MD_VW) disjoint_vecs(xi, dxi, d, off, K, c, 1, beta);
+            for (; c < C; c++) disjoint_scalar(xi, dxi, d, off, K, c, beta);
         }
     return 1;
+}
+
+/* Overlapping max windows: the first maximum's position of channels
+ * [c, c + U * MD_VW) (strictly greater replaces), then dy added there. */
+static ALWAYS_INLINE void argmax_vecs(const struct md_pool2d_args *a, const float *xi, float *dxi, const float *d,
+                                      struct win w, int c, int U)
+{
+    int C = a->c, W = a->w, p0 = w.h0 * W + w.w0;
+    md_vf bv[PU];
+    md_vi best[PU];
+    for (int u = 0; u < U; u++) bv[u] = md_vload(xi + (size_t)p0 * C + c + u * MD_VW), best[u] = md_vspliti(p0);
+    for (int hi = w.h0; hi < w.h1; hi++)
+        for (int wi = hi == w.h0 ? w.w0 + 1 : w.w0; wi < w.w1; wi++) {
+            int pos = hi * W + wi;
+            for (int u = 0; u < U; u++) {
+                md_vf v = md_vload(xi + (size_t)pos * C + c + u * MD_VW);
+                md_vi m = v > bv[u];
+                bv[u] = md_vsel(m, v, bv[u]);
+                best[u] = md_vseli(m, md_vspliti(pos), best[u]);
+            }
+        }
+    for (int u = 0; u < U; u++) {
+        int32_t b[MD_VW];
+        memcpy(b, &best[u], sizeof b);
+        for (int l = 0; l < MD_VW; l++) {
+            int cl = c + u * MD_VW + l;
+            dxi[(size_t)b[l] * C + cl] += d[cl];
+        }
+    }
+}
+
+static void argmax_scalar(const struct md_pool2d_args *a, const float *xi, float *dxi, const float *d, struct win w,
+                          int c)
+{
+    int C = a->c, W = a->w, best = w.h0 * W + w.w0;
+    float bv = xi[(size_t)best * C + c];
+    for (int hi = w.h0; hi < w.h1; hi++)
+        for (int wi = hi == w.h0 ? w.w0 + 1 : w.w0; wi < w.w1; wi++) {
+            int pos = hi * W + wi;
+            float v = xi[(size_t)pos * C + c];
+            if (v > bv) bv = v, best = pos;
+        }
+    dxi[(size_t)best * C + c] += d[c];
 }
 
 /* dx of one image: beta-scaled, then every output's share added in output
@@ -235,16 +353,12 @@ static void f32_nhwc_bwd_image(const struct md_pool2d_args *a, int ni)
     if (a->kind == MD_POOL_MAX && a->stride_h >= a->kh && a->stride_w >= a->kw && f32_nhwc_max_bwd_disjoint(a, ni))
         return;
     int C = a->c;
-    size_t hwc = (size_t)a->h * a->w * C;
-    const float *xi = (const float *)a->x + (size_t)ni * hwc;
+    size_t hw = (size_t)a->h * a->w;
+    const float *xi = (const float *)a->x + (size_t)ni * hw * C;
     const float *dyi = (const float *)a->dy + (size_t)ni * a->p * a->q * C;
-    float *dxi = (float *)a->dx + (size_t)ni * hwc;
-    if (a->beta == 0.0f)
-        memset(dxi, 0, sizeof(float) * hwc);
-    else if (a->beta != 1.0f)
-        for (size_t i = 0; i < hwc; i++) dxi[i] *= a->beta;
-    float bv[64];
-    int best[64];
+    float *dxi = (float *)a->dx + (size_t)ni * hw * C;
+    if (a->beta != 1.0f)
+        for (size_t i = 0; i < hw; i++) scale_row(dxi + i * C, C, a->beta);
     for (int pi = 0; pi < a->p; pi++)
         for (int qi = 0; qi < a->q; qi++) {
             struct win w = window(a, pi, qi);
@@ -254,27 +368,18 @@ static void f32_nhwc_bwd_image(const struct md_pool2d_args *a, int ni)
                 for (int hi = w.h0; hi < w.h1; hi++)
                     for (int wi = w.w0; wi < w.w1; wi++) {
                         float *o = dxi + ((size_t)hi * a->w + wi) * C;
-                        for (int c = 0; c < C; c++) o[c] += d[c] / w.div;
+                        int c = 0;
+                        for (; c + MD_VW <= C; c += MD_VW)
+                            md_vstore(o + c, md_vload(o + c) + md_vload(d + c) / md_vsplat(w.div));
+                        for (; c < C; c++) o[c] += d[c] / w.div;
                     }
                 continue;
             }
             if (w.h0 >= w.h1 || w.w0 >= w.w1) continue;
-            for (int c0 = 0; c0 < C; c0 += 64) {
-                int cn = C - c0 < 64 ? C - c0 : 64, first = 1;
-                for (int hi = w.h0; hi < w.h1; hi++)
-                    for (int wi = w.w0; wi < w.w1; wi++) {
-                        int pos = hi * a->w + wi;
-                        const float *xr = xi + (size_t)pos * C + c0;
-                        if (first) {
-                            for (int c = 0; c < cn; c++) bv[c] = xr[c], best[c] = pos;
-                            first = 0;
-                        } else {
-                            for (int c = 0; c < cn; c++)
-                                if (xr[c] > bv[c]) bv[c] = xr[c], best[c] = pos;
-                        }
-                    }
-                for (int c = 0; c < cn; c++) dxi[(size_t)best[c] * C + c0 + c] += d[c0 + c];
-            }
+            int c = 0;
+            for (; c + PU * MD_VW <= C; c += PU * MD_VW) argmax_vecs(a, xi, dxi, d, w, c, PU);
+            for (; c + MD_VW <= C; c += MD_VW) argmax_vecs(a, xi, dxi, d, w, c, 1);
+            for (; c < C; c++) argmax_scalar(a, xi, dxi, d, w, c);
         }
 }
 
