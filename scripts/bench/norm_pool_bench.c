@@ -4,7 +4,8 @@
  * Built as build/norm_pool_bench by `make build/norm_pool_bench`; not part
  * of mpsdiag.
  *
- *   norm_pool_bench time [THREADS [ITERS]]   ms per call, min and median
+ *   norm_pool_bench time [THREADS [ITERS [ONLY]]]   ms per call, min and median
+ *                                                  (ONLY: the cases whose name holds it)
  *   norm_pool_bench hash [THREADS]           one line per case: its outputs' hash
  *
  * `time` runs small_cnn's layers at batch 128 (pool 28x28x32 and 14x14x64,
@@ -161,6 +162,10 @@ static int cmp(const void *p, const void *q)
     return a < b ? -1 : a > b;
 }
 
+static const char *only; /* time: the cases whose name holds this, or all */
+
+static int skip(const char *name) { return only && !strstr(name, only); }
+
 static void report(const char *name, double *t, int iters)
 {
     qsort(t, (size_t)iters, sizeof *t, cmp);
@@ -182,12 +187,13 @@ static int do_time(int iters)
             a.x = x, a.y_out = y, a.dy = dy, a.dx = dx;
             char name[64];
             for (int dir = 0; dir < 2; dir++) {
+                snprintf(name, sizeof name, "pool%d %s %s", k + 1, ln, dir ? "bwd" : "fwd");
+                if (skip(name)) continue;
                 for (int i = -2; i < iters; i++) {
                     double t0 = md_now();
                     if (dir ? md_cpu_pool2d_bwd(NULL, &a) : md_cpu_pool2d_fwd(NULL, &a)) return 1;
                     if (i >= 0) t[i] = md_now() - t0;
                 }
-                snprintf(name, sizeof name, "pool%d %s %s", k + 1, ln, dir ? "bwd" : "fwd");
                 report(name, t, iters);
             }
             md_free(x), md_free(y), md_free(dy), md_free(dx);
@@ -199,12 +205,13 @@ static int do_time(int iters)
             bn_setup(&bns[k], &B, &a);
             char name[64];
             for (int dir = 0; dir < 2; dir++) {
+                snprintf(name, sizeof name, "bn%d %s %s", k + 1, ln, dir ? "bwd" : "fwd");
+                if (skip(name)) continue;
                 for (int i = -2; i < iters; i++) {
                     double t0 = md_now();
                     if (dir ? md_cpu_batchnorm_bwd(NULL, &a) : md_cpu_batchnorm_fwd(NULL, &a)) return 1;
                     if (i >= 0) t[i] = md_now() - t0;
                 }
-                snprintf(name, sizeof name, "bn%d %s %s", k + 1, ln, dir ? "bwd" : "fwd");
                 report(name, t, iters);
             }
             bn_free(&B);
@@ -223,6 +230,7 @@ int main(int argc, char **argv)
     }
     int threads = argc > 2 ? atoi(argv[2]) : 1, iters = argc > 3 ? atoi(argv[3]) : 20;
     if (threads < 1 || iters < 1) return 2;
+    only = argc > 4 ? argv[4] : NULL;
     md_threadpool_set_size(threads);
     int rc = strcmp(argv[1], "hash") ? do_time(iters) : do_hash();
     md_threadpool_shutdown();
