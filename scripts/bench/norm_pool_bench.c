@@ -129,17 +129,20 @@ static int do_hash(void)
     static const int chans[] = {1, 3, 4, 8, 17, 32, 33, 64, 70, 129};
     static const int win[][3] = {{2, 2, 0}, {3, 3, 0}, {3, 2, 1}, {2, 1, 0}, {3, 3, 1}, {1, 1, 0}};
     static const float betas[] = {0.0f, 1.0f, 0.5f};
+    static const int planes[][2] = {{9, 7}, {5, 21}, {4, 30}}; /* wide rows: NCHW's vectors of outputs */
     for (int li = 0; li < 2; li++)
         for (size_t ci = 0; ci < sizeof chans / sizeof *chans; ci++)
             for (size_t wi = 0; wi < sizeof win / sizeof *win; wi++)
                 for (size_t bi = 0; bi < 3; bi++)
-                    for (int lv = 0; lv < 2; lv++) {
-                        struct pool_case pc = {3, chans[ci], 9, 7, win[wi][0], win[wi][1], win[wi][2],
-                                               li ? MD_NHWC : MD_NCHW, betas[bi], lv ? 3 : 0, lv ? 0.05f : 0.0f};
-                        printf("pool %s c%d k%d s%d p%d b%.1f lv%d max %016llx avg %016llx\n",
-                               li ? "nhwc" : "nchw", pc.c, pc.k, pc.s, pc.pad, (double)pc.beta, lv,
-                               (unsigned long long)pool_hash(&pc, 0), (unsigned long long)pool_hash(&pc, 1));
-                    }
+                    for (int lv = 0; lv < 2; lv++)
+                        for (int pl = 0; pl < (li ? 1 : 3); pl++) {
+                            struct pool_case pc = {3, chans[ci], planes[pl][0], planes[pl][1], win[wi][0], win[wi][1],
+                                                   win[wi][2], li ? MD_NHWC : MD_NCHW, betas[bi], lv ? 3 : 0,
+                                                   lv ? 0.05f : 0.0f};
+                            printf("pool %s c%d %dx%d k%d s%d p%d b%.1f lv%d max %016llx avg %016llx\n",
+                                   li ? "nhwc" : "nchw", pc.c, pc.h, pc.w, pc.k, pc.s, pc.pad, (double)pc.beta, lv,
+                                   (unsigned long long)pool_hash(&pc, 0), (unsigned long long)pool_hash(&pc, 1));
+                        }
     static const int hws[] = {1, 5, 49, 100};
     for (int li = 0; li < 2; li++)
         for (size_t ci = 0; ci < sizeof chans / sizeof *chans; ci++)

@@ -1,7 +1,9 @@
 /* cpu_pool.c - max/average pooling and global average pooling on the CPU.
- * NCHW: one task per (image, channel) plane; fp32 NHWC: one task per image,
- * with the channel loop innermost (fp16/bf16 NHWC: per (image, channel)). Window clipping, first-maximum routing and
- * empty windows as the reference (ref_kernels.c). */
+ * fp32 NHWC: one task per image, channels innermost in vectors (cpu_vec.h);
+ * fp32 NCHW: one task per (image, channel) plane, a row's outputs in vectors
+ * where their windows fit; fp16/bf16: one task per (image, channel) pair.
+ * Window clipping, first-maximum routing, NaN (never replaces a maximum)
+ * and empty windows as the reference (ref_kernels.c). */
 #include <math.h>
 #include <string.h>
 
@@ -52,8 +54,6 @@ static ALWAYS_INLINE struct plane plane_of(const struct md_pool2d_args *a, md_la
     return (struct plane){((size_t)ni * a->c + ci) * h * w, (size_t)w, 1};
 }
 
-/* `t` and `layout` are the call's; the fp32 NCHW call passes them as constants
- * so that the plane's unit stride is known to the compiler. */
 static ALWAYS_INLINE void pool_fwd_pair(const struct md_pool2d_args *a, int ni, int ci, md_dtype t, md_layout layout)
 {
     struct plane X = plane_of(a, layout, ni, ci, a->h, a->w), Y = plane_of(a, layout, ni, ci, a->p, a->q);
@@ -383,51 +383,318 @@ static void f32_nhwc_bwd_image(const struct md_pool2d_args *a, int ni)
         }
 }
 
-/* The two task ranges of one direction (fwd, bwd): fp32 NHWC images, and
- * (image, channel) pairs in image-major order for the other cases (NHWC pairs
- * of one image touch interleaved but disjoint elements). The fp32 call of the
- * pair function is its own, so that it inlines with the type known. */
-#define POOL_RANGES(dir)                                                          \
-    static void nhwc_##dir##_range(void *vc, long long b, long long e)            \
-    {                                                                             \
-        for (long long n = b; n < e; n++) f32_nhwc_##dir##_image(vc, (int)n);     \
-    }                                                                             \
-    static void pool_##dir##_range(void *vc, long long b, long long e)            \
-    {                                                                             \
-        const struct md_pool2d_args *a = vc;                                      \
-        for (long long t = b; t < e; t++) {                                       \
-            int ni = (int)(t / a->c), ci = (int)(t % a->c);                       \
-            if (a->dtype == MD_F32 && a->layout == MD_NCHW)                       \
-                pool_##dir##_pair(a, ni, ci, MD_F32, MD_NCHW);                    \
-            else                                                                  \
-                pool_##dir##_pair(a, ni, ci, a->dtype, a->layout);                \
-        }                                                                         \
-    }
+/* ---- fp32 NCHW: one (image, channel) plane per task, without the pair
+ * functions' per-element type and layout switches and branches. Windows
+ * wholly inside a row go MD_VW outputs at a time (lane = output; forward:
+ * stride 1 or 2, backward: disjoint max windows 2 wide of stride 2, with
+ * deinterleaved loads), each lane scanning its window in the same row-major
+ * order as the scalar loop; the rest one by one. The
+ * maximum and its position are selects (the first maximum in row-major
+ * order, a NaN never replacing), and disjoint max windows' dx is written
+ * once. */
 
-POOL_RANGES(fwd)
-POOL_RANGES(bwd)
+/* The window's first maximum: its value and position (row-major), as the
+ * pair function's scan. The window is not empty. */
+static ALWAYS_INLINE float plane_argmax(const float *x, int W, struct win w, int *best)
+{
+    int b = w.h0 * W + w.w0;
+    float bv = x[b];
+    for (int hi = w.h0; hi < w.h1; hi++)
+        for (int wi = hi == w.h0 ? w.w0 + 1 : w.w0; wi < w.w1; wi++) {
+            int pos = hi * W + wi;
+            float v = x[pos];
+            b = v > bv ? pos : b;
+            bv = v > bv ? v : bv;
+        }
+    *best = b;
+    return bv;
+}
+
+/* output (pi, qi) of the plane */
+static ALWAYS_INLINE void plane_fwd_one(const struct md_pool2d_args *a, const float *x, float *y, int pi, int qi)
+{
+    struct win w = window(a, pi, qi);
+    int W = a->w;
+    float v = 0.0f;
+    if (a->kind == MD_POOL_MAX) {
+        int best;
+        if (w.h0 < w.h1 && w.w0 < w.w1) v = plane_argmax(x, W, w, &best);
+    } else {
+        for (int hi = w.h0; hi < w.h1; hi++)
+            for (int wi = w.w0; wi < w.w1; wi++) v += x[hi * W + wi];
+        v = w.div > 0.0f ? v / w.div : 0.0f;
+    }
+    float *o = y + (size_t)pi * a->q + qi;
+    if (a->beta != 0.0f) v += a->beta * *o;
+    *o = v;
+}
+
+#if MD_VW > 1
+/* Element kx of row xr's windows of outputs [q, q + MD_VW), the first
+ * starting at ws, stride s (1, 2); reads xr[ws + kx, ws + kx + MD_VW) (s 1)
+ * or xr[ws + kx - kx % 2, + 2 * MD_VW) (s 2). */
+static ALWAYS_INLINE md_vf window_lanes(const float *xr, int s, int ws, int kx)
+{
+    if (s == 1) return md_vload(xr + ws + kx);
+    return kx % 2 ? md_vload_odd(xr + ws + kx - 1) : md_vload_even(xr + ws + kx);
+}
+
+/* Outputs [qi, qi + MD_VW) of row pi, windows inside the row (stride s). */
+static ALWAYS_INLINE void plane_fwd_vec(const struct md_pool2d_args *a, const float *x, float *y, int pi, int qi, int s)
+{
+    struct win w = window(a, pi, qi);
+    int W = a->w, kw = a->kw, ws = w.w0;
+    md_vf acc;
+    if (a->kind == MD_POOL_MAX) {
+        acc = window_lanes(x + (size_t)w.h0 * W, s, ws, 0);
+        for (int hi = w.h0; hi < w.h1; hi++)
+            for (int kx = hi == w.h0 ? 1 : 0; kx < kw; kx++) {
+                md_vf v = window_lanes(x + (size_t)hi * W, s, ws, kx);
+                acc = md_vsel(v > acc, v, acc);
+            }
+    } else {
+        acc = md_vsplat(0.0f);
+        for (int hi = w.h0; hi < w.h1; hi++)
+            for (int kx = 0; kx < kw; kx++) acc += window_lanes(x + (size_t)hi * W, s, ws, kx);
+        acc = w.div > 0.0f ? acc / md_vsplat(w.div) : md_vsplat(0.0f);
+    }
+    float *o = y + (size_t)pi * a->q + qi;
+    if (a->beta != 0.0f) acc += a->beta * md_vload(o);
+    md_vstore(o, acc);
+}
+
+/* Whether outputs [qi, qi + MD_VW) go as vectors: their windows lie inside
+ * the row and window_lanes' loads stay in it (stride s). */
+static inline int lanes_fit(const struct md_pool2d_args *a, int qi, int s)
+{
+    int ws = qi * s - a->pad_w, kl = a->kw - 1;
+    return qi + MD_VW <= a->q && ws >= 0 && (s == 1 ? ws + kl + MD_VW : ws + kl - kl % 2 + 2 * MD_VW) <= a->w;
+}
+#endif
+
+static void f32_nchw_fwd_plane(const struct md_pool2d_args *a, const float *x, float *y)
+{
+    for (int pi = 0; pi < a->p; pi++) {
+        int qi = 0;
+#if MD_VW > 1
+        struct win w = window(a, pi, 0);
+        int s = a->stride_w;
+        if ((s == 1 || s == 2) && w.h0 < w.h1) {
+            for (; qi < a->q && qi * s < a->pad_w; qi++) plane_fwd_one(a, x, y, pi, qi);
+            if (s == 1)
+                for (; lanes_fit(a, qi, 1); qi += MD_VW) plane_fwd_vec(a, x, y, pi, qi, 1);
+            else
+                for (; lanes_fit(a, qi, 2); qi += MD_VW) plane_fwd_vec(a, x, y, pi, qi, 2);
+            /* the last outputs: a vector over some done already, where that writes the same again */
+            int ql = a->q - MD_VW;
+            if (qi < a->q && qi > 0 && a->beta == 0.0f && ql * s >= a->pad_w && lanes_fit(a, ql, s)) {
+                if (s == 1) plane_fwd_vec(a, x, y, pi, ql, 1);
+                else plane_fwd_vec(a, x, y, pi, ql, 2);
+                qi = a->q;
+            }
+        }
+#endif
+        for (; qi < a->q; qi++) plane_fwd_one(a, x, y, pi, qi);
+    }
+}
+
+/* dx of output (pi, qi)'s window: dy added at its first maximum (avg: its
+ * share everywhere); disjoint: every element written, beta dx + dy at the
+ * first maximum, beta dx elsewhere. */
+static ALWAYS_INLINE void plane_bwd_one(const struct md_pool2d_args *a, const float *x, const float *dy, float *dx,
+                                        int pi, int qi, int disjoint)
+{
+    struct win w = window(a, pi, qi);
+    int W = a->w;
+    float d = dy[(size_t)pi * a->q + qi], beta = a->beta;
+    if (a->kind != MD_POOL_MAX) {
+        if (w.div <= 0.0f) return;
+        float share = d / w.div;
+        for (int hi = w.h0; hi < w.h1; hi++)
+            for (int wi = w.w0; wi < w.w1; wi++) dx[hi * W + wi] += share;
+        return;
+    }
+    if (w.h0 >= w.h1 || w.w0 >= w.w1) return;
+    int best;
+    plane_argmax(x, W, w, &best);
+    if (!disjoint) {
+        dx[best] += d;
+        return;
+    }
+    for (int hi = w.h0; hi < w.h1; hi++)
+        for (int wi = w.w0; wi < w.w1; wi++) {
+            float *o = dx + hi * W + wi, v = beta == 1.0f ? *o : beta != 0.0f ? beta * *o : 0.0f;
+            *o = hi * W + wi == best ? v + d : v;
+        }
+}
+
+#if MD_VW > 1
+/* Disjoint 2-wide windows of stride 2, outputs [qi, qi + MD_VW) of row pi
+ * inside the row: the first maximum's place in each window (row-major),
+ * then the windows' rows written in memory order, two outputs' elements
+ * per vector. */
+static ALWAYS_INLINE void plane_bwd_vec2(const struct md_pool2d_args *a, const float *x, const float *dy, float *dx,
+                                         int pi, int qi)
+{
+    struct win w = window(a, pi, qi);
+    int W = a->w, ws = w.w0;
+    float beta = a->beta;
+    md_vf bv = md_vload_even(x + (size_t)w.h0 * W + ws);
+    md_vi best = md_vspliti(0); /* (hi - h0) * 2 + kx */
+    for (int hi = w.h0; hi < w.h1; hi++)
+        for (int kx = hi == w.h0 ? 1 : 0; kx < 2; kx++) {
+            md_vf v = md_vload_even(x + (size_t)hi * W + ws + kx);
+            md_vi m = v > bv;
+            bv = md_vsel(m, v, bv);
+            best = md_vseli(m, md_vspliti((hi - w.h0) * 2 + kx), best);
+        }
+    md_vf d = md_vload(dy + (size_t)pi * a->q + qi);
+    /* per element of the row's 2 * MD_VW: its output's dy and best, and its kx */
+    md_vf d0 = MD_VSHUF(d, d, 0, 0, 1, 1), d1 = MD_VSHUF(d, d, 2, 2, 3, 3);
+    md_vi b0 = MD_VSHUF(best, best, 0, 0, 1, 1), b1 = MD_VSHUF(best, best, 2, 2, 3, 3);
+    for (int hi = w.h0; hi < w.h1; hi++) {
+        md_vi k = md_vspliti((hi - w.h0) * 2) + (md_vi){0, 1, 0, 1};
+        float *o = dx + (size_t)hi * W + ws;
+        md_vf v0 = md_vload(o), v1 = md_vload(o + MD_VW);
+        if (beta != 1.0f) {
+            v0 = beta != 0.0f ? beta * v0 : md_vsplat(0.0f);
+            v1 = beta != 0.0f ? beta * v1 : md_vsplat(0.0f);
+        }
+        md_vstore(o, md_vsel(b0 == k, v0 + d0, v0));
+        md_vstore(o + MD_VW, md_vsel(b1 == k, v1 + d1, v1));
+    }
+}
+#endif
+
+/* Disjoint max windows (stride >= kernel) of planes of at most 4096 rows
+ * and columns: the rows some window covers, and the columns none covers. */
+struct cover {
+    int disjoint, nucols;
+    unsigned char rows[4096];
+    short ucols[4096];
+};
+
+static void cover_of(const struct md_pool2d_args *a, struct cover *cv)
+{
+    cv->disjoint = a->kind == MD_POOL_MAX && a->stride_h >= a->kh && a->stride_w >= a->kw && a->h <= 4096 &&
+                   a->w <= 4096;
+    cv->nucols = 0;
+    if (!cv->disjoint) return;
+    for (int hi = 0; hi < a->h; hi++) {
+        int ph = hi + a->pad_h;
+        cv->rows[hi] = ph % a->stride_h < a->kh && ph / a->stride_h < a->p;
+    }
+    for (int wi = 0; wi < a->w; wi++) {
+        int pw = wi + a->pad_w;
+        if (!(pw % a->stride_w < a->kw && pw / a->stride_w < a->q)) cv->ucols[cv->nucols++] = (short)wi;
+    }
+}
+
+/* dx of one plane: beta dx, then every output's share added (as the pair
+ * function); disjoint max windows write each element once instead: beta dx,
+ * plus dy where the window's first maximum sits (the elements no window
+ * covers: beta dx). */
+static void f32_nchw_bwd_plane(const struct md_pool2d_args *a, const struct cover *cv, const float *x,
+                               const float *dy, float *dx)
+{
+    int H = a->h, W = a->w;
+    float beta = a->beta;
+    if (cv->disjoint && beta != 1.0f) {
+        for (int hi = 0; hi < H; hi++) {
+            float *o = dx + hi * W;
+            if (!cv->rows[hi])
+                for (int wi = 0; wi < W; wi++) o[wi] = beta != 0.0f ? beta * o[wi] : 0.0f;
+            else
+                for (int k = 0; k < cv->nucols; k++) o[cv->ucols[k]] = beta != 0.0f ? beta * o[cv->ucols[k]] : 0.0f;
+        }
+    } else if (beta != 1.0f) {
+        for (int i = 0; i < H * W; i++) dx[i] = beta != 0.0f ? beta * dx[i] : 0.0f;
+    }
+    for (int pi = 0; pi < a->p; pi++) {
+        int qi = 0;
+#if MD_VW > 1
+        struct win w = window(a, pi, 0);
+        if (cv->disjoint && a->kw == 2 && a->stride_w == 2 && w.h0 < w.h1) {
+            for (; qi < a->q && qi * 2 < a->pad_w; qi++) plane_bwd_one(a, x, dy, dx, pi, qi, 1);
+            for (; qi + MD_VW <= a->q && qi * 2 - a->pad_w + 2 * MD_VW <= W; qi += MD_VW)
+                plane_bwd_vec2(a, x, dy, dx, pi, qi);
+            int ql = a->q - MD_VW; /* as the forward's last outputs */
+            if (qi < a->q && qi > 0 && beta == 0.0f && ql * 2 >= a->pad_w && ql * 2 - a->pad_w + 2 * MD_VW <= W) {
+                plane_bwd_vec2(a, x, dy, dx, pi, ql);
+                qi = a->q;
+            }
+        }
+#endif
+        for (; qi < a->q; qi++) plane_bwd_one(a, x, dy, dx, pi, qi, cv->disjoint);
+    }
+}
+
+/* The task ranges of one direction (fwd, bwd): fp32 NHWC images, fp32 NCHW
+ * planes, and (image, channel) pairs in image-major order for fp16/bf16
+ * (NHWC pairs of one image touch interleaved but disjoint elements). */
+static void nhwc_fwd_range(void *vc, long long b, long long e)
+{
+    for (long long n = b; n < e; n++) f32_nhwc_fwd_image(vc, (int)n);
+}
+
+static void nhwc_bwd_range(void *vc, long long b, long long e)
+{
+    for (long long n = b; n < e; n++) f32_nhwc_bwd_image(vc, (int)n);
+}
+
+static void nchw_fwd_range(void *vc, long long b, long long e)
+{
+    const struct md_pool2d_args *a = vc;
+    size_t hw = (size_t)a->h * a->w, pq = (size_t)a->p * a->q;
+    for (long long t = b; t < e; t++) f32_nchw_fwd_plane(a, (const float *)a->x + t * hw, (float *)a->y_out + t * pq);
+}
+
+static void nchw_bwd_range(void *vc, long long b, long long e)
+{
+    const struct md_pool2d_args *a = vc;
+    size_t hw = (size_t)a->h * a->w, pq = (size_t)a->p * a->q;
+    struct cover cv;
+    cover_of(a, &cv);
+    for (long long t = b; t < e; t++)
+        f32_nchw_bwd_plane(a, &cv, (const float *)a->x + t * hw, (const float *)a->dy + t * pq,
+                           (float *)a->dx + t * hw);
+}
+
+static void pool_fwd_range(void *vc, long long b, long long e)
+{
+    const struct md_pool2d_args *a = vc;
+    for (long long t = b; t < e; t++) pool_fwd_pair(a, (int)(t / a->c), (int)(t % a->c), a->dtype, a->layout);
+}
+
+static void pool_bwd_range(void *vc, long long b, long long e)
+{
+    const struct md_pool2d_args *a = vc;
+    for (long long t = b; t < e; t++) pool_bwd_pair(a, (int)(t / a->c), (int)(t % a->c), a->dtype, a->layout);
+}
 
 /* Both passes: one image per task for fp32 NHWC, else (image, channel) pairs. */
-static md_status pool_run(const char *op, const struct md_pool2d_args *a, md_range_fn nhwc, md_range_fn pairs)
+static md_status pool_run(const char *op, const struct md_pool2d_args *a, md_range_fn nhwc, md_range_fn nchw,
+                          md_range_fn pairs)
 {
     MD_TRY(pool_check(op, a));
     if (a->dtype == MD_F32 && a->layout == MD_NHWC)
         md_parallel_for(a->n, 1, nhwc, (void *)a);
     else
-        md_parallel_for((long long)a->n * a->c, md_cpu_tasks_per_chunk((long long)a->h * a->w, 4096), pairs, (void *)a);
+        md_parallel_for((long long)a->n * a->c, md_cpu_tasks_per_chunk((long long)a->h * a->w, 4096),
+                        a->dtype == MD_F32 ? nchw : pairs, (void *)a);
     return MD_OK;
 }
 
 md_status md_cpu_pool2d_fwd(md_device *dev, const struct md_pool2d_args *a)
 {
     (void)dev;
-    return pool_run("pool2d_fwd", a, nhwc_fwd_range, pool_fwd_range);
+    return pool_run("pool2d_fwd", a, nhwc_fwd_range, nchw_fwd_range, pool_fwd_range);
 }
 
 md_status md_cpu_pool2d_bwd(md_device *dev, const struct md_pool2d_args *a)
 {
     (void)dev;
-    return pool_run("pool2d_bwd", a, nhwc_bwd_range, pool_bwd_range);
+    return pool_run("pool2d_bwd", a, nhwc_bwd_range, nchw_bwd_range, pool_bwd_range);
 }
 
 /* ---- global average pooling: tasks are images ---------------------------------- */

@@ -44,6 +44,16 @@ static inline md_vf md_vandnot(md_vi m, md_vf a) { return (md_vf)(~m & (md_vi)a)
 /* a where m, else b */
 static inline md_vf md_vsel(md_vi m, md_vf a, md_vf b) { return (md_vf)((m & (md_vi)a) | (~m & (md_vi)b)); }
 static inline md_vi md_vseli(md_vi m, md_vi a, md_vi b) { return (m & a) | (~m & b); }
+
+/* Lanes of (a, b) by index, 0-3 from a, 4-7 from b (a and b vectors of one type). */
+#if defined(__clang__) || __GNUC__ >= 12
+#define MD_VSHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector(a, b, i0, i1, i2, i3)
+#else
+#define MD_VSHUF(a, b, i0, i1, i2, i3) __builtin_shuffle(a, b, (md_vi){i0, i1, i2, i3})
+#endif
+/* p[0], p[2], p[4], p[6] and p[1], p[3], p[5], p[7] (both read p[0, 8)) */
+static inline md_vf md_vload_even(const float *p) { return MD_VSHUF(md_vload(p), md_vload(p + 4), 0, 2, 4, 6); }
+static inline md_vf md_vload_odd(const float *p) { return MD_VSHUF(md_vload(p), md_vload(p + 4), 1, 3, 5, 7); }
 #else
 #define MD_VW 1
 typedef float md_vf;
