@@ -543,7 +543,7 @@ static ALWAYS_INLINE void plane_bwd_vec2(const struct md_pool2d_args *a, const f
     md_vi best = md_vspliti(0); /* (hi - h0) * 2 + kx */
     for (int hi = w.h0; hi < w.h1; hi++)
         for (int kx = hi == w.h0 ? 1 : 0; kx < 2; kx++) {
-            md_vf v = md_vload_even(x + (size_t)hi * W + ws + kx);
+            md_vf v = window_lanes(x + (size_t)hi * W, 2, ws, kx);
             md_vi m = v > bv;
             bv = md_vsel(m, v, bv);
             best = md_vseli(m, md_vspliti((hi - w.h0) * 2 + kx), best);
