@@ -26,7 +26,7 @@
 
 static float *fill(size_t n, uint64_t seed, int levels, float nan_every)
 {
-    float *p = md_malloc(n * sizeof *p + 4);
+    float *p = md_malloc(n * sizeof *p);
     md_rng r;
     md_rng_init(&r, seed);
     for (size_t i = 0; i < n; i++) {
