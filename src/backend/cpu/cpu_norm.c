@@ -317,46 +317,36 @@ static ALWAYS_INLINE float masked_one(int mode, const struct nhwc_io *p, size_t 
 static ALWAYS_INLINE void part_block(struct nhwc_io p, int mode, long long r0, long long r1, int j0, int len,
                                      double *p1, double *p2)
 {
-    enum { NV = CH_BLOCK / MD_VW };
-    md_vf a1[NV], a2[NV];
-    float t1[MD_VW], t2[MD_VW]; /* the tail of fewer than MD_VW channels */
-    int nv = len / MD_VW, jt = j0 + nv * MD_VW;
-    for (int v = 0; v < nv; v++) a1[v] = a2[v] = md_vsplat(0.0f);
-    for (int j = jt; j < j0 + len; j++) t1[j - jt] = t2[j - jt] = 0.0f;
+    float a1[CH_BLOCK], a2[CH_BLOCK]; /* in L1: too many for registers */
+    for (int j = 0; j < len; j++) a1[j] = a2[j] = 0.0f;
+    const float *k = p.k + j0;
     for (long long r = r0; r < r1; r++) {
-        size_t o = (size_t)r * p.C;
-        for (int v = 0; v < nv; v++) {
-            int j = j0 + v * MD_VW;
-            md_vf xv = md_vload(p.x + o + j), k = md_vload(p.k + j);
+        size_t o = (size_t)r * p.C + j0;
+        int j = 0;
+        for (; j + MD_VW <= len; j += MD_VW) {
+            md_vf xv = md_vload(p.x + o + j), d;
             if (mode == STATS) {
-                md_vf d = xv - k;
-                a1[v] += d;
-                a2[v] += d * d;
+                d = xv - md_vload(k + j);
+                md_vstore(a2 + j, md_vload(a2 + j) + d * d);
             } else {
-                md_vf d = masked_vec(mode, &p, o + j, j, xv);
-                a1[v] += d;
-                a2[v] += d * (xv - k);
+                d = masked_vec(mode, &p, o + j, j0 + j, xv);
+                md_vstore(a2 + j, md_vload(a2 + j) + d * (xv - md_vload(k + j)));
             }
+            md_vstore(a1 + j, md_vload(a1 + j) + d);
         }
-        for (int j = jt; j < j0 + len; j++) {
-            float xv = p.x[o + j];
+        for (; j < len; j++) {
+            float xv = p.x[o + j], d;
             if (mode == STATS) {
-                float d = xv - p.k[j];
-                t1[j - jt] += d;
-                t2[j - jt] += d * d;
+                d = xv - k[j];
+                a2[j] += d * d;
             } else {
-                float d = masked_one(mode, &p, o + j, j, xv);
-                t1[j - jt] += d;
-                t2[j - jt] += d * (xv - p.k[j]);
+                d = masked_one(mode, &p, o + j, j0 + j, xv);
+                a2[j] += d * (xv - k[j]);
             }
+            a1[j] += d;
         }
     }
-    for (int v = 0; v < nv; v++)
-        for (int l = 0; l < MD_VW; l++) {
-            p1[j0 + v * MD_VW + l] = (double)md_vlane(a1[v], l);
-            p2[j0 + v * MD_VW + l] = (double)md_vlane(a2[v], l);
-        }
-    for (int j = jt; j < j0 + len; j++) p1[j] = (double)t1[j - jt], p2[j] = (double)t2[j - jt];
+    for (int j = 0; j < len; j++) p1[j0 + j] = (double)a1[j], p2[j0 + j] = (double)a2[j];
 }
 
 static ALWAYS_INLINE void part_mode(const struct bn_ctx *c, int mode, long long b, long long e)
