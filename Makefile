@@ -240,6 +240,11 @@ $(BUILD)/bench_step: $(BUILD)/obj/scripts/bench/bench_step.o $(LIB_OBJS)
 	$(say) LINK $@
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# Max pooling and batch norm timer, and a hash of their outputs to compare builds bit for bit.
+$(BUILD)/norm_pool_bench: $(BUILD)/obj/scripts/bench/norm_pool_bench.o $(LIB_OBJS)
+	$(say) LINK $@
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # Conv-layer timer for scripts/bench/kernels_bench.sh and cpu_scaling.sh.
 $(BUILD)/kernels_bench: $(BUILD)/obj/scripts/bench/kernels_bench.o $(LIB_OBJS)
 	$(say) LINK $@

@@ -303,3 +303,130 @@ Test(kernels_cpu, batchnorm_relu_mask_without_y_matches_ref)
     md_device_close(devs[0]);
     md_device_close(devs[1]);
 }
+
+/* The same bits (the sign of a zero, a NaN); reports the first difference. */
+static int same_bits(const char *what, const float *got, const float *ref, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &ref[i], 4) != 0) {
+            cr_log_error("%s: element %zu: cpu %.9g, ref %.9g", what, i, (double)got[i], (double)ref[i]);
+            return 0;
+        }
+    return 1;
+}
+
+/* Max pooling, fp32, both layouts, against the reference exactly: inputs of
+ * quarter steps with ties, -0 beside +0 and NaN (a NaN never replaces a
+ * maximum; a window whose first element is NaN gives NaN and routes dy
+ * there), dy and dx in eighths so that every sum is exact. Channel counts
+ * around the CPU's vectors of 4 and blocks of 16 (3, 17, 33, 70); rows wide
+ * enough for NCHW's vectors of outputs and their tails; disjoint windows
+ * (dx written once; with padding; with gaps that no window covers),
+ * overlapping ones and stride 1; beta 0, 1 and 0.5. */
+Test(kernels_cpu, max_pool_ties_nan_odd_channels_match_ref)
+{
+    static const int shapes[][5] = {/* h w k stride pad */
+                                    {6, 22, 2, 2, 0}, {5, 23, 2, 2, 1}, {7, 21, 3, 2, 1}, {6, 25, 2, 3, 0},
+                                    {4, 20, 3, 1, 1}};
+    static const int chans[] = {3, 17, 33, 70};
+    static const float betas[] = {0.0f, 1.0f, 0.5f};
+    md_device *devs[2] = {open_cpu(2), kc_open_ref()};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t ci = 0; ci < sizeof chans / sizeof chans[0]; ci++) {
+            const int *k = shapes[si];
+            struct md_pool2d_args a = {.kind = MD_POOL_MAX, .n = 2, .c = chans[ci], .h = k[0], .w = k[1], .kh = k[2],
+                                       .kw = k[2], .stride_h = k[3], .stride_w = k[3], .pad_h = k[4], .pad_w = k[4],
+                                       .dtype = MD_F32};
+            a.p = md_conv_out(a.h, a.kh, a.stride_h, a.pad_h, 1);
+            a.q = md_conv_out(a.w, a.kw, a.stride_w, a.pad_w, 1);
+            size_t nx = (size_t)a.n * a.c * a.h * a.w, ny = (size_t)a.n * a.c * a.p * a.q;
+            float *x = malloc(nx * 4), *dy = malloc(ny * 4), *y0 = malloc(ny * 4), *dx0 = malloc(nx * 4);
+            float *u = malloc(nx * 4), *out[2][2] = {{malloc(ny * 4), malloc(nx * 4)}, {malloc(ny * 4), malloc(nx * 4)}};
+            kc_fill(u, nx, 61 + si, 0, 1);
+            kc_fill(x, nx, 62 + si, -1, 1);
+            for (size_t i = 0; i < nx; i++) {
+                x[i] = floorf(x[i] * 4.0f) / 4.0f;
+                if (x[i] == 0.0f && u[i] < 0.5f) x[i] = -0.0f;
+                if (u[i] > 0.96f) x[i] = NAN;
+            }
+            kc_fill(dy, ny, 63 + si, -2, 2);
+            kc_fill(y0, ny, 64 + si, -2, 2);
+            kc_fill(dx0, nx, 65 + si, -2, 2);
+            for (size_t i = 0; i < ny; i++) dy[i] = floorf(dy[i] * 8.0f) / 8.0f, y0[i] = floorf(y0[i] * 8.0f) / 8.0f;
+            for (size_t i = 0; i < nx; i++) dx0[i] = floorf(dx0[i] * 8.0f) / 8.0f;
+            for (int lay = 0; lay < 2; lay++)
+                for (int bi = 0; bi < 3; bi++) {
+                    a.layout = lay ? MD_NHWC : MD_NCHW;
+                    a.beta = betas[bi];
+                    for (int d = 0; d < 2; d++) {
+                        memcpy(out[d][0], y0, ny * 4);
+                        memcpy(out[d][1], dx0, nx * 4);
+                        struct md_pool2d_args b = a;
+                        b.x = x, b.y_out = out[d][0], b.dy = dy, b.dx = out[d][1];
+                        cr_assert_eq(md_k_pool2d_fwd(devs[d], &b), MD_OK, "%s", md_errmsg());
+                        cr_assert_eq(md_k_pool2d_bwd(devs[d], &b), MD_OK, "%s", md_errmsg());
+                    }
+                    char what[128];
+                    snprintf(what, sizeof what, "%dx%d k%d s%d p%d c%d %s beta %g", a.h, a.w, a.kh, a.stride_h,
+                             a.pad_h, a.c, lay ? "NHWC" : "NCHW", (double)a.beta);
+                    cr_assert(same_bits(what, out[0][0], out[1][0], ny), "max pool forward: %s", what);
+                    cr_assert(same_bits(what, out[0][1], out[1][1], nx), "max pool backward: %s", what);
+                }
+            free(x), free(dy), free(y0), free(dx0), free(u);
+            for (int d = 0; d < 2; d++) free(out[d][0]), free(out[d][1]);
+        }
+    md_device_close(devs[0]);
+    md_device_close(devs[1]);
+}
+
+/* Batch norm, fp32 NHWC, against the reference: channel counts that leave
+ * tails after the CPU's vectors and 64-channel blocks, rows over several
+ * 64-row chunks, training and inference, the ReLU mask from y and from x,
+ * beta 0 and 0.5 (the backward's dx, dgamma, dbeta accumulate). */
+Test(kernels_cpu, batchnorm_nhwc_odd_channels_match_ref)
+{
+    static const int chans[] = {3, 17, 33, 70};
+    enum { N = 3, HW = 47 };
+    for (size_t ci = 0; ci < sizeof chans / sizeof chans[0]; ci++)
+        for (int mode = 0; mode < 12; mode++) {
+            /* bit 0: training; (mode >> 1) % 3: no ReLU, ReLU masked by y, ReLU masked by x; beta 0.5 from 6 */
+            int C = chans[ci], training = mode & 1, relu = (mode >> 1) % 3;
+            float beta = mode >= 6 ? 0.5f : 0.0f;
+            size_t nx = (size_t)N * C * HW;
+            float *x = malloc(nx * 4), *dy = malloc(nx * 4), *y[2] = {malloc(nx * 4), malloc(nx * 4)};
+            float *dx[2] = {malloc(nx * 4), malloc(nx * 4)};
+            float gamma[70], betap[70], rm[2][70], rv[2][70], sm[2][70], si[2][70], dg[2][70], db[2][70];
+            kc_fill(x, nx, 71 + ci, -2, 3);
+            kc_fill(dy, nx, 72 + ci, -1, 1);
+            kc_fill(gamma, (size_t)C, 73, 0.5f, 1.5f);
+            kc_fill(betap, (size_t)C, 74, -0.5f, 0.5f);
+            md_device *devs[2] = {open_cpu(2), kc_open_ref()};
+            for (int d = 0; d < 2; d++) {
+                kc_fill(rm[d], (size_t)C, 75, -0.5f, 0.5f);
+                kc_fill(rv[d], (size_t)C, 76, 0.5f, 2.0f);
+                kc_fill(y[d], nx, 77, -1, 1);
+                kc_fill(dx[d], nx, 78, -1, 1);
+                kc_fill(dg[d], (size_t)C, 79, -1, 1);
+                kc_fill(db[d], (size_t)C, 80, -1, 1);
+                struct md_batchnorm_args b = {.n = N, .c = C, .hw = HW, .layout = MD_NHWC, .dtype = MD_F32,
+                                              .training = training, .eps = 1e-5f, .momentum = 0.1f,
+                                              .act = relu ? MD_ACT_RELU : MD_ACT_NONE, .x = x,
+                                              .y = y[d], .gamma = gamma, .beta_p = betap, .running_mean = rm[d],
+                                              .running_var = rv[d], .save_mean = sm[d], .save_invstd = si[d],
+                                              .dy = dy, .dx = dx[d], .dgamma = dg[d], .dbeta = db[d], .beta = beta};
+                cr_assert_eq(md_k_batchnorm_fwd(devs[d], &b), MD_OK, "%s", md_errmsg());
+                if (relu == 2) b.y = NULL; /* the mask recomputed from x */
+                cr_assert_eq(md_k_batchnorm_bwd(devs[d], &b), MD_OK, "%s", md_errmsg());
+                md_device_close(devs[d]);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "bn NHWC c%d training %d relu %d beta %g", C, training, relu, (double)beta);
+            cr_assert(th_allclose(what, y[0], y[1], nx, 2e-5, 1e-4), "y: %s", what);
+            cr_assert(th_allclose(what, dx[0], dx[1], nx, 2e-5, 1e-4), "dx: %s", what);
+            cr_assert(th_allclose(what, dg[0], dg[1], (size_t)C, 2e-5, 1e-4), "dgamma: %s", what);
+            cr_assert(th_allclose(what, db[0], db[1], (size_t)C, 2e-5, 1e-4), "dbeta: %s", what);
+            cr_assert(th_allclose(what, rm[0], rm[1], (size_t)C, 2e-5, 1e-4), "running mean: %s", what);
+            cr_assert(th_allclose(what, rv[0], rv[1], (size_t)C, 2e-5, 1e-4), "running var: %s", what);
+            free(x), free(dy), free(y[0]), free(y[1]), free(dx[0]), free(dx[1]);
+        }
+}

@@ -16,6 +16,7 @@
 
 #include "backend/bn_sync.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_vec.h"
 #include "backend/ref/ref_math.h"
 #include "core/mem.h"
 
@@ -258,91 +259,171 @@ static md_status bn_check(const char *op, const struct md_batchnorm_args *a)
     return MD_OK;
 }
 
-/* ---- fp32 NHWC fast path: channels are the contiguous inner loop (vectorised);
- * per chunk of ROW_CHUNK rows float accumulators, double across chunks.
+/* ---- fp32 NHWC fast path: channels are the contiguous inner loop, in
+ * vectors (cpu_vec.h), then a scalar tail, each channel with the same
+ * operations in the same order; per chunk of ROW_CHUNK rows float
+ * accumulators, double across chunks. Rows stream in memory order (a
+ * channel block's rows apart would stride through memory).
  * Forward statistics in one pass, shifted by a sample of each channel (its
  * value in row 0) so that sum (x-k)^2 - (sum (x-k))^2/m does not cancel. */
 
 #define CH_BLOCK 64
 
+/* How backward masks dy by the fused ReLU: not at all, by y > 0, or by the
+ * pre-activation x*scale + shift > 0 recomputed as the forward did (no y
+ * given). STATS: the forward's sums, no dy. */
+enum { MASK_NONE, MASK_Y, MASK_X, STATS };
+
+static int mask_mode(const struct md_batchnorm_args *a)
+{
+    return a->act != MD_ACT_RELU ? MASK_NONE : a->y ? MASK_Y : MASK_X;
+}
+
+/* The pass's arrays, copied out of the context so that the compiler keeps
+ * them in registers (it cannot tell the vector stores from the context). */
+struct nhwc_io {
+    const float *x, *dy, *y;         /* rows of C */
+    float *out;                      /* y (forward) or dx (backward) */
+    const float *sc, *sh, *k;        /* (C) scale, shift, the sums' shift */
+    const float *k1, *k2, *k3;       /* (C) dx coefficients */
+    float beta;
+    int C;
+};
+
+static struct nhwc_io io_of(const struct bn_ctx *c)
+{
+    const struct md_batchnorm_args *a = c->a;
+    return (struct nhwc_io){a->x, a->dy, a->y, c->pass == 0 ? a->y : a->dx, c->scale, c->shift, c->fk,
+                            c->k1, c->k2, c->k3, a->beta, a->c};
+}
+
+/* dy' at o (MD_VW elements): dy where z > 0, +0 elsewhere */
+static ALWAYS_INLINE md_vf masked_vec(int mode, const struct nhwc_io *p, size_t o, int j, md_vf xv)
+{
+    md_vf d = md_vload(p->dy + o);
+    if (mode == MASK_Y) return md_vand(md_vload(p->y + o) > md_vsplat(0.0f), d);
+    if (mode == MASK_X) return md_vand(xv * md_vload(p->sc + j) + md_vload(p->sh + j) > md_vsplat(0.0f), d);
+    return d;
+}
+
+static ALWAYS_INLINE float masked_one(int mode, const struct nhwc_io *p, size_t o, int j, float xv)
+{
+    float d = p->dy[o], z = mode == MASK_Y ? p->y[o] : mode == MASK_X ? xv * p->sc[j] + p->sh[j] : 1.0f;
+    return z > 0.0f ? d : 0.0f;
+}
+
+/* One chunk's rows [r0, r1), channels [j0, j0 + len): forward (STATS)
+ * sum (x-k), sum (x-k)^2; backward sum dy', sum dy'*(x-k); into p1, p2. */
+static ALWAYS_INLINE void part_block(struct nhwc_io p, int mode, long long r0, long long r1, int j0, int len,
+                                     double *p1, double *p2)
+{
+    float a1[CH_BLOCK], a2[CH_BLOCK]; /* in L1: too many for registers */
+    for (int j = 0; j < len; j++) a1[j] = a2[j] = 0.0f;
+    const float *k = p.k + j0;
+    for (long long r = r0; r < r1; r++) {
+        size_t o = (size_t)r * p.C + j0;
+        int j = 0;
+        for (; j + MD_VW <= len; j += MD_VW) {
+            md_vf xv = md_vload(p.x + o + j), d;
+            if (mode == STATS) {
+                d = xv - md_vload(k + j);
+                md_vstore(a2 + j, md_vload(a2 + j) + d * d);
+            } else {
+                d = masked_vec(mode, &p, o + j, j0 + j, xv);
+                md_vstore(a2 + j, md_vload(a2 + j) + d * (xv - md_vload(k + j)));
+            }
+            md_vstore(a1 + j, md_vload(a1 + j) + d);
+        }
+        for (; j < len; j++) {
+            float xv = p.x[o + j], d;
+            if (mode == STATS) {
+                d = xv - k[j];
+                a2[j] += d * d;
+            } else {
+                d = masked_one(mode, &p, o + j, j0 + j, xv);
+                a2[j] += d * (xv - k[j]);
+            }
+            a1[j] += d;
+        }
+    }
+    for (int j = 0; j < len; j++) p1[j0 + j] = (double)a1[j], p2[j0 + j] = (double)a2[j];
+}
+
+static ALWAYS_INLINE void part_mode(const struct bn_ctx *c, int mode, long long b, long long e)
+{
+    struct nhwc_io p = io_of(c);
+    long long rows = (long long)c->a->n * c->a->hw;
+    for (long long chunk = b; chunk < e; chunk++) {
+        long long r0 = chunk * ROW_CHUNK, r1 = r0 + ROW_CHUNK < rows ? r0 + ROW_CHUNK : rows;
+        double *p1 = c->part + (size_t)chunk * 2 * p.C, *p2 = p1 + p.C;
+        for (int j0 = 0; j0 < p.C; j0 += CH_BLOCK)
+            part_block(p, mode, r0, r1, j0, p.C - j0 < CH_BLOCK ? p.C - j0 : CH_BLOCK, p1, p2);
+    }
+}
+
 static void f32_nhwc_part_range(void *vc, long long b, long long e)
 {
     const struct bn_ctx *c = vc;
-    const struct md_batchnorm_args *a = c->a;
-    const float *x = a->x, *dy = a->dy, *y = a->y;
-    long long rows = (long long)a->n * a->hw;
-    int C = a->c, relu = a->act == MD_ACT_RELU;
-    for (long long chunk = b; chunk < e; chunk++) {
-        long long r0 = chunk * ROW_CHUNK, r1 = r0 + ROW_CHUNK < rows ? r0 + ROW_CHUNK : rows;
-        double *p1 = c->part + (size_t)chunk * 2 * C, *p2 = p1 + C;
-        for (int c0 = 0; c0 < C; c0 += CH_BLOCK) {
-            int len = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
-            float a1[CH_BLOCK] = {0}, a2[CH_BLOCK] = {0};
-            const float *k = c->fk + c0, *sc = c->scale + c0, *sh = c->shift + c0;
-            for (long long r = r0; r < r1; r++) {
-                size_t o = (size_t)r * C + c0;
-                const float *xr = x + o;
-                if (c->pass == 0) {
-                    for (int j = 0; j < len; j++) {
-                        float d = xr[j] - k[j];
-                        a1[j] += d;
-                        a2[j] += d * d;
-                    }
-                } else {
-                    const float *dr = dy + o, *yr = y ? y + o : NULL;
-                    for (int j = 0; j < len; j++) {
-                        float z = yr ? yr[j] : xr[j] * sc[j] + sh[j], d = dr[j];
-                        d = !relu || z > 0.0f ? d : 0.0f;
-                        a1[j] += d;
-                        a2[j] += d * (xr[j] - k[j]);
-                    }
-                }
+    switch (c->pass == 0 ? STATS : mask_mode(c->a)) {
+    case STATS: part_mode(c, STATS, b, e); break;
+    case MASK_NONE: part_mode(c, MASK_NONE, b, e); break;
+    case MASK_Y: part_mode(c, MASK_Y, b, e); break;
+    default: part_mode(c, MASK_X, b, e); break;
+    }
+}
+
+/* Rows [b, e): the forward y = x*scale + shift (ReLU) (+ beta*y) (STATS),
+ * or dx = k1*(dy' - k2 - (x - k)*k3) (+ beta*dx); acc: beta != 0. */
+static ALWAYS_INLINE void apply_mode(struct nhwc_io p, int mode, int relu, int acc, long long b, long long e)
+{
+    for (long long r = b; r < e; r++) {
+        size_t o = (size_t)r * p.C;
+        int j = 0;
+        for (; j + MD_VW <= p.C; j += MD_VW) {
+            md_vf xv = md_vload(p.x + o + j), v;
+            if (mode == STATS) {
+                v = xv * md_vload(p.sc + j) + md_vload(p.sh + j);
+                if (relu) v = md_vand(v > md_vsplat(0.0f), v);
+            } else {
+                md_vf d = masked_vec(mode, &p, o + j, j, xv);
+                v = md_vload(p.k1 + j) * (d - md_vload(p.k2 + j) - (xv - md_vload(p.k + j)) * md_vload(p.k3 + j));
             }
-            for (int j = 0; j < len; j++) {
-                p1[c0 + j] = (double)a1[j];
-                p2[c0 + j] = (double)a2[j];
+            if (acc) v = v + p.beta * md_vload(p.out + o + j);
+            md_vstore(p.out + o + j, v);
+        }
+        for (; j < p.C; j++) {
+            float xv = p.x[o + j], v;
+            if (mode == STATS) {
+                v = xv * p.sc[j] + p.sh[j];
+                if (relu) v = v > 0.0f ? v : 0.0f;
+            } else {
+                float d = masked_one(mode, &p, o + j, j, xv);
+                v = p.k1[j] * (d - p.k2[j] - (xv - p.k[j]) * p.k3[j]);
             }
+            if (acc) v = v + p.beta * p.out[o + j];
+            p.out[o + j] = v;
         }
     }
 }
 
-/* y = x*scale + shift (ReLU) (+ beta*y), or dx = k1*(dy' - k2 - (x - fk)*k3) (+ beta*dx) */
+static ALWAYS_INLINE void apply_acc(struct nhwc_io p, int mode, int relu, long long b, long long e)
+{
+    if (p.beta != 0.0f) apply_mode(p, mode, relu, 1, b, e);
+    else apply_mode(p, mode, relu, 0, b, e);
+}
+
 static void f32_nhwc_apply_range(void *vc, long long b, long long e)
 {
     const struct bn_ctx *c = vc;
-    const struct md_batchnorm_args *a = c->a;
-    int C = a->c, relu = a->act == MD_ACT_RELU;
-    float beta = a->beta;
-    const float *sc = c->scale, *sh = c->shift;
-    for (long long r = b; r < e; r++) {
-        size_t o = (size_t)r * C;
-        const float *xr = (const float *)a->x + o;
-        if (c->pass == 0) {
-            float *yr = (float *)a->y + o;
-            if (beta == 0.0f && relu)
-                for (int j = 0; j < C; j++) {
-                    float v = xr[j] * sc[j] + sh[j];
-                    yr[j] = v > 0.0f ? v : 0.0f;
-                }
-            else if (beta == 0.0f)
-                for (int j = 0; j < C; j++) yr[j] = xr[j] * sc[j] + sh[j];
-            else
-                for (int j = 0; j < C; j++) {
-                    float v = xr[j] * sc[j] + sh[j];
-                    if (relu) v = v > 0.0f ? v : 0.0f;
-                    yr[j] = v + beta * yr[j];
-                }
-        } else {
-            const float *dr = (const float *)a->dy + o, *yr = a->y ? (const float *)a->y + o : NULL;
-            const float *k = c->fk, *k1 = c->k1, *k2 = c->k2, *k3 = c->k3;
-            float *dx = (float *)a->dx + o;
-            for (int j = 0; j < C; j++) {
-                float z = yr ? yr[j] : xr[j] * sc[j] + sh[j], d = dr[j];
-                d = !relu || z > 0.0f ? d : 0.0f;
-                float v = k1[j] * (d - k2[j] - (xr[j] - k[j]) * k3[j]);
-                dx[j] = beta != 0.0f ? v + beta * dx[j] : v;
-            }
-        }
+    struct nhwc_io p = io_of(c);
+    switch (c->pass == 0 ? STATS : mask_mode(c->a)) {
+    case STATS:
+        if (c->a->act == MD_ACT_RELU) apply_acc(p, STATS, 1, b, e);
+        else apply_acc(p, STATS, 0, b, e);
+        break;
+    case MASK_NONE: apply_acc(p, MASK_NONE, 0, b, e); break;
+    case MASK_Y: apply_acc(p, MASK_Y, 0, b, e); break;
+    default: apply_acc(p, MASK_X, 0, b, e); break;
     }
 }
 
@@ -626,9 +707,6 @@ static ALWAYS_INLINE void nchw_bwd_channel(const struct md_batchnorm_args *a, in
 #define LANES 16
 #define BLOCK 512
 
-/* How backward masks dy by the fused ReLU: not at all, by y > 0, or by the
- * pre-activation x*fg + fb > 0 recomputed as the forward did (no y given). */
-enum { MASK_NONE, MASK_Y, MASK_X };
 
 static ALWAYS_INLINE float masked_dy(int mode, const float *dy, const float *y, const float *x, size_t k, float fg,
                                      float fb)
@@ -727,11 +805,6 @@ static ALWAYS_INLINE void plane_sums_mode(const struct bn_ctx *c, long long b, l
         p[ci] = s1;
         p[C + ci] = s2;
     }
-}
-
-static int mask_mode(const struct md_batchnorm_args *a)
-{
-    return a->act != MD_ACT_RELU ? MASK_NONE : a->y ? MASK_Y : MASK_X;
 }
 
 static void plane_sums_range(void *vc, long long b, long long e)
