@@ -8,7 +8,11 @@
  * A regression model (no classes) runs backward from a fixed output gradient
  * instead of the cross-entropy loss.
  * Prints one JSON line: model, batch, threads, device, median and p95 step
- * time in ms, samples/s, peak device bytes. */
+ * time in ms, samples/s, peak device bytes. With BENCH_PHASES=1 in the
+ * environment it also prints, to stderr, the mean time of each phase of the
+ * timed steps (forward, loss, backward, optimizer, sync), then runs one more
+ * step, not timed, with a sync around every layer (md_model_profile_begin)
+ * and prints the layers that took the most in it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,15 +99,27 @@ int main(int argc, char **argv)
     md_dev_memset0(dev, mom, np * 4);
 
     double *t = md_malloc((size_t)iters * sizeof *t);
-    for (int it = -warmup; it < iters; it++) {
-        double t0 = md_now();
+    const char *pe = getenv("BENCH_PHASES");
+    int phases = pe && pe[0] == '1';
+    int nl = md_model_num_layers(m);
+    double ph[5] = {0, 0, 0, 0, 0}, *lf = NULL, *lb = NULL;
+    if (phases) {
+        lf = md_calloc((size_t)nl, sizeof *lf);
+        lb = md_calloc((size_t)nl, sizeof *lb);
+    }
+    for (int it = -warmup; it < iters + phases; it++) {
+        if (it == iters && md_model_profile_begin(m) != MD_OK) return fail("profile");
+        double t0 = md_now(), tp[5];
         md_model_set_step(m, (uint64_t)(it + warmup));
         if (md_dev_memset0(dev, loss_dev, 4) != MD_OK) return fail("memset");
         if (md_model_forward(m, batch, 1) != MD_OK) return fail("forward");
+        tp[0] = md_now();
         if (regression ? md_model_set_output_grad(m, dy_dev) != MD_OK
                        : md_model_loss(m, labels_dev, 0.0f, 1.0f / (float)batch, loss_dev, NULL) != MD_OK)
             return fail("loss");
+        tp[1] = md_now();
         if (md_model_backward(m) != MD_OK) return fail("backward");
+        tp[2] = md_now();
         /* the same SGD step as the PyTorch side: lr 0.01, momentum 0.9, weight decay 5e-4 on all */
         struct md_optim_args o;
         memset(&o, 0, sizeof o);
@@ -120,9 +136,31 @@ int main(int argc, char **argv)
         o.params_half = md_model_params_half(m);
         o.half_dtype = mo.compute_dtype;
         if (md_k_optim(dev, &o) != MD_OK) return fail("optimizer");
+        tp[3] = md_now();
         float loss;
         if (md_dev_download(dev, &loss, loss_dev, 4) != MD_OK) return fail("sync");
-        if (it >= 0) t[it] = (md_now() - t0) * 1e3;
+        tp[4] = md_now();
+        if (it >= 0 && it < iters) t[it] = (tp[4] - t0) * 1e3;
+        if (it >= 0 && it < iters && phases)
+            for (int k = 0; k < 5; k++) ph[k] += (tp[k] - (k ? tp[k - 1] : t0)) * 1e3 / iters;
+    }
+    if (phases) {
+        if (md_model_profile_end(m, lf, lb) != MD_OK) return fail("profile");
+        static const char *const names[5] = {"forward", "loss", "backward", "optimizer", "sync"};
+        fprintf(stderr, "phases, mean ms of %d steps:", iters);
+        for (int k = 0; k < 5; k++) fprintf(stderr, " %s %.3f", names[k], ph[k]);
+        fprintf(stderr, "\nlayers of one more step with a sync around each, ms (forward / backward):\n");
+        for (int shown = 0; shown < 12 && shown < nl; shown++) {
+            int best = -1;
+            for (int i = 0; i < nl; i++)
+                if (lf[i] + lb[i] >= 0 && (best < 0 || lf[i] + lb[i] > lf[best] + lb[best])) best = i;
+            if (best < 0 || lf[best] + lb[best] <= 0) break;
+            fprintf(stderr, "  %-24s %-12s %8.3f %8.3f\n", md_model_layer_name(m, best), md_model_layer_type(m, best),
+                    lf[best], lb[best]);
+            lf[best] = lb[best] = -1;
+        }
+        md_free(lf);
+        md_free(lb);
     }
     md_stats s = md_stats_of(t, (size_t)iters);
     struct md_mem_stats ms;
