@@ -225,6 +225,9 @@ struct filt_ctx {
 #define FILT_ROWS 1024
 /* Backward-filter tasks per thread, for balance (see direct_filter). */
 #define FILT_TASKS_PER_THREAD 4
+/* Backward-filter: (slot, K-block) pairs of partial sums, and their bytes at most. */
+#define FILT_PAIRS 32
+#define FILT_PART_BYTES ((size_t)32 << 20)
 /* dW elements per task of the final sum over slots. */
 #define FILT_SUM_RUN 576
 /* Scratch for the padded inputs and dy rows of one wave of images. */
