@@ -21,7 +21,8 @@
 #   SECTIONS           any of "direct kernels steps" (default all three)
 #   LAYOUT             nhwc (channels-last, default) or nchw, the same on both sides
 #   ITERS              kernel repetitions, the best counts (default 5)
-#   STEP_ITERS, WARMUP steps timed and warm-up steps per run (default 5 and 2)
+#   STEP_ITERS, WARMUP steps timed and warm-up steps per run (default 5 and 5: at
+#                      16 threads the first steps still pay for cold buffers)
 #   ROUNDS             runs per thread count of the training step; the median
 #                      run counts (default 3; mpsdiag and PyTorch alternate)
 #   MODELS             "small_cnn:128 resnet18_cifar:64"
@@ -45,7 +46,7 @@ sections=${SECTIONS:-direct kernels steps}
 layout=${LAYOUT:-nhwc}
 iters=${ITERS:-5}
 step_iters=${STEP_ITERS:-5}
-warmup=${WARMUP:-2}
+warmup=${WARMUP:-5}
 rounds=${ROUNDS:-3}
 models=${MODELS:-"small_cnn:128 resnet18_cifar:64"}
 py=${PYTHON:-/usr/bin/python3}
