@@ -459,11 +459,11 @@ static void FN(filt_range)(void *vc, long long b, long long e)
                     memset(part + ((size_t)t * g->c + c0 + i) * c->kp + k0, 0, sizeof(float) * nv * VL);
             }
         size_t buf0 = (size_t)slot * c->cap; /* the buffer index of image i0 */
-        /* rows (image, p) of the slot in blocks of ~FILT_PIXELS pixels */
+        /* rows (image, p) of the slot in blocks of ~FILT_PX pixels */
         /* runs of nq pixels: whole output rows, or single pixels where rows
          * are short (the loop over a 4-pixel row would cost more than its
          * FMAs) */
-        int nq = g->q >= 16 ? g->q : 1, runs = (i1 - i0) * g->p * (g->q / nq), rb = FILT_PIXELS / nq;
+        int nq = g->q >= 16 ? g->q : 1, runs = (i1 - i0) * g->p * (g->q / nq), rb = FILT_PX / nq;
         if (rb > FILT_ROWS) rb = FILT_ROWS;
         const float *xr[FILT_ROWS], *dr[FILT_ROWS];
         for (int run0 = 0; run0 < runs; run0 += rb) {
@@ -593,6 +593,7 @@ static md_status FN(direct_filter)(const struct md_dconv *g, int nhwc, const flo
 #undef ISA
 #undef VL
 #undef NVMAX
+#undef FILT_PX
 #undef TARGET
 #undef VEC
 #undef VLOAD
