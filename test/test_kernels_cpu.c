@@ -202,6 +202,35 @@ Test(kernels_cpu, convolutions_identical_for_1_2_3_7_threads, .timeout = 60)
     md_device_close(dev);
 }
 
+/* The direct backward-filter walks output rows in blocks of pixels (128 with
+ * AVX2, 1024 with AVX-512): rows longer than a block (here 300 pixels) are a
+ * block each, against the reference. */
+Test(kernels_cpu, direct_filter_rows_longer_than_a_block_match_ref, .timeout = 30)
+{
+    enum { N = 2, C = 16, H = 3, W = 300, K = 16, R = 3 };
+    size_t nx = (size_t)N * C * H * W, nw = (size_t)K * C * R * R, ny = (size_t)N * K * H * W;
+    float *x = malloc(nx * 4), *dy = malloc(ny * 4), *dw[2] = {malloc(nw * 4), malloc(nw * 4)};
+    kc_fill(x, nx, 51, -1, 1);
+    kc_fill(dy, ny, 52, -1, 1);
+    for (int lay = 0; lay < 2; lay++) {
+        for (int side = 0; side < 2; side++) {
+            md_device *dev = NULL;
+            if (side) dev = open_cpu(2);
+            else cr_assert_eq(md_device_open(md_backend_find("ref"), 0, NULL, &dev), MD_OK, "%s", md_errmsg());
+            struct md_conv2d_args a = {.n = N, .c = C, .h = H, .w = W, .k = K, .r = R, .s = R, .p = H, .q = W,
+                                       .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1,
+                                       .groups = 1, .layout = lay ? MD_NHWC : MD_NCHW, .dtype = MD_F32, .x = x,
+                                       .dy = dy, .dwt = dw[side]};
+            cr_assert_eq(md_k_conv2d_bwd_filter(dev, &a), MD_OK, "%s", md_errmsg());
+            md_device_close(dev);
+        }
+        for (size_t i = 0; i < nw; i++)
+            cr_assert(fabsf(dw[1][i] - dw[0][i]) <= 1e-3f * (1.0f + fabsf(dw[0][i])), "layout %d dw[%zu] %g vs %g", lay,
+                      i, (double)dw[1][i], (double)dw[0][i]);
+    }
+    free(x), free(dy), free(dw[0]), free(dw[1]);
+}
+
 /* The CPU cuts a GEMM into strips or a grid of blocks run on the pool
  * (cpu_gemm.c), fixed by the shape: bit-identical for 1 and 3 threads, and
  * what one whole OpenBLAS call gives within rounding (its kernels for edge

@@ -464,6 +464,7 @@ static void FN(filt_range)(void *vc, long long b, long long e)
          * are short (the loop over a 4-pixel row would cost more than its
          * FMAs) */
         int nq = g->q >= 16 ? g->q : 1, runs = (i1 - i0) * g->p * (g->q / nq), rb = FILT_PX / nq;
+        if (rb < 1) rb = 1; /* rows longer than a block: a row a block */
         if (rb > FILT_ROWS) rb = FILT_ROWS;
         const float *xr[FILT_ROWS], *dr[FILT_ROWS];
         for (int run0 = 0; run0 < runs; run0 += rb) {
