@@ -329,6 +329,35 @@ Test(dist, pipelined_steps_with_the_all_reduce_inside_match, .timeout = 60)
     const cJSON *ex = cJSON_GetObjectItem(cJSON_GetObjectItem(two, "training"), "step_execution");
     cr_assert_str_eq(cJSON_GetObjectItem(ex, "mode")->valuestring, "pipelined");
     cr_assert_gt(cJSON_GetObjectItem(ex, "pipelined_eager_steps")->valueint, 10);
+    /* only the eager steps are timed; the efficiency charges their mean
+     * wait to every step of the epoch */
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(two, "training"), "distributed"),
+                                              "epochs"))
+    {
+        double steps = cJSON_GetObjectItem(e, "steps")->valuedouble;
+        double calls = cJSON_GetObjectItem(e, "allreduce_calls")->valuedouble;
+        double ex_ms = cJSON_GetObjectItem(e, "exposed_ms_per_step")->valuedouble;
+        double loop = 0;
+        const cJSON *r;
+        cJSON_ArrayForEach(r, cJSON_GetObjectItem(e, "per_rank"))
+        {
+            double l = cJSON_GetObjectItem(r, "step_loop_s")->valuedouble;
+            if (l > loop) loop = l;
+        }
+        cr_assert_gt(steps, calls, "every step timed: the check below would not tell");
+        cr_assert_gt(ex_ms, 0);
+        double want = 1.0 - ex_ms * 1e-3 * steps / loop;
+        if (want < 0) want = 0;
+        cr_assert_float_eq(cJSON_GetObjectItem(e, "scaling_efficiency")->valuedouble, want, 1e-6,
+                           "epoch %d: efficiency %g, %g steps x %g ms exposed over %g s",
+                           cJSON_GetObjectItem(e, "epoch")->valueint,
+                           cJSON_GetObjectItem(e, "scaling_efficiency")->valuedouble, steps, ex_ms, loop);
+    }
+    cJSON *schema = th_load_json("docs/schema/report.schema.json");
+    char verr[600];
+    cr_assert(th_schema_validate(schema, two, verr, sizeof verr), "%s", verr);
+    cJSON_Delete(schema);
     assert_same_curve(one, two, "train_loss");
     assert_same_curve(one, two, "val_loss");
     cJSON_Delete(one);

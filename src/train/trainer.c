@@ -209,6 +209,7 @@ static md_status run_epoch(md_trainer *t, double *sps_out, double *ep_time_out)
         }
         samples_now += n;
         t->ep_samples_local += n;
+        t->ep_steps_local++;
         if (st != MD_OK) {
             md_trainer_pipe_abandon(t);
             md_progress_end(pg);

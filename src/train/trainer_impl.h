@@ -199,6 +199,7 @@ struct md_trainer {
     long long ar_calls, ep_ar_calls;       /* steps with an all-reduce */
     long long ep_ar_buckets;               /* all-reduce calls (buckets) this epoch */
     long long ep_samples_local;            /* this rank's samples this epoch */
+    long long ep_steps_local;              /* and its steps (some timed: ep_ar_calls) */
     cJSON *dist;                           /* report.training.distributed (borrowed) */
 
     cJSON *report;   /* report["training"] */
