@@ -7,12 +7,13 @@
 # For resnet18_cifar (batch 256 per GPU) and resnet50 (batch 128 per GPU),
 # bf16 (--amp), synthetic data kept in memory once made (--cache-images: the
 # first epoch makes them, as PyTorch's script keeps its batch on the GPU): a
-# short training run (EPOCHS epochs of STEPS steps; the last epoch's samples/s) on 1, 2 and, when present, 4 GPUs.
+# short training run (EPOCHS epochs of STEPS steps; the last epoch's
+# samples/s) on 1, 2 and, when present, 4 GPUs.
 # Each rank caches only the images of its own shard, and every epoch deals the
 # samples out anew, so a rank keeps making images it has not seen for several
 # epochs (a fraction (1 - 1/N)^(e-1) of epoch e on N ranks): the synthetic set
-# is exactly one global epoch, and EPOCHS defaults to 5 so that the last epoch
-# measures the GPUs rather than image making
+# is exactly one global epoch, and EPOCHS defaults to 8 so that the last epoch
+# measures the GPUs rather than image making (13% of it new on 4 ranks)
 # (mpsdiag --gpus N, which starts the ranks under mpirun), and
 # scripts/bench/ddp_torch.py under torch.distributed.run on as many GPUs. Prints a
 # markdown table of global samples/s and the ratio to one GPU of each, the
@@ -22,15 +23,17 @@
 # for resnet18_cifar (local batch norm: close, not equal; printed).
 # Needs: a CUDA build with NCCL and MPI (make), mpirun, nvidia-smi, python3
 # with torch + torchvision (PY_ENV: extra `env` arguments for it, as in
-# cuda_tool_vs_torch.sh). Environment: STEPS (40), EPOCHS (5), WORKERS (8),
-# MODELS (resnet18_cifar resnet50: the models to run).
+# cuda_tool_vs_torch.sh). Environment: STEPS (40), EPOCHS (8), WORKERS (8),
+# MODELS (resnet18_cifar resnet50: the models to run), BATCH (the per-GPU
+# batch of every model instead of 256 / 128), LOSS_CHECK (1; 0 skips the
+# loss-curve check).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$(readlink -f "${1:-build/mpsdiag}")
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"
 steps=${STEPS:-40}
-epochs=${EPOCHS:-5}
+epochs=${EPOCHS:-8}
 workers=${WORKERS:-8}
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$ngpu" -ge 2 ] || { echo "dist_scaling: needs 2 or more GPUs (nvidia-smi sees $ngpu)" >&2; exit 1; }
@@ -42,7 +45,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "dist_scaling: $ngpu GPUs ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)); results in $out"
 
 for m in ${MODELS:-resnet18_cifar resnet50}; do
-    case $m in resnet50) mb="resnet50 128" ;; *) mb="$m 256" ;; esac
+    case $m in resnet50) mb="resnet50 ${BATCH:-128}" ;; *) mb="$m ${BATCH:-256}" ;; esac
     set -- $mb
     m=$1 b=$2
     for g in "${counts[@]}"; do
@@ -106,6 +109,7 @@ for m in ("resnet18_cifar", "resnet50"):
 PY
 
 # ---- loss curves: 2 GPUs x batch B against 1 GPU x 2B, same seed ----------
+[ "${LOSS_CHECK:-1}" = 0 ] && exit 0
 cat > "$out/nobn.json" <<'JSON'
 {"name": "nobn", "num_classes": 10, "inputs": [{"name": "image", "shape": [3, 32, 32]}],
  "layers": [
@@ -140,10 +144,12 @@ for tag, strict in (("nobn", True), ("resnet18_cifar", False)):
         print(f"{tag}: no curves ({e})"); bad = 1; continue
     for k in ("train_loss", "val_loss"):
         x, y = a.get(k) or [], b.get(k) or []
-        worst = max((abs(u - v) / max(abs(u), 1e-12) for u, v in zip(x, y)), default=float("nan"))
+        # relative, with a floor: the synthetic task's loss falls to ~1e-6
+        # after an epoch, where fp32's summation order moves the 3rd digit
+        worst = max((abs(u - v) / max(abs(u), 1e-3) for u, v in zip(x, y)), default=float("nan"))
         ok = len(x) == len(y) and worst <= 2e-3
         verdict = ("equal" if ok else "DIFFERENT") if strict else "local batch norm: close, not equal"
-        print(f"{tag} {k}: 1 GPU {['%.5f' % v for v in x]}  2 GPUs {['%.5f' % v for v in y]}  "
+        print(f"{tag} {k}: 1 GPU {['%.6g' % v for v in x]}  2 GPUs {['%.6g' % v for v in y]}  "
               f"max rel diff {worst:.2e} ({verdict})")
         if strict and not ok:
             bad = 1
