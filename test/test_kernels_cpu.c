@@ -459,3 +459,41 @@ Test(kernels_cpu, batchnorm_nhwc_odd_channels_match_ref)
             free(x), free(dy), free(y[0]), free(y[1]), free(dx[0]), free(dx[1]);
         }
 }
+
+/* Backward-filter takes the direct kernels only where they beat im2col +
+ * GEMM (measured per instruction set, docs/performance-cpu.md), by the shape
+ * alone: AVX2 for small C*R*S at stride 1; AVX-512 for outputs of more than
+ * 16 pixels. Skipped where the CPU lacks the instruction set. */
+Test(kernels_cpu, direct_filter_goes_where_it_is_faster)
+{
+    /* n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw */
+    const struct md_dconv l1 = {64, 64, 32, 32, 64, 3, 3, 32, 32, 1, 1, 1, 1, 1, 1},
+                          conv2 = {128, 32, 14, 14, 64, 3, 3, 14, 14, 1, 1, 1, 1, 1, 1},
+                          l3 = {64, 256, 8, 8, 256, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1},
+                          l4 = {64, 512, 4, 4, 512, 3, 3, 4, 4, 1, 1, 1, 1, 1, 1},
+                          down = {64, 64, 32, 32, 128, 3, 3, 16, 16, 2, 2, 1, 1, 1, 1},
+                          s1x1 = {64, 256, 8, 8, 512, 1, 1, 8, 8, 1, 1, 0, 0, 1, 1};
+    md_cpu_direct_set(2);
+    if (md_cpu_direct_enabled()) {
+        cr_expect(md_cpu_direct_filter_ok(&l1), "AVX2: C*R*S 576, stride 1");
+        cr_expect(md_cpu_direct_filter_ok(&conv2), "AVX2: C*R*S 288, stride 1");
+        cr_expect(!md_cpu_direct_filter_ok(&l3), "AVX2: C*R*S 2304");
+        cr_expect(!md_cpu_direct_filter_ok(&l4), "AVX2: C*R*S 4608");
+        cr_expect(!md_cpu_direct_filter_ok(&down), "AVX2: stride 2");
+        cr_expect(!md_cpu_direct_filter_ok(&s1x1), "AVX2: 1x1");
+    } else
+        cr_log_warn("no AVX2 + FMA: the AVX2 rule is not checked");
+    md_cpu_direct_set(1);
+    if (md_cpu_direct_enabled() && !getenv("MPSDIAG_CPU_DIRECT")) {
+        /* the best the CPU has: AVX-512 where present */
+        md_cpu_direct_set(2);
+        int avx2_l3 = md_cpu_direct_filter_ok(&l3);
+        md_cpu_direct_set(1);
+        if (md_cpu_direct_filter_ok(&l3) != avx2_l3) { /* AVX-512 */
+            cr_expect(md_cpu_direct_filter_ok(&l3), "AVX-512: 8 x 8 outputs");
+            cr_expect(md_cpu_direct_filter_ok(&down), "AVX-512: stride 2, 16 x 16 outputs");
+            cr_expect(!md_cpu_direct_filter_ok(&l4), "AVX-512: 4 x 4 outputs");
+        }
+    }
+    md_cpu_direct_set(-1);
+}

@@ -517,6 +517,21 @@ static TARGET void FN(filt_sum_range)(void *vc, long long b, long long e)
 static int FN(direct_filter_ok)(const struct md_dconv *g)
 {
     if (g->r * g->s == 1 && g->c < 128) return 0; /* as for the forward */
+    /* Where im2col + OpenBLAS's GEMM computes the filter gradient faster
+     * (kernels_bench, docs/performance-cpu.md); fixed by the shape, so the
+     * sums never depend on the thread count. */
+#if ISA == 256
+    /* AVX2 (2-core EPYC): the 6 x 16 tile wins only on small C*R*S with
+     * stride 1 (small_cnn's conv2 11 vs 14 ms, resnet18_cifar's first stage
+     * even); from C*R*S = 1152 on, and for strided and 1x1 convolutions,
+     * the GEMM's larger blocks win (resnet18_cifar's last stage 81 -> 33 ms) */
+    if (g->sh != 1 || g->sw != 1 || g->r * g->s == 1 || (long long)g->c * g->r * g->s > 576) return 0;
+#else
+    /* AVX-512 (16-core Xeon): outputs of at most 16 pixels (resnet18_cifar's
+     * 4 x 4 stage) are single-pixel runs too short for the tile: the GEMM is
+     * faster at 1 and at 16 threads (6.6 -> 4.9 ms at 16) */
+    if (g->p * g->q <= 16) return 0;
+#endif
     struct pad_geom pg = pad_geom(g); /* tap offsets within int */
     return md_cpu_direct_enabled() && g->n >= 1 && (size_t)g->r * g->s <= 1024 && pg.img < (size_t)1 << 30;
 }
