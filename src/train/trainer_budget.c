@@ -110,14 +110,16 @@ static long long plan_total(md_trainer *t, double step_s, double now)
     t->bud_test_s = test_s(t, step_s);
     double final_s = target_on_test(t) ? 0.0 : t->bud_test_s;
     double avail = t->bud_end - now - final_s - (MARGIN_SHARE * o->time_budget + MARGIN_S);
-    long long s = step_s > 0 ? (long long)floor(avail / step_s) : 0;
-    for (int it = 0; it < 4 && s > 0; it++) { /* each epoch that ends costs its end */
-        long long ends = (done + s + spe - 1) / spe;
-        long long s2 = (long long)floor((avail - (double)ends * end_s) / step_s);
-        if (s2 == s) break;
-        s = s2 < s ? s2 : s - (s - s2 + 1) / 2;
+    /* the most steps s whose time and epoch ends (each epoch that ends
+     * costs its end) fit: the cost grows with s, so a bisection finds it
+     * however the ends weigh against the steps (an epoch end dearer than
+     * the epoch's steps made a fixed-point search overshoot to none) */
+    long long s = 0, hi = step_s > 0 && avail > 0 ? (long long)floor(avail / step_s) : 0;
+    while (s < hi) {
+        long long mid = s + (hi - s + 1) / 2, ends = (done + mid + spe - 1) / spe;
+        if ((double)mid * step_s + (double)ends * end_s <= avail) s = mid;
+        else hi = mid - 1;
     }
-    if (s < 0) s = 0;
     long long total = t->global_step + s, cap = (long long)o->epochs * spe;
     if (total > cap) total = cap;
     if (total < t->global_step) total = t->global_step;
@@ -214,9 +216,24 @@ int md_trainer_budget_after_step(md_trainer *t)
     return 0;
 }
 
+/* Tests: MPSDIAG_TEST_SLOW_EPOCH_END=MS makes every epoch's end MS
+ * milliseconds longer (a slow disk under the checkpoint, a large validation
+ * split); returns the seconds slept. */
+static double test_slow_end(void)
+{
+    const char *e = getenv("MPSDIAG_TEST_SLOW_EPOCH_END");
+    long ms = e ? atol(e) : 0;
+    if (ms <= 0) return 0.0;
+    double t0 = md_now();
+    struct timespec d = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&d, NULL);
+    return md_now() - t0;
+}
+
 void md_trainer_budget_after_epoch(md_trainer *t, long long steps, double steps_s, double end_s)
 {
     if (t->o->time_budget <= 0 || t->bud_cut || steps <= 0) return;
+    end_s += test_slow_end();
     double now = md_now();
     t->bud_val_s = end_s;
     /* the pace of this epoch's steps (the first epoch's: of its second half) */
