@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_conv_direct.h"
+#include "backend/cpu/cpu_conv_wino.h"
 #include "backend/kernels_call.h"
 #include "core/threadpool.h"
 #include "helpers.h"
@@ -496,4 +497,90 @@ Test(kernels_cpu, direct_filter_goes_where_it_is_faster)
         }
     }
     md_cpu_direct_set(-1);
+}
+
+/* Winograd F(2x2, 3x3) (cpu_conv_wino.c) takes channels-last 3x3 stride-1
+ * forwards and backward-datas of at least 16 channels each way, against the
+ * reference: output sizes odd and even (partial tiles at the edges), padding
+ * 0, 1 and 2, channel counts with tails past a multiple of 16, one block of
+ * tiles and many, beta 0 and 0.5. The rounding differs from a direct sum's
+ * (the transforms add neighbours; the filter's holds halves): within 3e-6
+ * of the output's largest magnitude (the direct sum is within ~1e-6). */
+Test(kernels_cpu, winograd_matches_ref, .timeout = 60)
+{
+    static const struct { int n, c, h, w, k, pad; } cases[] = {
+        {2, 16, 7, 9, 16, 1}, {3, 33, 6, 5, 17, 1}, {1, 20, 8, 8, 40, 0},
+        {2, 17, 5, 6, 24, 2}, {40, 32, 14, 14, 64, 1}, {2, 64, 4, 4, 130, 1},
+    };
+    md_device *ref = NULL, *cpu = open_cpu(2);
+    cr_assert_eq(md_device_open(md_backend_find("ref"), 0, NULL, &ref), MD_OK, "%s", md_errmsg());
+    md_cpu_wino_set(1);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int bi = 0; bi < 2; bi++) {
+            float beta = bi ? 0.5f : 0.0f;
+            struct md_conv2d_args a = {.n = cases[ci].n, .c = cases[ci].c, .h = cases[ci].h, .w = cases[ci].w,
+                                       .k = cases[ci].k, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
+                                       .pad_h = cases[ci].pad, .pad_w = cases[ci].pad, .dil_h = 1, .dil_w = 1,
+                                       .groups = 1, .layout = MD_NHWC, .dtype = MD_F32, .beta = beta};
+            a.p = md_conv_out(a.h, 3, 1, a.pad_h, 1);
+            a.q = md_conv_out(a.w, 3, 1, a.pad_w, 1);
+            struct md_dconv d = {a.n, a.c, a.h, a.w, a.k, 3, 3, a.p, a.q, 1, 1, a.pad_h, a.pad_w, 1, 1},
+                            dd = {a.n, a.k, a.p, a.q, a.c, 3, 3, a.h, a.w, 1, 1, 2 - a.pad_h, 2 - a.pad_w, 1, 1};
+            cr_assert(md_cpu_wino_ok(&d, 1) && md_cpu_wino_ok(&dd, 1), "case %zu does not go the Winograd way", ci);
+            size_t ny = (size_t)a.n * a.k * a.p * a.q, nx = (size_t)a.n * a.c * a.h * a.w, nw = (size_t)a.k * a.c * 9;
+            float *x = malloc(nx * 4), *w = malloc(nw * 4), *dy = malloc(ny * 4);
+            float *y[2] = {malloc(ny * 4), malloc(ny * 4)}, *dx[2] = {malloc(nx * 4), malloc(nx * 4)};
+            kc_fill(x, nx, 61 + ci, -1, 1);
+            kc_fill(w, nw, 62 + ci, -1, 1);
+            kc_fill(dy, ny, 63 + ci, -1, 1);
+            for (int side = 0; side < 2; side++) {
+                kc_fill(y[side], ny, 64, -1, 1); /* what beta scales */
+                kc_fill(dx[side], nx, 65, -1, 1);
+                a.x = x, a.wt = w, a.dy = dy, a.y = y[side], a.dx = dx[side];
+                md_device *dev = side ? cpu : ref;
+                cr_assert_eq(md_k_conv2d_fwd(dev, &a), MD_OK, "%s", md_errmsg());
+                cr_assert_eq(md_k_conv2d_bwd_data(dev, &a), MD_OK, "%s", md_errmsg());
+            }
+            for (int o = 0; o < 2; o++) {
+                const float *want = o ? dx[0] : y[0], *got = o ? dx[1] : y[1];
+                size_t n = o ? nx : ny;
+                float scale = 0.0f, worst = 0.0f;
+                for (size_t i = 0; i < n; i++) scale = fmaxf(scale, fabsf(want[i]));
+                for (size_t i = 0; i < n; i++) worst = fmaxf(worst, fabsf(got[i] - want[i]));
+                cr_assert(worst <= 3e-6f * scale, "case %zu beta %g %s: off by %g of %g", ci, (double)beta,
+                          o ? "backward-data" : "forward", (double)worst, (double)scale);
+            }
+            free(x), free(w), free(dy), free(y[0]), free(y[1]), free(dx[0]), free(dx[1]);
+        }
+    md_cpu_wino_set(-1);
+    md_device_close(cpu);
+    md_device_close(ref);
+}
+
+/* Where Winograd goes: 3x3 stride 1 channels-last with 16+ channels, not
+ * NCHW, strides, dilations, 1x1 or thin layers; MPSDIAG_CPU_WINOGRAD=0 and
+ * md_cpu_wino_set(0) turn it off. */
+Test(kernels_cpu, winograd_goes_where_it_applies)
+{
+    /* n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw */
+    const struct md_dconv l1 = {64, 64, 32, 32, 64, 3, 3, 32, 32, 1, 1, 1, 1, 1, 1},
+                          down = {64, 64, 32, 32, 128, 3, 3, 16, 16, 2, 2, 1, 1, 1, 1},
+                          dil = {4, 64, 12, 12, 64, 3, 3, 8, 8, 1, 1, 0, 0, 2, 2},
+                          s1x1 = {64, 256, 8, 8, 512, 1, 1, 8, 8, 1, 1, 0, 0, 1, 1},
+                          stem = {64, 3, 32, 32, 64, 3, 3, 32, 32, 1, 1, 1, 1, 1, 1},
+                          thin = {64, 64, 32, 32, 8, 3, 3, 32, 32, 1, 1, 1, 1, 1, 1};
+    md_cpu_wino_set(-1);
+    int env_off = getenv("MPSDIAG_CPU_WINOGRAD") && getenv("MPSDIAG_CPU_WINOGRAD")[0] == '0';
+    cr_expect_eq(md_cpu_wino_ok(&l1, 1), !env_off, "3x3 stride 1, 64 channels, NHWC");
+    md_cpu_wino_set(1);
+    cr_expect(md_cpu_wino_ok(&l1, 1));
+    cr_expect(!md_cpu_wino_ok(&l1, 0), "NCHW");
+    cr_expect(!md_cpu_wino_ok(&down, 1), "stride 2");
+    cr_expect(!md_cpu_wino_ok(&dil, 1), "dilation 2");
+    cr_expect(!md_cpu_wino_ok(&s1x1, 1), "1x1");
+    cr_expect(!md_cpu_wino_ok(&stem, 1), "3 input channels");
+    cr_expect(!md_cpu_wino_ok(&thin, 1), "8 output channels");
+    md_cpu_wino_set(0);
+    cr_expect(!md_cpu_wino_ok(&l1, 1), "turned off");
+    md_cpu_wino_set(-1);
 }

@@ -28,6 +28,7 @@
 
 #include "backend/cpu/cpu_conv_direct.h"
 #include "backend/cpu/cpu_conv_small.h"
+#include "backend/cpu/cpu_conv_wino.h"
 #include "backend/cpu/cpu_internal.h"
 #include "core/mem.h"
 
@@ -871,7 +872,8 @@ static md_status data_via_fwd(const struct geom *g, int nhwc, const float *dy, c
     f.crs = f.cg * f.r * f.s;
     f.pq = f.p * f.q;
     f.same1 = f.q == f.w;
-    struct md_dconv d; /* the direct kernels read w flipped in place */
+    struct md_dconv d; /* Winograd and the direct kernels read w flipped in place */
+    if (direct_geom(&f, &d) && md_cpu_wino_ok(&d, nhwc)) return md_cpu_wino_fwd(&d, 1, dy, w, dx, beta);
     if (direct_geom(&f, &d) && md_cpu_direct_fwd_ok(&d)) return md_cpu_direct_fwd(&d, nhwc, 1, dy, w, dx, beta);
     float *wf = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)g->k * g->crs);
     if (!wf) return MD_ERR_OOM;
@@ -996,6 +998,8 @@ static md_status run_f32(int which, const struct geom *g, md_layout layout, cons
     struct md_dconv d; /* the direct kernels first, where they apply (backward-data: data_via_fwd) */
     if (which != CONV_DATA && direct_geom(g, &d) && md_cpu_small_ok(&d))
         return which == CONV_FWD ? md_cpu_small_fwd(&d, nhwc, x, w, out, beta) : md_cpu_small_filter(&d, nhwc, x, dy, out, beta);
+    if (which == CONV_FWD && direct_geom(g, &d) && md_cpu_wino_ok(&d, nhwc))
+        return md_cpu_wino_fwd(&d, 0, x, w, out, beta);
     if (which == CONV_FWD && direct_geom(g, &d) && md_cpu_direct_fwd_ok(&d))
         return md_cpu_direct_fwd(&d, nhwc, 0, x, w, out, beta);
     if (which == CONV_FILTER && direct_geom(g, &d) && md_cpu_direct_filter_ok(&d))

@@ -1,0 +1,22 @@
+/* cpu_conv_wino.h - Winograd F(2x2, 3x3) convolution of the CPU backend
+ * (cpu_conv_wino.c): 3x3, stride 1, one group, fp32, channels-last, for the
+ * forward and for backward-data (the forward of dy with the weights flipped). */
+#ifndef MD_CPU_CONV_WINO_H
+#define MD_CPU_CONV_WINO_H
+
+#include "backend/cpu/cpu_conv_direct.h"
+
+/* Whether a forward of this shape and layout goes the Winograd way: 3x3,
+ * stride and dilation 1, padding at most 2, channels-last, at least 16 input
+ * and output channels, unless MPSDIAG_CPU_WINOGRAD=0 (read once) or
+ * md_cpu_wino_set(0). */
+int md_cpu_wino_ok(const struct md_dconv *g, int nhwc);
+/* 0 off, 1 on (where it applies), -1 decides again from the environment. */
+void md_cpu_wino_set(int on);
+
+/* y = conv(x, w) + beta*y (NHWC x and y; w as md_cpu_direct_fwd takes it:
+ * (K, R, S, C), or with flip (C, R, S, K), read transposed and rotated by
+ * 180 degrees). Results depend on the shape only, not on the thread count. */
+md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, const float *w, float *y, float beta);
+
+#endif
