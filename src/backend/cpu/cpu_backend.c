@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/cpu_conv_wino.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/platform.h"
@@ -26,7 +27,9 @@ static md_status cpu_device_info(int index, struct md_device_info *out)
     out->has_events = 0;
     out->benefits_from_pinned = 0;
     out->prefers_channels_last = md_cpu_conv_prefers_nhwc();
-    snprintf(out->conv_impl, sizeof out->conv_impl, "%s", md_cpu_conv_kernels());
+    snprintf(out->conv_impl, sizeof out->conv_impl, "%s; %s", md_cpu_conv_kernels(),
+             md_cpu_wino_enabled() ? "channels-last 3x3 stride 1 by Winograd F(4x4 or 2x2, 3x3)"
+                                   : "Winograd off (MPSDIAG_CPU_WINOGRAD=0)");
     return MD_OK;
 }
 

@@ -1,29 +1,33 @@
-/* cpu_conv_wino.c - Winograd F(2x2, 3x3) convolution (Lavin and Gray, 2016)
- * for 3x3, stride-1, one-group convolutions in channels-last fp32.
+/* cpu_conv_wino.c - Winograd convolution (Lavin and Gray, 2016), F(2x2, 3x3)
+ * and F(4x4, 3x3), for 3x3, stride-1, one-group convolutions in
+ * channels-last fp32: the forward, and backward-data as the forward of dy
+ * with the weights flipped.
  *
- * Each 2x2 block of outputs (a tile) is computed from the 4x4 block of
- * inputs under it as Y = A^T [ (G g G^T) . (B^T d B) ] A: the product of the
- * transformed filter U = G g G^T and the transformed input V = B^T d B,
- * element by element at 16 positions xi, summed over the input channels.
- * Over channels that sum is a GEMM per position: M[xi] (tiles x K) =
- * V[xi] (tiles x C) U[xi] (C x K). 16 GEMMs of 1/4 the pixels do the work
- * of the 9 taps x all pixels of a direct convolution: 2.25x fewer
- * multiply-adds, at the price of the transforms (additions only) and of a
- * rounding somewhat worse than a direct sum (the transforms add and
- * subtract neighbouring values; G holds halves).
+ * Each m x m block of outputs (a tile; m = 2 or 4) is computed from the
+ * (m+2) x (m+2) block of inputs under it as Y = A^T [ (G g G^T) . (B^T d B) ] A:
+ * the transformed filter U = G g G^T times the transformed input V = B^T d B
+ * element by element at (m+2)^2 positions xi, summed over the input
+ * channels. Over channels that sum is a GEMM per position: M[xi] (tiles x K)
+ * = V[xi] (tiles x C) U[xi] (C x K). Per output that is (m+2)^2 / m^2
+ * multiply-adds per channel pair instead of 9: 2.25x fewer with m = 2, 4x
+ * with m = 4, at the price of the transforms (additions and a few constant
+ * products) and of a rounding worse than a direct sum's (the transforms add
+ * and scale neighbouring values): within about 5e-7 (m = 2) and 6e-6 (m = 4)
+ * of the output's largest magnitude in the tests.
  *
- *   B^T = | 1  0 -1  0 |    G = | 1    0    0  |    A^T = | 1  1  1  0 |
- *         | 0  1  1  0 |        | 1/2  1/2  1/2|          | 0  1 -1 -1 |
- *         | 0 -1  1  0 |        | 1/2 -1/2  1/2|
- *         | 0  1  0 -1 |        | 0    0    1  |
+ *   F(2, 3): B^T = | 1  0 -1  0 |   G = | 1    0    0   |   A^T = | 1  1  1  0 |
+ *                  | 0  1  1  0 |       | 1/2  1/2  1/2 |         | 0  1 -1 -1 |
+ *                  | 0 -1  1  0 |       | 1/2 -1/2  1/2 |
+ *                  | 0  1  0 -1 |       | 0    0    1   |
+ *   F(4, 3): points 0, 1, -1, 2, -2 and infinity (in1_4, filt1_4, out1_4).
  *
- * Work: the filter is transformed once per call (U: 16 x K x C floats,
- * parallel over its rows). Tiles, numbered (image, tile row, tile column),
- * go in fixed blocks of TB (TB from the channel counts only); a task takes
- * one block: input transform into V (16 x TB x C, in the thread's scratch),
- * 16 single-threaded OpenBLAS GEMMs into M (16 x TB x K), output transform
- * into y. Every output belongs to one block and is summed in one fixed
- * order, so the result does not depend on the thread count.
+ * Work: the filter is transformed once per call (U: (m+2)^2 x K x C
+ * floats, parallel over its rows). Tiles, numbered (image, tile row, tile
+ * column), go in fixed blocks of TB (TB from the shape only); a task takes
+ * one block: input transform into V ((m+2)^2 x TB x C, in the thread's
+ * scratch), one single-threaded OpenBLAS GEMM per position into M, output
+ * transform into y. Every output belongs to one block and is summed in one
+ * fixed order, so the result does not depend on the thread count.
  *
  * The transforms run on vectors of 16 channels (GNU vector extensions; on
  * x86-64 Linux with gcc built for AVX-512, AVX2 and baseline, chosen at load
@@ -71,16 +75,19 @@ static inline __attribute__((always_inline)) wvec wload(const float *p)
 
 static int g_on = -1;
 
+/* 0 off, 1 on, 2 or 4: on with that tile size */
 static int wino_enabled(void)
 {
     if (g_on < 0) {
         const char *e = getenv("MPSDIAG_CPU_WINOGRAD");
-        g_on = !(e && e[0] == '0');
+        g_on = !e || !e[0] || e[1] ? 1 : e[0] == '0' ? 0 : e[0] == '2' ? 2 : e[0] == '4' ? 4 : 1;
     }
     return g_on;
 }
 
-void md_cpu_wino_set(int on) { g_on = on < 0 ? -1 : on != 0; }
+int md_cpu_wino_enabled(void) { return wino_enabled() != 0; }
+
+void md_cpu_wino_set(int on) { g_on = on < 0 ? -1 : on == 2 || on == 4 ? on : on != 0; }
 
 int md_cpu_wino_ok(const struct md_dconv *g, int nhwc)
 {
@@ -89,67 +96,109 @@ int md_cpu_wino_ok(const struct md_dconv *g, int nhwc)
            g->p >= 1 && g->q >= 1;
 }
 
-/* ---- the transforms (one vector of channels) ----------------------------- */
+/* ---- the transforms (one vector of channels) ----------------------------- *
+ * Each 2-D transform is a 1-D one down the columns, then along the rows; the
+ * 1-D ones read n values at stride `is` and write at stride `os`. */
 
-/* d[i*4 + j] (the 4x4 input tile) <- B^T d B */
-static inline __attribute__((always_inline)) void in_xform(wvec d[16])
+#define AI static inline __attribute__((always_inline))
+
+/* F(2, 3): B^T d, G g, A^T m */
+AI void in1_2(const wvec *d, int is, wvec *t, int os)
 {
-    wvec t[16];
-    for (int j = 0; j < 4; j++) {
-        wvec d0 = d[j], d1 = d[4 + j], d2 = d[8 + j], d3 = d[12 + j];
-        t[j] = d0 - d2;
-        t[4 + j] = d1 + d2;
-        t[8 + j] = d2 - d1;
-        t[12 + j] = d1 - d3;
-    }
-    for (int i = 0; i < 4; i++) {
-        wvec t0 = t[i * 4], t1 = t[i * 4 + 1], t2 = t[i * 4 + 2], t3 = t[i * 4 + 3];
-        d[i * 4] = t0 - t2;
-        d[i * 4 + 1] = t1 + t2;
-        d[i * 4 + 2] = t2 - t1;
-        d[i * 4 + 3] = t1 - t3;
-    }
+    wvec d0 = d[0], d1 = d[is], d2 = d[2 * is], d3 = d[3 * is];
+    t[0] = d0 - d2;
+    t[os] = d1 + d2;
+    t[2 * os] = d2 - d1;
+    t[3 * os] = d1 - d3;
 }
-
-/* y[a*2 + b] (the 2x2 output tile) <- A^T m A */
-static inline __attribute__((always_inline)) void out_xform(const wvec m[16], wvec y[4])
-{
-    wvec s[8];
-    for (int j = 0; j < 4; j++) {
-        s[j] = m[j] + m[4 + j] + m[8 + j];
-        s[4 + j] = m[4 + j] - m[8 + j] - m[12 + j];
-    }
-    for (int a = 0; a < 2; a++) {
-        y[a * 2] = s[a * 4] + s[a * 4 + 1] + s[a * 4 + 2];
-        y[a * 2 + 1] = s[a * 4 + 1] - s[a * 4 + 2] - s[a * 4 + 3];
-    }
-}
-
-/* u[xi] <- (G g G^T)[xi] for the 3x3 g[r*3 + s] */
-static inline __attribute__((always_inline)) void filt_xform(const wvec g[9], wvec u[16])
+AI void filt1_2(const wvec *g, int is, wvec *u, int os)
 {
     const wvec h = WZERO + 0.5f;
-    wvec t[12]; /* G g: 4 x 3 */
-    for (int s = 0; s < 3; s++) {
-        wvec g0 = g[s], g1 = g[3 + s], g2 = g[6 + s];
-        t[s] = g0;
-        t[3 + s] = h * (g0 + g1 + g2);
-        t[6 + s] = h * (g0 - g1 + g2);
-        t[9 + s] = g2;
-    }
-    for (int i = 0; i < 4; i++) {
-        wvec t0 = t[i * 3], t1 = t[i * 3 + 1], t2 = t[i * 3 + 2];
-        u[i * 4] = t0;
-        u[i * 4 + 1] = h * (t0 + t1 + t2);
-        u[i * 4 + 2] = h * (t0 - t1 + t2);
-        u[i * 4 + 3] = t2;
-    }
+    wvec g0 = g[0], g1 = g[is], g2 = g[2 * is];
+    u[0] = g0;
+    u[os] = h * (g0 + g1 + g2);
+    u[2 * os] = h * (g0 - g1 + g2);
+    u[3 * os] = g2;
+}
+AI void out1_2(const wvec *m, int is, wvec *y, int os)
+{
+    wvec m1 = m[is], m2 = m[2 * is];
+    y[0] = m[0] + m1 + m2;
+    y[os] = m1 - m2 - m[3 * is];
+}
+
+/* F(4, 3), interpolation points 0, 1, -1, 2, -2 and infinity */
+AI void in1_4(const wvec *d, int is, wvec *t, int os)
+{
+    const wvec c2 = WZERO + 2.0f, c4 = WZERO + 4.0f, c5 = WZERO + 5.0f;
+    wvec d0 = d[0], d1 = d[is], d2 = d[2 * is], d3 = d[3 * is], d4 = d[4 * is], d5 = d[5 * is];
+    wvec a = d4 - c4 * d2, b = d3 - c4 * d1; /* t1 = a + b, t2 = a - b */
+    wvec e = d4 - d2, f = c2 * (d3 - d1);    /* t3 = e + f, t4 = e - f */
+    t[0] = c4 * d0 - c5 * d2 + d4;
+    t[os] = a + b;
+    t[2 * os] = a - b;
+    t[3 * os] = e + f;
+    t[4 * os] = e - f;
+    t[5 * os] = c4 * d1 - c5 * d3 + d5;
+}
+AI void filt1_4(const wvec *g, int is, wvec *u, int os)
+{
+    const wvec q = WZERO + 0.25f, s6 = WZERO + (1.0f / 6.0f), s12 = WZERO + (1.0f / 12.0f),
+               s24 = WZERO + (1.0f / 24.0f);
+    wvec g0 = g[0], g1 = g[is], g2 = g[2 * is];
+    wvec a = g0 + g2, b = s24 * g0 + s6 * g2;
+    u[0] = q * g0;
+    u[os] = -s6 * (a + g1);
+    u[2 * os] = -s6 * (a - g1);
+    u[3 * os] = b + s12 * g1;
+    u[4 * os] = b - s12 * g1;
+    u[5 * os] = g2;
+}
+AI void out1_4(const wvec *m, int is, wvec *y, int os)
+{
+    const wvec c2 = WZERO + 2.0f, c4 = WZERO + 4.0f, c8 = WZERO + 8.0f;
+    wvec m1 = m[is], m2 = m[2 * is], m3 = m[3 * is], m4 = m[4 * is];
+    wvec a = m1 + m2, b = m1 - m2, e = m3 + m4, f = m3 - m4;
+    y[0] = m[0] + a + e;
+    y[os] = b + c2 * f;
+    y[2 * os] = a + c4 * e;
+    y[3 * os] = b + c8 * f + m[5 * is];
+}
+
+/* d (t x t, row-major) <- B^T d B, t = mt + 2 */
+AI void in_xform(int mt, wvec *d)
+{
+    wvec tmp[36];
+    int t = mt + 2;
+    for (int j = 0; j < t; j++) mt == 2 ? in1_2(d + j, t, tmp + j, t) : in1_4(d + j, t, tmp + j, t);
+    for (int i = 0; i < t; i++) mt == 2 ? in1_2(tmp + i * t, 1, d + i * t, 1) : in1_4(tmp + i * t, 1, d + i * t, 1);
+}
+
+/* y (mt x mt) <- A^T m A */
+AI void out_xform(int mt, const wvec *m, wvec *y)
+{
+    wvec tmp[24];
+    int t = mt + 2;
+    for (int j = 0; j < t; j++) mt == 2 ? out1_2(m + j, t, tmp + j, t) : out1_4(m + j, t, tmp + j, t);
+    for (int a = 0; a < mt; a++)
+        mt == 2 ? out1_2(tmp + a * t, 1, y + a * mt, 1) : out1_4(tmp + a * t, 1, y + a * mt, 1);
+}
+
+/* u (t x t) <- G g G^T for the 3x3 g */
+AI void filt_xform(int mt, const wvec *g, wvec *u)
+{
+    wvec tmp[18];
+    int t = mt + 2;
+    for (int s = 0; s < 3; s++) mt == 2 ? filt1_2(g + s, 3, tmp + s, 3) : filt1_4(g + s, 3, tmp + s, 3);
+    for (int i = 0; i < t; i++)
+        mt == 2 ? filt1_2(tmp + i * 3, 1, u + i * t, 1) : filt1_4(tmp + i * 3, 1, u + i * t, 1);
 }
 
 /* ---- the call ------------------------------------------------------------ */
 
 struct wino_ctx {
     const struct md_dconv *g;
+    int mt, nxi; /* outputs per tile side (2 or 4); positions (mt + 2)^2 */
     int flip, th, tw, tb;
     long long tiles;
     const float *x, *w;
@@ -161,16 +210,14 @@ struct wino_ctx {
     size_t so, si, sr, ss;
 };
 
-/* U[xi] (outer x inner) for outer rows [b, e). Vectors along inner where it
- * is contiguous in w (si == 1); else one element at a time in lane 0. */
-WINO_CLONES static void filt_range(void *vc, long long b, long long e)
+/* U[xi] (outer x inner) for outer rows [b, e), vectors along inner. */
+AI void filt_rows(int mt, const struct wino_ctx *c, long long b, long long e)
 {
-    const struct wino_ctx *c = vc;
     size_t plane = (size_t)c->outer * c->inner;
     for (long long o = b; o < e; o++)
         for (int i0 = 0; i0 < c->inner; i0 += WV) {
             int n = c->inner - i0 < WV ? c->inner - i0 : WV;
-            wvec g[9], u[16];
+            wvec g[9], u[36];
             for (int r = 0; r < 3; r++)
                 for (int s = 0; s < 3; s++) {
                     int rr = c->flip ? 2 - r : r, sq = c->flip ? 2 - s : s;
@@ -179,8 +226,8 @@ WINO_CLONES static void filt_range(void *vc, long long b, long long e)
                     for (int l = 0; l < n; l++) tmp[l] = p[(size_t)l * c->si];
                     g[r * 3 + s] = wload(tmp);
                 }
-            filt_xform(g, u);
-            for (int xi = 0; xi < 16; xi++) {
+            filt_xform(mt, g, u);
+            for (int xi = 0; xi < c->nxi; xi++) {
                 float *d = c->u + xi * plane + (size_t)o * c->inner + i0;
                 if (n == WV)
                     wstore(d, u[xi]);
@@ -194,79 +241,82 @@ WINO_CLONES static void filt_range(void *vc, long long b, long long e)
 }
 
 /* V[xi] rows for tiles [t0, t0 + nt) from x. */
-WINO_CLONES static void in_block(const struct wino_ctx *c, long long t0, int nt, float *v)
+AI void in_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, float *v)
 {
     const struct md_dconv *g = c->g;
-    int C = g->c, tb = c->tb;
+    int C = g->c, tb = c->tb, t = mt + 2, nxi = t * t;
     size_t plane = (size_t)tb * C;
-    for (int t = 0; t < nt; t++) {
-        long long tile = t0 + t;
+    for (int ti = 0; ti < nt; ti++) {
+        long long tile = t0 + ti;
         int tw = (int)(tile % c->tw), th = (int)(tile / c->tw % c->th), n = (int)(tile / ((long long)c->tw * c->th));
-        const float *px[16];
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 4; j++) {
-                int h = 2 * th - g->ph + i, w = 2 * tw - g->pw + j;
-                px[i * 4 + j] = h >= 0 && h < g->h && w >= 0 && w < g->w
+        const float *px[36];
+        for (int i = 0; i < t; i++)
+            for (int j = 0; j < t; j++) {
+                int h = mt * th - g->ph + i, w = mt * tw - g->pw + j;
+                px[i * t + j] = h >= 0 && h < g->h && w >= 0 && w < g->w
                                     ? c->x + (((size_t)n * g->h + h) * g->w + w) * C
                                     : NULL;
             }
-        float *vt = v + (size_t)t * C;
-        int c0 = 0;
-        for (; c0 + WV <= C; c0 += WV) {
-            wvec d[16];
-            for (int xi = 0; xi < 16; xi++) d[xi] = px[xi] ? wload(px[xi] + c0) : WZERO;
-            in_xform(d);
-            for (int xi = 0; xi < 16; xi++) wstore(vt + xi * plane + c0, d[xi]);
-        }
-        if (c0 < C) {
-            int n0 = C - c0;
-            wvec d[16];
-            for (int xi = 0; xi < 16; xi++) {
-                float tmp[WV] = {0};
-                if (px[xi]) memcpy(tmp, px[xi] + c0, sizeof(float) * (size_t)n0);
-                d[xi] = wload(tmp);
+        float *vt = v + (size_t)ti * C;
+        for (int c0 = 0; c0 < C; c0 += WV) {
+            int nc = C - c0 < WV ? C - c0 : WV;
+            wvec d[36];
+            for (int xi = 0; xi < nxi; xi++) {
+                if (!px[xi])
+                    d[xi] = WZERO;
+                else if (nc == WV)
+                    d[xi] = wload(px[xi] + c0);
+                else {
+                    float tmp[WV] = {0};
+                    memcpy(tmp, px[xi] + c0, sizeof(float) * (size_t)nc);
+                    d[xi] = wload(tmp);
+                }
             }
-            in_xform(d);
-            for (int xi = 0; xi < 16; xi++) {
-                float tmp[WV];
-                wstore(tmp, d[xi]);
-                memcpy(vt + xi * plane + c0, tmp, sizeof(float) * (size_t)n0);
+            in_xform(mt, d);
+            for (int xi = 0; xi < nxi; xi++) {
+                if (nc == WV)
+                    wstore(vt + xi * plane + c0, d[xi]);
+                else {
+                    float tmp[WV];
+                    wstore(tmp, d[xi]);
+                    memcpy(vt + xi * plane + c0, tmp, sizeof(float) * (size_t)nc);
+                }
             }
         }
     }
 }
 
 /* y for tiles [t0, t0 + nt) from M. */
-WINO_CLONES static void out_block(const struct wino_ctx *c, long long t0, int nt, const float *m)
+AI void out_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, const float *m)
 {
     const struct md_dconv *g = c->g;
-    int K = g->k, tb = c->tb;
+    int K = g->k, tb = c->tb, nxi = (mt + 2) * (mt + 2);
     size_t plane = (size_t)tb * K;
     const wvec bv = WZERO + c->beta;
-    for (int t = 0; t < nt; t++) {
-        long long tile = t0 + t;
+    for (int ti = 0; ti < nt; ti++) {
+        long long tile = t0 + ti;
         int tw = (int)(tile % c->tw), th = (int)(tile / c->tw % c->th), n = (int)(tile / ((long long)c->tw * c->th));
-        float *py[4];
-        for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 2; b++) {
-                int p = 2 * th + a, q = 2 * tw + b;
-                py[a * 2 + b] = p < g->p && q < g->q ? c->y + (((size_t)n * g->p + p) * g->q + q) * K : NULL;
+        float *py[16];
+        for (int a = 0; a < mt; a++)
+            for (int b = 0; b < mt; b++) {
+                int p = mt * th + a, q = mt * tw + b;
+                py[a * mt + b] = p < g->p && q < g->q ? c->y + (((size_t)n * g->p + p) * g->q + q) * K : NULL;
             }
-        const float *mt = m + (size_t)t * K;
+        const float *mtile = m + (size_t)ti * K;
         for (int k0 = 0; k0 < K; k0 += WV) {
             int nk = K - k0 < WV ? K - k0 : WV;
-            wvec mv[16], yv[4];
-            for (int xi = 0; xi < 16; xi++) {
+            wvec mv[36], yv[16];
+            for (int xi = 0; xi < nxi; xi++) {
                 if (nk == WV)
-                    mv[xi] = wload(mt + xi * plane + k0);
+                    mv[xi] = wload(mtile + xi * plane + k0);
                 else {
                     float tmp[WV] = {0};
-                    memcpy(tmp, mt + xi * plane + k0, sizeof(float) * (size_t)nk);
+                    memcpy(tmp, mtile + xi * plane + k0, sizeof(float) * (size_t)nk);
                     mv[xi] = wload(tmp);
                 }
             }
-            out_xform(mv, yv);
-            for (int o = 0; o < 4; o++) {
+            out_xform(mt, mv, yv);
+            for (int o = 0; o < mt * mt; o++) {
                 if (!py[o]) continue;
                 float *d = py[o] + k0;
                 if (nk == WV) {
@@ -281,19 +331,37 @@ WINO_CLONES static void out_block(const struct wino_ctx *c, long long t0, int nt
     }
 }
 
+/* Built per tile size (and per instruction set where WINO_CLONES says). */
+WINO_CLONES static void filt_range(void *vc, long long b, long long e)
+{
+    const struct wino_ctx *c = vc;
+    if (c->mt == 2) filt_rows(2, c, b, e);
+    else filt_rows(4, c, b, e);
+}
+WINO_CLONES static void in_block(const struct wino_ctx *c, long long t0, int nt, float *v)
+{
+    if (c->mt == 2) in_tiles(2, c, t0, nt, v);
+    else in_tiles(4, c, t0, nt, v);
+}
+WINO_CLONES static void out_block(const struct wino_ctx *c, long long t0, int nt, const float *m)
+{
+    if (c->mt == 2) out_tiles(2, c, t0, nt, m);
+    else out_tiles(4, c, t0, nt, m);
+}
+
 static void block_range(void *vc, long long b, long long e)
 {
     const struct wino_ctx *c = vc;
     const struct md_dconv *g = c->g;
     int C = g->c, K = g->k, tb = c->tb;
     float *v = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
-    float *m = v + (size_t)16 * tb * C;
+    float *m = v + (size_t)c->nxi * tb * C;
     size_t uplane = (size_t)C * K;
     for (long long blk = b; blk < e; blk++) {
         long long t0 = blk * tb;
         int nt = (int)(c->tiles - t0 < tb ? c->tiles - t0 : tb);
         in_block(c, t0, nt, v);
-        for (int xi = 0; xi < 16; xi++) {
+        for (int xi = 0; xi < c->nxi; xi++) {
             /* U[xi] is (K x C) for a plain forward (B = U^T), (C x K) flipped */
             const float *u = c->u + xi * uplane;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, c->flip ? CblasNoTrans : CblasTrans, nt, K, C, 1.0f,
@@ -303,25 +371,40 @@ static void block_range(void *vc, long long b, long long e)
     }
 }
 
-/* Tiles per block: V and M of a block about 1 MiB together (16 x TB x (C +
+/* Tiles per block: V and M of a block about 1 MiB together (nxi x TB x (C +
  * K) floats: the L2 of a recent core), at least 64 tiles (with fewer, the
  * GEMMs of 512 channels spend their time packing U) and at most 256; from
- * the channels only. Measured on a 2-core Zen 4 (docs/performance-cpu.md). */
-static int block_tiles(int C, int K)
+ * the shape only. Measured on a 2-core Zen 4 (docs/performance-cpu.md). */
+static int block_tiles(int nxi, int C, int K)
 {
-    int tb = (int)(((size_t)1 << 20) / (sizeof(float) * 16 * (size_t)(C + K)));
+    int tb = (int)(((size_t)1 << 20) / (sizeof(float) * (size_t)nxi * (size_t)(C + K)));
     if (tb < 64) tb = 64;
     if (tb > 256) tb = 256;
     return tb / 8 * 8;
 }
 
+/* The tile size: F(4, 3) where the output is at least 8 x 8 and its sides
+ * are whole tiles of 4 or large (at most a fifth of the tiles' outputs past
+ * the edge), F(2, 3) elsewhere: on 4 x 4 outputs of 512 channels F(4, 3)'s
+ * filter (36 x C x K floats) outgrows the L3 and its one tile per image
+ * leaves the GEMMs nothing to amortise it over. md_cpu_wino_set(2 or 4)
+ * forces one. */
+int md_cpu_wino_tile(const struct md_dconv *g)
+{
+    if (wino_enabled() == 2 || wino_enabled() == 4) return wino_enabled();
+    long long covered = (long long)((g->p + 3) / 4 * 4) * ((g->q + 3) / 4 * 4);
+    return g->p >= 8 && g->q >= 8 && covered * 5 <= (long long)g->p * g->q * 6 ? 4 : 2;
+}
+
 md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, const float *w, float *y, float beta)
 {
     int C = g->c, K = g->k;
-    struct wino_ctx c = {.g = g, .flip = flip, .th = (g->p + 1) / 2, .tw = (g->q + 1) / 2, .x = x, .w = w, .y = y,
-                         .beta = beta};
+    struct wino_ctx c = {.g = g, .flip = flip, .x = x, .w = w, .y = y, .beta = beta};
+    c.mt = md_cpu_wino_tile(g);
+    c.nxi = (c.mt + 2) * (c.mt + 2);
+    c.th = (g->p + c.mt - 1) / c.mt, c.tw = (g->q + c.mt - 1) / c.mt;
     c.tiles = (long long)g->n * c.th * c.tw;
-    c.tb = block_tiles(C, K);
+    c.tb = block_tiles(c.nxi, C, K);
     if (c.tiles < c.tb) c.tb = (int)((c.tiles + 7) / 8 * 8);
     if (!flip) { /* w (K, 3, 3, C): U rows are output channels */
         c.outer = K, c.inner = C;
@@ -330,8 +413,8 @@ md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, co
         c.outer = C, c.inner = K;
         c.so = (size_t)9 * K, c.si = 1, c.sr = (size_t)3 * K, c.ss = (size_t)K;
     }
-    c.u = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * 16 * (size_t)C * K);
-    c.per_thread = (size_t)16 * c.tb * ((size_t)C + K);
+    c.u = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c.nxi * C * K);
+    c.per_thread = (size_t)c.nxi * c.tb * ((size_t)C + K);
     c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
     if (!c.u || !c.buf) return MD_ERR_OOM;
     md_parallel_for(c.outer, md_parallel_grain(c.outer, 4), filt_range, &c);

@@ -1,4 +1,4 @@
-/* cpu_conv_wino.h - Winograd F(2x2, 3x3) convolution of the CPU backend
+/* cpu_conv_wino.h - Winograd F(2x2, 3x3) and F(4x4, 3x3) convolution of the CPU backend
  * (cpu_conv_wino.c): 3x3, stride 1, one group, fp32, channels-last, for the
  * forward and for backward-data (the forward of dy with the weights flipped). */
 #ifndef MD_CPU_CONV_WINO_H
@@ -11,8 +11,13 @@
  * and output channels, unless MPSDIAG_CPU_WINOGRAD=0 (read once) or
  * md_cpu_wino_set(0). */
 int md_cpu_wino_ok(const struct md_dconv *g, int nhwc);
-/* 0 off, 1 on (where it applies), -1 decides again from the environment. */
+int md_cpu_wino_enabled(void);
+/* 0 off, 1 on (where it applies), 2 or 4 on with that tile size (outputs
+ * per tile side), -1 decides again from the environment (MPSDIAG_CPU_WINOGRAD
+ * takes the same 0, 1, 2 and 4). */
 void md_cpu_wino_set(int on);
+/* The tile size a forward of this shape gets: 2 (F(2x2, 3x3)) or 4. */
+int md_cpu_wino_tile(const struct md_dconv *g);
 
 /* y = conv(x, w) + beta*y (NHWC x and y; w as md_cpu_direct_fwd takes it:
  * (K, R, S, C), or with flip (C, R, S, K), read transposed and rotated by
