@@ -998,6 +998,8 @@ static md_status run_f32(int which, const struct geom *g, md_layout layout, cons
     struct md_dconv d; /* the direct kernels first, where they apply (backward-data: data_via_fwd) */
     if (which != CONV_DATA && direct_geom(g, &d) && md_cpu_small_ok(&d))
         return which == CONV_FWD ? md_cpu_small_fwd(&d, nhwc, x, w, out, beta) : md_cpu_small_filter(&d, nhwc, x, dy, out, beta);
+    if (which == CONV_FILTER && direct_geom(g, &d) && md_cpu_wino_filter_ok(&d, nhwc))
+        return md_cpu_wino_filter(&d, x, dy, out, beta);
     if (which == CONV_FWD && direct_geom(g, &d) && md_cpu_wino_ok(&d, nhwc))
         return md_cpu_wino_fwd(&d, 0, x, w, out, beta);
     if (which == CONV_FWD && direct_geom(g, &d) && md_cpu_direct_fwd_ok(&d))

@@ -165,6 +165,67 @@ AI void out1_4(const wvec *m, int is, wvec *y, int os)
     y[3 * os] = b + c8 * f + m[5 * is];
 }
 
+/* The filter gradient's: dy's tile goes through A (t x m): A dy A^T; the
+ * summed products come back through G^T (3 x t): dW = G^T Z G. */
+AI void dy1_2(const wvec *y, int is, wvec *o, int os)
+{
+    wvec y0 = y[0], y1 = y[is];
+    o[0] = y0;
+    o[os] = y0 + y1;
+    o[2 * os] = y0 - y1;
+    o[3 * os] = -y1;
+}
+AI void dy1_4(const wvec *y, int is, wvec *o, int os)
+{
+    const wvec c2 = WZERO + 2.0f, c4 = WZERO + 4.0f, c8 = WZERO + 8.0f;
+    wvec y0 = y[0], y1 = y[is], y2 = y[2 * is], y3 = y[3 * is];
+    wvec a = y0 + y2, b = y1 + y3, e = y0 + c4 * y2, f = c2 * y1 + c8 * y3;
+    o[0] = y0;
+    o[os] = a + b;
+    o[2 * os] = a - b;
+    o[3 * os] = e + f;
+    o[4 * os] = e - f;
+    o[5 * os] = y3;
+}
+AI void bk1_2(const wvec *z, int is, wvec *w, int os)
+{
+    const wvec h = WZERO + 0.5f;
+    wvec z1 = z[is], z2 = z[2 * is];
+    w[0] = z[0] + h * (z1 + z2);
+    w[os] = h * (z1 - z2);
+    w[2 * os] = h * (z1 + z2) + z[3 * is];
+}
+AI void bk1_4(const wvec *z, int is, wvec *w, int os)
+{
+    const wvec q = WZERO + 0.25f, s6 = WZERO + (1.0f / 6.0f), s12 = WZERO + (1.0f / 12.0f),
+               s24 = WZERO + (1.0f / 24.0f);
+    wvec z1 = z[is], z2 = z[2 * is], z3 = z[3 * is], z4 = z[4 * is];
+    wvec a = z1 + z2, e = z3 + z4;
+    w[0] = q * z[0] - s6 * a + s24 * e;
+    w[os] = s6 * (z2 - z1) + s12 * (z3 - z4);
+    w[2 * os] = s6 * (e - a) + z[5 * is];
+}
+
+/* o (t x t) <- A dy A^T for the m x m dy */
+AI void dy_xform(int mt, const wvec *y, wvec *o)
+{
+    wvec tmp[24];
+    int t = mt + 2;
+    for (int b = 0; b < mt; b++) mt == 2 ? dy1_2(y + b, mt, tmp + b, mt) : dy1_4(y + b, mt, tmp + b, mt);
+    for (int i = 0; i < t; i++)
+        mt == 2 ? dy1_2(tmp + i * mt, 1, o + i * t, 1) : dy1_4(tmp + i * mt, 1, o + i * t, 1);
+}
+
+/* w (3 x 3) <- G^T z G for the t x t z */
+AI void bk_xform(int mt, const wvec *z, wvec *w)
+{
+    wvec tmp[18];
+    int t = mt + 2;
+    for (int j = 0; j < t; j++) mt == 2 ? bk1_2(z + j, t, tmp + j, t) : bk1_4(z + j, t, tmp + j, t);
+    for (int r = 0; r < 3; r++)
+        mt == 2 ? bk1_2(tmp + r * t, 1, w + r * 3, 1) : bk1_4(tmp + r * t, 1, w + r * 3, 1);
+}
+
 /* d (t x t, row-major) <- B^T d B, t = mt + 2 */
 AI void in_xform(int mt, wvec *d)
 {
@@ -200,8 +261,9 @@ struct wino_ctx {
     const struct md_dconv *g;
     int mt, nxi; /* outputs per tile side (2 or 4); positions (mt + 2)^2 */
     int flip, th, tw, tb;
+    int prows; /* rows (tiles) per position's plane of V and M */
     long long tiles;
-    const float *x, *w;
+    const float *x, *w, *dy;
     float *y, *u, *buf;
     size_t per_thread; /* floats of V + M per thread */
     float beta;
@@ -244,8 +306,8 @@ AI void filt_rows(int mt, const struct wino_ctx *c, long long b, long long e)
 AI void in_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, float *v)
 {
     const struct md_dconv *g = c->g;
-    int C = g->c, tb = c->tb, t = mt + 2, nxi = t * t;
-    size_t plane = (size_t)tb * C;
+    int C = g->c, t = mt + 2, nxi = t * t;
+    size_t plane = (size_t)c->prows * C;
     for (int ti = 0; ti < nt; ti++) {
         long long tile = t0 + ti;
         int tw = (int)(tile % c->tw), th = (int)(tile / c->tw % c->th), n = (int)(tile / ((long long)c->tw * c->th));
@@ -290,8 +352,8 @@ AI void in_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, float *
 AI void out_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, const float *m)
 {
     const struct md_dconv *g = c->g;
-    int K = g->k, tb = c->tb, nxi = (mt + 2) * (mt + 2);
-    size_t plane = (size_t)tb * K;
+    int K = g->k, nxi = (mt + 2) * (mt + 2);
+    size_t plane = (size_t)c->prows * K;
     const wvec bv = WZERO + c->beta;
     for (int ti = 0; ti < nt; ti++) {
         long long tile = t0 + ti;
@@ -406,6 +468,7 @@ md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, co
     c.tiles = (long long)g->n * c.th * c.tw;
     c.tb = block_tiles(c.nxi, C, K);
     if (c.tiles < c.tb) c.tb = (int)((c.tiles + 7) / 8 * 8);
+    c.prows = c.tb;
     if (!flip) { /* w (K, 3, 3, C): U rows are output channels */
         c.outer = K, c.inner = C;
         c.so = (size_t)9 * C, c.si = 1, c.sr = (size_t)3 * C, c.ss = (size_t)C;
@@ -420,5 +483,173 @@ md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, co
     md_parallel_for(c.outer, md_parallel_grain(c.outer, 4), filt_range, &c);
     long long blocks = (c.tiles + c.tb - 1) / c.tb;
     md_parallel_for(blocks, 1, block_range, &c);
+    return MD_OK;
+}
+
+/* ---- backward-filter ------------------------------------------------------
+ * dW = G^T [ sum over tiles of (A dy A^T) . (B^T d B) ] G: per position xi a
+ * GEMM Z[xi] (K x C) = D[xi]^T (K x tiles) V[xi] (tiles x C) over every tile
+ * of the batch, then the back-transform per (k, c). V and D are made for a
+ * wave of tiles at a time (fixed by the shape, within WAVE_BYTES), in
+ * parallel over blocks; the GEMMs run in parallel over xi, each summing its
+ * waves in order: the result does not depend on the thread count. */
+
+/* 32 MiB: on the 2-core Zen 4 waves of 8, 16, 32 and 128 MiB were within
+ * the machine's noise of each other (kernels_bench); the smaller one needs
+ * less memory and may stay in a large L3. */
+#define WAVE_BYTES ((size_t)32 << 20)
+static size_t g_wave_bytes = 0;
+
+void md_cpu_wino_set_wave_bytes(size_t bytes) { g_wave_bytes = bytes; }
+
+/* D[xi] rows for tiles [t0, t0 + nt) from dy (NHWC, K channels). */
+AI void dy_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, float *dd)
+{
+    const struct md_dconv *g = c->g;
+    int K = g->k, nxi = (mt + 2) * (mt + 2);
+    size_t plane = (size_t)c->prows * K;
+    for (int ti = 0; ti < nt; ti++) {
+        long long tile = t0 + ti;
+        int tw = (int)(tile % c->tw), th = (int)(tile / c->tw % c->th), n = (int)(tile / ((long long)c->tw * c->th));
+        const float *py[16];
+        for (int a = 0; a < mt; a++)
+            for (int b = 0; b < mt; b++) {
+                int p = mt * th + a, q = mt * tw + b;
+                py[a * mt + b] = p < g->p && q < g->q ? c->dy + (((size_t)n * g->p + p) * g->q + q) * K : NULL;
+            }
+        float *dt = dd + (size_t)ti * K;
+        for (int k0 = 0; k0 < K; k0 += WV) {
+            int nk = K - k0 < WV ? K - k0 : WV;
+            wvec yv[16], o[36];
+            for (int i = 0; i < mt * mt; i++) {
+                if (!py[i])
+                    yv[i] = WZERO;
+                else if (nk == WV)
+                    yv[i] = wload(py[i] + k0);
+                else {
+                    float tmp[WV] = {0};
+                    memcpy(tmp, py[i] + k0, sizeof(float) * (size_t)nk);
+                    yv[i] = wload(tmp);
+                }
+            }
+            dy_xform(mt, yv, o);
+            for (int xi = 0; xi < nxi; xi++) {
+                if (nk == WV)
+                    wstore(dt + xi * plane + k0, o[xi]);
+                else {
+                    float tmp[WV];
+                    wstore(tmp, o[xi]);
+                    memcpy(dt + xi * plane + k0, tmp, sizeof(float) * (size_t)nk);
+                }
+            }
+        }
+    }
+}
+
+/* dw (K, 3, 3, C) rows [b, e) from Z, with beta. */
+AI void bk_rows(int mt, const struct wino_ctx *c, long long b, long long e)
+{
+    int C = c->g->c, K = c->g->k, nxi = (mt + 2) * (mt + 2);
+    size_t plane = (size_t)K * C;
+    const wvec bv = WZERO + c->beta;
+    for (long long k = b; k < e; k++)
+        for (int c0 = 0; c0 < C; c0 += WV) {
+            int nc = C - c0 < WV ? C - c0 : WV;
+            wvec z[36], w[9];
+            for (int xi = 0; xi < nxi; xi++) {
+                const float *src = c->u + xi * plane + (size_t)k * C + c0;
+                if (nc == WV)
+                    z[xi] = wload(src);
+                else {
+                    float tmp[WV] = {0};
+                    memcpy(tmp, src, sizeof(float) * (size_t)nc);
+                    z[xi] = wload(tmp);
+                }
+            }
+            bk_xform(mt, z, w);
+            for (int rs = 0; rs < 9; rs++) {
+                float *d = c->y + ((size_t)k * 9 + rs) * C + c0;
+                if (nc == WV) {
+                    wstore(d, c->beta != 0.0f ? w[rs] + bv * wload(d) : w[rs]);
+                } else {
+                    float tmp[WV];
+                    wstore(tmp, w[rs]);
+                    for (int l = 0; l < nc; l++) d[l] = c->beta != 0.0f ? tmp[l] + c->beta * d[l] : tmp[l];
+                }
+            }
+        }
+}
+
+struct wave_ctx {
+    const struct wino_ctx *c;
+    long long w0; /* the wave's first tile */
+    int nw;       /* its tiles */
+    float *v, *d; /* V and D of the wave (prows = the wave's tiles) */
+    int first;    /* the first wave: the GEMMs start from zero */
+};
+
+WINO_CLONES static void wave_prep_range(void *vc, long long b, long long e)
+{
+    const struct wave_ctx *w = vc;
+    const struct wino_ctx *c = w->c;
+    for (long long blk = b; blk < e; blk++) {
+        long long r0 = blk * c->tb;
+        int nt = (int)(w->nw - r0 < c->tb ? w->nw - r0 : c->tb);
+        if (c->mt == 2) {
+            in_tiles(2, c, w->w0 + r0, nt, w->v + (size_t)r0 * c->g->c);
+            dy_tiles(2, c, w->w0 + r0, nt, w->d + (size_t)r0 * c->g->k);
+        } else {
+            in_tiles(4, c, w->w0 + r0, nt, w->v + (size_t)r0 * c->g->c);
+            dy_tiles(4, c, w->w0 + r0, nt, w->d + (size_t)r0 * c->g->k);
+        }
+    }
+}
+
+static void wave_gemm_range(void *vc, long long b, long long e)
+{
+    const struct wave_ctx *w = vc;
+    const struct wino_ctx *c = w->c;
+    int C = c->g->c, K = c->g->k;
+    for (long long xi = b; xi < e; xi++)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, C, w->nw, 1.0f, w->d + (size_t)xi * c->prows * K, K,
+                    w->v + (size_t)xi * c->prows * C, C, w->first ? 0.0f : 1.0f, c->u + (size_t)xi * K * C, C);
+}
+
+WINO_CLONES static void bk_range(void *vc, long long b, long long e)
+{
+    const struct wino_ctx *c = vc;
+    if (c->mt == 2) bk_rows(2, c, b, e);
+    else bk_rows(4, c, b, e);
+}
+
+int md_cpu_wino_filter_ok(const struct md_dconv *g, int nhwc)
+{
+    return md_cpu_wino_ok(g, nhwc) && g->c >= 64 && g->k >= 64;
+}
+
+md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const float *dy, float *dw, float beta)
+{
+    int C = g->c, K = g->k;
+    struct wino_ctx c = {.g = g, .x = x, .dy = dy, .y = dw, .beta = beta};
+    c.mt = md_cpu_wino_tile(g);
+    c.nxi = (c.mt + 2) * (c.mt + 2);
+    c.th = (g->p + c.mt - 1) / c.mt, c.tw = (g->q + c.mt - 1) / c.mt;
+    c.tiles = (long long)g->n * c.th * c.tw;
+    c.tb = block_tiles(c.nxi, C, K);
+    size_t per_tile = sizeof(float) * (size_t)c.nxi * ((size_t)C + K);
+    long long wave = (long long)((g_wave_bytes ? g_wave_bytes : WAVE_BYTES) / per_tile) / c.tb * c.tb;
+    if (wave < c.tb) wave = c.tb;
+    if (wave > c.tiles) wave = c.tiles;
+    c.prows = (int)wave;
+    float *buf = md_cpu_scratch(CPU_SCR_COL, per_tile * (size_t)wave);
+    c.u = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c.nxi * K * C);
+    if (!buf || !c.u) return MD_ERR_OOM;
+    struct wave_ctx w = {.c = &c, .v = buf, .d = buf + (size_t)c.nxi * wave * C, .first = 1};
+    for (w.w0 = 0; w.w0 < c.tiles; w.w0 += wave, w.first = 0) {
+        w.nw = (int)(c.tiles - w.w0 < wave ? c.tiles - w.w0 : wave);
+        md_parallel_for((w.nw + c.tb - 1) / c.tb, 1, wave_prep_range, &w);
+        md_parallel_for(c.nxi, 1, wave_gemm_range, &w);
+    }
+    md_parallel_for(K, md_parallel_grain(K, 4), bk_range, &c);
     return MD_OK;
 }

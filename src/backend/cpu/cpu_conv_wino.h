@@ -24,4 +24,14 @@ int md_cpu_wino_tile(const struct md_dconv *g);
  * 180 degrees). Results depend on the shape only, not on the thread count. */
 md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, const float *w, float *y, float beta);
 
+/* Backward-filter the same way (NHWC x and dy, dw as (K, 3, 3, C)), where
+ * md_cpu_wino_ok holds and both channel counts are at least 64: dw =
+ * conv_filter_grad(x, dy) + beta*dw. */
+int md_cpu_wino_filter_ok(const struct md_dconv *g, int nhwc);
+/* The filter's transformed inputs and gradients are made for waves of tiles
+ * within this many bytes (default 32 MiB; 0 restores it). Tests set it
+ * tiny to run many waves. */
+void md_cpu_wino_set_wave_bytes(size_t bytes);
+md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const float *dy, float *dw, float beta);
+
 #endif
