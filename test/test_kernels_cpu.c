@@ -157,6 +157,8 @@ Test(kernels_cpu, convolutions_identical_for_1_2_3_7_threads, .timeout = 60)
         {16, 24, 8, 8, 150, 3, 1, 1, 0},
         {11, 17, 7, 6, 33, 3, 2, 1, 4096},
         {4, 64, 4, 4, 128, 3, 1, 1, 0},
+        {2, 32, 4, 4, 256, 3, 1, 1, 0},  /* Winograd forward in two chunks of output channels */
+        {2, 64, 8, 8, 192, 3, 1, 1, 0},  /* Winograd filter GEMMs in two chunks */
     };
     static const int threads[] = {1, 2, 3, 7};
     md_device *dev = open_cpu(1);
@@ -503,7 +505,8 @@ Test(kernels_cpu, direct_filter_goes_where_it_is_faster)
  * 3x3 stride-1 forwards and backward-datas of at least 16 channels each way,
  * against the reference: output sizes odd and even (partial tiles at the
  * edges), padding 0, 1 and 2, channel counts with tails past a multiple of
- * 16, one block of tiles and many, beta 0 and 0.5. The rounding differs from
+ * 16, one block of tiles and many, output channels in chunks (forward and
+ * filter), the filter in waves, beta 0 and 0.5. The rounding differs from
  * a direct sum's (the transforms add and scale neighbours): measured within
  * 4.9e-7 (F(2, 3)) and 7.2e-6 (F(4, 3)) of the output's largest magnitude,
  * checked within 3e-6 and 2e-5 (the direct sum is within ~1e-6). */
@@ -512,7 +515,8 @@ Test(kernels_cpu, winograd_matches_ref, .timeout = 60)
     static const struct { int n, c, h, w, k, pad; } cases[] = {
         {2, 16, 7, 9, 16, 1}, {3, 33, 6, 5, 17, 1}, {1, 20, 8, 8, 40, 0},
         {2, 17, 5, 6, 24, 2}, {40, 32, 14, 14, 64, 1}, {2, 64, 4, 4, 130, 1},
-        {3, 64, 9, 7, 64, 1}, {2, 70, 8, 8, 66, 1}, {5, 64, 16, 16, 80, 0},
+        {3, 64, 9, 7, 64, 1}, {2, 70, 8, 8, 66, 1}, {2, 32, 4, 4, 256, 1}, {2, 64, 8, 8, 192, 1},
+        {5, 64, 16, 16, 80, 0},
     };
     md_device *ref = NULL, *cpu = open_cpu(2);
     cr_assert_eq(md_device_open(md_backend_find("ref"), 0, NULL, &ref), MD_OK, "%s", md_errmsg());

@@ -262,6 +262,7 @@ struct wino_ctx {
     int mt, nxi; /* outputs per tile side (2 or 4); positions (mt + 2)^2 */
     int flip, th, tw, tb;
     int prows; /* rows (tiles) per position's plane of V and M */
+    int kch, nkc; /* output channels per task and chunks of them (more tasks for many threads) */
     long long tiles;
     const float *x, *w, *dy;
     float *y, *u, *buf;
@@ -349,7 +350,7 @@ AI void in_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, float *
 }
 
 /* y for tiles [t0, t0 + nt) from M. */
-AI void out_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, const float *m)
+AI void out_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, const float *m, int kb, int ke)
 {
     const struct md_dconv *g = c->g;
     int K = g->k, nxi = (mt + 2) * (mt + 2);
@@ -365,8 +366,8 @@ AI void out_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, const 
                 py[a * mt + b] = p < g->p && q < g->q ? c->y + (((size_t)n * g->p + p) * g->q + q) * K : NULL;
             }
         const float *mtile = m + (size_t)ti * K;
-        for (int k0 = 0; k0 < K; k0 += WV) {
-            int nk = K - k0 < WV ? K - k0 : WV;
+        for (int k0 = kb; k0 < ke; k0 += WV) {
+            int nk = ke - k0 < WV ? ke - k0 : WV;
             wvec mv[36], yv[16];
             for (int xi = 0; xi < nxi; xi++) {
                 if (nk == WV)
@@ -405,10 +406,10 @@ WINO_CLONES static void in_block(const struct wino_ctx *c, long long t0, int nt,
     if (c->mt == 2) in_tiles(2, c, t0, nt, v);
     else in_tiles(4, c, t0, nt, v);
 }
-WINO_CLONES static void out_block(const struct wino_ctx *c, long long t0, int nt, const float *m)
+WINO_CLONES static void out_block(const struct wino_ctx *c, long long t0, int nt, const float *m, int kb, int ke)
 {
-    if (c->mt == 2) out_tiles(2, c, t0, nt, m);
-    else out_tiles(4, c, t0, nt, m);
+    if (c->mt == 2) out_tiles(2, c, t0, nt, m, kb, ke);
+    else out_tiles(4, c, t0, nt, m, kb, ke);
 }
 
 static void block_range(void *vc, long long b, long long e)
@@ -419,18 +420,33 @@ static void block_range(void *vc, long long b, long long e)
     float *v = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
     float *m = v + (size_t)c->nxi * tb * C;
     size_t uplane = (size_t)C * K;
-    for (long long blk = b; blk < e; blk++) {
-        long long t0 = blk * tb;
+    for (long long task = b; task < e; task++) {
+        long long blk = task / c->nkc, t0 = blk * tb;
         int nt = (int)(c->tiles - t0 < tb ? c->tiles - t0 : tb);
+        int kb = (int)(task % c->nkc) * c->kch, ke = kb + c->kch < K ? kb + c->kch : K;
         in_block(c, t0, nt, v);
         for (int xi = 0; xi < c->nxi; xi++) {
-            /* U[xi] is (K x C) for a plain forward (B = U^T), (C x K) flipped */
-            const float *u = c->u + xi * uplane;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, c->flip ? CblasNoTrans : CblasTrans, nt, K, C, 1.0f,
-                        v + (size_t)xi * tb * C, C, u, c->flip ? K : C, 0.0f, m + (size_t)xi * tb * K, K);
+            /* U[xi] is (K x C) for a plain forward (B = U^T), (C x K) flipped;
+             * this task's output channels [kb, ke) are B's columns */
+            const float *u = c->u + xi * uplane + (c->flip ? (size_t)kb : (size_t)kb * C);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, c->flip ? CblasNoTrans : CblasTrans, nt, ke - kb, C, 1.0f,
+                        v + (size_t)xi * tb * C, C, u, c->flip ? K : C, 0.0f, m + (size_t)xi * tb * K + kb, K);
         }
-        out_block(c, t0, nt, m);
+        out_block(c, t0, nt, m, kb, ke);
     }
+}
+
+/* Output channels per task: all of them, unless `tasks` (per chunk) are
+ * fewer than `want`: then chunks of at least `least` channels (a multiple
+ * of 16) until there are. From the shape only, so that many-core machines
+ * get enough tasks and the sums stay the same for any thread count. */
+static int k_chunk(int K, long long tasks, int want, int least)
+{
+    long long n = tasks >= want ? 1 : (want + tasks - 1) / tasks;
+    if (n > K / least) n = K / least;
+    if (n < 1) n = 1;
+    int kch = (int)((K + n - 1) / n);
+    return (kch + WV - 1) / WV * WV;
 }
 
 /* Tiles per block: V and M of a block about 1 MiB together (nxi x TB x (C +
@@ -482,7 +498,11 @@ md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, co
     if (!c.u || !c.buf) return MD_ERR_OOM;
     md_parallel_for(c.outer, md_parallel_grain(c.outer, 4), filt_range, &c);
     long long blocks = (c.tiles + c.tb - 1) / c.tb;
-    md_parallel_for(blocks, 1, block_range, &c);
+    /* at least 16 tasks where chunks of 128 output channels allow (each
+     * chunk transforms its block's input again) */
+    c.kch = k_chunk(K, blocks, 16, 128);
+    c.nkc = (K + c.kch - 1) / c.kch;
+    md_parallel_for(blocks * c.nkc, 1, block_range, &c);
     return MD_OK;
 }
 
@@ -610,9 +630,13 @@ static void wave_gemm_range(void *vc, long long b, long long e)
     const struct wave_ctx *w = vc;
     const struct wino_ctx *c = w->c;
     int C = c->g->c, K = c->g->k;
-    for (long long xi = b; xi < e; xi++)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, C, w->nw, 1.0f, w->d + (size_t)xi * c->prows * K, K,
-                    w->v + (size_t)xi * c->prows * C, C, w->first ? 0.0f : 1.0f, c->u + (size_t)xi * K * C, C);
+    for (long long task = b; task < e; task++) {
+        long long xi = task / c->nkc;
+        int kb = (int)(task % c->nkc) * c->kch, ke = kb + c->kch < K ? kb + c->kch : K;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ke - kb, C, w->nw, 1.0f,
+                    w->d + (size_t)xi * c->prows * K + kb, K, w->v + (size_t)xi * c->prows * C, C,
+                    w->first ? 0.0f : 1.0f, c->u + (size_t)xi * K * C + (size_t)kb * C, C);
+    }
 }
 
 WINO_CLONES static void bk_range(void *vc, long long b, long long e)
@@ -644,11 +668,15 @@ md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const flo
     float *buf = md_cpu_scratch(CPU_SCR_COL, per_tile * (size_t)wave);
     c.u = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c.nxi * K * C);
     if (!buf || !c.u) return MD_ERR_OOM;
+    /* GEMM tasks: the positions, times chunks of at least 64 output
+     * channels up to 48 tasks */
+    c.kch = k_chunk(K, c.nxi, 48, 64);
+    c.nkc = (K + c.kch - 1) / c.kch;
     struct wave_ctx w = {.c = &c, .v = buf, .d = buf + (size_t)c.nxi * wave * C, .first = 1};
     for (w.w0 = 0; w.w0 < c.tiles; w.w0 += wave, w.first = 0) {
         w.nw = (int)(c.tiles - w.w0 < wave ? c.tiles - w.w0 : wave);
         md_parallel_for((w.nw + c.tb - 1) / c.tb, 1, wave_prep_range, &w);
-        md_parallel_for(c.nxi, 1, wave_gemm_range, &w);
+        md_parallel_for((long long)c.nxi * c.nkc, 1, wave_gemm_range, &w);
     }
     md_parallel_for(K, md_parallel_grain(K, 4), bk_range, &c);
     return MD_OK;
