@@ -65,11 +65,32 @@ static inline __attribute__((always_inline)) wvec wload(const float *p)
     memcpy(&v, p, sizeof v);
     return v;
 }
-#define wstore(p, v)                                                                                                 \
-    do {                                                                                                             \
-        wvec wstore_v_ = (v);                                                                                        \
-        memcpy((p), &wstore_v_, sizeof wstore_v_);                                                                   \
-    } while (0)
+
+/* The first n <= WV floats at p (zeros past them); v's first n to p. */
+static inline __attribute__((always_inline)) wvec wload_n(const float *p, int n)
+{
+    if (n == WV) return wload(p);
+    float tmp[WV] = {0};
+    memcpy(tmp, p, sizeof(float) * (size_t)n);
+    return wload(tmp);
+}
+static inline __attribute__((always_inline)) void wstore_n(float *p, const wvec *v, int n)
+{
+    if (n == WV)
+        memcpy(p, v, sizeof *v);
+    else
+        memcpy(p, v, sizeof(float) * (size_t)n);
+}
+/* p[0, n) = v + beta * p (v alone when beta is 0: p is not read). */
+static inline __attribute__((always_inline)) void wstore_beta(float *p, const wvec *v, int n, float beta)
+{
+    if (beta == 0.0f) {
+        wstore_n(p, v, n);
+        return;
+    }
+    wvec r = *v + (WZERO + beta) * wload_n(p, n);
+    wstore_n(p, &r, n);
+}
 
 /* ---- on/off --------------------------------------------------------------- */
 
@@ -268,9 +289,9 @@ struct wino_ctx {
     float *y, *u, *buf;
     size_t per_thread; /* floats of V + M per thread */
     float beta;
-    /* the filter as U's rows: element (o, i, r, s) of w at o*so + i*si + r*sr + s*ss */
+    /* the filter as U's rows: element (o, i, r, s) of w at o*so + i + r*sr + s*ss */
     int outer, inner;
-    size_t so, si, sr, ss;
+    size_t so, sr, ss;
 };
 
 /* U[xi] (outer x inner) for outer rows [b, e), vectors along inner. */
@@ -284,21 +305,12 @@ AI void filt_rows(int mt, const struct wino_ctx *c, long long b, long long e)
             for (int r = 0; r < 3; r++)
                 for (int s = 0; s < 3; s++) {
                     int rr = c->flip ? 2 - r : r, sq = c->flip ? 2 - s : s;
-                    const float *p = c->w + (size_t)o * c->so + (size_t)i0 * c->si + rr * c->sr + sq * c->ss;
-                    float tmp[WV] = {0};
-                    for (int l = 0; l < n; l++) tmp[l] = p[(size_t)l * c->si];
-                    g[r * 3 + s] = wload(tmp);
+                    g[r * 3 + s] = wload_n(c->w + (size_t)o * c->so + i0 + rr * c->sr + sq * c->ss, n);
                 }
             filt_xform(mt, g, u);
             for (int xi = 0; xi < c->nxi; xi++) {
                 float *d = c->u + xi * plane + (size_t)o * c->inner + i0;
-                if (n == WV)
-                    wstore(d, u[xi]);
-                else {
-                    float tmp[WV];
-                    wstore(tmp, u[xi]);
-                    memcpy(d, tmp, sizeof(float) * (size_t)n);
-                }
+                wstore_n(d, &u[xi], n);
             }
         }
 }
@@ -325,26 +337,10 @@ AI void in_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, float *
             int nc = C - c0 < WV ? C - c0 : WV;
             wvec d[36];
             for (int xi = 0; xi < nxi; xi++) {
-                if (!px[xi])
-                    d[xi] = WZERO;
-                else if (nc == WV)
-                    d[xi] = wload(px[xi] + c0);
-                else {
-                    float tmp[WV] = {0};
-                    memcpy(tmp, px[xi] + c0, sizeof(float) * (size_t)nc);
-                    d[xi] = wload(tmp);
-                }
+                d[xi] = px[xi] ? wload_n(px[xi] + c0, nc) : WZERO;
             }
             in_xform(mt, d);
-            for (int xi = 0; xi < nxi; xi++) {
-                if (nc == WV)
-                    wstore(vt + xi * plane + c0, d[xi]);
-                else {
-                    float tmp[WV];
-                    wstore(tmp, d[xi]);
-                    memcpy(vt + xi * plane + c0, tmp, sizeof(float) * (size_t)nc);
-                }
-            }
+            for (int xi = 0; xi < nxi; xi++) wstore_n(vt + xi * plane + c0, &d[xi], nc);
         }
     }
 }
@@ -355,7 +351,6 @@ AI void out_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, const 
     const struct md_dconv *g = c->g;
     int K = g->k, nxi = (mt + 2) * (mt + 2);
     size_t plane = (size_t)c->prows * K;
-    const wvec bv = WZERO + c->beta;
     for (int ti = 0; ti < nt; ti++) {
         long long tile = t0 + ti;
         int tw = (int)(tile % c->tw), th = (int)(tile / c->tw % c->th), n = (int)(tile / ((long long)c->tw * c->th));
@@ -369,27 +364,10 @@ AI void out_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, const 
         for (int k0 = kb; k0 < ke; k0 += WV) {
             int nk = ke - k0 < WV ? ke - k0 : WV;
             wvec mv[36], yv[16];
-            for (int xi = 0; xi < nxi; xi++) {
-                if (nk == WV)
-                    mv[xi] = wload(mtile + xi * plane + k0);
-                else {
-                    float tmp[WV] = {0};
-                    memcpy(tmp, mtile + xi * plane + k0, sizeof(float) * (size_t)nk);
-                    mv[xi] = wload(tmp);
-                }
-            }
+            for (int xi = 0; xi < nxi; xi++) mv[xi] = wload_n(mtile + xi * plane + k0, nk);
             out_xform(mt, mv, yv);
-            for (int o = 0; o < mt * mt; o++) {
-                if (!py[o]) continue;
-                float *d = py[o] + k0;
-                if (nk == WV) {
-                    wstore(d, c->beta != 0.0f ? yv[o] + bv * wload(d) : yv[o]);
-                } else {
-                    float tmp[WV];
-                    wstore(tmp, yv[o]);
-                    for (int l = 0; l < nk; l++) d[l] = c->beta != 0.0f ? tmp[l] + c->beta * d[l] : tmp[l];
-                }
-            }
+            for (int o = 0; o < mt * mt; o++)
+                if (py[o]) wstore_beta(py[o] + k0, &yv[o], nk, c->beta);
         }
     }
 }
@@ -487,10 +465,10 @@ md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, co
     c.prows = c.tb;
     if (!flip) { /* w (K, 3, 3, C): U rows are output channels */
         c.outer = K, c.inner = C;
-        c.so = (size_t)9 * C, c.si = 1, c.sr = (size_t)3 * C, c.ss = (size_t)C;
+        c.so = (size_t)9 * C, c.sr = (size_t)3 * C, c.ss = (size_t)C;
     } else { /* w (C, 3, 3, K): U rows are input channels */
         c.outer = C, c.inner = K;
-        c.so = (size_t)9 * K, c.si = 1, c.sr = (size_t)3 * K, c.ss = (size_t)K;
+        c.so = (size_t)9 * K, c.sr = (size_t)3 * K, c.ss = (size_t)K;
     }
     c.u = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c.nxi * C * K);
     c.per_thread = (size_t)c.nxi * c.tb * ((size_t)C + K);
@@ -541,27 +519,9 @@ AI void dy_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, float *
         for (int k0 = 0; k0 < K; k0 += WV) {
             int nk = K - k0 < WV ? K - k0 : WV;
             wvec yv[16], o[36];
-            for (int i = 0; i < mt * mt; i++) {
-                if (!py[i])
-                    yv[i] = WZERO;
-                else if (nk == WV)
-                    yv[i] = wload(py[i] + k0);
-                else {
-                    float tmp[WV] = {0};
-                    memcpy(tmp, py[i] + k0, sizeof(float) * (size_t)nk);
-                    yv[i] = wload(tmp);
-                }
-            }
+            for (int i = 0; i < mt * mt; i++) yv[i] = py[i] ? wload_n(py[i] + k0, nk) : WZERO;
             dy_xform(mt, yv, o);
-            for (int xi = 0; xi < nxi; xi++) {
-                if (nk == WV)
-                    wstore(dt + xi * plane + k0, o[xi]);
-                else {
-                    float tmp[WV];
-                    wstore(tmp, o[xi]);
-                    memcpy(dt + xi * plane + k0, tmp, sizeof(float) * (size_t)nk);
-                }
-            }
+            for (int xi = 0; xi < nxi; xi++) wstore_n(dt + xi * plane + k0, &o[xi], nk);
         }
     }
 }
@@ -571,32 +531,13 @@ AI void bk_rows(int mt, const struct wino_ctx *c, long long b, long long e)
 {
     int C = c->g->c, K = c->g->k, nxi = (mt + 2) * (mt + 2);
     size_t plane = (size_t)K * C;
-    const wvec bv = WZERO + c->beta;
     for (long long k = b; k < e; k++)
         for (int c0 = 0; c0 < C; c0 += WV) {
             int nc = C - c0 < WV ? C - c0 : WV;
             wvec z[36], w[9];
-            for (int xi = 0; xi < nxi; xi++) {
-                const float *src = c->u + xi * plane + (size_t)k * C + c0;
-                if (nc == WV)
-                    z[xi] = wload(src);
-                else {
-                    float tmp[WV] = {0};
-                    memcpy(tmp, src, sizeof(float) * (size_t)nc);
-                    z[xi] = wload(tmp);
-                }
-            }
+            for (int xi = 0; xi < nxi; xi++) z[xi] = wload_n(c->u + xi * plane + (size_t)k * C + c0, nc);
             bk_xform(mt, z, w);
-            for (int rs = 0; rs < 9; rs++) {
-                float *d = c->y + ((size_t)k * 9 + rs) * C + c0;
-                if (nc == WV) {
-                    wstore(d, c->beta != 0.0f ? w[rs] + bv * wload(d) : w[rs]);
-                } else {
-                    float tmp[WV];
-                    wstore(tmp, w[rs]);
-                    for (int l = 0; l < nc; l++) d[l] = c->beta != 0.0f ? tmp[l] + c->beta * d[l] : tmp[l];
-                }
-            }
+            for (int rs = 0; rs < 9; rs++) wstore_beta(c->y + ((size_t)k * 9 + rs) * C + c0, &w[rs], nc, c->beta);
         }
 }
 
