@@ -227,53 +227,44 @@ AI void bk1_4(const wvec *z, int is, wvec *w, int os)
     w[2 * os] = s6 * (e - a) + z[5 * is];
 }
 
-/* o (t x t) <- A dy A^T for the m x m dy */
-AI void dy_xform(int mt, const wvec *y, wvec *o)
-{
-    wvec tmp[24];
-    int t = mt + 2;
-    for (int b = 0; b < mt; b++) mt == 2 ? dy1_2(y + b, mt, tmp + b, mt) : dy1_4(y + b, mt, tmp + b, mt);
-    for (int i = 0; i < t; i++)
-        mt == 2 ? dy1_2(tmp + i * mt, 1, o + i * t, 1) : dy1_4(tmp + i * mt, 1, o + i * t, 1);
-}
+/* dst (nout x nout) <- the 1-D transform F (nin values in, nout out) of
+ * src (nin x nin) down its columns, then along the rows; dst may be src. */
+#define SEP2D(F, nin, nout, src, dst)                                                                              \
+    do {                                                                                                           \
+        wvec sep_t_[36];                                                                                           \
+        for (int sep_j_ = 0; sep_j_ < (nin); sep_j_++) F((src) + sep_j_, (nin), sep_t_ + sep_j_, (nin));           \
+        for (int sep_i_ = 0; sep_i_ < (nout); sep_i_++) F(sep_t_ + sep_i_ * (nin), 1, (dst) + sep_i_ * (nout), 1); \
+    } while (0)
 
-/* w (3 x 3) <- G^T z G for the t x t z */
-AI void bk_xform(int mt, const wvec *z, wvec *w)
-{
-    wvec tmp[18];
-    int t = mt + 2;
-    for (int j = 0; j < t; j++) mt == 2 ? bk1_2(z + j, t, tmp + j, t) : bk1_4(z + j, t, tmp + j, t);
-    for (int r = 0; r < 3; r++)
-        mt == 2 ? bk1_2(tmp + r * t, 1, w + r * 3, 1) : bk1_4(tmp + r * t, 1, w + r * 3, 1);
-}
-
-/* d (t x t, row-major) <- B^T d B, t = mt + 2 */
+/* d (t x t, t = mt + 2) <- B^T d B */
 AI void in_xform(int mt, wvec *d)
 {
-    wvec tmp[36];
-    int t = mt + 2;
-    for (int j = 0; j < t; j++) mt == 2 ? in1_2(d + j, t, tmp + j, t) : in1_4(d + j, t, tmp + j, t);
-    for (int i = 0; i < t; i++) mt == 2 ? in1_2(tmp + i * t, 1, d + i * t, 1) : in1_4(tmp + i * t, 1, d + i * t, 1);
+    if (mt == 2) SEP2D(in1_2, 4, 4, d, d);
+    else SEP2D(in1_4, 6, 6, d, d);
 }
-
 /* y (mt x mt) <- A^T m A */
 AI void out_xform(int mt, const wvec *m, wvec *y)
 {
-    wvec tmp[24];
-    int t = mt + 2;
-    for (int j = 0; j < t; j++) mt == 2 ? out1_2(m + j, t, tmp + j, t) : out1_4(m + j, t, tmp + j, t);
-    for (int a = 0; a < mt; a++)
-        mt == 2 ? out1_2(tmp + a * t, 1, y + a * mt, 1) : out1_4(tmp + a * t, 1, y + a * mt, 1);
+    if (mt == 2) SEP2D(out1_2, 4, 2, m, y);
+    else SEP2D(out1_4, 6, 4, m, y);
 }
-
 /* u (t x t) <- G g G^T for the 3x3 g */
 AI void filt_xform(int mt, const wvec *g, wvec *u)
 {
-    wvec tmp[18];
-    int t = mt + 2;
-    for (int s = 0; s < 3; s++) mt == 2 ? filt1_2(g + s, 3, tmp + s, 3) : filt1_4(g + s, 3, tmp + s, 3);
-    for (int i = 0; i < t; i++)
-        mt == 2 ? filt1_2(tmp + i * 3, 1, u + i * t, 1) : filt1_4(tmp + i * 3, 1, u + i * t, 1);
+    if (mt == 2) SEP2D(filt1_2, 3, 4, g, u);
+    else SEP2D(filt1_4, 3, 6, g, u);
+}
+/* o (t x t) <- A dy A^T for the mt x mt dy */
+AI void dy_xform(int mt, const wvec *y, wvec *o)
+{
+    if (mt == 2) SEP2D(dy1_2, 2, 4, y, o);
+    else SEP2D(dy1_4, 4, 6, y, o);
+}
+/* w (3 x 3) <- G^T z G for the t x t z */
+AI void bk_xform(int mt, const wvec *z, wvec *w)
+{
+    if (mt == 2) SEP2D(bk1_2, 4, 3, z, w);
+    else SEP2D(bk1_4, 6, 3, z, w);
 }
 
 /* ---- the call ------------------------------------------------------------ */
