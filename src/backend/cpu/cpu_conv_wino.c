@@ -405,17 +405,18 @@ static void block_range(void *vc, long long b, long long e)
     }
 }
 
-/* Output channels per task: all of them, unless `tasks` (per chunk) are
- * fewer than `want`: then chunks of at least `least` channels (a multiple
- * of 16) until there are. From the shape only, so that many-core machines
+/* Output channels per task (c->kch, in c->nkc chunks): all of them, unless
+ * `tasks` (per chunk) are fewer than `want`: then chunks of at least
+ * `least` channels (a multiple of 16) until there are. From the shape only, so that many-core machines
  * get enough tasks and the sums stay the same for any thread count. */
-static int k_chunk(int K, long long tasks, int want, int least)
+static void k_chunks(struct wino_ctx *c, long long tasks, int want, int least)
 {
+    int K = c->g->k;
     long long n = tasks >= want ? 1 : (want + tasks - 1) / tasks;
     if (n > K / least) n = K / least;
     if (n < 1) n = 1;
-    int kch = (int)((K + n - 1) / n);
-    return (kch + WV - 1) / WV * WV;
+    c->kch = (int)((K + n - 1) / n + WV - 1) / WV * WV;
+    c->nkc = (K + c->kch - 1) / c->kch;
 }
 
 /* Tiles per block: V and M of a block about 1 MiB together (nxi x TB x (C +
@@ -443,15 +444,22 @@ int md_cpu_wino_tile(const struct md_dconv *g)
     return g->p >= 8 && g->q >= 8 && covered * 5 <= (long long)g->p * g->q * 6 ? 4 : 2;
 }
 
+/* The tile size and the tiles of c->g, and the blocks they go in. */
+static void tiling(struct wino_ctx *c)
+{
+    const struct md_dconv *g = c->g;
+    c->mt = md_cpu_wino_tile(g);
+    c->nxi = (c->mt + 2) * (c->mt + 2);
+    c->th = (g->p + c->mt - 1) / c->mt, c->tw = (g->q + c->mt - 1) / c->mt;
+    c->tiles = (long long)g->n * c->th * c->tw;
+    c->tb = block_tiles(c->nxi, g->c, g->k);
+}
+
 md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, const float *w, float *y, float beta)
 {
     int C = g->c, K = g->k;
     struct wino_ctx c = {.g = g, .flip = flip, .x = x, .w = w, .y = y, .beta = beta};
-    c.mt = md_cpu_wino_tile(g);
-    c.nxi = (c.mt + 2) * (c.mt + 2);
-    c.th = (g->p + c.mt - 1) / c.mt, c.tw = (g->q + c.mt - 1) / c.mt;
-    c.tiles = (long long)g->n * c.th * c.tw;
-    c.tb = block_tiles(c.nxi, C, K);
+    tiling(&c);
     if (c.tiles < c.tb) c.tb = (int)((c.tiles + 7) / 8 * 8);
     c.prows = c.tb;
     if (!flip) { /* w (K, 3, 3, C): U rows are output channels */
@@ -469,8 +477,7 @@ md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, co
     long long blocks = (c.tiles + c.tb - 1) / c.tb;
     /* at least 16 tasks where chunks of 128 output channels allow (each
      * chunk transforms its block's input again) */
-    c.kch = k_chunk(K, blocks, 16, 128);
-    c.nkc = (K + c.kch - 1) / c.kch;
+    k_chunks(&c, blocks, 16, 128);
     md_parallel_for(blocks * c.nkc, 1, block_range, &c);
     return MD_OK;
 }
@@ -587,11 +594,7 @@ md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const flo
 {
     int C = g->c, K = g->k;
     struct wino_ctx c = {.g = g, .x = x, .dy = dy, .y = dw, .beta = beta};
-    c.mt = md_cpu_wino_tile(g);
-    c.nxi = (c.mt + 2) * (c.mt + 2);
-    c.th = (g->p + c.mt - 1) / c.mt, c.tw = (g->q + c.mt - 1) / c.mt;
-    c.tiles = (long long)g->n * c.th * c.tw;
-    c.tb = block_tiles(c.nxi, C, K);
+    tiling(&c);
     size_t per_tile = sizeof(float) * (size_t)c.nxi * ((size_t)C + K);
     long long wave = (long long)((g_wave_bytes ? g_wave_bytes : WAVE_BYTES) / per_tile) / c.tb * c.tb;
     if (wave < c.tb) wave = c.tb;
@@ -602,8 +605,7 @@ md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const flo
     if (!buf || !c.u) return MD_ERR_OOM;
     /* GEMM tasks: the positions, times chunks of at least 64 output
      * channels up to 48 tasks */
-    c.kch = k_chunk(K, c.nxi, 48, 64);
-    c.nkc = (K + c.kch - 1) / c.kch;
+    k_chunks(&c, c.nxi, 48, 64);
     struct wave_ctx w = {.c = &c, .v = buf, .d = buf + (size_t)c.nxi * wave * C, .first = 1};
     for (w.w0 = 0; w.w0 < c.tiles; w.w0 += wave, w.first = 0) {
         w.nw = (int)(c.tiles - w.w0 < wave ? c.tiles - w.w0 : wave);
