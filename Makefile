@@ -424,8 +424,11 @@ fuzz: deps
 	  $(MAKE) --no-print-directory test-run TEST_ARGS="--filter 'fuzz_smoke/*'"; \
 	fi
 
-# ---- CPU kernels (issue 3) -----------------------------------------------------
+# ---- CPU kernels -----------------------------------------------------
 # gcc -O2 vectorises only loops that need no run-time checks (aliasing, trip
 # counts); the CPU kernels' element-wise loops need -O3 for SIMD. Still IEEE:
 # no -ffast-math, so reductions are not reassociated.
 $(BUILD)/obj/src/backend/cpu/%.o: CFLAGS += -O3
+# cpu_norm_pool.c is written in explicit vectors: gcc 12's -O3 makes its
+# window loops 3x slower than -O2 (docs/performance-cpu.md), so -O2 there.
+$(BUILD)/obj/src/backend/cpu/cpu_norm_pool.o: CFLAGS += -O2

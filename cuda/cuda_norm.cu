@@ -192,6 +192,7 @@ md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *
     struct md_cuda_dev *cd = md_cuda_impl(dev);
     if (a->act != MD_ACT_NONE && a->act != MD_ACT_RELU)
         return md_errf(MD_ERR_UNSUPPORTED, "cuda batchnorm_fwd: fused activation %d is not supported", a->act);
+    if (a->pool) return md_errf(MD_ERR_UNSUPPORTED, "cuda batchnorm_fwd: a fused max pool is not supported");
     size_t total = (size_t)a->n * a->c * a->hw;
     if (!total) return MD_OK;
     int nhwc = a->layout == MD_NHWC;
@@ -341,6 +342,7 @@ md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *
     struct md_cuda_dev *cd = md_cuda_impl(dev);
     if (a->act != MD_ACT_NONE && a->act != MD_ACT_RELU)
         return md_errf(MD_ERR_UNSUPPORTED, "cuda batchnorm_bwd: fused activation %d is not supported", a->act);
+    if (a->pool) return md_errf(MD_ERR_UNSUPPORTED, "cuda batchnorm_bwd: a fused max pool is not supported");
     size_t total = (size_t)a->n * a->c * a->hw;
     if (!total) return MD_OK;
     int nhwc = a->layout == MD_NHWC, relu = a->act == MD_ACT_RELU;

@@ -65,6 +65,21 @@ static const char *RESNET =
  * aliasing), except the output of an add with a fused ReLU, whose backward
  * masks its gradient in place (add1 + relu1 is fused with compile on; c's
  * backward runs after add1's, so a shared buffer would hand it the mask). */
+/* Conv, batch norm, ReLU, 2x2 max pool twice (small_cnn's shape): on the CPU
+ * in fp32 channels-last each pool runs inside its batch norm. */
+static const char *POOLED =
+    "{\"name\":\"pooled\",\"num_classes\":3,\"inputs\":[{\"name\":\"x\",\"shape\":[2,8,8]}],\"layers\":["
+    " {\"name\":\"conv1\",\"type\":\"conv2d\",\"out\":4,\"kernel\":3,\"padding\":1,\"bias\":false},"
+    " {\"name\":\"bn1\",\"type\":\"batchnorm\"},"
+    " {\"name\":\"relu1\",\"type\":\"relu\"},"
+    " {\"name\":\"pool1\",\"type\":\"maxpool\",\"kernel\":2},"
+    " {\"name\":\"conv2\",\"type\":\"conv2d\",\"out\":5,\"kernel\":3,\"padding\":1,\"bias\":false},"
+    " {\"name\":\"bn2\",\"type\":\"batchnorm\"},"
+    " {\"name\":\"relu2\",\"type\":\"relu\"},"
+    " {\"name\":\"pool2\",\"type\":\"maxpool\",\"kernel\":2},"
+    " {\"name\":\"flatten\",\"type\":\"flatten\"},"
+    " {\"name\":\"fc\",\"type\":\"linear\",\"out\":3}]}";
+
 static const char *NESTED =
     "{\"name\":\"nested\",\"num_classes\":3,\"inputs\":[{\"name\":\"x\",\"shape\":[2,4,4]}],"
     "\"layers\":["
@@ -163,12 +178,13 @@ static double loss_of(md_model *m, struct step_io io, int batch, int backward)
 
 /* eps: 1e-3 where ReLU/max-pool kinks sit close to the inputs (a larger step
  * crosses them), larger for smooth models (less rounding noise). */
-static void gradcheck(const char *text, int batch, double eps_)
+static void gradcheck_on(const char *dev, md_layout layout, const char *text, int batch, double eps_)
 {
-    md_device *d = th_open_device("ref");
+    md_device *d = th_open_device(dev);
     struct md_model_opts o;
     md_model_opts_default(&o);
     o.seed = 7;
+    o.layout = layout;
     md_model *m = make(text, &o, d, batch);
     fill_inputs(m, batch, 99);
     struct step_io io = step_io_new(d, batch);
@@ -215,7 +231,14 @@ static void gradcheck(const char *text, int batch, double eps_)
     md_device_close(d);
 }
 
+static void gradcheck(const char *text, int batch, double eps_) { gradcheck_on("ref", MD_NCHW, text, batch, eps_); }
+
 Test(nn_grad, residual_block_matches_finite_differences, .timeout = 60) { gradcheck(RESIDUAL, 4, 1e-3); }
+/* the CPU's batch norm + ReLU + max pool kernel, by finite differences */
+Test(nn_grad, fused_max_pool_matches_finite_differences, .timeout = 60)
+{
+    gradcheck_on("cpu", MD_NHWC, POOLED, 4, 1e-3);
+}
 Test(nn_grad, two_input_weighted_add_matches_finite_differences, .timeout = 60) { gradcheck(DUAL, 3, 1e-2); }
 Test(nn_grad, nested_adds_share_gradients_correctly, .timeout = 60) { gradcheck(NESTED, 3, 1e-2); }
 Test(nn_grad, fused_residual_batchnorm_matches_finite_differences, .timeout = 60) { gradcheck(RESNET, 4, 1e-3); }
@@ -238,12 +261,14 @@ Test(nn_grad, integration_weights_start_at_one_over_k)
 }
 
 static int g_apart; /* the devices run a fused residual apart (md_dev_set_batchnorm_residual) */
+static int g_nopool; /* the devices run batch norm and max pool apart (md_dev_set_batchnorm_pool) */
 
 static float *grads_of(const char *name_or_text, int ckpt, int compile, md_layout layout, const char *dev, int batch,
                        size_t *n, float **logits)
 {
     md_device *d = th_open_device(dev);
     if (g_apart) md_dev_set_batchnorm_residual(d, 0);
+    if (g_nopool) md_dev_set_batchnorm_pool(d, 0);
     struct md_model_opts o;
     md_model_opts_default(&o);
     o.grad_ckpt = ckpt;
@@ -351,6 +376,80 @@ Test(nn_grad, fused_residual_batchnorm_agrees_with_the_unfused_model, .timeout =
         free(rf); free(ru); free(cf); free(cu); free(rc);
         for (int k = 0; k < 4; k++) free(lo[k]);
     }
+}
+
+/* The max pools a bound model runs inside their batch norms (summary: "fused"). */
+static int fused_pools(md_model *m)
+{
+    cJSON *s = md_model_summary_json(m);
+    int n = 0;
+    const cJSON *L;
+    cJSON_ArrayForEach(L, cJSON_GetObjectItem(s, "layers"))
+    {
+        const cJSON *t = cJSON_GetObjectItem(L, "type");
+        if (cJSON_IsString(t) && !strcmp(t->valuestring, "maxpool")) n += cJSON_IsTrue(cJSON_GetObjectItem(L, "fused"));
+    }
+    cJSON_Delete(s);
+    return n;
+}
+
+/* Bound to the CPU in fp32 channels-last (compile on, no checkpointing) the
+ * model runs each 2x2 max pool inside its batch norm; elsewhere, and bound
+ * again elsewhere, it does not. The fused model's logits and gradients
+ * against the same model with the pools apart (the sums' order differs: close,
+ * not equal) and against the reference; its ReLU statistics still run. */
+Test(nn_grad, fused_max_pool_agrees_with_the_unfused_model, .timeout = 60)
+{
+    struct { const char *dev; md_layout lay; int compile, ckpt, nopool, want; } c[] = {
+        {"cpu", MD_NHWC, 1, 0, 0, 2}, {"cpu", MD_NCHW, 1, 0, 0, 0}, {"cpu", MD_NHWC, 0, 0, 0, 0},
+        {"cpu", MD_NHWC, 1, 1, 0, 0}, {"cpu", MD_NHWC, 1, 0, 1, 0}, {"ref", MD_NHWC, 1, 0, 0, 0}};
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        md_device *d = th_open_device(c[k].dev);
+        if (c[k].nopool) md_dev_set_batchnorm_pool(d, 0);
+        struct md_model_opts o;
+        md_model_opts_default(&o);
+        o.layout = c[k].lay, o.compile = c[k].compile, o.grad_ckpt = c[k].ckpt;
+        md_model *m = make(POOLED, &o, d, 4);
+        cr_expect_eq(fused_pools(m), c[k].want, "case %zu: %d pools fused, not %d", k, fused_pools(m), c[k].want);
+        if (c[k].want) { /* bound again to the reference: unfused, and it runs */
+            fill_inputs(m, 4, 5);
+            struct step_io io = step_io_new(d, 4);
+            loss_of(m, io, 4, 1);
+            struct md_relu_stat rs[4];
+            int nrs = 0;
+            cr_assert_eq(md_model_relu_stats(m, rs, 4, &nrs), MD_OK, "%s", md_errmsg());
+            cr_expect_eq(nrs, 2);
+            cr_expect_str_eq(rs[0].layer, "relu1");
+            md_dev_free(d, io.labels);
+            md_dev_free(d, io.loss);
+            md_device *r = th_open_device("ref");
+            cr_assert_eq(md_model_bind(m, r, 4), MD_OK, "%s", md_errmsg());
+            cr_expect_eq(fused_pools(m), 0);
+            fill_inputs(m, 4, 5);
+            io = step_io_new(r, 4);
+            loss_of(m, io, 4, 1);
+            md_dev_free(r, io.labels);
+            md_dev_free(r, io.loss);
+            md_model_free(m);
+            md_device_close(r);
+        } else
+            md_model_free(m);
+        md_device_close(d);
+    }
+    size_t n[3];
+    float *lo[3];
+    float *fused = grads_of(POOLED, 0, 1, MD_NHWC, "cpu", 4, &n[0], &lo[0]);
+    g_nopool = 1;
+    float *apart = grads_of(POOLED, 0, 1, MD_NHWC, "cpu", 4, &n[1], &lo[1]);
+    g_nopool = 0;
+    float *ref = grads_of(POOLED, 0, 1, MD_NHWC, "ref", 4, &n[2], &lo[2]);
+    cr_assert_eq(n[0], n[1]);
+    cr_expect(th_allclose("fused vs apart logits", lo[0], lo[1], 12, 1e-6, 1e-5));
+    cr_expect(th_allclose("fused vs apart grads", fused, apart, n[0], 1e-6, 1e-4));
+    cr_expect(th_allclose("fused vs ref logits", lo[0], lo[2], 12, 1e-5, 1e-4));
+    cr_expect(th_allclose("fused vs ref grads", fused, ref, n[0], 1e-5, 1e-3));
+    free(fused), free(apart), free(ref);
+    for (int k = 0; k < 3; k++) free(lo[k]);
 }
 
 Test(nn_grad, channels_last_matches_nchw, .timeout = 60)

@@ -176,10 +176,14 @@ md_status md_stage_model(md_job *job)
     if (mo.layout == MD_NHWC && md_model_get_opts(job->model)->layout == MD_NCHW)
         md_job_setting(job, "channels_last", "off", "the model has token-sequence layers, which run in NCHW");
     if (!job->no_layer_table) md_model_print_summary(job->model);
-    md_out("  layout %s, compute %s, compile %s, gradient checkpointing %s\n",
-           md_layout_name(md_model_get_opts(job->model)->layout),
-           md_dtype_name(mo.compute_dtype), mo.compile ? "on (BN+ReLU and add+ReLU fused, memory shared by lifetime)"
-                                                       : "off", mo.grad_ckpt ? "on" : "off");
+    md_layout lay = md_model_get_opts(job->model)->layout;
+    int pools = mo.compile && !mo.grad_ckpt && job->dev && md_dev_batchnorm_pool(job->dev, lay, mo.compute_dtype);
+    md_out("  layout %s, compute %s, compile %s, gradient checkpointing %s\n", md_layout_name(lay),
+           md_dtype_name(mo.compute_dtype),
+           !mo.compile ? "off"
+           : pools     ? "on (BN+ReLU, add+ReLU and BN+ReLU+max pool fused, memory shared by lifetime)"
+                       : "on (BN+ReLU and add+ReLU fused, memory shared by lifetime)",
+           mo.grad_ckpt ? "on" : "off");
     cJSON *rep = md_model_summary_json(job->model);
     if (rep) cJSON_AddItemToObject(job->report, "model", rep);
     return MD_OK;

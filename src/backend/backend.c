@@ -604,6 +604,11 @@ int md_dev_has_comm(const md_device *dev) { return dev->ops->allreduce_sum != NU
 int md_dev_batchnorm_sync(const md_device *dev) { return dev->ops->batchnorm_sync; }
 int md_dev_batchnorm_residual(const md_device *dev) { return dev->ops->batchnorm_residual && !dev->no_bn_residual; }
 void md_dev_set_batchnorm_residual(md_device *dev, int on) { dev->no_bn_residual = !on; }
+int md_dev_batchnorm_pool(const md_device *dev, md_layout layout, md_dtype dtype)
+{
+    return dev->ops->batchnorm_pool && !dev->no_bn_pool && layout == MD_NHWC && dtype == MD_F32;
+}
+void md_dev_set_batchnorm_pool(md_device *dev, int on) { dev->no_bn_pool = !on; }
 
 static md_status no_comm(const md_device *dev)
 {

@@ -74,6 +74,8 @@ struct md_backend_ops {
     int batchnorm_sync;
     /* 1: batchnorm_fwd/bwd honour md_batchnorm_args.res/dres */
     int batchnorm_residual;
+    /* 1: batchnorm_fwd/bwd honour md_batchnorm_args.pool (fp32 channels-last) */
+    int batchnorm_pool;
 
     struct md_kernels kernels;
 
@@ -115,6 +117,7 @@ struct md_device {
     struct md_ptrmap blocks;  /* live allocations (md_dev_alloc) */
     struct md_alloc_fault fault;
     int no_bn_residual;       /* md_dev_set_batchnorm_residual(dev, 0) */
+    int no_bn_pool;           /* md_dev_set_batchnorm_pool(dev, 0) */
 };
 
 /* Memory entries for backends whose device memory is host memory (cpu, ref,

@@ -89,6 +89,13 @@ struct md_conv2d_args {
  *   block's "bn2 + shortcut, relu" in one pass). Backward then needs y (not
  *   res) and writes g = act'(y) * dy, the residual's gradient, to dres
  *   (= or +=beta_res) besides dx; y is required with res and RELU.
+ * pool (optional; only where md_dev_batchnorm_pool says so: CPU, fp32
+ *   channels-last, with the ReLU and no residual): 2 runs a 2x2 stride-2 max
+ *   pool after the ReLU in the same passes. x is (n, c, h, w) (hw = h * w,
+ *   both even); y and dy are the pooled (n, c, h/2, w/2); the full-size output
+ *   is never written. Backward recomputes each window from x (its first
+ *   maximal element takes dy, as the pool kernel routes it, masked by the
+ *   ReLU), so it needs x, not y. The forward does not accumulate (beta 0).
  * bwd (training statistics): dx (= or +=beta), dgamma, dbeta (beta_param
  *   accumulate flag applies to dgamma/dbeta too).
  * sync (training only; NULL: statistics of this rank's batch): synchronised
@@ -127,6 +134,7 @@ struct md_batchnorm_args {
     const struct md_bn_sync *sync;  /* --sync-bn (above), or NULL */
     const void *res; void *dres;    /* the fused residual (above), or NULL */
     float beta_res;                 /* accumulate factor for dres */
+    int pool, h, w;                 /* a fused max pool (above), or 0; x's height and width */
 };
 
 /* ---- element-wise activations ---------------------------------------------- */

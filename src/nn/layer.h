@@ -137,6 +137,13 @@ struct md_layer_ops {
      * activation `act`" into this layer (the caller appends the input to
      * L->in); 1 if it did. */
     int (*fuse_residual)(struct md_layer *L, int act);
+    /* (optional, default 0) 1 for a 2x2 stride-2 unpadded max pool: at bind,
+     * a device that runs it inside its producer (md_dev_batchnorm_pool) gets
+     * it fused there. */
+    int (*max_pool_2x2)(const struct md_layer *L);
+    /* (optional, default refuse) Takes (on = 1) or gives back (on = 0) a
+     * following max_pool_2x2 pool; 1 if it did. The caller sets L->out. */
+    int (*fuse_pool)(struct md_layer *L, int on);
     /* (optional, default MD_ACT_NONE) The activation applied last to the
      * output (ReLU statistics). */
     int (*out_act)(const struct md_layer *L);

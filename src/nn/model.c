@@ -681,6 +681,52 @@ static md_status fuse_residuals(struct md_model *m)
     return MD_OK;
 }
 
+/* bind (compile on): a 2x2 stride-2 max pool whose input tensor only it
+ * reads goes into that tensor's producer when the producer takes it
+ * (fuse_pool: a batch norm with its ReLU) and `on` (the device runs such a
+ * batch norm); the pool becomes an alias of the producer, whose output is
+ * then the pooled one. With `on` 0 such fusions are undone, so a model can
+ * be bound again to a device without the kernel. Not with gradient
+ * checkpointing (the pool and its producer may be in different segments). */
+void md_model_fuse_pools(struct md_model *m, int on)
+{
+    if (!m->opts.compile || (on && m->opts.grad_ckpt)) return; /* checkpointing: segments stay as written */
+    for (int i = m->ninputs; i < m->nlayers; i++) {
+        struct md_layer *L = &m->layers[i];
+        if (!L->ops->max_pool_2x2 || !L->ops->max_pool_2x2(L) || L->nin != 1) continue;
+        if (!on) {
+            if (L->alias < 0) continue;
+            struct md_layer *P = &m->layers[L->alias];
+            if (!P->ops->fuse_pool || !P->ops->fuse_pool(P, 0)) continue;
+            P->out = m->layers[P->in[0]].out;
+            P->flops -= L->pool_flops;
+            L->flops = L->pool_flops;
+            L->alias = -1;
+            m->nfused--;
+            continue;
+        }
+        if (L->alias >= 0) continue;
+        int t = md_model_tensor_of(m, L->in[0]);
+        struct md_layer *P = &m->layers[t];
+        struct md_shape x = m->layers[t].out;
+        if (t < m->ninputs || t == m->nlayers - 1 || !P->ops->fuse_pool || P->nin != 1 || P->fold != L->fold ||
+            x.h % 2 || x.w % 2 || x.h < 2 || x.w < 2)
+            continue;
+        int readers = 0;
+        for (int j = m->ninputs; j < m->nlayers; j++) {
+            if (m->layers[j].alias >= 0) continue;
+            for (int k = 0; k < m->layers[j].nin; k++) readers += md_model_tensor_of(m, m->layers[j].in[k]) == t;
+        }
+        if (readers != 1 || !P->ops->fuse_pool(P, 1)) continue;
+        P->out = L->out;
+        L->pool_flops = L->flops;
+        P->flops += L->flops;
+        L->flops = 0;
+        L->alias = t;
+        m->nfused++;
+    }
+}
+
 /* ---- load -------------------------------------------------------------------------- */
 
 static md_status resolve_path(const char *name, char *out, size_t n)

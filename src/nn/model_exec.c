@@ -412,6 +412,7 @@ md_status md_model_bind(md_model *m, md_device *dev, int max_batch)
     unbind(m);
     m->dev = dev;
     m->max_batch = max_batch;
+    md_model_fuse_pools(m, md_dev_batchnorm_pool(dev, m->opts.layout, m->opts.compute_dtype));
     size_t es = md_dtype_size(m->opts.compute_dtype);
     int half = m->opts.compute_dtype != MD_F32;
     if ((st = md_model_plan_make(m, max_batch, 1, &m->plan_train)) != MD_OK) goto fail;

@@ -47,6 +47,7 @@ struct md_layer {
 
     long long nparams;
     double flops;          /* forward, per sample */
+    double pool_flops;     /* a max pool fused into its producer at bind: its own flops, now the producer's */
     int alias;             /* -1, or the layer whose tensor this one is (fused ReLU, a view) */
     int view;              /* alias set by the kind itself (regroup): the same bytes read another way */
     int fold;              /* items per sample (docs/tiles.md): the layer runs with batch n * fold and
@@ -116,6 +117,9 @@ static inline int md_model_tensor_of(const struct md_model *m, int i)
     while (m->layers[i].alias >= 0) i = m->layers[i].alias;
     return i;
 }
+
+/* Fuses (on) or unfuses the max pools a producer runs itself (model.c). */
+void md_model_fuse_pools(struct md_model *m, int on);
 
 /* Lifetime planner (model_exec.c): fills `plan` for `batch` samples. */
 md_status md_model_plan_make(const struct md_model *m, int batch, int training,

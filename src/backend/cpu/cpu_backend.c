@@ -72,6 +72,7 @@ static const struct md_backend_ops cpu_ops = {
     .fma_peak_gflops = cpu_fma_peak,
     .batchnorm_sync = 1,
     .batchnorm_residual = 1,
+    .batchnorm_pool = 1,
 };
 
 static struct md_backend_ops cpu_ops_with_kernels;

@@ -16,6 +16,7 @@
 
 #include "backend/bn_sync.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_norm_pool.h"
 #include "backend/cpu/cpu_vec.h"
 #include "backend/ref/ref_math.h"
 #include "core/mem.h"
@@ -427,6 +428,48 @@ static void f32_nhwc_apply_range(void *vc, long long b, long long e)
     }
 }
 
+/* ---- a fused 2x2 stride-2 max pool (kernels.h md_batchnorm_args.pool) ---------------------------
+ * fp32 NHWC with the ReLU (cpu_norm_pool.c): the forward's statistics as
+ * without the pool, then one pass writes the pooled y (the full-size output
+ * is never written); backward's sums per pooled row (a fixed piece: the same
+ * for any thread count) and its dx pass recompute each window from x. */
+
+static struct md_bnpool bnpool_of(const struct bn_ctx *c)
+{
+    const struct md_batchnorm_args *a = c->a;
+    return (struct md_bnpool){a->x, a->dy, a->y, a->dx, c->scale, c->shift, c->fk, c->k1, c->k2, c->k3,
+                              c->part, a->beta, a->c, a->h, a->w};
+}
+
+static void pool_apply_range(void *vc, long long b, long long e)
+{
+    struct md_bnpool p = bnpool_of(vc);
+    md_cpu_bnpool_apply(&p, b, e);
+}
+
+static void pool_sums_range(void *vc, long long b, long long e)
+{
+    struct md_bnpool p = bnpool_of(vc);
+    md_cpu_bnpool_sums(&p, b, e);
+}
+
+static void pool_dx_range(void *vc, long long b, long long e)
+{
+    struct md_bnpool p = bnpool_of(vc);
+    md_cpu_bnpool_dx(&p, b, e);
+}
+
+/* What the fused pool needs; a reason string when the call does not qualify. */
+static const char *pool_unfit(const struct md_batchnorm_args *a)
+{
+    if (a->pool != 2) return "only a 2x2 stride-2 max pool is fused";
+    if (a->dtype != MD_F32 || a->layout != MD_NHWC) return "fp32 channels-last only";
+    if (a->act != MD_ACT_RELU || a->res) return "a ReLU and no residual only";
+    if (a->h < 2 || a->w < 2 || a->h % 2 || a->w % 2 || (long long)a->h * a->w != a->hw)
+        return "h and w must be even, with hw = h * w";
+    return NULL;
+}
+
 /* ---- a fused residual (kernels.h md_batchnorm_args.res) -----------------------------------------
  * Forward: batch norm without its ReLU, then one pass y = act(y + res);
  * backward: one pass g = act'(y) * dy into dres (and into a scratch when
@@ -542,6 +585,17 @@ md_status md_cpu_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a
 {
     (void)dev;
     MD_TRY(bn_check("batchnorm_fwd", a));
+    if (a->pool) {
+        const char *why = pool_unfit(a);
+        if (why || a->beta != 0.0f)
+            return md_errf(MD_ERR_UNSUPPORTED, "cpu batchnorm_fwd with a fused max pool: %s",
+                           why ? why : "no accumulating output");
+        struct bn_ctx c = {.a = a};
+        struct md_batchnorm_args f = *a;
+        f.dy = NULL; /* the forward's split */
+        c.a = &f;
+        return f32_fwd(&c, 0);
+    }
     if (a->res) return res_fwd(dev, a);
     struct bn_ctx c = {.a = a};
     int sync = a->training && a->sync;
@@ -881,8 +935,16 @@ static struct f32_split f32_split_of(const struct md_batchnorm_args *a, int nchw
         return (struct f32_split){planes, plane_grain(a), a->n, plane_sums_range,
                                   planes, plane_grain(a), plane_apply_range, (size_t)a->hw};
     long long nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
-    return (struct f32_split){nchunks, 1, nchunks, f32_nhwc_part_range,
-                              rows, md_parallel_grain(rows, 16), f32_nhwc_apply_range, 1};
+    struct f32_split s = {nchunks, 1, nchunks, f32_nhwc_part_range,
+                          rows, md_parallel_grain(rows, 16), f32_nhwc_apply_range, 1};
+    if (a->pool) { /* the forward's statistics as above; the passes by pooled row */
+        long long prow = (long long)a->n * (a->h / 2);
+        s.apply_tasks = prow;
+        s.apply_grain = md_parallel_grain(prow, 1);
+        s.apply = pool_apply_range;
+        if (a->dy) s.sum_tasks = s.nparts = prow, s.sums = pool_sums_range, s.apply = pool_dx_range;
+    }
+    return s;
 }
 
 static md_status f32_fwd(struct bn_ctx *c, int nchw)
@@ -1029,6 +1091,15 @@ md_status md_cpu_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
 {
     (void)dev;
     MD_TRY(bn_check("batchnorm_bwd", a));
+    if (a->pool) {
+        const char *why = pool_unfit(a);
+        if (why || !a->dy)
+            return md_errf(MD_ERR_UNSUPPORTED, "cpu batchnorm_bwd with a fused max pool: %s", why ? why : "no dy");
+        if (a->training && a->sync && !(a->save_mean && a->save_invstd))
+            return md_errf(MD_ERR_USAGE, "cpu batchnorm_bwd: synchronised statistics need the forward's saved ones");
+        struct bn_ctx c = {.a = a};
+        return f32_bwd(&c, 0);
+    }
     if (a->dres) return res_bwd(dev, a);
     struct bn_ctx c = {.a = a};
     int sync = a->training && a->sync;

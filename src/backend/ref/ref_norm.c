@@ -29,6 +29,7 @@ md_status md_ref_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a
 {
     (void)dev;
     MD_TRY(check_dtype("batchnorm_fwd", a->dtype));
+    if (a->pool) return md_errf(MD_ERR_UNSUPPORTED, "ref batchnorm_fwd: a fused max pool is not supported");
     double m = (double)a->n * a->hw;
     double *stat = md_malloc(sizeof(double) * (2 * (size_t)a->c + 1)), *mu = stat, *va = stat + a->c;
     if (!stat) return md_errf(MD_ERR_OOM, "ref batchnorm_fwd: cannot allocate the statistics");
@@ -105,6 +106,7 @@ md_status md_ref_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
 {
     (void)dev;
     MD_TRY(check_dtype("batchnorm_bwd", a->dtype));
+    if (a->pool) return md_errf(MD_ERR_UNSUPPORTED, "ref batchnorm_bwd: a fused max pool is not supported");
     if (a->res && a->act == MD_ACT_RELU && !a->y)
         return md_errf(MD_ERR_USAGE, "ref batchnorm_bwd: a residual with a ReLU needs the forward's output");
     int sync = a->training && a->sync;

@@ -6,6 +6,10 @@
  * where it has one, else batch norm, sum and ReLU apart):
  *   {"type": "batchnorm", "eps": 1e-5, "momentum": 0.1, "act": "none",
  *    "zero_init": false}
+ * Where the device runs it (md_dev_batchnorm_pool: the CPU in fp32
+ * channels-last), a following 2x2 stride-2 max pool after the ReLU is fused
+ * at bind: the layer's output is then the pooled one and the full-size
+ * activation is never stored.
  * weight (gamma) 1 (0 when zero_init and the model's zero_init_residual),
  * bias (beta) 0; buffers running_mean 0 and running_var 1. */
 #include "nn/layer.h"
@@ -20,6 +24,7 @@ struct batchnorm_cfg {
     int act;       /* enum md_act: MD_ACT_NONE or MD_ACT_RELU */
     int zero_init; /* gamma 0 when the model's zero_init_residual is on */
     int res;       /* a fused residual: the second input (compile) */
+    int pool;      /* a fused 2x2 stride-2 max pool after the ReLU (bind) */
 };
 
 static md_status batchnorm_parse(const struct md_layer_parse *p, const cJSON *o, struct md_layer *L)
@@ -79,7 +84,9 @@ static void batchnorm_args(const struct md_layer_run *r, int i, struct md_batchn
     const struct md_layer *L = &m->layers[i];
     const struct batchnorm_cfg *a = L->args;
     memset(b, 0, sizeof *b);
-    b->n = r->n; b->c = L->out.c; b->hw = L->out.h * L->out.w;
+    struct md_shape xs = m->layers[L->in[0]].out; /* the output's shape, unless a pool is fused */
+    b->n = r->n; b->c = L->out.c; b->hw = xs.h * xs.w;
+    if (a->pool) b->pool = 2, b->h = xs.h, b->w = xs.w;
     b->layout = m->opts.layout;
     b->dtype = m->opts.compute_dtype;
     b->training = r->training;
@@ -152,14 +159,18 @@ static md_status batchnorm_backward(const struct md_layer_run *r, int i)
 static void batchnorm_describe(const struct md_layer *L, char *buf, size_t n)
 {
     const struct batchnorm_cfg *a = L->args;
-    snprintf(buf, n, "%s%s%s", L->type, a->res ? "+add" : "", a->act == MD_ACT_RELU ? "+relu" : "");
+    snprintf(buf, n, "%s%s%s%s", L->type, a->res ? "+add" : "", a->act == MD_ACT_RELU ? "+relu" : "",
+             a->pool ? "+maxpool" : "");
 }
 
 static int batchnorm_needs_x(const struct md_layer *L) { (void)L; return 1; }
 static int batchnorm_needs_input(const struct md_layer *L, int k) { (void)L; return k == 0; }
 static int batchnorm_out_act(const struct md_layer *L) { return ((const struct batchnorm_cfg *)L->args)->act; }
-/* its ReLU's derivative is read from y */
-static int batchnorm_needs_y(const struct md_layer *L) { return batchnorm_out_act(L) == MD_ACT_RELU; }
+/* its ReLU's derivative is read from y (with a fused pool, recomputed from x) */
+static int batchnorm_needs_y(const struct md_layer *L)
+{
+    return batchnorm_out_act(L) == MD_ACT_RELU && !((const struct batchnorm_cfg *)L->args)->pool;
+}
 
 static int batchnorm_fuse_act(struct md_layer *L, int act)
 {
@@ -175,6 +186,15 @@ static int batchnorm_fuse_residual(struct md_layer *L, int act)
     if ((act != MD_ACT_NONE && act != MD_ACT_RELU) || a->act != MD_ACT_NONE || a->res) return 0;
     a->res = 1;
     a->act = act;
+    return 1;
+}
+
+static int batchnorm_fuse_pool(struct md_layer *L, int on)
+{
+    struct batchnorm_cfg *a = L->args;
+    if (on && (a->act != MD_ACT_RELU || a->res || a->pool)) return 0;
+    if (!on && !a->pool) return 0;
+    a->pool = on;
     return 1;
 }
 
@@ -205,5 +225,6 @@ const struct md_layer_ops md_batchnorm_layer = {
     .clobbers_dy = batchnorm_clobbers_dy,
     .fuse_act = batchnorm_fuse_act,
     .fuse_residual = batchnorm_fuse_residual,
+    .fuse_pool = batchnorm_fuse_pool,
     .out_act = batchnorm_out_act,
 };

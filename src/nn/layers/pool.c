@@ -85,6 +85,12 @@ static md_status pool_backward(const struct md_layer_run *r, int i)
 /* max pooling finds its arg-max again from x and y; average needs neither */
 static int pool_needs_xy(const struct md_layer *L) { return ((const struct pool_cfg *)L->args)->max; }
 
+static int pool_max_2x2(const struct md_layer *L)
+{
+    const struct pool_cfg *a = L->args;
+    return a->max && a->r == 2 && a->s == 2 && a->stride_h == 2 && a->stride_w == 2 && !a->pad_h && !a->pad_w;
+}
+
 static const char *const pool_names[] = {"maxpool", "avgpool", NULL};
 
 const struct md_layer_ops md_pool_layer = {
@@ -97,4 +103,5 @@ const struct md_layer_ops md_pool_layer = {
     .backward = pool_backward,
     .needs_x = pool_needs_xy,
     .needs_y = pool_needs_xy,
+    .max_pool_2x2 = pool_max_2x2,
 };
