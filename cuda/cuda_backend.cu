@@ -311,6 +311,10 @@ static md_status cu_open(md_device *dev)
     dev->impl = c;
     c->device = dev->index;
     c->sm_count = dev->info.compute_units > 0 ? dev->info.compute_units : 1;
+    /* grid sizes (MPSDIAG_CUDA_RED_PER_SM / _EW_PER_SM: for measuring them) */
+    const char *rp = getenv("MPSDIAG_CUDA_RED_PER_SM"), *ep = getenv("MPSDIAG_CUDA_EW_PER_SM");
+    c->red_per_sm = rp && atoi(rp) > 0 ? atoi(rp) : 4; /* 4 against 8 and 16: docs/cuda.md */
+    c->ew_per_sm = ep && atoi(ep) > 0 ? atoi(ep) : 32;
     c->tf32 = dev->opts.allow_tf32 && dev->info.supports_tf32;
     c->autotune = dev->opts.autotune || (at && strcmp(at, "1") == 0);
     c->attn_path = attn_path;

@@ -211,7 +211,7 @@ static md_status chan_reduce(md_device *dev, const red_in &in, int n, int c, int
     /* one position per channel: NCHW and NHWC are the same memory (rows x c), and the NHWC kernels read it
      * coalesced (the NCHW kernel would give each channel a block with one busy thread: linear layers' biases) */
     if (hw == 1) layout = MD_NHWC;
-    int target = cd->sm_count * 8, s;
+    int target = cd->sm_count * cd->red_per_sm, s;
     size_t rows = (size_t)n * hw;
     if (layout == MD_NHWC) {
         int tiles = (c + 31) / 32;

@@ -35,7 +35,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 fromf<__nv_bfloat16>(float 
 static inline unsigned md_cu_blocks(md_device *dev, size_t n, int threads = MD_THREADS)
 {
     size_t b = (n + (size_t)threads - 1) / (size_t)threads;
-    size_t cap = (size_t)md_cuda_impl(dev)->sm_count * 32;
+    size_t cap = (size_t)md_cuda_impl(dev)->sm_count * md_cuda_impl(dev)->ew_per_sm;
     if (b > cap) b = cap;
     return b ? (unsigned)b : 1u;
 }

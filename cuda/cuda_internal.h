@@ -28,6 +28,7 @@ struct md_cuda_scratch {
 struct md_cuda_dev {
     int device;
     int sm_count;
+    int red_per_sm, ew_per_sm;        /* blocks per SM: per-channel reductions, element-wise grids (cap) */
     cudaStream_t stream;
     cudaStream_t copy_stream;         /* side uploads (md_dev_upload_side) */
     cudaEvent_t copy_done;            /* recorded on copy_stream by side_join */

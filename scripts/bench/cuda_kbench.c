@@ -54,14 +54,9 @@ static float time_it(step_fn f, void *ctx, int warm, int iters)
     return ms[iters / 2];
 }
 
-/* Host time per call (enqueue only) and device time per call when 10 calls
- * are captured into a graph and replayed (no host work in between). */
-static void host_and_graph(step_fn f, void *ctx, const char *name, md_dtype t, double flops)
+/* Graph-replayed ms of one call of f (10 calls captured, replayed). */
+static float graph_ms(step_fn f, void *ctx)
 {
-    CK(md_dev_sync(dev), "sync");
-    double t0 = md_now();
-    for (int i = 0; i < 20; i++) CK(f(ctx), "run");
-    double host_ms = (md_now() - t0) * 1e3 / 20;
     CK(md_dev_sync(dev), "sync");
     void *g = NULL;
     CK(md_dev_capture_begin(dev), "capture");
@@ -72,6 +67,18 @@ static void host_and_graph(step_fn f, void *ctx, const char *name, md_dtype t, d
     float ms = time_it(graph_tmp_step, NULL, 2, 10) / 10;
     graph_tmp = saved;
     md_dev_graph_destroy(dev, g);
+    return ms;
+}
+
+/* Host time per call (enqueue only) and device time per call when 10 calls
+ * are captured into a graph and replayed (no host work in between). */
+static void host_and_graph(step_fn f, void *ctx, const char *name, md_dtype t, double flops)
+{
+    CK(md_dev_sync(dev), "sync");
+    double t0 = md_now();
+    for (int i = 0; i < 20; i++) CK(f(ctx), "run");
+    double host_ms = (md_now() - t0) * 1e3 / 20;
+    float ms = graph_ms(f, ctx);
     printf("%s_graph\t%s\t%.4f\t%.1f\n", name, md_dtype_name(t), ms, flops / (ms * 1e-3) / 1e12);
     printf("%s_host\t%s\t%.4f\t0\n", name, md_dtype_name(t), host_ms);
 }
@@ -162,6 +169,57 @@ static void bench_bn(int n, int c, int hw, md_dtype t)
     /* fewest bytes: fwd reads x twice, writes y; bwd reads x, y, dy twice, writes dx */
     double bytes = (double)nx * md_dtype_size(t) * 9;
     printf("bn_relu_fwd_bwd_%dx%dx%d\t%s\t%.4f\t%.0f\n", n, c, hw, md_dtype_name(t), ms, bytes / (ms * 1e-3) / 1e9);
+}
+
+static md_status bnf_step(void *ctx) { return md_k_batchnorm_fwd(dev, (const struct md_batchnorm_args *)ctx); }
+static md_status bnb_step(void *ctx) { return md_k_batchnorm_bwd(dev, (const struct md_batchnorm_args *)ctx); }
+static md_status copy_step(void *ctx)
+{
+    struct md_batchnorm_args *a = (struct md_batchnorm_args *)ctx;
+    return md_dev_copy(dev, a->dx, a->dy, (size_t)a->n * a->c * a->hw * md_dtype_size(a->dtype));
+}
+
+/* Batch norm + ReLU passes apart, on the shapes of resnet18_cifar (b256)
+ * and resnet50 (b128), NHWC, graph-replayed: the training forward
+ * (statistics + apply), the inference forward (apply), the backward (sums +
+ * dx, mask from y), and a device copy of the same tensor; GB/s over the
+ * fewest bytes (3, 2, 7 and 2 tensors). */
+static void bench_bn_parts(md_dtype t)
+{
+    static const int sh[][4] = {{256, 64, 32, 32}, {256, 128, 16, 16}, {256, 256, 8, 8}, {256, 512, 4, 4},
+                                {128, 64, 56, 56}, {128, 256, 56, 56}, {128, 128, 28, 28}, {128, 512, 28, 28},
+                                {128, 256, 14, 14}, {128, 1024, 14, 14}, {128, 512, 7, 7}, {128, 2048, 7, 7}};
+    double tot[4] = {0};
+    for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
+        int n = sh[k][0], c = sh[k][1], hw = sh[k][2] * sh[k][3];
+        size_t nx = (size_t)n * c * hw;
+        void *x = rnd(nx, t, 10), *y = rnd(nx, t, 11), *dy = rnd(nx, t, 12), *dx = rnd(nx, t, 13);
+        float *g = rnd(c, MD_F32, 14), *b = rnd(c, MD_F32, 15), *rm = rnd(c, MD_F32, 16), *rv = rnd(c, MD_F32, 17);
+        float *sm = rnd(c, MD_F32, 18), *si = rnd(c, MD_F32, 19), *dg = rnd(c, MD_F32, 20), *db = rnd(c, MD_F32, 21);
+        float *ones = malloc((size_t)c * sizeof *ones); /* positive running variances (inference) */
+        for (int i = 0; i < c; i++) ones[i] = 1.0f;
+        CK(md_dev_upload(dev, rv, ones, (size_t)c * sizeof *ones), "running variances");
+        free(ones);
+        struct md_batchnorm_args a = {.n = n, .c = c, .hw = hw, .layout = MD_NHWC, .dtype = t, .training = 1,
+                                      .eps = 1e-5f, .momentum = 0.1f, .act = MD_ACT_RELU, .x = x, .y = y,
+                                      .gamma = g, .beta_p = b, .running_mean = rm, .running_var = rv,
+                                      .save_mean = sm, .save_invstd = si, .dy = dy, .dx = dx, .dgamma = dg,
+                                      .dbeta = db};
+        CK(bnf_step(&a), "fwd"); /* the saved statistics backward reads */
+        float ft = graph_ms(bnf_step, &a), fb = graph_ms(bnb_step, &a);
+        a.training = 0;
+        float fi = graph_ms(bnf_step, &a);
+        float cp = graph_ms(copy_step, &a);
+        double bytes = (double)nx * md_dtype_size(t);
+        printf("bnparts_%dx%dx%d\t%s\tfwd %.4f ms %4.0f GB/s\tinfer %.4f ms %4.0f GB/s\tbwd %.4f ms %4.0f GB/s\t"
+               "copy %.4f ms %4.0f GB/s\n", n, c, hw, md_dtype_name(t), ft, 3 * bytes / (ft * 1e-3) / 1e9, fi,
+               2 * bytes / (fi * 1e-3) / 1e9, fb, 7 * bytes / (fb * 1e-3) / 1e9, cp, 2 * bytes / (cp * 1e-3) / 1e9);
+        tot[0] += ft, tot[1] += fi, tot[2] += fb, tot[3] += cp;
+        void *all[] = {x, y, dy, dx, g, b, rm, rv, sm, si, dg, db};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) md_dev_free(dev, all[i]);
+    }
+    printf("bnparts_total\t%s\tfwd %.3f ms\tinfer %.3f ms\tbwd %.3f ms\tcopy %.3f ms\n", md_dtype_name(t), tot[0],
+           tot[1], tot[2], tot[3]);
 }
 
 /* Launch-bound: 200 small element-wise kernels eagerly vs one replayed graph. */
@@ -487,6 +545,10 @@ int main(int argc, char **argv)
         bench_bn(128, 64, 56 * 56, MD_BF16);
         bench_bn(128, 256, 56 * 56, MD_BF16);
         bench_bn(128, 64, 56 * 56, MD_F32);
+    }
+    if (!strcmp(only, "bnparts")) {
+        bench_bn_parts(MD_BF16);
+        bench_bn_parts(MD_F32);
     }
     if (!strcmp(only, "all") || !strcmp(only, "launch")) bench_launch();
     if (!strcmp(only, "profile50"))
