@@ -612,14 +612,15 @@ Test(kernels_cpu, winograd_goes_where_it_applies)
     md_cpu_wino_set(-1);
 }
 
-/* Batch norm + ReLU + 2x2 stride-2 max pool in one kernel (fp32 NHWC)
- * against the reference's three kernels one after the other: pooled
+/* Batch norm + ReLU + 2x2 stride-2 max pool in one kernel (fp32, both
+ * layouts) against the reference's three kernels one after the other: pooled
  * output, running statistics, dx, dgamma, dbeta. Inputs on a grid of
  * sixteenths, so windows have exact ties (the first maximal element takes
  * dy, as the pool routes it) and otherwise values far apart (no rounding can
  * move a maximum); channel counts that leave tails after vectors of 16 and
- * blocks of 64; training and inference; beta 0 and 0.5; 1 and 3 threads
- * give the same bits. */
+ * blocks of 64 (NHWC), pooled rows of 4 and 11 (NCHW's vectors of 4 and a
+ * tail); training and inference; beta 0 and 0.5; 1 and 3 threads give the
+ * same bits. */
 Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeout = 60)
 {
     static const int chans[] = {3, 17, 33, 70};
@@ -627,14 +628,15 @@ Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeo
     enum { N = 3 };
     md_device *ref = kc_open_ref(), *cpu[2] = {open_cpu(1), open_cpu(3)};
     cr_assert(md_dev_batchnorm_pool(cpu[0], MD_NHWC, MD_F32));
-    cr_assert(!md_dev_batchnorm_pool(cpu[0], MD_NCHW, MD_F32));
+    cr_assert(md_dev_batchnorm_pool(cpu[0], MD_NCHW, MD_F32));
     cr_assert(!md_dev_batchnorm_pool(cpu[0], MD_NHWC, MD_BF16));
     cr_assert(!md_dev_batchnorm_pool(ref, MD_NHWC, MD_F32));
     for (size_t ci = 0; ci < sizeof chans / sizeof chans[0]; ci++)
         for (size_t si = 0; si < 2; si++)
-            for (int mode = 0; mode < 4; mode++) {
+            for (int mode = 0; mode < 8; mode++) {
                 int C = chans[ci], H = sizes[si][0], W = sizes[si][1], training = mode & 1;
                 float beta = mode & 2 ? 0.5f : 0.0f;
+                md_layout lay = mode & 4 ? MD_NCHW : MD_NHWC;
                 size_t nx = (size_t)N * H * W * C, ny = nx / 4;
                 float *x = malloc(nx * 4), *dy = malloc(ny * 4), *yf = malloc(nx * 4), *dyf = malloc(nx * 4);
                 float *y[3] = {malloc(ny * 4), malloc(ny * 4), malloc(ny * 4)};
@@ -651,7 +653,7 @@ Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeo
                     kc_fill(dx[d], nx, 97, -1, 1);
                     kc_fill(dg[d], (size_t)C, 98, -1, 1);
                     kc_fill(db[d], (size_t)C, 99, -1, 1);
-                    struct md_batchnorm_args b = {.n = N, .c = C, .hw = H * W, .layout = MD_NHWC, .dtype = MD_F32,
+                    struct md_batchnorm_args b = {.n = N, .c = C, .hw = H * W, .layout = lay, .dtype = MD_F32,
                                                   .training = training, .eps = 1e-5f, .momentum = 0.1f,
                                                   .act = MD_ACT_RELU, .x = x, .gamma = gamma, .beta_p = betap,
                                                   .running_mean = rm[d], .running_var = rv[d], .save_mean = sm[d],
@@ -659,7 +661,7 @@ Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeo
                                                   .dbeta = db[d]}; /* beta (accumulate) for backward only */
                     struct md_pool2d_args p = {.kind = MD_POOL_MAX, .n = N, .c = C, .h = H, .w = W, .p = H / 2,
                                                .q = W / 2, .kh = 2, .kw = 2, .stride_h = 2, .stride_w = 2,
-                                               .layout = MD_NHWC, .dtype = MD_F32, .x = yf, .y_out = y[0], .y = y[0],
+                                               .layout = lay, .dtype = MD_F32, .x = yf, .y_out = y[0], .y = y[0],
                                                .dy = dy, .dx = dyf};
                     if (d == 0) {
                         b.y = yf;
@@ -676,8 +678,8 @@ Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeo
                     }
                 }
                 char what[96];
-                snprintf(what, sizeof what, "bn+relu+pool c%d %dx%d training %d beta %g", C, H, W, training,
-                         (double)beta);
+                snprintf(what, sizeof what, "bn+relu+pool %s c%d %dx%d training %d beta %g",
+                         lay == MD_NCHW ? "NCHW" : "NHWC", C, H, W, training, (double)beta);
                 cr_assert(th_allclose(what, y[1], y[0], ny, 2e-5, 1e-4), "y: %s", what);
                 cr_assert(th_allclose(what, dx[1], dx[0], nx, 2e-5, 1e-4), "dx: %s", what);
                 cr_assert(th_allclose(what, dg[1], dg[0], (size_t)C, 2e-5, 1e-4), "dgamma: %s", what);
@@ -690,15 +692,15 @@ Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeo
                 free(x), free(dy), free(yf), free(dyf);
                 for (int d = 0; d < 3; d++) free(y[d]), free(dx[d]);
             }
-    /* what it does not take: an odd side, NCHW, no ReLU, the reference */
+    /* what it does not take: an odd side, another type, no ReLU, the reference */
     float buf[4 * 3 * 3] = {0}, g1[4] = {1, 1, 1, 1}, sm[4], si[4];
     struct md_batchnorm_args b = {.n = 1, .c = 4, .hw = 9, .h = 3, .w = 3, .pool = 2, .layout = MD_NHWC,
                                   .dtype = MD_F32, .training = 1, .eps = 1e-5f, .act = MD_ACT_RELU, .x = buf,
                                   .y = buf + 16, .gamma = g1, .save_mean = sm, .save_invstd = si};
     cr_expect_eq(md_k_batchnorm_fwd(cpu[0], &b), MD_ERR_UNSUPPORTED);
-    b.hw = 4, b.h = 2, b.w = 2, b.layout = MD_NCHW;
+    b.hw = 4, b.h = 2, b.w = 2, b.dtype = MD_BF16;
     cr_expect_eq(md_k_batchnorm_fwd(cpu[0], &b), MD_ERR_UNSUPPORTED);
-    b.layout = MD_NHWC, b.act = MD_ACT_NONE;
+    b.dtype = MD_F32, b.act = MD_ACT_NONE;
     cr_expect_eq(md_k_batchnorm_fwd(cpu[0], &b), MD_ERR_UNSUPPORTED);
     b.act = MD_ACT_RELU;
     cr_expect_eq(md_k_batchnorm_fwd(ref, &b), MD_ERR_UNSUPPORTED);

@@ -238,6 +238,7 @@ Test(nn_grad, residual_block_matches_finite_differences, .timeout = 60) { gradch
 Test(nn_grad, fused_max_pool_matches_finite_differences, .timeout = 60)
 {
     gradcheck_on("cpu", MD_NHWC, POOLED, 4, 1e-3);
+    gradcheck_on("cpu", MD_NCHW, POOLED, 4, 1e-3);
 }
 Test(nn_grad, two_input_weighted_add_matches_finite_differences, .timeout = 60) { gradcheck(DUAL, 3, 1e-2); }
 Test(nn_grad, nested_adds_share_gradients_correctly, .timeout = 60) { gradcheck(NESTED, 3, 1e-2); }
@@ -393,7 +394,7 @@ static int fused_pools(md_model *m)
     return n;
 }
 
-/* Bound to the CPU in fp32 channels-last (compile on, no checkpointing) the
+/* Bound to the CPU in fp32 (either layout; compile on, no checkpointing) the
  * model runs each 2x2 max pool inside its batch norm; elsewhere, and bound
  * again elsewhere, it does not. The fused model's logits and gradients
  * against the same model with the pools apart (the sums' order differs: close,
@@ -401,7 +402,7 @@ static int fused_pools(md_model *m)
 Test(nn_grad, fused_max_pool_agrees_with_the_unfused_model, .timeout = 60)
 {
     struct { const char *dev; md_layout lay; int compile, ckpt, nopool, want; } c[] = {
-        {"cpu", MD_NHWC, 1, 0, 0, 2}, {"cpu", MD_NCHW, 1, 0, 0, 0}, {"cpu", MD_NHWC, 0, 0, 0, 0},
+        {"cpu", MD_NHWC, 1, 0, 0, 2}, {"cpu", MD_NCHW, 1, 0, 0, 2}, {"cpu", MD_NHWC, 0, 0, 0, 0},
         {"cpu", MD_NHWC, 1, 1, 0, 0}, {"cpu", MD_NHWC, 1, 0, 1, 0}, {"ref", MD_NHWC, 1, 0, 0, 0}};
     for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
         md_device *d = th_open_device(c[k].dev);
@@ -438,18 +439,21 @@ Test(nn_grad, fused_max_pool_agrees_with_the_unfused_model, .timeout = 60)
     }
     size_t n[3];
     float *lo[3];
-    float *fused = grads_of(POOLED, 0, 1, MD_NHWC, "cpu", 4, &n[0], &lo[0]);
-    g_nopool = 1;
-    float *apart = grads_of(POOLED, 0, 1, MD_NHWC, "cpu", 4, &n[1], &lo[1]);
-    g_nopool = 0;
-    float *ref = grads_of(POOLED, 0, 1, MD_NHWC, "ref", 4, &n[2], &lo[2]);
-    cr_assert_eq(n[0], n[1]);
-    cr_expect(th_allclose("fused vs apart logits", lo[0], lo[1], 12, 1e-6, 1e-5));
-    cr_expect(th_allclose("fused vs apart grads", fused, apart, n[0], 1e-6, 1e-4));
-    cr_expect(th_allclose("fused vs ref logits", lo[0], lo[2], 12, 1e-5, 1e-4));
-    cr_expect(th_allclose("fused vs ref grads", fused, ref, n[0], 1e-5, 1e-3));
-    free(fused), free(apart), free(ref);
-    for (int k = 0; k < 3; k++) free(lo[k]);
+    static const md_layout lays[] = {MD_NHWC, MD_NCHW};
+    for (int l = 0; l < 2; l++) {
+        float *fused = grads_of(POOLED, 0, 1, lays[l], "cpu", 4, &n[0], &lo[0]);
+        g_nopool = 1;
+        float *apart = grads_of(POOLED, 0, 1, lays[l], "cpu", 4, &n[1], &lo[1]);
+        g_nopool = 0;
+        float *ref = grads_of(POOLED, 0, 1, lays[l], "ref", 4, &n[2], &lo[2]);
+        cr_assert_eq(n[0], n[1]);
+        cr_expect(th_allclose("fused vs apart logits", lo[0], lo[1], 12, 1e-6, 1e-5));
+        cr_expect(th_allclose("fused vs apart grads", fused, apart, n[0], 1e-6, 1e-4));
+        cr_expect(th_allclose("fused vs ref logits", lo[0], lo[2], 12, 1e-5, 1e-4));
+        cr_expect(th_allclose("fused vs ref grads", fused, ref, n[0], 1e-5, 1e-3));
+        free(fused), free(apart), free(ref);
+        for (int k = 0; k < 3; k++) free(lo[k]);
+    }
 }
 
 Test(nn_grad, channels_last_matches_nchw, .timeout = 60)

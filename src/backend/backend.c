@@ -606,7 +606,8 @@ int md_dev_batchnorm_residual(const md_device *dev) { return dev->ops->batchnorm
 void md_dev_set_batchnorm_residual(md_device *dev, int on) { dev->no_bn_residual = !on; }
 int md_dev_batchnorm_pool(const md_device *dev, md_layout layout, md_dtype dtype)
 {
-    return dev->ops->batchnorm_pool && !dev->no_bn_pool && layout == MD_NHWC && dtype == MD_F32;
+    (void)layout; /* both */
+    return dev->ops->batchnorm_pool && !dev->no_bn_pool && dtype == MD_F32;
 }
 void md_dev_set_batchnorm_pool(md_device *dev, int on) { dev->no_bn_pool = !on; }
 

@@ -196,7 +196,7 @@ int md_dev_batchnorm_residual(const md_device *dev);
 void md_dev_set_batchnorm_residual(md_device *dev, int on);
 /* 1 when they run a 2x2 stride-2 max pool after the ReLU in the same passes
  * (md_batchnorm_args.pool) for this layout and compute type: the CPU, fp32
- * channels-last. md_dev_set_batchnorm_pool(dev, 0) makes a device say 0
+ * in either layout. md_dev_set_batchnorm_pool(dev, 0) makes a device say 0
  * (before a model binds: the model fuses the pool at bind). */
 int md_dev_batchnorm_pool(const md_device *dev, md_layout layout, md_dtype dtype);
 void md_dev_set_batchnorm_pool(md_device *dev, int on);

@@ -74,7 +74,7 @@ struct md_backend_ops {
     int batchnorm_sync;
     /* 1: batchnorm_fwd/bwd honour md_batchnorm_args.res/dres */
     int batchnorm_residual;
-    /* 1: batchnorm_fwd/bwd honour md_batchnorm_args.pool (fp32 channels-last) */
+    /* 1: batchnorm_fwd/bwd honour md_batchnorm_args.pool (fp32) */
     int batchnorm_pool;
 
     struct md_kernels kernels;

@@ -89,8 +89,8 @@ struct md_conv2d_args {
  *   block's "bn2 + shortcut, relu" in one pass). Backward then needs y (not
  *   res) and writes g = act'(y) * dy, the residual's gradient, to dres
  *   (= or +=beta_res) besides dx; y is required with res and RELU.
- * pool (optional; only where md_dev_batchnorm_pool says so: CPU, fp32
- *   channels-last, with the ReLU and no residual): 2 runs a 2x2 stride-2 max
+ * pool (optional; only where md_dev_batchnorm_pool says so: CPU, fp32, with
+ *   the ReLU and no residual): 2 runs a 2x2 stride-2 max
  *   pool after the ReLU in the same passes. x is (n, c, h, w) (hw = h * w,
  *   both even); y and dy are the pooled (n, c, h/2, w/2); the full-size output
  *   is never written. Backward recomputes each window from x (its first

@@ -429,10 +429,11 @@ static void f32_nhwc_apply_range(void *vc, long long b, long long e)
 }
 
 /* ---- a fused 2x2 stride-2 max pool (kernels.h md_batchnorm_args.pool) ---------------------------
- * fp32 NHWC with the ReLU (cpu_norm_pool.c): the forward's statistics as
- * without the pool, then one pass writes the pooled y (the full-size output
- * is never written); backward's sums per pooled row (a fixed piece: the same
- * for any thread count) and its dx pass recompute each window from x. */
+ * fp32 with the ReLU (cpu_norm_pool.c): the forward's statistics as without
+ * the pool, then one pass writes the pooled y (the full-size output is never
+ * written); backward's sums per pooled row (NHWC) or plane (NCHW: a fixed
+ * piece, the same for any thread count) and its dx pass recompute each
+ * window from x. */
 
 static struct md_bnpool bnpool_of(const struct bn_ctx *c)
 {
@@ -459,11 +460,29 @@ static void pool_dx_range(void *vc, long long b, long long e)
     md_cpu_bnpool_dx(&p, b, e);
 }
 
+static void pool_apply_nchw_range(void *vc, long long b, long long e)
+{
+    struct md_bnpool p = bnpool_of(vc);
+    md_cpu_bnpool_apply_nchw(&p, b, e);
+}
+
+static void pool_sums_nchw_range(void *vc, long long b, long long e)
+{
+    struct md_bnpool p = bnpool_of(vc);
+    md_cpu_bnpool_sums_nchw(&p, b, e);
+}
+
+static void pool_dx_nchw_range(void *vc, long long b, long long e)
+{
+    struct md_bnpool p = bnpool_of(vc);
+    md_cpu_bnpool_dx_nchw(&p, b, e);
+}
+
 /* What the fused pool needs; a reason string when the call does not qualify. */
 static const char *pool_unfit(const struct md_batchnorm_args *a)
 {
     if (a->pool != 2) return "only a 2x2 stride-2 max pool is fused";
-    if (a->dtype != MD_F32 || a->layout != MD_NHWC) return "fp32 channels-last only";
+    if (a->dtype != MD_F32) return "fp32 only";
     if (a->act != MD_ACT_RELU || a->res) return "a ReLU and no residual only";
     if (a->h < 2 || a->w < 2 || a->h % 2 || a->w % 2 || (long long)a->h * a->w != a->hw)
         return "h and w must be even, with hw = h * w";
@@ -594,7 +613,7 @@ md_status md_cpu_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a
         struct md_batchnorm_args f = *a;
         f.dy = NULL; /* the forward's split */
         c.a = &f;
-        return f32_fwd(&c, 0);
+        return f32_fwd(&c, a->layout == MD_NCHW);
     }
     if (a->res) return res_fwd(dev, a);
     struct bn_ctx c = {.a = a};
@@ -931,9 +950,15 @@ struct f32_split {
 static struct f32_split f32_split_of(const struct md_batchnorm_args *a, int nchw)
 {
     long long rows = (long long)a->n * a->hw, planes = (long long)a->n * a->c;
-    if (nchw)
-        return (struct f32_split){planes, plane_grain(a), a->n, plane_sums_range,
-                                  planes, plane_grain(a), plane_apply_range, (size_t)a->hw};
+    if (nchw) {
+        struct f32_split s = {planes, plane_grain(a), a->n, plane_sums_range,
+                              planes, plane_grain(a), plane_apply_range, (size_t)a->hw};
+        if (a->pool) { /* the forward's statistics as above; the passes by plane */
+            s.apply = pool_apply_nchw_range;
+            if (a->dy) s.sums = pool_sums_nchw_range, s.apply = pool_dx_nchw_range;
+        }
+        return s;
+    }
     long long nchunks = (rows + ROW_CHUNK - 1) / ROW_CHUNK;
     struct f32_split s = {nchunks, 1, nchunks, f32_nhwc_part_range,
                           rows, md_parallel_grain(rows, 16), f32_nhwc_apply_range, 1};
@@ -1098,7 +1123,7 @@ md_status md_cpu_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
         if (a->training && a->sync && !(a->save_mean && a->save_invstd))
             return md_errf(MD_ERR_USAGE, "cpu batchnorm_bwd: synchronised statistics need the forward's saved ones");
         struct bn_ctx c = {.a = a};
-        return f32_bwd(&c, 0);
+        return f32_bwd(&c, a->layout == MD_NCHW);
     }
     if (a->dres) return res_bwd(dev, a);
     struct bn_ctx c = {.a = a};

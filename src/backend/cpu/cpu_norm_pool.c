@@ -1,5 +1,5 @@
 /* cpu_norm_pool.c - batch norm + ReLU + 2x2 stride-2 max pool in the same
- * passes (cpu_norm_pool.h), fp32 channels-last.
+ * passes (cpu_norm_pool.h), fp32, channels-last and NCHW.
  *
  * Each window's four values are relu(x*sc + sh), computed as the unfused
  * batch norm computes them (the same float operations, no contraction), so
@@ -8,9 +8,13 @@
  * maximal element of the window (row-major order), where that value is > 0
  * (the ReLU's mask), +0 at the other three. The work per element (four
  * multiply-adds, maxima, the routing's selects) outweighs the memory traffic
- * it replaces at SSE width, so channels go in vectors of 16 (gcc target
- * clones: AVX-512 / AVX2 / baseline), then one at a time. */
+ * it replaces at SSE width, so channels-last goes in vectors of 16 channels
+ * (gcc target clones: AVX-512 / AVX2 / baseline), then one at a time; NCHW
+ * puts 4 windows of a pooled row in cpu_vec.h's vectors (the even and odd
+ * columns of two input rows), then one at a time. */
 #include "backend/cpu/cpu_norm_pool.h"
+
+#include "backend/cpu/cpu_vec.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -206,4 +210,177 @@ BP_CLONES void md_cpu_bnpool_dx(const struct md_bnpool *p, long long b, long lon
 {
     if (p->beta != 0.0f) dx_rows(p, 1, b, e);
     else dx_rows(p, 0, b, e);
+}
+
+/* ---- NCHW: a task is one plane t = image * c + channel -------------------
+ * The windows of a pooled row in vectors of MD_VW outputs (cpu_vec.h: the
+ * even and odd columns of two input rows), then one at a time. */
+
+/* the window of output (pi, q) in plane t's rows: element k = (k / 2, k % 2) */
+AI void plane_win(const struct md_bnpool *p, long long t, int pi, const float **r0, const float **r1)
+{
+    *r0 = p->x + (size_t)t * p->h * p->w + (size_t)2 * pi * p->w;
+    *r1 = *r0 + p->w;
+}
+
+AI md_vf relu4(md_vf v) { return md_vand(v > md_vsplat(0.0f), v); }
+AI md_vf max4(md_vf a, md_vf b) { return md_vsel(b > a, b, a); }
+
+/* lanes q0..q0+MD_VW of a pooled row: the four inputs of each window, the
+ * masks of its first maximum, and g = dy where that maximum is > 0 */
+AI md_vf route4(const float *r0, const float *r1, int q0, float s, float h, md_vf dy, md_vf *x, md_vi *is)
+{
+    x[0] = md_vload_even(r0 + 2 * q0), x[1] = md_vload_odd(r0 + 2 * q0);
+    x[2] = md_vload_even(r1 + 2 * q0), x[3] = md_vload_odd(r1 + 2 * q0);
+    md_vf v[4], S = md_vsplat(s), Hs = md_vsplat(h);
+    for (int k = 0; k < 4; k++) v[k] = relu4(x[k] * S + Hs);
+    md_vf m = max4(max4(v[0], v[1]), max4(v[2], v[3]));
+    md_vi zero = md_vspliti(0), taken = zero;
+    for (int k = 0; k < 3; k++) {
+        is[k] = md_vseli(taken, zero, v[k] == m);
+        taken = md_vseli(taken, taken, is[k]);
+    }
+    is[3] = md_vseli(taken, zero, md_vspliti(-1));
+    return md_vand(m > md_vsplat(0.0f), dy);
+}
+
+BP_CLONES void md_cpu_bnpool_apply_nchw(const struct md_bnpool *p, long long b, long long e)
+{
+    int P = p->h / 2, Q = p->w / 2;
+    for (long long t = b; t < e; t++) {
+        int ci = (int)(t % p->c);
+        float s = p->sc[ci], h = p->sh[ci];
+        for (int pi = 0; pi < P; pi++) {
+            const float *r0, *r1;
+            plane_win(p, t, pi, &r0, &r1);
+            float *o = p->y + ((size_t)t * P + (size_t)pi) * Q;
+            int q = 0;
+#if MD_VW > 1
+            md_vf S = md_vsplat(s), Hs = md_vsplat(h);
+            for (; q + MD_VW <= Q; q += MD_VW) {
+                md_vf v0 = relu4(md_vload_even(r0 + 2 * q) * S + Hs), v1 = relu4(md_vload_odd(r0 + 2 * q) * S + Hs);
+                md_vf v2 = relu4(md_vload_even(r1 + 2 * q) * S + Hs), v3 = relu4(md_vload_odd(r1 + 2 * q) * S + Hs);
+                md_vstore(o + q, max4(max4(v0, v1), max4(v2, v3)));
+            }
+#endif
+            for (; q < Q; q++) {
+                const float *w[4] = {r0 + 2 * q, r0 + 2 * q + 1, r1 + 2 * q, r1 + 2 * q + 1};
+                float m = 0.0f;
+                for (int k = 0; k < 4; k++) {
+                    float v = *w[k] * s + h;
+                    v = v > 0.0f ? v : 0.0f;
+                    if (v > m) m = v;
+                }
+                o[q] = m;
+            }
+        }
+    }
+}
+
+/* one window at (r0, r1) column 2q, one channel: route1's NCHW twin */
+AI float route1_nchw(const float *r0, const float *r1, int q, float s, float h, float dy, float *x, int *best)
+{
+    x[0] = r0[2 * q], x[1] = r0[2 * q + 1], x[2] = r1[2 * q], x[3] = r1[2 * q + 1];
+    float m = 0.0f;
+    *best = 0;
+    for (int k = 0; k < 4; k++) {
+        float v = x[k] * s + h;
+        v = v > 0.0f ? v : 0.0f;
+        if (v > m) m = v, *best = k;
+    }
+    return m > 0.0f ? dy : 0.0f;
+}
+
+/* plane t's sums into part[(image, 2c)]: [ci] sum dy', [c + ci] sum dy'*(x - fk) */
+BP_CLONES void md_cpu_bnpool_sums_nchw(const struct md_bnpool *p, long long b, long long e)
+{
+    int P = p->h / 2, Q = p->w / 2, C = p->c;
+    for (long long t = b; t < e; t++) {
+        int img = (int)(t / C), ci = (int)(t % C);
+        float s = p->sc[ci], h = p->sh[ci], fk = p->fk[ci], t1 = 0.0f, t2 = 0.0f;
+#if MD_VW > 1
+        md_vf a1 = md_vsplat(0.0f), a2 = md_vsplat(0.0f), F = md_vsplat(fk);
+#endif
+        for (int pi = 0; pi < P; pi++) {
+            const float *r0, *r1;
+            plane_win(p, t, pi, &r0, &r1);
+            const float *dy = p->dy + ((size_t)t * P + (size_t)pi) * Q;
+            int q = 0;
+#if MD_VW > 1
+            for (; q + MD_VW <= Q; q += MD_VW) {
+                md_vf x[4];
+                md_vi is[4];
+                md_vf g = route4(r0, r1, q, s, h, md_vload(dy + q), x, is);
+                md_vf xs = md_vsel(is[0], x[0], md_vsel(is[1], x[1], md_vsel(is[2], x[2], x[3])));
+                a1 = a1 + g;
+                a2 = a2 + g * (xs - F);
+            }
+#endif
+            for (; q < Q; q++) {
+                float x[4];
+                int best;
+                float g = route1_nchw(r0, r1, q, s, h, dy[q], x, &best);
+                t1 += g;
+                t2 += g * (x[best] - fk);
+            }
+        }
+        double s1 = (double)t1, s2 = (double)t2;
+#if MD_VW > 1
+        for (int k = 0; k < MD_VW; k++) s1 += (double)md_vlane(a1, k), s2 += (double)md_vlane(a2, k);
+#endif
+        p->part[(size_t)img * 2 * C + ci] = s1;
+        p->part[(size_t)img * 2 * C + C + ci] = s2;
+    }
+}
+
+AI void dx_planes(const struct md_bnpool *p, int acc, long long b, long long e)
+{
+    int P = p->h / 2, Q = p->w / 2;
+    float beta = p->beta;
+    for (long long t = b; t < e; t++) {
+        int ci = (int)(t % p->c);
+        float s = p->sc[ci], h = p->sh[ci], fk = p->fk[ci], k1 = p->k1[ci], k2 = p->k2[ci], k3 = p->k3[ci];
+        for (int pi = 0; pi < P; pi++) {
+            const float *r0, *r1;
+            plane_win(p, t, pi, &r0, &r1);
+            size_t off = (size_t)(r0 - p->x);
+            float *d0 = p->dx + off, *d1 = d0 + p->w;
+            const float *dy = p->dy + ((size_t)t * P + (size_t)pi) * Q;
+            int q = 0;
+#if MD_VW > 1
+            md_vf K1 = md_vsplat(k1), K2 = md_vsplat(k2), K3 = md_vsplat(k3), F = md_vsplat(fk);
+            for (; q + MD_VW <= Q; q += MD_VW) {
+                md_vf x[4], v[4];
+                md_vi is[4];
+                md_vf g = route4(r0, r1, q, s, h, md_vload(dy + q), x, is);
+                for (int k = 0; k < 4; k++) v[k] = K1 * (md_vand(is[k], g) - K2 - (x[k] - F) * K3);
+                if (acc) {
+                    v[0] = v[0] + beta * md_vload_even(d0 + 2 * q), v[1] = v[1] + beta * md_vload_odd(d0 + 2 * q);
+                    v[2] = v[2] + beta * md_vload_even(d1 + 2 * q), v[3] = v[3] + beta * md_vload_odd(d1 + 2 * q);
+                }
+                md_vstore(d0 + 2 * q, MD_VSHUF(v[0], v[1], 0, 4, 1, 5));
+                md_vstore(d0 + 2 * q + 4, MD_VSHUF(v[0], v[1], 2, 6, 3, 7));
+                md_vstore(d1 + 2 * q, MD_VSHUF(v[2], v[3], 0, 4, 1, 5));
+                md_vstore(d1 + 2 * q + 4, MD_VSHUF(v[2], v[3], 2, 6, 3, 7));
+            }
+#endif
+            for (; q < Q; q++) {
+                float x[4];
+                int best;
+                float g = route1_nchw(r0, r1, q, s, h, dy[q], x, &best);
+                float *d[4] = {d0 + 2 * q, d0 + 2 * q + 1, d1 + 2 * q, d1 + 2 * q + 1};
+                for (int k = 0; k < 4; k++) {
+                    float v = k1 * ((k == best ? g : 0.0f) - k2 - (x[k] - fk) * k3);
+                    if (acc) v = v + beta * *d[k];
+                    *d[k] = v;
+                }
+            }
+        }
+    }
+}
+
+BP_CLONES void md_cpu_bnpool_dx_nchw(const struct md_bnpool *p, long long b, long long e)
+{
+    if (p->beta != 0.0f) dx_planes(p, 1, b, e);
+    else dx_planes(p, 0, b, e);
 }

@@ -6,8 +6,8 @@
  * where it has one, else batch norm, sum and ReLU apart):
  *   {"type": "batchnorm", "eps": 1e-5, "momentum": 0.1, "act": "none",
  *    "zero_init": false}
- * Where the device runs it (md_dev_batchnorm_pool: the CPU in fp32
- * channels-last), a following 2x2 stride-2 max pool after the ReLU is fused
+ * Where the device runs it (md_dev_batchnorm_pool: the CPU in fp32), a
+ * following 2x2 stride-2 max pool after the ReLU is fused
  * at bind: the layer's output is then the pooled one and the full-size
  * activation is never stored.
  * weight (gamma) 1 (0 when zero_init and the model's zero_init_residual),
