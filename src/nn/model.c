@@ -706,7 +706,9 @@ void md_model_fuse_pools(struct md_model *m, int on)
             continue;
         }
         if (L->alias >= 0) continue;
-        int t = md_model_tensor_of(m, L->in[0]);
+        int t = L->in[0], view = 0; /* the producer through fused activations, not through views */
+        for (; m->layers[t].alias >= 0; t = m->layers[t].alias) view |= m->layers[t].view;
+        if (view) continue;
         struct md_layer *P = &m->layers[t];
         struct md_shape x = m->layers[t].out;
         if (t < m->ninputs || t == m->nlayers - 1 || !P->ops->fuse_pool || P->nin != 1 || P->fold != L->fold ||
