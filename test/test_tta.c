@@ -99,23 +99,38 @@ Test(tta, a_cold_first_epoch_does_not_shrink_the_plan, .timeout = 60)
 {
     char *dir = th_tmpdir();
     char args[2400];
-    snprintf(args, sizeof args, "%s --lr 0.01 --lradj onecycle --time-budget %g", base_args(dir), BUDGET_S);
-    setenv("MPSDIAG_TEST_COLD_STEPS", "4:400", 1);
-    struct th_job j;
-    th_job_run(&j, args, 0, 0);
-    unsetenv("MPSDIAG_TEST_COLD_STEPS");
-    cr_assert_eq(j.st, MD_OK, "%s", j.err);
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(j.training, "time_budget");
-    double run = num(b, "steps_run"), spe = num(j.training, "steps_per_epoch"), fit = epochs_that_fit(j.training, 1.6);
-    fprintf(stderr, "  cold start: %.0f steps run (%.1f epochs of %.0f; %.1f fit at the steady pace)\n", run,
-            run / spe, spe, fit);
-    /* with the first epoch's average (cold steps included) as the pace the
-     * plan was a fraction of this */
-    cr_assert(run >= 0.6 * fit * spe && run >= 2 * spe,
-              "only %.0f steps (%.1f epochs) in a %g s budget after a cold start; %.1f fit", run, run / spe, BUDGET_S,
-              fit);
-    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "schedule_completed")), "schedule not completed");
-    th_job_end(&j);
+    snprintf(args, sizeof args, "%s --lr 0.01 --lradj onecycle --time-budget %g --overwrite", base_args(dir),
+             BUDGET_S);
+    /* a second attempt only where the first ended at the budget before its
+     * schedule did (the machine slowed down under it: other tests beside it),
+     * as the budget test above does */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        setenv("MPSDIAG_TEST_COLD_STEPS", "4:400", 1);
+        struct th_job j;
+        th_job_run(&j, args, 0, 0);
+        unsetenv("MPSDIAG_TEST_COLD_STEPS");
+        cr_assert_eq(j.st, MD_OK, "%s", j.err);
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(j.training, "time_budget");
+        double run = num(b, "steps_run"), spe = num(j.training, "steps_per_epoch"),
+               fit = epochs_that_fit(j.training, 1.6);
+        fprintf(stderr, "  cold start: %.0f steps run (%.1f epochs of %.0f; %.1f fit at the steady pace)\n", run,
+                run / spe, spe, fit);
+        /* with the first epoch's average (cold steps included) as the pace the
+         * plan was a fraction of this */
+        cr_assert(run >= 0.6 * fit * spe && run >= 2 * spe,
+                  "only %.0f steps (%.1f epochs) in a %g s budget after a cold start; %.1f fit", run, run / spe,
+                  BUDGET_S, fit);
+        int done = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "schedule_completed"));
+        if (!done && attempt == 0) {
+            cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "stopped_at_budget_end")),
+                      "schedule not completed, yet not stopped at the budget's end");
+            th_job_end(&j);
+            continue;
+        }
+        cr_assert(done, "schedule not completed (twice)");
+        th_job_end(&j);
+        break;
+    }
     th_tmpdir_free(dir);
 }
 
