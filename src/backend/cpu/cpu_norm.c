@@ -442,41 +442,19 @@ static struct md_bnpool bnpool_of(const struct bn_ctx *c)
                               c->part, a->beta, a->c, a->h, a->w};
 }
 
-static void pool_apply_range(void *vc, long long b, long long e)
-{
-    struct md_bnpool p = bnpool_of(vc);
-    md_cpu_bnpool_apply(&p, b, e);
-}
-
-static void pool_sums_range(void *vc, long long b, long long e)
-{
-    struct md_bnpool p = bnpool_of(vc);
-    md_cpu_bnpool_sums(&p, b, e);
-}
-
-static void pool_dx_range(void *vc, long long b, long long e)
-{
-    struct md_bnpool p = bnpool_of(vc);
-    md_cpu_bnpool_dx(&p, b, e);
-}
-
-static void pool_apply_nchw_range(void *vc, long long b, long long e)
-{
-    struct md_bnpool p = bnpool_of(vc);
-    md_cpu_bnpool_apply_nchw(&p, b, e);
-}
-
-static void pool_sums_nchw_range(void *vc, long long b, long long e)
-{
-    struct md_bnpool p = bnpool_of(vc);
-    md_cpu_bnpool_sums_nchw(&p, b, e);
-}
-
-static void pool_dx_nchw_range(void *vc, long long b, long long e)
-{
-    struct md_bnpool p = bnpool_of(vc);
-    md_cpu_bnpool_dx_nchw(&p, b, e);
-}
+/* the passes as md_range_fn */
+#define BNPOOL_RANGE(name, fn)                               \
+    static void name(void *vc, long long b, long long e)     \
+    {                                                        \
+        struct md_bnpool p = bnpool_of(vc);                  \
+        fn(&p, b, e);                                        \
+    }
+BNPOOL_RANGE(pool_apply_range, md_cpu_bnpool_apply)
+BNPOOL_RANGE(pool_sums_range, md_cpu_bnpool_sums)
+BNPOOL_RANGE(pool_dx_range, md_cpu_bnpool_dx)
+BNPOOL_RANGE(pool_apply_nchw_range, md_cpu_bnpool_apply_nchw)
+BNPOOL_RANGE(pool_sums_nchw_range, md_cpu_bnpool_sums_nchw)
+BNPOOL_RANGE(pool_dx_nchw_range, md_cpu_bnpool_dx_nchw)
 
 /* What the fused pool needs; a reason string when the call does not qualify. */
 static const char *pool_unfit(const struct md_batchnorm_args *a)
