@@ -223,6 +223,12 @@ AI void plane_win(const struct md_bnpool *p, long long t, int pi, const float **
     *r1 = *r0 + p->w;
 }
 
+/* the window at column 2q of rows r0, r1 of one plane, as route1 reads it (channel 0) */
+AI struct win plane_win_at(const float *r0, const float *r1, int q)
+{
+    return (struct win){{r0 + 2 * q, r0 + 2 * q + 1, r1 + 2 * q, r1 + 2 * q + 1}, 0};
+}
+
 AI md_vf relu4(md_vf v) { return md_vand(v > md_vsplat(0.0f), v); }
 AI md_vf max4(md_vf a, md_vf b) { return md_vsel(b > a, b, a); }
 
@@ -264,10 +270,10 @@ BP_CLONES void md_cpu_bnpool_apply_nchw(const struct md_bnpool *p, long long b, 
             }
 #endif
             for (; q < Q; q++) {
-                const float *w[4] = {r0 + 2 * q, r0 + 2 * q + 1, r1 + 2 * q, r1 + 2 * q + 1};
+                struct win w = plane_win_at(r0, r1, q);
                 float m = 0.0f;
                 for (int k = 0; k < 4; k++) {
-                    float v = *w[k] * s + h;
+                    float v = *w.p[k] * s + h;
                     v = v > 0.0f ? v : 0.0f;
                     if (v > m) m = v;
                 }
@@ -275,20 +281,6 @@ BP_CLONES void md_cpu_bnpool_apply_nchw(const struct md_bnpool *p, long long b, 
             }
         }
     }
-}
-
-/* one window at (r0, r1) column 2q, one channel: route1's NCHW twin */
-AI float route1_nchw(const float *r0, const float *r1, int q, float s, float h, float dy, float *x, int *best)
-{
-    x[0] = r0[2 * q], x[1] = r0[2 * q + 1], x[2] = r1[2 * q], x[3] = r1[2 * q + 1];
-    float m = 0.0f;
-    *best = 0;
-    for (int k = 0; k < 4; k++) {
-        float v = x[k] * s + h;
-        v = v > 0.0f ? v : 0.0f;
-        if (v > m) m = v, *best = k;
-    }
-    return m > 0.0f ? dy : 0.0f;
 }
 
 /* plane t's sums into part[(image, 2c)]: [ci] sum dy', [c + ci] sum dy'*(x - fk) */
@@ -319,7 +311,8 @@ BP_CLONES void md_cpu_bnpool_sums_nchw(const struct md_bnpool *p, long long b, l
             for (; q < Q; q++) {
                 float x[4];
                 int best;
-                float g = route1_nchw(r0, r1, q, s, h, dy[q], x, &best);
+                struct win w = plane_win_at(r0, r1, q);
+                float g = route1(&w, 0, s, h, dy[q], x, &best);
                 t1 += g;
                 t2 += g * (x[best] - fk);
             }
@@ -367,7 +360,8 @@ AI void dx_planes(const struct md_bnpool *p, int acc, long long b, long long e)
             for (; q < Q; q++) {
                 float x[4];
                 int best;
-                float g = route1_nchw(r0, r1, q, s, h, dy[q], x, &best);
+                struct win w = plane_win_at(r0, r1, q);
+                float g = route1(&w, 0, s, h, dy[q], x, &best);
                 float *d[4] = {d0 + 2 * q, d0 + 2 * q + 1, d1 + 2 * q, d1 + 2 * q + 1};
                 for (int k = 0; k < 4; k++) {
                     float v = k1 * ((k == best ? g : 0.0f) - k2 - (x[k] - fk) * k3);
