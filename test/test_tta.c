@@ -280,11 +280,24 @@ Test(tta, fashion_mnist_gets_its_recipe_in_settings, .timeout = 60)
     cr_assert_str_eq(j.o.lradj, "onecycle");
     cr_assert_eq(j.o.epochs, 20);
     cr_assert_eq(j.o.time_budget, 60.0);
+    /* on a CPU, the short runs' variant: batch 64, lr 0.07, weight decay 1e-4, no dropout */
+    const char *cpu = "recipe for 28x28 grayscale data and a small CNN on a CPU";
+    expect_setting(&j.job, "batch_size", "64", cpu);
+    expect_setting(&j.job, "lr", "0.07", cpu);
+    expect_setting(&j.job, "weight_decay", "0.0001", cpu);
+    expect_setting(&j.job, "dropout", "0", cpu);
+    cr_assert_eq(j.o.batch_size, 64);
+    cr_assert_eq(j.o.lr, 0.07);
+    cr_assert_eq(j.o.weight_decay, 1e-4);
+    double lo, hi;
+    cr_assert_eq(md_model_dropout(j.job.model, &lo, &hi), 1, "small_cnn keeps its dropout layer");
+    cr_assert(lo == 0 && hi == 0, "the model was built again with the recipe's dropout: %g-%g", lo, hi);
     th_job_end(&j);
 
     /* flags win: their settings are theirs, and --epochs means no default budget */
     th_job_open(&j, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir data/fashion-mnist-sample "
-                    "--max-samples 64 --lradj cosine --augment --epochs 3 --label-smoothing 0");
+                    "--max-samples 64 --lradj cosine --augment --epochs 3 --label-smoothing 0 --dropout 0.3 "
+                    "--lr 0.05 --weight-decay 5e-4 --batch-size 32");
     cr_assert_eq(md_stage_policy(&j.job), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_stage_model(&j.job), MD_OK, "%s", md_errmsg());
     cr_assert_null(setting(&j.job, "lr_schedule"), "a given --lradj is not the recipe's");
@@ -295,6 +308,12 @@ Test(tta, fashion_mnist_gets_its_recipe_in_settings, .timeout = 60)
     cr_assert_eq(j.o.epochs, 3);
     cr_assert_eq(j.o.label_smoothing, 0.0);
     cr_assert_eq(j.o.time_budget, 0.0);
+    cr_assert_eq(j.o.batch_size, 32);
+    cr_assert_eq(j.o.lr, 0.05);
+    cr_assert_eq(j.o.weight_decay, 5e-4);
+    cr_assert_null(setting(&j.job, "dropout"), "a given --dropout is not the recipe's");
+    cr_assert_eq(md_model_dropout(j.job.model, &lo, &hi), 1);
+    cr_assert(fabs(lo - 0.3) < 1e-6 && fabs(hi - 0.3) < 1e-6, "--dropout 0.3 kept: %g-%g", lo, hi);
     expect_setting(&j.job, "nesterov", "on", recipe);
     th_job_end(&j);
 }
@@ -308,6 +327,20 @@ Test(tta, recipe_applies_to_fashion_mnist_like_data_and_small_models)
     cr_assert_not_null(r.name);
     cr_assert_str_eq(r.lradj, "onecycle");
     cr_assert_eq(r.time_budget, 60.0);
+    /* a GPU's runs are long (20 epochs in seconds): batch 128, the generic lr and weight decay, the model's
+     * dropout; a CPU's are short */
+    cr_assert_eq(r.batch, 128);
+    cr_assert_eq(r.lr, 0.0);
+    cr_assert(r.weight_decay < 0 && r.dropout < 0);
+    in.cpu = 1;
+    md_recipe_decide(&in, &r);
+    cr_assert_eq(r.batch, 64);
+    cr_assert_eq(r.lr, 0.07);
+    cr_assert_eq(r.weight_decay, 1e-4);
+    cr_assert_eq(r.dropout, 0.0);
+    cr_assert_str_eq(r.lradj, "onecycle");
+    cr_assert_eq(r.time_budget, 60.0);
+    in.cpu = 0;
     in.dataset = "mnist";
     md_recipe_decide(&in, &r);
     cr_assert_not_null(r.name);

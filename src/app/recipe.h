@@ -17,12 +17,16 @@ struct md_recipe_in {
     int c, h, w, classes;      /* the dataset's sample shape and classes (0: regression) */
     long long params;          /* the model's parameters */
     int ci, resume, several;   /* --ci; --resume; a run of several trainings (--models, --fold all) */
+    int cpu;                   /* the run trains on the CPU (a minute holds a few epochs there) */
 };
 
 struct md_recipe {
     const char *name;          /* NULL: no recipe (the generic defaults) */
     const char *why;           /* the reason, printed with each setting */
     int batch;                 /* the batch the recipe was measured at */
+    double lr;                 /* SGD's peak learning rate (0: the generic default) */
+    double weight_decay;       /* < 0: the generic default */
+    double dropout;            /* every dropout layer's probability (< 0: the model config's) */
     int nesterov;
     const char *lradj;
     double label_smoothing;
@@ -36,7 +40,9 @@ void md_recipe_decide(const struct md_recipe_in *in, struct md_recipe *r);
 
 /* Applies the recipe of the job's dataset and model to job->opts where no
  * flag decided, recording each setting; also --time-budget's epochs when
- * --epochs is not given. Needs job->model. */
-void md_recipe_apply(md_job *job);
+ * --epochs is not given. Needs job->model (and job->dev: CPUs get the short
+ * runs' variant). Returns 1 when the model must be built again (the recipe
+ * set opts->dropout), else 0. */
+int md_recipe_apply(md_job *job);
 
 #endif

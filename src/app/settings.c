@@ -109,7 +109,9 @@ static void model_settings(md_job *job)
     char v[64], why[200];
     double lo = 0, hi = 0;
     int n = job->model ? md_model_dropout(job->model, &lo, &hi) : -1;
-    if (md_options_given(o, "dropout")) {
+    if (md_job_find_setting(job, "dropout")) {
+        /* the recipe's, with its reason */
+    } else if (md_options_given(o, "dropout")) {
         snprintf(why, sizeof why, "--dropout: every dropout layer%s", n == 0 ? " (this model has none)" : "");
         put(job, "dropout", fmt_num(o->dropout, v, sizeof v), NULL, why);
     } else if (n < 0) {

@@ -170,9 +170,15 @@ md_status md_stage_model(md_job *job)
         job->model = NULL;
         st = md_model_load(inl ? where : name, inl, &mo, &job->model);
     }
+    /* the dataset's and model's recipe where no flag decided; its dropout needs the model built again */
+    if (st == MD_OK && md_recipe_apply(job)) {
+        mo.dropout = o->dropout;
+        md_model_free(job->model);
+        job->model = NULL;
+        st = md_model_load(inl ? where : name, inl, &mo, &job->model);
+    }
     cJSON_Delete(root);
     if (st != MD_OK) return st;
-    md_recipe_apply(job); /* the dataset's and model's recipe where no flag decided */
     if (mo.layout == MD_NHWC && md_model_get_opts(job->model)->layout == MD_NCHW)
         md_job_setting(job, "channels_last", "off", "the model has token-sequence layers, which run in NCHW");
     if (!job->no_layer_table) md_model_print_summary(job->model);
