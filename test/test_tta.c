@@ -280,19 +280,52 @@ Test(tta, fashion_mnist_gets_its_recipe_in_settings, .timeout = 60)
     cr_assert_str_eq(j.o.lradj, "onecycle");
     cr_assert_eq(j.o.epochs, 20);
     cr_assert_eq(j.o.time_budget, 60.0);
-    /* on a CPU, the short runs' variant: batch 64, lr 0.07, weight decay 1e-4, no dropout */
+    /* the bundled sample is small (20 epochs in seconds): the GPU's settings, the model's dropout */
+    cr_assert_eq(j.o.batch_size, 128);
+    cr_assert_null(setting(&j.job, "lr"), "the sample keeps the generic learning rate");
+    cr_assert_eq(j.o.weight_decay, 5e-4);
+    double lo, hi;
+    cr_assert_eq(md_model_dropout(j.job.model, &lo, &hi), 1);
+    cr_assert(fabs(lo - 0.25) < 1e-6, "small_cnn's own dropout: %g", lo);
+    th_job_end(&j);
+
+    /* a full-size training file on a CPU: the short runs' variant (batch 64, lr 0.07, weight decay 1e-4,
+     * no dropout); the model stage only peeks at the header, so a header is the whole file */
+    char *dir = th_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    const unsigned char hdr[16] = {0, 0, 8, 3, 0, 0, 0xea, 0x60, 0, 0, 0, 28, 0, 0, 0, 28}; /* 60,000 x 28 x 28 */
+    cr_assert_eq(fwrite(hdr, 1, sizeof hdr, f), sizeof hdr);
+    fclose(f);
+    char args[800];
+    snprintf(args, sizeof args, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir %s", dir);
+    th_job_open(&j, args);
+    cr_assert_eq(md_stage_policy(&j.job), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_stage_model(&j.job), MD_OK, "%s", md_errmsg());
     const char *cpu = "recipe for 28x28 grayscale data and a small CNN on a CPU";
     expect_setting(&j.job, "batch_size", "64", cpu);
     expect_setting(&j.job, "lr", "0.07", cpu);
     expect_setting(&j.job, "weight_decay", "0.0001", cpu);
     expect_setting(&j.job, "dropout", "0", cpu);
+    expect_setting(&j.job, "lr_schedule", "onecycle", cpu);
     cr_assert_eq(j.o.batch_size, 64);
     cr_assert_eq(j.o.lr, 0.07);
     cr_assert_eq(j.o.weight_decay, 1e-4);
-    double lo, hi;
     cr_assert_eq(md_model_dropout(j.job.model, &lo, &hi), 1, "small_cnn keeps its dropout layer");
     cr_assert(lo == 0 && hi == 0, "the model was built again with the recipe's dropout: %g-%g", lo, hi);
     th_job_end(&j);
+    /* --max-samples makes it small again */
+    snprintf(args, sizeof args, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir %s --max-samples 5000",
+             dir);
+    th_job_open(&j, args);
+    cr_assert_eq(md_stage_policy(&j.job), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_stage_model(&j.job), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(j.o.batch_size, 128);
+    cr_assert_eq(j.o.weight_decay, 5e-4);
+    cr_assert_null(setting(&j.job, "dropout"));
+    th_job_end(&j);
+    th_tmpdir_free(dir);
 
     /* flags win: their settings are theirs, and --epochs means no default budget */
     th_job_open(&j, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir data/fashion-mnist-sample "
@@ -332,7 +365,12 @@ Test(tta, recipe_applies_to_fashion_mnist_like_data_and_small_models)
     cr_assert_eq(r.batch, 128);
     cr_assert_eq(r.lr, 0.0);
     cr_assert(r.weight_decay < 0 && r.dropout < 0);
-    in.cpu = 1;
+    in.cpu = 1; /* a CPU and a small training set: the same */
+    in.train_samples = 4050;
+    md_recipe_decide(&in, &r);
+    cr_assert_eq(r.batch, 128);
+    cr_assert(r.dropout < 0);
+    in.train_samples = 60000; /* a CPU and a full set: the short runs' variant */
     md_recipe_decide(&in, &r);
     cr_assert_eq(r.batch, 64);
     cr_assert_eq(r.lr, 0.07);
@@ -341,6 +379,9 @@ Test(tta, recipe_applies_to_fashion_mnist_like_data_and_small_models)
     cr_assert_str_eq(r.lradj, "onecycle");
     cr_assert_eq(r.time_budget, 60.0);
     in.cpu = 0;
+    md_recipe_decide(&in, &r); /* a GPU and a full set: the recipe as measured */
+    cr_assert_eq(r.batch, 128);
+    in.train_samples = 0;
     in.dataset = "mnist";
     md_recipe_decide(&in, &r);
     cr_assert_not_null(r.name);

@@ -17,7 +17,8 @@ struct md_recipe_in {
     int c, h, w, classes;      /* the dataset's sample shape and classes (0: regression) */
     long long params;          /* the model's parameters */
     int ci, resume, several;   /* --ci; --resume; a run of several trainings (--models, --fold all) */
-    int cpu;                   /* the run trains on the CPU (a minute holds a few epochs there) */
+    int cpu;                   /* the run trains on the CPU */
+    long long train_samples;   /* training samples (after --max-samples; 0: not known) */
 };
 
 struct md_recipe {

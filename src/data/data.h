@@ -175,6 +175,7 @@ struct md_data_peek {
     struct md_data_series series; /* time series: the window's shapes; image regression:
                                      pred_len 1, n_out targets, seq_len 0 */
     int n_side;                   /* images-csv: side values per sample (--side-cols) */
+    long long train_samples;      /* the training file's samples before any split (0: not known) */
 };
 md_status md_data_peek(const struct md_data_opts *o, struct md_data_peek *out);
 

@@ -81,6 +81,7 @@ static md_status idx_peek(const struct md_format_args *a, struct md_data_peek *o
     out->c = 1;
     out->h = (int)f32[2];
     out->w = (int)f32[3];
+    out->train_samples = f32[1];
     return MD_OK;
 }
 
