@@ -360,8 +360,7 @@ Test(tta, recipe_applies_to_fashion_mnist_like_data_and_small_models)
     cr_assert_not_null(r.name);
     cr_assert_str_eq(r.lradj, "onecycle");
     cr_assert_eq(r.time_budget, 60.0);
-    /* a GPU's runs are long (20 epochs in seconds): batch 128, the generic lr and weight decay, the model's
-     * dropout; a CPU's are short */
+    /* no size known (and the bundled sample): batch 128, the generic lr and weight decay, the model's dropout */
     cr_assert_eq(r.batch, 128);
     cr_assert_eq(r.lr, 0.0);
     cr_assert(r.weight_decay < 0 && r.dropout < 0);
@@ -379,8 +378,11 @@ Test(tta, recipe_applies_to_fashion_mnist_like_data_and_small_models)
     cr_assert_str_eq(r.lradj, "onecycle");
     cr_assert_eq(r.time_budget, 60.0);
     in.cpu = 0;
-    md_recipe_decide(&in, &r); /* a GPU and a full set: the recipe as measured */
+    md_recipe_decide(&in, &r); /* a GPU and a full set: batch 128, lr 0.1, no dropout, weight decay 1e-4 */
     cr_assert_eq(r.batch, 128);
+    cr_assert_eq(r.lr, 0.0);
+    cr_assert_eq(r.weight_decay, 1e-4);
+    cr_assert_eq(r.dropout, 0.0);
     in.train_samples = 0;
     in.dataset = "mnist";
     md_recipe_decide(&in, &r);

@@ -17,7 +17,7 @@ struct md_recipe_in {
     int c, h, w, classes;      /* the dataset's sample shape and classes (0: regression) */
     long long params;          /* the model's parameters */
     int ci, resume, several;   /* --ci; --resume; a run of several trainings (--models, --fold all) */
-    int cpu;                   /* the run trains on the CPU */
+    int cpu;                   /* the run trains on the CPU (its batch and learning rate) */
     long long train_samples;   /* training samples (after --max-samples; 0: not known) */
 };
 
