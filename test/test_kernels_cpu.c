@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_conv_direct.h"
 #include "backend/cpu/cpu_conv_wino.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "backend/kernels_call.h"
 #include "core/threadpool.h"
 #include "helpers.h"
@@ -576,6 +577,21 @@ Test(kernels_cpu, winograd_matches_ref, .timeout = 60)
 /* Where Winograd goes: 3x3 stride 1 channels-last with 16+ channels, not
  * NCHW, strides, dilations, 1x1 or thin layers; MPSDIAG_CPU_WINOGRAD=0 and
  * md_cpu_wino_set(0) turn it off. */
+/* Channels-last is the CPU's preferred layout where the direct kernels or
+ * Winograd run (Winograd is channels-last only), NCHW with neither. */
+Test(kernels_cpu, channels_last_preferred_where_direct_or_winograd_run)
+{
+    md_cpu_direct_set(0);
+    md_cpu_wino_set(1);
+    cr_expect(md_cpu_conv_prefers_nhwc(), "Winograd alone");
+    md_cpu_wino_set(0);
+    cr_expect(!md_cpu_conv_prefers_nhwc(), "neither: NCHW");
+    md_cpu_direct_set(-1);
+    if (md_cpu_direct_enabled()) cr_expect(md_cpu_conv_prefers_nhwc(), "the direct kernels alone");
+    md_cpu_wino_set(-1);
+    md_cpu_direct_set(-1);
+}
+
 Test(kernels_cpu, winograd_goes_where_it_applies)
 {
     /* n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw */

@@ -69,7 +69,7 @@ Test(policy, batch_channels_compile)
 
     in = base(MD_BACKEND_CPU, 1, 1);
     md_policy_decide(&in, &out);
-    cr_assert_eq(out.channels_last, 0, "CPU without the direct kernels: NCHW");
+    cr_assert_eq(out.channels_last, 0, "CPU without the direct kernels and Winograd: NCHW");
     in.cpu_nhwc_fast = 1;
     md_policy_decide(&in, &out);
     cr_assert(out.channels_last && strstr(out.why_channels, "direct (AVX-512 or AVX2)"), "%s", out.why_channels);

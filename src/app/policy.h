@@ -27,7 +27,7 @@ struct md_policy_in {
     int channels_last, channels_last_given;
     int compile, compile_given;
     const char *compile_mode;
-    int cpu_nhwc_fast;          /* CPU: convolutions are faster channels-last (the direct kernels) */
+    int cpu_nhwc_fast;          /* CPU: convolutions are faster channels-last (direct kernels or Winograd) */
 };
 
 struct md_policy_out {
@@ -36,7 +36,7 @@ struct md_policy_out {
     int batch_size;
     int channels_last;
     int compile;
-    char why_precision[256], why_loss_scaling[160], why_batch[160], why_channels[224], why_compile[200];
+    char why_precision[256], why_loss_scaling[160], why_batch[160], why_channels[320], why_compile[200];
 };
 
 /* Pure: same inputs, same outputs. */
