@@ -259,15 +259,21 @@ static void expect_setting(const md_job *job, const char *name, const char *valu
     cr_assert(strstr(w, why_has), "%s: why '%s' lacks '%s'", name, w, why_has);
 }
 
+/* Opens a job on `args` and runs its policy and model stages (where the recipe applies). */
+static void open_to_model(struct th_job *j, const char *args)
+{
+    th_job_open(j, args);
+    cr_assert_eq(md_stage_policy(&j->job), MD_OK, "%s: %s", args, md_errmsg());
+    cr_assert_eq(md_stage_model(&j->job), MD_OK, "%s: %s", args, md_errmsg());
+}
+
 /* Fashion-MNIST (the bundled sample) with small_cnn: the recipe's settings,
  * each with its reason, and a flag given keeps its own value. */
 Test(tta, fashion_mnist_gets_its_recipe_in_settings, .timeout = 60)
 {
     struct th_job j;
-    th_job_open(&j, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir data/fashion-mnist-sample "
+    open_to_model(&j, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir data/fashion-mnist-sample "
                     "--max-samples 64");
-    cr_assert_eq(md_stage_policy(&j.job), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(md_stage_model(&j.job), MD_OK, "%s", md_errmsg());
     const char *recipe = "recipe for 28x28 grayscale data and a small CNN";
     expect_setting(&j.job, "lr_schedule", "onecycle", recipe);
     expect_setting(&j.job, "nesterov", "on", recipe);
@@ -300,9 +306,7 @@ Test(tta, fashion_mnist_gets_its_recipe_in_settings, .timeout = 60)
     fclose(f);
     char args[800];
     snprintf(args, sizeof args, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir %s", dir);
-    th_job_open(&j, args);
-    cr_assert_eq(md_stage_policy(&j.job), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(md_stage_model(&j.job), MD_OK, "%s", md_errmsg());
+    open_to_model(&j, args);
     const char *cpu = "recipe for 28x28 grayscale data and a small CNN on a CPU";
     expect_setting(&j.job, "batch_size", "64", cpu);
     expect_setting(&j.job, "lr", "0.07", cpu);
@@ -318,9 +322,7 @@ Test(tta, fashion_mnist_gets_its_recipe_in_settings, .timeout = 60)
     /* --max-samples makes it small again */
     snprintf(args, sizeof args, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir %s --max-samples 5000",
              dir);
-    th_job_open(&j, args);
-    cr_assert_eq(md_stage_policy(&j.job), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(md_stage_model(&j.job), MD_OK, "%s", md_errmsg());
+    open_to_model(&j, args);
     cr_assert_eq(j.o.batch_size, 128);
     cr_assert_eq(j.o.weight_decay, 5e-4);
     cr_assert_null(setting(&j.job, "dropout"));
@@ -328,11 +330,9 @@ Test(tta, fashion_mnist_gets_its_recipe_in_settings, .timeout = 60)
     th_tmpdir_free(dir);
 
     /* flags win: their settings are theirs, and --epochs means no default budget */
-    th_job_open(&j, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir data/fashion-mnist-sample "
+    open_to_model(&j, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir data/fashion-mnist-sample "
                     "--max-samples 64 --lradj cosine --augment --epochs 3 --label-smoothing 0 --dropout 0.3 "
                     "--lr 0.05 --weight-decay 5e-4 --batch-size 32");
-    cr_assert_eq(md_stage_policy(&j.job), MD_OK, "%s", md_errmsg());
-    cr_assert_eq(md_stage_model(&j.job), MD_OK, "%s", md_errmsg());
     cr_assert_null(setting(&j.job, "lr_schedule"), "a given --lradj is not the recipe's");
     cr_assert_null(setting(&j.job, "augmentation"));
     cr_assert_null(setting(&j.job, "time_budget"));

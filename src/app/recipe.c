@@ -61,7 +61,7 @@ void md_recipe_decide(const struct md_recipe_in *in, struct md_recipe *r)
             r->lr = 0.07;
         }
     }
-    /* a minute: about 3 epochs on 2 CPU cores, all 20 on a GPU in seconds (not for several
+    /* a minute: 4-6 epochs on 2 CPU cores, all 20 on a GPU in seconds (not for several
      * runs or ranks: each would size its own plan) */
     r->time_budget = in->resume || in->several ? 0 : 60;
 }
@@ -112,7 +112,7 @@ int md_recipe_apply(md_job *job)
             snprintf(v, sizeof v, "%g", r.lr);
             md_job_setting(job, "lr", v, r.why);
         }
-        if (r.weight_decay >= 0 && !given(o, "weight-decay")) {
+        if (sgd && r.weight_decay >= 0 && !given(o, "weight-decay")) {
             o->weight_decay = r.weight_decay;
             snprintf(v, sizeof v, "%g", r.weight_decay);
             md_job_setting(job, "weight_decay", v, r.why);

@@ -41,9 +41,9 @@ void md_recipe_decide(const struct md_recipe_in *in, struct md_recipe *r);
 
 /* Applies the recipe of the job's dataset and model to job->opts where no
  * flag decided, recording each setting; also --time-budget's epochs when
- * --epochs is not given. Needs job->model (and job->dev: CPUs get the short
- * runs' variant). Returns 1 when the model must be built again (the recipe
- * set opts->dropout), else 0. */
+ * --epochs is not given. Needs job->model (and job->dev: a CPU gets its own
+ * batch and learning rate). Returns 1 when the model must be built again (the
+ * recipe set opts->dropout), else 0. */
 int md_recipe_apply(md_job *job);
 
 #endif
