@@ -327,6 +327,23 @@ Test(tta, fashion_mnist_gets_its_recipe_in_settings, .timeout = 60)
     cr_assert_eq(j.o.weight_decay, 5e-4);
     cr_assert_null(setting(&j.job, "dropout"));
     th_job_end(&j);
+    /* flags win over the CPU variant too */
+    snprintf(args, sizeof args, "--device cpu --model small_cnn --dataset fashion-mnist --data-dir %s --dropout 0.3 "
+             "--lr 0.05 --weight-decay 3e-4 --batch-size 32", dir);
+    open_to_model(&j, args);
+    cr_assert_eq(j.o.batch_size, 32);
+    cr_assert_eq(j.o.lr, 0.05);
+    cr_assert_eq(j.o.weight_decay, 3e-4);
+    const char *mine[] = {"batch_size", "lr", "weight_decay", "dropout"};
+    for (int i = 0; i < 4; i++) {
+        const cJSON *st = setting(&j.job, mine[i]);
+        const cJSON *w = st ? cJSON_GetObjectItemCaseSensitive(st, "why") : NULL;
+        cr_assert(!w || !strstr(w->valuestring, "recipe"), "a given flag is not the recipe's: %s: %s", mine[i],
+                  w->valuestring);
+    }
+    cr_assert_eq(md_model_dropout(j.job.model, &lo, &hi), 1);
+    cr_assert(fabs(lo - 0.3) < 1e-6, "--dropout 0.3 kept: %g", lo);
+    th_job_end(&j);
     th_tmpdir_free(dir);
 
     /* flags win: their settings are theirs, and --epochs means no default budget */

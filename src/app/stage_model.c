@@ -147,6 +147,14 @@ static md_status fit_to_data(md_job *job, const md_model *m, struct md_model_opt
     return MD_OK;
 }
 
+/* The job's model built again from the same config with options mo. */
+static md_status load_again(md_job *job, const char *src, const cJSON *inl, const struct md_model_opts *mo)
+{
+    md_model_free(job->model);
+    job->model = NULL;
+    return md_model_load(src, inl, mo, &job->model);
+}
+
 md_status md_stage_model(md_job *job)
 {
     md_options *o = job->opts;
@@ -162,20 +170,15 @@ md_status md_stage_model(md_job *job)
     const char *name = o->model[0] ? o->model : "small_cnn";
     char where[1200];
     if (inl) snprintf(where, sizeof where, "%s: model", o->config);
-    st = md_model_load(inl ? where : name, inl, &mo, &job->model);
+    const char *src = inl ? where : name;
+    st = md_model_load(src, inl, &mo, &job->model);
     int reload = 0;
     if (st == MD_OK) st = fit_to_data(job, job->model, &mo, &reload);
-    if (st == MD_OK && reload) {
-        md_model_free(job->model);
-        job->model = NULL;
-        st = md_model_load(inl ? where : name, inl, &mo, &job->model);
-    }
+    if (st == MD_OK && reload) st = load_again(job, src, inl, &mo);
     /* the dataset's and model's recipe where no flag decided; its dropout needs the model built again */
     if (st == MD_OK && md_recipe_apply(job)) {
         mo.dropout = o->dropout;
-        md_model_free(job->model);
-        job->model = NULL;
-        st = md_model_load(inl ? where : name, inl, &mo, &job->model);
+        st = load_again(job, src, inl, &mo);
     }
     cJSON_Delete(root);
     if (st != MD_OK) return st;
