@@ -10,8 +10,9 @@
  *
  * `time` runs small_cnn's layers at batch 128 (pool 28x28x32 and 14x14x64,
  * 2x2/2; batch norm + ReLU on 128x784x32 and 128x196x64, training) in both
- * layouts. `hash` covers odd channel counts, overlapping and padded windows,
- * ties, NaN, beta 0/1/0.5, ReLU masks from y and from x. */
+ * layouts, and the same batch norms with a fused 2x2 max pool (bnpool1, bnpool2).
+ * `hash` covers odd channel counts, overlapping and padded windows, ties, NaN,
+ * beta 0/1/0.5, ReLU masks from y and from x, and the fused pool. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,14 +81,15 @@ static uint64_t pool_hash(const struct pool_case *pc, int avg)
 
 /* ---- batch norm ---- */
 
-struct bn_case { int n, c, hw; md_layout layout; int relu, training, give_y, save; float beta; };
+struct bn_case { int n, c, hw; md_layout layout; int relu, training, give_y, save; float beta; int h; };
+/* h > 0: a fused 2x2 stride-2 max pool over (h, hw / h) planes; y and dy are pooled */
 
 struct bn_bufs { float *x, *y, *dy, *dx, *g, *b, *rm, *rv, *sm, *si, *dg, *db; };
 
 static void bn_setup(const struct bn_case *bc, struct bn_bufs *B, struct md_batchnorm_args *a)
 {
-    size_t n = (size_t)bc->n * bc->c * bc->hw, c = (size_t)bc->c;
-    B->x = fill(n, 5, 0, 0), B->y = fill(n, 6, 0, 0), B->dy = fill(n, 7, 0, 0), B->dx = fill(n, 8, 0, 0);
+    size_t n = (size_t)bc->n * bc->c * bc->hw, c = (size_t)bc->c, ny = bc->h ? n / 4 : n;
+    B->x = fill(n, 5, 0, 0), B->y = fill(ny, 6, 0, 0), B->dy = fill(ny, 7, 0, 0), B->dx = fill(n, 8, 0, 0);
     B->g = fill(c, 9, 0, 0), B->b = fill(c, 10, 0, 0), B->rm = fill(c, 11, 0, 0), B->rv = fill(c, 12, 0, 0);
     B->sm = fill(c, 13, 0, 0), B->si = fill(c, 14, 0, 0), B->dg = fill(c, 15, 0, 0), B->db = fill(c, 16, 0, 0);
     for (size_t i = 0; i < c; i++) B->rv[i] = fabsf(B->rv[i]) + 0.1f;
@@ -97,6 +99,7 @@ static void bn_setup(const struct bn_case *bc, struct bn_bufs *B, struct md_batc
     a->x = B->x, a->y = B->y, a->gamma = B->g, a->beta_p = B->b, a->running_mean = B->rm, a->running_var = B->rv;
     a->save_mean = bc->save ? B->sm : NULL, a->save_invstd = bc->save ? B->si : NULL;
     a->dy = B->dy, a->dx = B->dx, a->dgamma = B->dg, a->dbeta = B->db, a->beta = bc->beta;
+    if (bc->h) a->pool = 2, a->h = bc->h, a->w = bc->hw / bc->h;
 }
 
 static void bn_free(struct bn_bufs *B)
@@ -110,12 +113,12 @@ static uint64_t bn_hash(const struct bn_case *bc)
     struct bn_bufs B;
     struct md_batchnorm_args a;
     bn_setup(bc, &B, &a);
-    size_t n = (size_t)bc->n * bc->c * bc->hw, c = (size_t)bc->c;
+    size_t n = (size_t)bc->n * bc->c * bc->hw, c = (size_t)bc->c, ny = bc->h ? n / 4 : n;
     uint64_t h = 1469598103934665603ull;
     struct md_batchnorm_args f = a;
     f.beta = 0.0f; /* the forward's beta would feed the backward another y */
     if (md_cpu_batchnorm_fwd(NULL, &f) != MD_OK) h = 0;
-    h = hash(h, B.y, n * 4), h = hash(h, B.rm, c * 4), h = hash(h, B.rv, c * 4);
+    h = hash(h, B.y, ny * 4), h = hash(h, B.rm, c * 4), h = hash(h, B.rv, c * 4);
     if (bc->save) h = hash(h, B.sm, c * 4), h = hash(h, B.si, c * 4);
     if (!bc->give_y) a.y = NULL;
     if (md_cpu_batchnorm_bwd(NULL, &a) != MD_OK) h = 0;
@@ -149,10 +152,20 @@ static int do_hash(void)
             for (size_t hi = 0; hi < 4; hi++)
                 for (int v = 0; v < 12; v++) {
                     struct bn_case bc = {3, chans[ci], hws[hi], li ? MD_NHWC : MD_NCHW, v & 1, (v >> 1) & 1,
-                                         (v >> 2) % 3 == 0, (v >> 2) % 3 != 2, betas[(v >> 2) % 3]};
+                                         (v >> 2) % 3 == 0, (v >> 2) % 3 != 2, betas[(v >> 2) % 3], 0};
                     printf("bn %s c%d hw%d relu%d train%d y%d save%d b%.1f %016llx\n", li ? "nhwc" : "nchw",
                            bc.c, bc.hw, bc.relu, bc.training, bc.give_y, bc.save, (double)bc.beta,
                            (unsigned long long)bn_hash(&bc));
+                }
+    static const int pplanes[][2] = {{2, 2}, {6, 4}, {4, 30}, {14, 14}};
+    for (int li = 0; li < 2; li++)
+        for (size_t ci = 0; ci < sizeof chans / sizeof *chans; ci++)
+            for (size_t pl = 0; pl < 4; pl++)
+                for (size_t bi = 0; bi < 3; bi += 2) {
+                    struct bn_case bc = {3, chans[ci], pplanes[pl][0] * pplanes[pl][1], li ? MD_NHWC : MD_NCHW, 1, 1,
+                                         1, 1, betas[bi], pplanes[pl][0]};
+                    printf("bnpool %s c%d %dx%d b%.1f %016llx\n", li ? "nhwc" : "nchw", bc.c, pplanes[pl][0],
+                           pplanes[pl][1], (double)bc.beta, (unsigned long long)bn_hash(&bc));
                 }
     return 0;
 }
@@ -201,14 +214,15 @@ static int do_time(int iters)
             }
             md_free(x), md_free(y), md_free(dy), md_free(dx);
         }
-        const struct bn_case bns[] = {{128, 32, 784, L, 1, 1, 1, 1, 0}, {128, 64, 196, L, 1, 1, 1, 1, 0}};
-        for (int k = 0; k < 2; k++) {
+        const struct bn_case bns[] = {{128, 32, 784, L, 1, 1, 1, 1, 0, 0},  {128, 64, 196, L, 1, 1, 1, 1, 0, 0},
+                                      {128, 32, 784, L, 1, 1, 1, 1, 0, 28}, {128, 64, 196, L, 1, 1, 1, 1, 0, 14}};
+        for (int k = 0; k < 4; k++) {
             struct bn_bufs B;
             struct md_batchnorm_args a;
             bn_setup(&bns[k], &B, &a);
             char name[64];
             for (int dir = 0; dir < 2; dir++) {
-                snprintf(name, sizeof name, "bn%d %s %s", k + 1, ln, dir ? "bwd" : "fwd");
+                snprintf(name, sizeof name, "bn%s%d %s %s", k > 1 ? "pool" : "", k % 2 + 1, ln, dir ? "bwd" : "fwd");
                 if (skip(name)) continue;
                 for (int i = -2; i < iters; i++) {
                     double t0 = md_now();

@@ -74,6 +74,7 @@ AI float route1(const struct win *w, int j, float s, float h, float dy, float *x
 {
     float m = 0.0f;
     *best = 0;
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         x[k] = w->p[k][j];
         float v = x[k] * s + h;
@@ -88,12 +89,14 @@ AI float route1(const struct win *w, int j, float s, float h, float dy, float *x
 AI bvec routev(const struct win *w, int j, bvec s, bvec h, bvec dy, bvec *x, bmask *is)
 {
     bvec v[4];
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         x[k] = vld(w->p[k] + j);
         v[k] = vrelu(x[k] * s + h);
     }
     bvec m = vmax(vmax(v[0], v[1]), vmax(v[2], v[3]));
     bmask taken = (bmask)vsplat(0.0f);
+#pragma GCC unroll 4
     for (int k = 0; k < 3; k++) {
         is[k] = (v[k] == m) & ~taken;
         taken |= is[k];
@@ -121,6 +124,7 @@ BP_CLONES void md_cpu_bnpool_apply(const struct md_bnpool *p, long long b, long 
 #endif
             for (; j < C; j++) {
                 float m = 0.0f;
+#pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
                     float v = w.p[k][j] * p->sc[j] + p->sh[j];
                     v = v > 0.0f ? v : 0.0f;
@@ -186,6 +190,7 @@ AI void dx_rows(const struct md_bnpool *p, int acc, long long b, long long e)
                 bmask is[4];
                 bvec g = routev(&w, j, vld(p->sc + j), vld(p->sh + j), vld(dy + j), x, is);
                 bvec k1 = vld(p->k1 + j), k2 = vld(p->k2 + j), k3 = vld(p->k3 + j), fk = vld(p->fk + j);
+#pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
                     bvec v = k1 * (vand(is[k], g) - k2 - (x[k] - fk) * k3);
                     if (acc) v = v + p->beta * vld(d[k] + j);
@@ -197,6 +202,7 @@ AI void dx_rows(const struct md_bnpool *p, int acc, long long b, long long e)
                 float x[4];
                 int best;
                 float g = route1(&w, j, p->sc[j], p->sh[j], dy[j], x, &best);
+#pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
                     float v = p->k1[j] * ((k == best ? g : 0.0f) - p->k2[j] - (x[k] - p->fk[j]) * p->k3[j]);
                     if (acc) v = v + p->beta * d[k][j];
@@ -239,9 +245,11 @@ AI md_vf route4(const float *r0, const float *r1, int q0, float s, float h, md_v
     x[0] = md_vload_even(r0 + 2 * q0), x[1] = md_vload_odd(r0 + 2 * q0);
     x[2] = md_vload_even(r1 + 2 * q0), x[3] = md_vload_odd(r1 + 2 * q0);
     md_vf v[4], S = md_vsplat(s), Hs = md_vsplat(h);
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) v[k] = relu4(x[k] * S + Hs);
     md_vf m = max4(max4(v[0], v[1]), max4(v[2], v[3]));
     md_vi zero = md_vspliti(0), taken = zero;
+#pragma GCC unroll 4
     for (int k = 0; k < 3; k++) {
         is[k] = md_vseli(taken, zero, v[k] == m);
         taken = md_vseli(taken, taken, is[k]);
@@ -272,6 +280,7 @@ BP_CLONES void md_cpu_bnpool_apply_nchw(const struct md_bnpool *p, long long b, 
             for (; q < Q; q++) {
                 struct win w = plane_win_at(r0, r1, q);
                 float m = 0.0f;
+#pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
                     float v = *w.p[k] * s + h;
                     v = v > 0.0f ? v : 0.0f;
@@ -346,6 +355,7 @@ AI void dx_planes(const struct md_bnpool *p, int acc, long long b, long long e)
                 md_vf x[4], v[4];
                 md_vi is[4];
                 md_vf g = route4(r0, r1, q, s, h, md_vload(dy + q), x, is);
+#pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) v[k] = K1 * (md_vand(is[k], g) - K2 - (x[k] - F) * K3);
                 if (acc) {
                     v[0] = v[0] + beta * md_vload_even(d0 + 2 * q), v[1] = v[1] + beta * md_vload_odd(d0 + 2 * q);
@@ -363,6 +373,7 @@ AI void dx_planes(const struct md_bnpool *p, int acc, long long b, long long e)
                 struct win w = plane_win_at(r0, r1, q);
                 float g = route1(&w, 0, s, h, dy[q], x, &best);
                 float *d[4] = {d0 + 2 * q, d0 + 2 * q + 1, d1 + 2 * q, d1 + 2 * q + 1};
+#pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
                     float v = k1 * ((k == best ? g : 0.0f) - k2 - (x[k] - fk) * k3);
                     if (acc) v = v + beta * *d[k];
