@@ -829,8 +829,8 @@ static void op_cast(struct harness *h)
 
 static void op_permute(struct harness *h)
 {
-    static const int shapes[][4] = {{2, 3, 5, 7}, {1, 64, 4, 4}, {3, 1, 9, 2}, {2, 33, 35, 1}};
-    for (int si = 0; si < 4; si++)
+    static const int shapes[][4] = {{2, 3, 5, 7}, {1, 64, 4, 4}, {3, 1, 9, 2}, {2, 33, 35, 1}, {2, 64, 7, 7}};
+    for (int si = 0; si < 5; si++)
         for (int dir = 0; dir < 2; dir++)
             for (int di = 0; di < 3; di++) {
                 md_dtype t = dtypes[di];

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_vec.h"
 #include "backend/ref/ref_math.h"
 #include "core/mem.h"
 #include "core/rng.h"
@@ -382,6 +383,33 @@ md_status md_cpu_chslice(md_device *dev, const struct md_chslice_args *a)
 
 struct perm_ctx { const struct md_permute_args *a; int rows, cols; };
 
+/* d (cols x rows) <- the block [r0, r1) x [c0, c1) of s (rows x cols)
+ * transposed: 4 x 4 pieces in vectors, the edges one at a time */
+static void transpose_f32(const float *s, float *d, int rows, int cols, int r0, int r1, int c0, int c1)
+{
+    int r = r0;
+#if MD_VW == 4
+    for (; r + 4 <= r1; r += 4) {
+        int k = c0;
+        for (; k + 4 <= c1; k += 4) {
+            const float *p = s + (size_t)r * cols + k;
+            md_vf a = md_vload(p), b = md_vload(p + cols), e = md_vload(p + 2 * cols), f = md_vload(p + 3 * cols);
+            md_vf t0 = MD_VSHUF(a, b, 0, 4, 1, 5), t1 = MD_VSHUF(a, b, 2, 6, 3, 7);
+            md_vf t2 = MD_VSHUF(e, f, 0, 4, 1, 5), t3 = MD_VSHUF(e, f, 2, 6, 3, 7);
+            float *q = d + (size_t)k * rows + r;
+            md_vstore(q, MD_VSHUF(t0, t2, 0, 1, 4, 5));
+            md_vstore(q + rows, MD_VSHUF(t0, t2, 2, 3, 6, 7));
+            md_vstore(q + 2 * rows, MD_VSHUF(t1, t3, 0, 1, 4, 5));
+            md_vstore(q + 3 * rows, MD_VSHUF(t1, t3, 2, 3, 6, 7));
+        }
+        for (; k < c1; k++)
+            for (int i = 0; i < 4; i++) d[(size_t)k * rows + r + i] = s[(size_t)(r + i) * cols + k];
+    }
+#endif
+    for (; r < r1; r++)
+        for (int k = c0; k < c1; k++) d[(size_t)k * rows + r] = s[(size_t)r * cols + k];
+}
+
 static void permute_range(void *vc, long long b, long long e)
 {
     const struct perm_ctx *c = vc;
@@ -396,10 +424,7 @@ static void permute_range(void *vc, long long b, long long e)
             for (int c0 = 0; c0 < c->cols; c0 += T) {
                 int r1 = r0 + T < c->rows ? r0 + T : c->rows, c1 = c0 + T < c->cols ? c0 + T : c->cols;
                 if (es == 4) {
-                    const float *sf = (const float *)s;
-                    float *df = (float *)d;
-                    for (int r = r0; r < r1; r++)
-                        for (int k = c0; k < c1; k++) df[(size_t)k * c->rows + r] = sf[(size_t)r * c->cols + k];
+                    transpose_f32((const float *)s, (float *)d, c->rows, c->cols, r0, r1, c0, c1);
                 } else {
                     const uint16_t *sh = (const uint16_t *)s;
                     uint16_t *dh = (uint16_t *)d;
