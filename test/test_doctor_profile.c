@@ -200,6 +200,43 @@ Test(profile, layer_flops_and_bytes)
 
 /* ---- advice ---------------------------------------------------------------------------- */
 
+/* A batch norm counts its passes: x twice each way, dx written, dy twice (and y twice
+ * more for its ReLU's mask, unless a fused pool recomputes it from x). */
+Test(profile, batchnorm_step_bytes_count_its_passes)
+{
+    static const char cfg[] =
+        "{\"name\": \"t\", \"num_classes\": 8, \"inputs\": [{\"name\": \"x\", \"shape\": [1, 4, 4]}],\n"
+        " \"layers\": [{\"name\": \"conv\", \"type\": \"conv2d\", \"out\": 2, \"kernel\": 3, \"padding\": 1,\n"
+        "              \"bias\": false},\n"
+        "             {\"name\": \"bn\", \"type\": \"batchnorm\"}, {\"name\": \"relu\", \"type\": \"relu\"},\n"
+        "             {\"name\": \"pool\", \"type\": \"maxpool\", \"kernel\": 2},\n"
+        "             {\"name\": \"flat\", \"type\": \"flatten\"}, {\"name\": \"fc\", \"type\": \"linear\", \"out\": 8}]}";
+    cJSON *j = NULL;
+    cr_assert_eq(md_json_parse(cfg, "t.json", &j), MD_OK, "%s", md_errmsg());
+    struct md_model_opts o;
+    md_model_opts_default(&o);
+    md_model *m = NULL;
+    cr_assert_eq(md_model_load("t.json", j, &o, &m), MD_OK, "%s", md_errmsg());
+    cJSON_Delete(j);
+    cr_assert_str_eq(md_model_layer_type(m, 1), "batchnorm");
+    /* batch 2, fp32: x and y 2 x 16 elements a sample, gamma and beta 2 + 2 */
+    double params = 4 * 4.0 * 3;
+    cr_assert_float_eq(md_model_layer_step_bytes(m, 1, 2), (32 * 5 + 32 * 5) * 4.0 * 2 + params, 1e-9, "%g",
+                       md_model_layer_step_bytes(m, 1, 2));
+    /* the convolution keeps the default: 3 passes of each, 3 of its 18 weights */
+    cr_assert_float_eq(md_model_layer_step_bytes(m, 0, 2), (16 * 3 + 32 * 3) * 4.0 * 2 + 18 * 4.0 * 3, 1e-9);
+    /* the CPU runs the pool inside the batch norm: bound there, y and dy are
+     * pooled (2 x 2 x 2 a sample) and the ReLU's mask comes from x */
+    md_device *dev;
+    struct md_device_opts dopts = {.threads = 1};
+    cr_assert_eq(md_device_open(md_backend_find("cpu"), 0, &dopts, &dev), MD_OK, "%s", md_errmsg());
+    cr_assert_eq(md_model_bind(m, dev, 2), MD_OK, "%s", md_errmsg());
+    cr_assert_float_eq(md_model_layer_step_bytes(m, 1, 2), (32 * 5 + 8 * 3) * 4.0 * 2 + params, 1e-9, "%g",
+                       md_model_layer_step_bytes(m, 1, 2));
+    md_model_free(m);
+    md_device_close(dev);
+}
+
 Test(profile, advice_names_the_slowest_layer_and_a_leak)
 {
     struct md_rec_in in;

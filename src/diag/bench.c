@@ -314,7 +314,7 @@ static md_status profile_kinds(struct bench *b, struct md_bench_result *r)
         P->fwd_ms = f[i] / MD_BENCH_PROFILE_STEPS;
         P->bwd_ms = bw[i] / MD_BENCH_PROFILE_STEPS;
         P->flops = 3.0 * md_model_layer_flops(b->m, i) * b->s->batch;
-        P->bytes = 3.0 * md_model_layer_bytes(b->m, i, b->s->batch);
+        P->bytes = md_model_layer_step_bytes(b->m, i, b->s->batch);
         P->layers = 1;
         int j = 0;
         while (j < r->nkinds && strcmp(r->kinds[j].kind, type)) j++;

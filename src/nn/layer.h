@@ -149,6 +149,11 @@ struct md_layer_ops {
     int (*out_act)(const struct md_layer *L);
     /* (optional, default 0) 1 and the drop probability for a dropout. */
     int (*dropout)(const struct md_layer *L, double *p);
+    /* (optional, default 3 and 3: a pass each way forward, two backward)
+     * Passes over tensors the size of its inputs and of its output that
+     * one training step's forward and backward make together (the
+     * profile's bytes, md_model_layer_step_bytes). */
+    void (*step_passes)(const struct md_layer *L, double *in, double *out);
 };
 
 /* The model's inputs (layers [0, ninputs)); not in the registry. */

@@ -1114,18 +1114,29 @@ int md_model_num_layers(const md_model *m) { return m->nlayers - m->ninputs; }
 
 double md_model_layer_flops(const md_model *m, int i) { return m->layers[m->ninputs + i].flops; }
 
-double md_model_layer_bytes(const md_model *m, int i, int batch)
+/* passes: over input-sized and output-sized tensors, and over the parameters */
+static double layer_bytes(const md_model *m, int i, int batch, double in_passes, double out_passes, double p_passes)
 {
     const struct md_layer *L = &m->layers[m->ninputs + i];
     if (L->alias >= 0) return 0;
-    double es = (double)md_dtype_size(m->opts.compute_dtype), el = 0;
+    double es = (double)md_dtype_size(m->opts.compute_dtype), in = 0;
     for (int k = 0; k < L->nin; k++) {
         const struct md_layer *I = &m->layers[L->in[k]];
         double e = (double)md_shape_numel(I->out) * I->fold;
-        el += L->in[k] < m->ninputs ? e * 4 / es : e; /* the model's inputs are fp32 */
+        in += L->in[k] < m->ninputs ? e * 4 / es : e; /* the model's inputs are fp32 */
     }
-    el += (double)md_shape_numel(L->out) * L->fold;
-    return el * es * batch + (double)L->nparams * es;
+    double out = (double)md_shape_numel(L->out) * L->fold;
+    return (in * in_passes + out * out_passes) * es * batch + (double)L->nparams * es * p_passes;
+}
+
+double md_model_layer_bytes(const md_model *m, int i, int batch) { return layer_bytes(m, i, batch, 1, 1, 1); }
+
+double md_model_layer_step_bytes(const md_model *m, int i, int batch)
+{
+    const struct md_layer *L = &m->layers[m->ninputs + i];
+    double in = 3, out = 3;
+    if (L->ops->step_passes) L->ops->step_passes(L, &in, &out);
+    return layer_bytes(m, i, batch, in, out, 3);
 }
 const struct md_model_opts *md_model_get_opts(const md_model *m) { return &m->opts; }
 int md_model_num_tensors(const md_model *m) { return m->ntensors; }

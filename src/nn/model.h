@@ -115,9 +115,14 @@ const char *md_model_layer_name(const md_model *m, int i);
  * the least bytes its forward moves for `batch` samples: its inputs read,
  * its output written and its parameters read once, in the compute dtype (an
  * fp32 input in fp32). A layer that runs nothing (a fused ReLU, a view)
- * moves 0. Backward is counted as 2x both (docs/doctor.md). */
+ * moves 0. */
 double md_model_layer_flops(const md_model *m, int i);
 double md_model_layer_bytes(const md_model *m, int i, int batch);
+/* The bytes of layer i's forward and backward together for `batch`
+ * samples: 3x the forward's, or as many passes over its input- and
+ * output-sized tensors as the kind makes (a batch norm reads x twice each
+ * way; docs/doctor.md), and its parameters 3x. */
+double md_model_layer_step_bytes(const md_model *m, int i, int batch);
 
 /* Per-layer timing ("where does the time go"): between begin and end, every
  * layer's forward (recomputed ones included) and backward is bracketed by

@@ -198,6 +198,24 @@ static int batchnorm_fuse_pool(struct md_layer *L, int on)
     return 1;
 }
 
+/* Forward: x read for the statistics and again for y; backward: x and dy
+ * read for the sums and again for dx, dx written; y read twice more where
+ * the ReLU's mask comes from it. With a fused pool the output (y, dy) is
+ * the pooled one. A fused residual adds its own passes: y written, read
+ * and written again with the summand read; backward y and dy read into g
+ * (written as the summand's gradient), g read twice as dy was; the two
+ * inputs (x: 5 passes, the summand: 2) are the same size. */
+static void batchnorm_step_passes(const struct md_layer *L, double *in, double *out)
+{
+    if (((const struct batchnorm_cfg *)L->args)->res) {
+        *in = (5.0 + 2.0) / 2.0;
+        *out = 7;
+        return;
+    }
+    *in = 5;
+    *out = batchnorm_needs_y(L) ? 5 : 3;
+}
+
 /* with a residual, a device without the fused kernel masks dy in place */
 static int batchnorm_clobbers_dy(const struct md_layer *L)
 {
@@ -227,4 +245,5 @@ const struct md_layer_ops md_batchnorm_layer = {
     .fuse_residual = batchnorm_fuse_residual,
     .fuse_pool = batchnorm_fuse_pool,
     .out_act = batchnorm_out_act,
+    .step_passes = batchnorm_step_passes,
 };
