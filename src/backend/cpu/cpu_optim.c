@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_vec.h"
 
 /* ---- optimizer --------------------------------------------------------------------------------------------- */
 
@@ -17,7 +18,22 @@ static void optim_range(void *vc, long long b, long long e)
     float *p = a->params, *m = a->m, *v = a->v;
     const float *g = a->grads;
     if (a->kind == MD_OPT_SGD) {
-        for (long long i = b; i < e; i++) {
+        long long i = b;
+#if MD_VW > 1
+        /* the loop below in vectors: each lane the same operations in the same order */
+        int first = a->step == 1, nest = a->nesterov;
+        md_vf GS = md_vsplat(gs), WD = md_vsplat(wd), MOM = md_vsplat(mom), LR = md_vsplat(lr);
+        for (; i + MD_VW <= e; i += MD_VW) {
+            md_vf pv = md_vload(p + i), gi = md_vload(g + i) * GS + WD * pv;
+            if (mom != 0.0f) {
+                md_vf buf = first ? gi : MOM * md_vload(m + i) + gi;
+                md_vstore(m + i, buf);
+                gi = nest ? gi + MOM * buf : buf;
+            }
+            md_vstore(p + i, pv - LR * gi);
+        }
+#endif
+        for (; i < e; i++) {
             float gi = g[i] * gs + wd * p[i];
             if (mom != 0.0f) {
                 float buf = a->step == 1 ? gi : mom * m[i] + gi;
