@@ -227,6 +227,7 @@ md_status md_cpu_ew(md_device *dev, const struct md_ew_args *a)
 /* ---- reduce: fixed chunks, partials combined in chunk order (thread-count independent) ---- */
 
 #define RED_CHUNK 65536
+#define RED_LANES 8
 
 struct red_ctx { const struct md_reduce_args *a; double *part; };
 
@@ -236,12 +237,25 @@ static void reduce_range(void *vc, long long b, long long e)
     const struct md_reduce_args *a = c->a;
     double s = 0.0;
     if (a->dtype == MD_F32) {
+        /* RED_LANES running sums (one chain of additions would wait on each
+         * add's latency), added in lane order: the same for any thread count */
         const float *x = a->a, *z = a->b;
-        switch (a->op) {
-        case MD_RED_SUM: for (long long i = b; i < e; i++) s += (double)x[i]; break;
-        case MD_RED_SUMSQ: for (long long i = b; i < e; i++) s += (double)x[i] * (double)x[i]; break;
-        default: for (long long i = b; i < e; i++) s += (double)x[i] * (double)z[i]; break;
+        double l[RED_LANES] = {0};
+        long long i = b;
+        if (a->op == MD_RED_SUMSQ) /* the gradients' norm, every step */
+            for (; i + RED_LANES <= e; i += RED_LANES)
+#pragma GCC unroll 8
+                for (int k = 0; k < RED_LANES; k++) l[k] += (double)x[i + k] * (double)x[i + k];
+        for (; i + RED_LANES <= e; i += RED_LANES)
+            for (int k = 0; k < RED_LANES; k++) {
+                double v = (double)x[i + k];
+                l[k] += a->op == MD_RED_SUM ? v : a->op == MD_RED_SUMSQ ? v * v : v * (double)z[i + k];
+            }
+        for (int k = 0; i < e; i++, k++) {
+            double v = (double)x[i];
+            l[k] += a->op == MD_RED_SUM ? v : a->op == MD_RED_SUMSQ ? v * v : v * (double)z[i];
         }
+        for (int k = 0; k < RED_LANES; k++) s += l[k];
     } else {
         for (long long i = b; i < e; i++) {
             double v = (double)md_load_f(a->a, a->dtype, (size_t)i);
