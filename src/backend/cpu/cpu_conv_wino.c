@@ -280,6 +280,7 @@ struct wino_ctx {
     float *y, *u, *buf;
     size_t per_thread; /* floats of V + M per thread */
     float beta;
+    int mk; /* the forward's GEMMs by mk_gemm (below), else OpenBLAS */
     /* the filter as U's rows: element (o, i, r, s) of w at o*so + i + r*sr + s*ss */
     int outer, inner;
     size_t so, sr, ss;
@@ -300,8 +301,13 @@ AI void filt_rows(int mt, const struct wino_ctx *c, long long b, long long e)
                 }
             filt_xform(mt, g, u);
             for (int xi = 0; xi < c->nxi; xi++) {
-                float *d = c->u + xi * plane + (size_t)o * c->inner + i0;
-                wstore_n(d, &u[xi], n);
+                if (c->flip) { /* rows are the GEMM's inner dimension already */
+                    wstore_n(c->u + xi * plane + (size_t)o * c->inner + i0, &u[xi], n);
+                    continue;
+                }
+                float t[WV]; /* (C x K): o is the column */
+                memcpy(t, &u[xi], sizeof t);
+                for (int j = 0; j < n; j++) c->u[xi * plane + (size_t)(i0 + j) * c->outer + o] = t[j];
             }
         }
 }
@@ -381,6 +387,82 @@ WINO_CLONES static void out_block(const struct wino_ctx *c, long long t0, int nt
     else out_tiles(4, c, t0, nt, m, kb, ke);
 }
 
+/* ---- the GEMMs of small channel counts -----------------------------------
+ * M (nt x kw, ld ldm) = V (nt x C, ld C) B (C x kw, ld ldb) in AVX-512
+ * register tiles of 6 rows x up to 4 vectors of 16 columns, the sum over C
+ * in registers in order (one FMA per product, as OpenBLAS's kernels; 12
+ * rows where there are 2 vectors or fewer, for as many FMAs per load). With
+ * C <= 64 a GEMM of a block is too short for OpenBLAS's packing and per-call
+ * work to pay: small_cnn's conv2 (C = 32) spent a fifth of its Winograd time
+ * there. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define MK_ON 1
+#define MK_T __attribute__((target("avx512f,fma")))
+#define MK_C_MAX 64
+
+AI MK_T void mk_tile(int R, int NV, int C, const float *v, const float *b, int ldb, float *m, int ldm)
+{
+    __m512 acc[12][4];
+#pragma GCC unroll 12
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < NV; q++) acc[r][q] = _mm512_setzero_ps();
+    for (int k = 0; k < C; k++) {
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < NV; q++) bv[q] = _mm512_loadu_ps(b + (size_t)k * ldb + 16 * q);
+#pragma GCC unroll 12
+        for (int r = 0; r < R; r++) {
+            __m512 a = _mm512_set1_ps(v[(size_t)r * C + k]);
+#pragma GCC unroll 4
+            for (int q = 0; q < NV; q++) acc[r][q] = _mm512_fmadd_ps(a, bv[q], acc[r][q]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < NV; q++) _mm512_storeu_ps(m + (size_t)r * ldm + 16 * q, acc[r][q]);
+}
+
+/* rows [0, nt) for NV vectors of columns: tiles of 12 (NV <= 2) or 6 rows, then the rest */
+AI MK_T void mk_rows(int NV, int nt, int C, const float *v, const float *b, int ldb, float *m, int ldm)
+{
+    int t = 0;
+    if (NV <= 2)
+        for (; t + 12 <= nt; t += 12) mk_tile(12, NV, C, v + (size_t)t * C, b, ldb, m + (size_t)t * ldm, ldm);
+    for (; t + 6 <= nt; t += 6) mk_tile(6, NV, C, v + (size_t)t * C, b, ldb, m + (size_t)t * ldm, ldm);
+    const float *vt = v + (size_t)t * C;
+    float *mt = m + (size_t)t * ldm;
+    switch (nt - t) {
+    case 5: mk_tile(5, NV, C, vt, b, ldb, mt, ldm); break;
+    case 4: mk_tile(4, NV, C, vt, b, ldb, mt, ldm); break;
+    case 3: mk_tile(3, NV, C, vt, b, ldb, mt, ldm); break;
+    case 2: mk_tile(2, NV, C, vt, b, ldb, mt, ldm); break;
+    case 1: mk_tile(1, NV, C, vt, b, ldb, mt, ldm); break;
+    default: break;
+    }
+}
+
+/* kw a multiple of 16 */
+static MK_T void mk_gemm(int nt, int kw, int C, const float *v, const float *b, int ldb, float *m, int ldm)
+{
+    for (int j = 0; j < kw; j += 64) {
+        switch ((kw - j) / 16) {
+        case 1: mk_rows(1, nt, C, v, b + j, ldb, m + j, ldm); break;
+        case 2: mk_rows(2, nt, C, v, b + j, ldb, m + j, ldm); break;
+        case 3: mk_rows(3, nt, C, v, b + j, ldb, m + j, ldm); break;
+        default: mk_rows(4, nt, C, v, b + j, ldb, m + j, ldm); break;
+        }
+    }
+}
+
+static int mk_fits(int C, int K) { return C <= MK_C_MAX && K % 16 == 0 && __builtin_cpu_supports("avx512f"); }
+#else
+#define MK_ON 0
+static int mk_fits(int C, int K) { (void)C, (void)K; return 0; }
+#endif
+
 static void block_range(void *vc, long long b, long long e)
 {
     const struct wino_ctx *c = vc;
@@ -395,11 +477,16 @@ static void block_range(void *vc, long long b, long long e)
         int kb = (int)(task % c->nkc) * c->kch, ke = kb + c->kch < K ? kb + c->kch : K;
         in_block(c, t0, nt, v);
         for (int xi = 0; xi < c->nxi; xi++) {
-            /* U[xi] is (K x C) for a plain forward (B = U^T), (C x K) flipped;
-             * this task's output channels [kb, ke) are B's columns */
-            const float *u = c->u + xi * uplane + (c->flip ? (size_t)kb : (size_t)kb * C);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, c->flip ? CblasNoTrans : CblasTrans, nt, ke - kb, C, 1.0f,
-                        v + (size_t)xi * tb * C, C, u, c->flip ? K : C, 0.0f, m + (size_t)xi * tb * K + kb, K);
+            /* U[xi] is (C x K); this task's output channels [kb, ke) are its columns */
+            const float *u = c->u + xi * uplane + (size_t)kb, *vx = v + (size_t)xi * tb * C;
+            float *mx = m + (size_t)xi * tb * K + kb;
+#if MK_ON
+            if (c->mk) {
+                mk_gemm(nt, ke - kb, C, vx, u, K, mx, K);
+                continue;
+            }
+#endif
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, ke - kb, C, 1.0f, vx, C, u, K, 0.0f, mx, K);
         }
         out_block(c, t0, nt, m, kb, ke);
     }
@@ -458,7 +545,7 @@ static void tiling(struct wino_ctx *c)
 md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, const float *w, float *y, float beta)
 {
     int C = g->c, K = g->k;
-    struct wino_ctx c = {.g = g, .flip = flip, .x = x, .w = w, .y = y, .beta = beta};
+    struct wino_ctx c = {.g = g, .flip = flip, .x = x, .w = w, .y = y, .beta = beta, .mk = mk_fits(C, K)};
     tiling(&c);
     if (c.tiles < c.tb) c.tb = (int)((c.tiles + 7) / 8 * 8);
     c.prows = c.tb;
