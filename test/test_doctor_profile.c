@@ -174,12 +174,9 @@ Test(profile, energy_says_why_not)
 
 /* ---- per-layer FLOPs and bytes ------------------------------------------------------ */
 
-Test(profile, layer_flops_and_bytes)
+/* The model of a config text, with the default options. */
+static md_model *model_of(const char *cfg)
 {
-    static const char cfg[] =
-        "{\"name\": \"t\", \"num_classes\": 3, \"inputs\": [{\"name\": \"x\", \"shape\": [4, 1, 1]}],\n"
-        " \"layers\": [{\"name\": \"fc1\", \"type\": \"linear\", \"out\": 5},\n"
-        "            {\"name\": \"fc2\", \"type\": \"linear\", \"out\": 3}]}";
     cJSON *j = NULL;
     cr_assert_eq(md_json_parse(cfg, "t.json", &j), MD_OK, "%s", md_errmsg());
     struct md_model_opts o;
@@ -187,6 +184,16 @@ Test(profile, layer_flops_and_bytes)
     md_model *m = NULL;
     cr_assert_eq(md_model_load("t.json", j, &o, &m), MD_OK, "%s", md_errmsg());
     cJSON_Delete(j);
+    return m;
+}
+
+Test(profile, layer_flops_and_bytes)
+{
+    static const char cfg[] =
+        "{\"name\": \"t\", \"num_classes\": 3, \"inputs\": [{\"name\": \"x\", \"shape\": [4, 1, 1]}],\n"
+        " \"layers\": [{\"name\": \"fc1\", \"type\": \"linear\", \"out\": 5},\n"
+        "            {\"name\": \"fc2\", \"type\": \"linear\", \"out\": 3}]}";
+    md_model *m = model_of(cfg);
     cr_assert_eq(md_model_num_layers(m), 2);
     double sum = 0;
     for (int i = 0; i < 2; i++) sum += md_model_layer_flops(m, i);
@@ -211,13 +218,7 @@ Test(profile, batchnorm_step_bytes_count_its_passes)
         "             {\"name\": \"bn\", \"type\": \"batchnorm\"}, {\"name\": \"relu\", \"type\": \"relu\"},\n"
         "             {\"name\": \"pool\", \"type\": \"maxpool\", \"kernel\": 2},\n"
         "             {\"name\": \"flat\", \"type\": \"flatten\"}, {\"name\": \"fc\", \"type\": \"linear\", \"out\": 8}]}";
-    cJSON *j = NULL;
-    cr_assert_eq(md_json_parse(cfg, "t.json", &j), MD_OK, "%s", md_errmsg());
-    struct md_model_opts o;
-    md_model_opts_default(&o);
-    md_model *m = NULL;
-    cr_assert_eq(md_model_load("t.json", j, &o, &m), MD_OK, "%s", md_errmsg());
-    cJSON_Delete(j);
+    md_model *m = model_of(cfg);
     cr_assert_str_eq(md_model_layer_type(m, 1), "batchnorm");
     /* batch 2, fp32: x and y 2 x 16 elements a sample, gamma and beta 2 + 2 */
     double params = 4 * 4.0 * 3;
