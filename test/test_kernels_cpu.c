@@ -159,7 +159,8 @@ Test(kernels_cpu, convolutions_identical_for_1_2_3_7_threads, .timeout = 60)
         {11, 17, 7, 6, 33, 3, 2, 1, 4096},
         {4, 64, 4, 4, 128, 3, 1, 1, 0},
         {2, 32, 4, 4, 256, 3, 1, 1, 0},  /* Winograd forward in two chunks of output channels */
-        {2, 64, 8, 8, 192, 3, 1, 1, 0},  /* Winograd filter GEMMs in two chunks */
+        {2, 80, 8, 8, 192, 3, 1, 1, 0},  /* Winograd filter GEMMs in two chunks */
+        {12, 32, 14, 14, 64, 3, 1, 1, 0}, /* Winograd filter in register tiles: 16 parts of 1-2 blocks of 8 tiles */
     };
     static const int threads[] = {1, 2, 3, 7};
     md_device *dev = open_cpu(1);
@@ -181,6 +182,7 @@ Test(kernels_cpu, convolutions_identical_for_1_2_3_7_threads, .timeout = 60)
                 kc_fill(dy, n[0], 43 + ci, -1, 1);
                 md_cpu_direct_set(mode ? 0 : -1);
                 md_cpu_direct_set_prep_bytes(cases[ci].prep);
+                md_cpu_wino_set_block_tiles(ci == 7 ? 8 : 0);
                 for (int t = 0; t < 4; t++) {
                     md_threadpool_set_size(threads[t]);
                     for (int o = 0; o < 3; o++) out[t][o] = malloc(n[o] * 4);
@@ -191,6 +193,7 @@ Test(kernels_cpu, convolutions_identical_for_1_2_3_7_threads, .timeout = 60)
                 }
                 md_cpu_direct_set(-1);
                 md_cpu_direct_set_prep_bytes(0);
+                md_cpu_wino_set_block_tiles(0);
                 static const char *what[3] = {"forward", "backward-data", "backward-filter"};
                 for (int t = 1; t < 4; t++)
                     for (int o = 0; o < 3; o++)
@@ -507,7 +510,9 @@ Test(kernels_cpu, direct_filter_goes_where_it_is_faster)
  * against the reference: output sizes odd and even (partial tiles at the
  * edges), padding 0, 1 and 2, channel counts with tails past a multiple of
  * 16, one block of tiles and many, output channels in chunks (forward and
- * filter), the filter in waves, beta 0 and 0.5. The rounding differs from
+ * filter), the filter in waves, the filter of up to 64 input channels in
+ * register tiles (16, 32, 48 and 64 channels; up to 16 parts, some of several
+ * blocks), beta 0 and 0.5. The rounding differs from
  * a direct sum's (the transforms add and scale neighbours): measured within
  * 4.9e-7 (F(2, 3)) and 7.2e-6 (F(4, 3)) of the output's largest magnitude,
  * checked within 3e-6 and 2e-5 (the direct sum is within ~1e-6). */
@@ -517,7 +522,7 @@ Test(kernels_cpu, winograd_matches_ref, .timeout = 60)
         {2, 16, 7, 9, 16, 1}, {3, 33, 6, 5, 17, 1}, {1, 20, 8, 8, 40, 0},
         {2, 17, 5, 6, 24, 2}, {40, 32, 14, 14, 64, 1}, {2, 64, 4, 4, 130, 1},
         {3, 64, 9, 7, 64, 1}, {2, 70, 8, 8, 66, 1}, {2, 32, 4, 4, 256, 1}, {2, 64, 8, 8, 192, 1},
-        {5, 64, 16, 16, 80, 0},
+        {4, 16, 14, 14, 16, 1}, {3, 48, 10, 10, 32, 1}, {5, 80, 16, 16, 64, 0},
     };
     md_device *ref = NULL, *cpu = open_cpu(2);
     cr_assert_eq(md_device_open(md_backend_find("ref"), 0, NULL, &ref), MD_OK, "%s", md_errmsg());
@@ -540,9 +545,13 @@ Test(kernels_cpu, winograd_matches_ref, .timeout = 60)
             float *y[2] = {malloc(ny * 4), malloc(ny * 4)}, *dx[2] = {malloc(nx * 4), malloc(nx * 4)},
                   *dw[2] = {malloc(nw * 4), malloc(nw * 4)};
             int filt = md_cpu_wino_filter_ok(&d, 1);
-            cr_assert_eq(filt, a.c >= 64 && a.k >= 64, "case %zu: backward-filter from 64 channels each way", ci);
-            /* the last case's filter in waves of 64 tiles (the least) */
+            int fused = a.c % 16 == 0 && a.c <= 64 && a.k % 16 == 0 && __builtin_cpu_supports("avx512f");
+            cr_assert_eq(filt, (a.c >= 64 && a.k >= 64) || fused,
+                         "case %zu: backward-filter from 64 channels each way, or in register tiles", ci);
+            /* the last case's filter in waves of 64 tiles (the least); case 4 in blocks of 8 tiles
+             * (the register-tile filter: 16 parts of several blocks) */
             md_cpu_wino_set_wave_bytes(ci + 1 == sizeof cases / sizeof cases[0] ? 1 : 0);
+            md_cpu_wino_set_block_tiles(ci == 4 ? 8 : 0);
             kc_fill(x, nx, 61 + ci, -1, 1);
             kc_fill(w, nw, 62 + ci, -1, 1);
             kc_fill(dy, ny, 63 + ci, -1, 1);
@@ -557,6 +566,7 @@ Test(kernels_cpu, winograd_matches_ref, .timeout = 60)
                 cr_assert_eq(md_k_conv2d_bwd_filter(dev, &a), MD_OK, "%s", md_errmsg());
             }
             md_cpu_wino_set_wave_bytes(0);
+            md_cpu_wino_set_block_tiles(0);
             for (int o = 0; o < 2 + filt; o++) {
                 const float *want = o == 2 ? dw[0] : o ? dx[0] : y[0], *got = o == 2 ? dw[1] : o ? dx[1] : y[1];
                 size_t n = o == 2 ? nw : o ? nx : ny;
@@ -620,7 +630,9 @@ Test(kernels_cpu, winograd_goes_where_it_applies)
     cr_expect_eq(md_cpu_wino_tile(&l3), 4, "8 x 8: F(4, 3)");
     cr_expect_eq(md_cpu_wino_tile(&odd), 4, "30 x 30: 32 x 32 covered, F(4, 3)");
     cr_expect_eq(md_cpu_wino_tile(&l4), 2, "4 x 4: F(2, 3)");
-    cr_expect_eq(md_cpu_wino_tile(&conv2), 2, "14 x 14: 16 x 16 covered, F(2, 3)");
+    cr_expect_eq(md_cpu_wino_tile(&conv2), 4, "14 x 14: 16 x 16 covered, F(4, 3)");
+    const struct md_dconv ten = {8, 64, 10, 10, 64, 3, 3, 10, 10, 1, 1, 1, 1, 1, 1};
+    cr_expect_eq(md_cpu_wino_tile(&ten), 2, "10 x 10: 12 x 12 covered, F(2, 3)");
     md_cpu_wino_set(2);
     cr_expect_eq(md_cpu_wino_tile(&l1), 2, "forced F(2, 3)");
     md_cpu_wino_set(0);

@@ -1,7 +1,7 @@
 /* cpu_conv_wino.c - Winograd convolution (Lavin and Gray, 2016), F(2x2, 3x3)
  * and F(4x4, 3x3), for 3x3, stride-1, one-group convolutions in
- * channels-last fp32: the forward, and backward-data as the forward of dy
- * with the weights flipped.
+ * channels-last fp32: the forward, backward-data as the forward of dy
+ * with the weights flipped, and backward-filter (below).
  *
  * Each m x m block of outputs (a tile; m = 2 or 4) is computed from the
  * (m+2) x (m+2) block of inputs under it as Y = A^T [ (G g G^T) . (B^T d B) ] A:
@@ -519,8 +519,9 @@ static int block_tiles(int nxi, int C, int K)
 }
 
 /* The tile size: F(4, 3) where the output is at least 8 x 8 and its sides
- * are whole tiles of 4 or large (at most a fifth of the tiles' outputs past
- * the edge), F(2, 3) elsewhere: on 4 x 4 outputs of 512 channels F(4, 3)'s
+ * are whole tiles of 4 or large (at most a quarter of the tiles' outputs past
+ * the edge: small_cnn's 14 x 14 in 16 x 16 was 5-20% faster each way than
+ * F(2, 3)), F(2, 3) elsewhere: on 4 x 4 outputs of 512 channels F(4, 3)'s
  * filter (36 x C x K floats) outgrows the L3 and its one tile per image
  * leaves the GEMMs nothing to amortise it over. md_cpu_wino_set(2 or 4)
  * forces one. */
@@ -528,8 +529,12 @@ int md_cpu_wino_tile(const struct md_dconv *g)
 {
     if (wino_enabled() == 2 || wino_enabled() == 4) return wino_enabled();
     long long covered = (long long)((g->p + 3) / 4 * 4) * ((g->q + 3) / 4 * 4);
-    return g->p >= 8 && g->q >= 8 && covered * 5 <= (long long)g->p * g->q * 6 ? 4 : 2;
+    return g->p >= 8 && g->q >= 8 && covered * 3 <= (long long)g->p * g->q * 4 ? 4 : 2;
 }
+
+static int g_block_tiles = 0;
+
+void md_cpu_wino_set_block_tiles(int tiles) { g_block_tiles = tiles > 0 ? (tiles + 7) / 8 * 8 : 0; }
 
 /* The tile size and the tiles of c->g, and the blocks they go in. */
 static void tiling(struct wino_ctx *c)
@@ -539,7 +544,7 @@ static void tiling(struct wino_ctx *c)
     c->nxi = (c->mt + 2) * (c->mt + 2);
     c->th = (g->p + c->mt - 1) / c->mt, c->tw = (g->q + c->mt - 1) / c->mt;
     c->tiles = (long long)g->n * c->th * c->tw;
-    c->tb = block_tiles(c->nxi, g->c, g->k);
+    c->tb = g_block_tiles ? g_block_tiles : block_tiles(c->nxi, g->c, g->k);
 }
 
 md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, const float *w, float *y, float beta)
@@ -672,9 +677,156 @@ WINO_CLONES static void bk_range(void *vc, long long b, long long e)
     else bk_rows(4, c, b, e);
 }
 
+/* ---- backward-filter of small channel counts ------------------------------
+ * With C <= 64 the waves' GEMMs (K x C, summing over every tile) are short
+ * and wide and V and D go through memory (small_cnn's conv2: 38 MiB a
+ * batch of 128): the Winograd filter gradient was slower than the direct
+ * kernel. Here a task takes a fixed run of blocks (a part), makes V and D of
+ * one block in the thread's scratch (about 1 MiB: the L2) and adds
+ * D[xi]^T V[xi] into the part's own Z in AVX-512 register tiles of R rows
+ * (output channels) x NV vectors of 16 input channels, summing over the
+ * block's tiles in registers. The parts (at most FZ_PARTS, from the shape
+ * only) are then summed in order: the result does not depend on the thread
+ * count. */
+#define FZ_PARTS 16
+
+#if MK_ON
+/* Z (R rows from k0, C columns) (+)= D^T V over nt tiles: D (nt x K), V (nt x C) */
+AI MK_T void fz_tile(int R, int NV, int nt, int K, int C, const float *d, const float *v, float *z, int first)
+{
+    __m512 acc[16][4];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < NV; q++) acc[r][q] = _mm512_setzero_ps();
+    for (int t = 0; t < nt; t++) {
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < NV; q++) bv[q] = _mm512_loadu_ps(v + (size_t)t * C + 16 * q);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            __m512 a = _mm512_set1_ps(d[(size_t)t * K + r]);
+#pragma GCC unroll 4
+            for (int q = 0; q < NV; q++) acc[r][q] = _mm512_fmadd_ps(a, bv[q], acc[r][q]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < NV; q++) {
+            float *p = z + (size_t)r * C + 16 * q;
+            _mm512_storeu_ps(p, first ? acc[r][q] : _mm512_add_ps(_mm512_loadu_ps(p), acc[r][q]));
+        }
+}
+
+/* Z (K x C) (+)= D^T V; C a multiple of 16 up to 64, K of 16 */
+static MK_T void fz_gemm(int nt, int K, int C, const float *d, const float *v, float *z, int first)
+{
+    switch (C / 16) {
+    case 1:
+        for (int k = 0; k < K; k += 16) fz_tile(16, 1, nt, K, C, d + k, v, z + (size_t)k * C, first);
+        break;
+    case 2:
+        for (int k = 0; k < K; k += 8) fz_tile(8, 2, nt, K, C, d + k, v, z + (size_t)k * C, first);
+        break;
+    case 3:
+        for (int k = 0; k < K; k += 8) fz_tile(8, 3, nt, K, C, d + k, v, z + (size_t)k * C, first);
+        break;
+    default:
+        for (int k = 0; k < K; k += 4) fz_tile(4, 4, nt, K, C, d + k, v, z + (size_t)k * C, first);
+        break;
+    }
+}
+#endif
+
+static int fz_fits(const struct md_dconv *g)
+{
+#if MK_ON
+    return g->c % 16 == 0 && g->c <= MK_C_MAX && g->k % 16 == 0 && __builtin_cpu_supports("avx512f");
+#else
+    (void)g;
+    return 0;
+#endif
+}
+
+WINO_CLONES static void fz_prep(const struct wino_ctx *c, long long t0, int nt, float *v, float *d)
+{
+    if (c->mt == 2) {
+        in_tiles(2, c, t0, nt, v);
+        dy_tiles(2, c, t0, nt, d);
+    } else {
+        in_tiles(4, c, t0, nt, v);
+        dy_tiles(4, c, t0, nt, d);
+    }
+}
+
+struct fz_ctx {
+    const struct wino_ctx *c;
+    float *z; /* the parts' Z, nxi x K x C floats each */
+    int parts;
+    long long blocks;
+};
+
+static void fz_part_range(void *vc, long long b, long long e)
+{
+#if MK_ON
+    const struct fz_ctx *f = vc;
+    const struct wino_ctx *c = f->c;
+    int C = c->g->c, K = c->g->k, tb = c->tb;
+    size_t zsize = (size_t)c->nxi * K * C;
+    float *v = c->buf + (size_t)md_parallel_thread_id() * c->per_thread, *d = v + (size_t)c->nxi * tb * C;
+    for (long long part = b; part < e; part++) {
+        float *z = f->z + (size_t)part * zsize;
+        long long b0 = part * f->blocks / f->parts, b1 = (part + 1) * f->blocks / f->parts;
+        for (long long blk = b0; blk < b1; blk++) {
+            long long t0 = blk * tb;
+            int nt = (int)(c->tiles - t0 < tb ? c->tiles - t0 : tb);
+            fz_prep(c, t0, nt, v, d);
+            for (int xi = 0; xi < c->nxi; xi++)
+                fz_gemm(nt, K, C, d + (size_t)xi * tb * K, v + (size_t)xi * tb * C, z + (size_t)xi * K * C,
+                        blk == b0);
+        }
+    }
+#else
+    (void)vc, (void)b, (void)e;
+#endif
+}
+
+/* part 0's Z += the other parts', in order, rows [b, e) of C floats */
+static void fz_sum_range(void *vc, long long b, long long e)
+{
+    const struct fz_ctx *f = vc;
+    int C = f->c->g->c;
+    size_t zsize = (size_t)f->c->nxi * f->c->g->k * C;
+    for (size_t i = (size_t)b * C; i < (size_t)e * C; i++) {
+        float s = f->z[i];
+        for (int p = 1; p < f->parts; p++) s += f->z[(size_t)p * zsize + i];
+        f->z[i] = s;
+    }
+}
+
+static md_status wino_filter_fused(struct wino_ctx *c)
+{
+    int C = c->g->c, K = c->g->k;
+    if (c->tiles < c->tb) c->tb = (int)((c->tiles + 7) / 8 * 8);
+    c->prows = c->tb;
+    struct fz_ctx f = {.c = c, .blocks = (c->tiles + c->tb - 1) / c->tb};
+    f.parts = f.blocks < FZ_PARTS ? (int)f.blocks : FZ_PARTS;
+    c->per_thread = (size_t)c->nxi * c->tb * ((size_t)C + K);
+    c->buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c->per_thread * (size_t)md_threadpool_size());
+    f.z = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c->nxi * K * C * (size_t)f.parts);
+    if (!c->buf || !f.z) return MD_ERR_OOM;
+    md_parallel_for(f.parts, 1, fz_part_range, &f);
+    long long rows = (long long)c->nxi * K;
+    md_parallel_for(rows, md_parallel_grain(rows, 4), fz_sum_range, &f);
+    c->u = f.z;
+    md_parallel_for(K, md_parallel_grain(K, 4), bk_range, c);
+    return MD_OK;
+}
+
 int md_cpu_wino_filter_ok(const struct md_dconv *g, int nhwc)
 {
-    return md_cpu_wino_ok(g, nhwc) && g->c >= 64 && g->k >= 64;
+    return md_cpu_wino_ok(g, nhwc) && ((g->c >= 64 && g->k >= 64) || fz_fits(g));
 }
 
 md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const float *dy, float *dw, float beta)
@@ -682,6 +834,7 @@ md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const flo
     int C = g->c, K = g->k;
     struct wino_ctx c = {.g = g, .x = x, .dy = dy, .y = dw, .beta = beta};
     tiling(&c);
+    if (fz_fits(g)) return wino_filter_fused(&c);
     size_t per_tile = sizeof(float) * (size_t)c.nxi * ((size_t)C + K);
     long long wave = (long long)((g_wave_bytes ? g_wave_bytes : WAVE_BYTES) / per_tile) / c.tb * c.tb;
     if (wave < c.tb) wave = c.tb;
