@@ -685,8 +685,8 @@ WINO_CLONES static void bk_range(void *vc, long long b, long long e)
  * one block in the thread's scratch (about 1 MiB: the L2) and adds
  * D[xi]^T V[xi] into the part's own Z in AVX-512 register tiles of R rows
  * (output channels) x NV vectors of 16 input channels, summing over the
- * block's tiles in registers. The parts (at most FZ_PARTS, from the shape
- * only) are then summed in order: the result does not depend on the thread
+ * block's tiles in registers. The parts (at most FZ_PARTS and as many Z as
+ * fit in 32 MiB, from the shape only) are then summed in order: the result does not depend on the thread
  * count. */
 #define FZ_PARTS 16
 
@@ -811,7 +811,11 @@ static md_status wino_filter_fused(struct wino_ctx *c)
     if (c->tiles < c->tb) c->tb = (int)((c->tiles + 7) / 8 * 8);
     c->prows = c->tb;
     struct fz_ctx f = {.c = c, .blocks = (c->tiles + c->tb - 1) / c->tb};
+    /* at most FZ_PARTS, and the parts' Z within the filter waves' bytes (32 MiB) */
+    size_t zbytes = sizeof(float) * (size_t)c->nxi * K * C;
+    long long fit = (long long)((g_wave_bytes ? g_wave_bytes : WAVE_BYTES) / zbytes);
     f.parts = f.blocks < FZ_PARTS ? (int)f.blocks : FZ_PARTS;
+    if (fit < f.parts) f.parts = fit > 1 ? (int)fit : 1;
     c->per_thread = (size_t)c->nxi * c->tb * ((size_t)C + K);
     c->buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c->per_thread * (size_t)md_threadpool_size());
     f.z = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c->nxi * K * C * (size_t)f.parts);
