@@ -401,28 +401,41 @@ WINO_CLONES static void out_block(const struct wino_ctx *c, long long t0, int nt
 #define MK_T __attribute__((target("avx512f,fma")))
 #define MK_C_MAX 64
 
-AI MK_T void mk_tile(int R, int NV, int C, const float *v, const float *b, int ldb, float *m, int ldm)
+/* out (R x 16*NV, ld ldo) = (add ? out : 0) + A B over n: A's (r, i) at
+ * a[r*ars + i*ais], B's row i at b + i*ldb. The forward's GEMMs take A as
+ * V's rows (ars = C, ais = 1), the filter's as D transposed (ars = 1, ais = K). */
+AI MK_T void rt_tile(int R, int NV, int n, const float *a, size_t ars, size_t ais, const float *b, size_t ldb,
+                     float *out, size_t ldo, int add)
 {
-    __m512 acc[12][4];
-#pragma GCC unroll 12
+    __m512 acc[16][4];
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int q = 0; q < NV; q++) acc[r][q] = _mm512_setzero_ps();
-    for (int k = 0; k < C; k++) {
+    for (int i = 0; i < n; i++) {
         __m512 bv[4];
 #pragma GCC unroll 4
-        for (int q = 0; q < NV; q++) bv[q] = _mm512_loadu_ps(b + (size_t)k * ldb + 16 * q);
-#pragma GCC unroll 12
+        for (int q = 0; q < NV; q++) bv[q] = _mm512_loadu_ps(b + (size_t)i * ldb + 16 * q);
+#pragma GCC unroll 16
         for (int r = 0; r < R; r++) {
-            __m512 a = _mm512_set1_ps(v[(size_t)r * C + k]);
+            __m512 av = _mm512_set1_ps(a[(size_t)r * ars + (size_t)i * ais]);
 #pragma GCC unroll 4
-            for (int q = 0; q < NV; q++) acc[r][q] = _mm512_fmadd_ps(a, bv[q], acc[r][q]);
+            for (int q = 0; q < NV; q++) acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
         }
     }
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int q = 0; q < NV; q++) _mm512_storeu_ps(m + (size_t)r * ldm + 16 * q, acc[r][q]);
+        for (int q = 0; q < NV; q++) {
+            float *p = out + (size_t)r * ldo + 16 * q;
+            _mm512_storeu_ps(p, add ? _mm512_add_ps(_mm512_loadu_ps(p), acc[r][q]) : acc[r][q]);
+        }
+}
+
+/* M's rows: R rows of V (nt x C) times B (C x 16*NV) */
+AI MK_T void mk_tile(int R, int NV, int C, const float *v, const float *b, int ldb, float *m, int ldm)
+{
+    rt_tile(R, NV, C, v, (size_t)C, 1, b, (size_t)ldb, m, (size_t)ldm, 0);
 }
 
 /* rows [0, nt) for NV vectors of columns: tiles of 12 (NV <= 2) or 6 rows, then the rest */
@@ -691,32 +704,10 @@ WINO_CLONES static void bk_range(void *vc, long long b, long long e)
 #define FZ_PARTS 16
 
 #if MK_ON
-/* Z (R rows from k0, C columns) (+)= D^T V over nt tiles: D (nt x K), V (nt x C) */
+/* Z (R rows, C columns) (+)= D^T V over nt tiles: D (nt x K) from its column 0, V (nt x C) */
 AI MK_T void fz_tile(int R, int NV, int nt, int K, int C, const float *d, const float *v, float *z, int first)
 {
-    __m512 acc[16][4];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int q = 0; q < NV; q++) acc[r][q] = _mm512_setzero_ps();
-    for (int t = 0; t < nt; t++) {
-        __m512 bv[4];
-#pragma GCC unroll 4
-        for (int q = 0; q < NV; q++) bv[q] = _mm512_loadu_ps(v + (size_t)t * C + 16 * q);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; r++) {
-            __m512 a = _mm512_set1_ps(d[(size_t)t * K + r]);
-#pragma GCC unroll 4
-            for (int q = 0; q < NV; q++) acc[r][q] = _mm512_fmadd_ps(a, bv[q], acc[r][q]);
-        }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int q = 0; q < NV; q++) {
-            float *p = z + (size_t)r * C + 16 * q;
-            _mm512_storeu_ps(p, first ? acc[r][q] : _mm512_add_ps(_mm512_loadu_ps(p), acc[r][q]));
-        }
+    rt_tile(R, NV, nt, d, 1, (size_t)K, v, (size_t)C, z, (size_t)C, !first);
 }
 
 /* Z (K x C) (+)= D^T V; C a multiple of 16 up to 64, K of 16 */
