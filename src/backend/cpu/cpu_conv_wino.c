@@ -699,8 +699,8 @@ WINO_CLONES static void bk_range(void *vc, long long b, long long e)
  * D[xi]^T V[xi] into the part's own Z in AVX-512 register tiles of R rows
  * (output channels) x NV vectors of 16 input channels, summing over the
  * block's tiles in registers. The parts (at most FZ_PARTS and as many Z as
- * fit in 32 MiB, from the shape only) are then summed in order: the result does not depend on the thread
- * count. */
+ * fit in 32 MiB, from the shape only) are then summed in order: the result
+ * does not depend on the thread count. */
 #define FZ_PARTS 16
 
 #if MK_ON
@@ -730,15 +730,8 @@ static MK_T void fz_gemm(int nt, int K, int C, const float *d, const float *v, f
 }
 #endif
 
-static int fz_fits(const struct md_dconv *g)
-{
-#if MK_ON
-    return g->c % 16 == 0 && g->c <= MK_C_MAX && g->k % 16 == 0 && __builtin_cpu_supports("avx512f");
-#else
-    (void)g;
-    return 0;
-#endif
-}
+/* the forward's register-tile rule, and whole vectors of input channels */
+static int fz_fits(const struct md_dconv *g) { return g->c % 16 == 0 && mk_fits(g->c, g->k); }
 
 WINO_CLONES static void fz_prep(const struct wino_ctx *c, long long t0, int nt, float *v, float *d)
 {
