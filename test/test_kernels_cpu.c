@@ -149,7 +149,9 @@ Test(kernels_cpu, convolutions_do_not_depend_on_thread_count)
  * convolution with 130 input channels (direct forward and filter, GEMM
  * backward-data); 150 output channels over many K-blocks; the filter's
  * scratch budget cut so that it runs in waves; a batch of 4 small planes
- * (the forward splits K and pads the batch once for all tasks). */
+ * (the forward splits K and pads the batch once for all tasks); Winograd's
+ * forward and filter in chunks of output channels, and its register-tile
+ * filter in 16 parts of small blocks. */
 Test(kernels_cpu, convolutions_identical_for_1_2_3_7_threads, .timeout = 60)
 {
     static const struct { int n, c, h, w, k, r, stride, pad; size_t prep; } cases[] = {

@@ -30,8 +30,7 @@ BASE=${BASE:-"--dataset fashion-mnist --val-split 0 --epochs 5 --batch-size 64 -
 [ -x "$BIN" ] || { echo "seed_sweep: $BIN is missing (make, or set BIN)" >&2; exit 2; }
 mkdir -p "$OUT"
 : > "$OUT/res.txt"
-data=()
-[ -n "${DATA_DIR:-}" ] && data=(--data-dir "$DATA_DIR")
+DATA_DIR=${DATA_DIR:-}
 
 # "@layer=units" tokens of an arm -> a model config in OUT; prints the flags to use
 arm_flags() {
@@ -63,15 +62,14 @@ one() { # "arm seed flags..."
     shift 2
     t0=$(date +%s.%N)
     rc=0
-    timeout 600 "$BIN" --device "$DEVICE" $BASE "${data[@]}" --seed "$s" "$@" --checkpoint-dir "$OUT/ck/$a-$s" \
+    timeout 600 "$BIN" --device "$DEVICE" $BASE ${DATA_DIR:+--data-dir "$DATA_DIR"} --seed "$s" "$@" --checkpoint-dir "$OUT/ck/$a-$s" \
         --overwrite --report "$OUT/$a-$s.json" > "$OUT/$a-$s.log" 2>&1 || rc=$?
     acc=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['training']['test']['acc'])" \
         "$OUT/$a-$s.json" 2>/dev/null || echo none)
     echo "$a $s $rc $acc $(python3 -c "import time; print(round(time.time() - $t0, 1))")" >> "$OUT/res.txt"
 }
 export -f one
-export BIN DEVICE BASE OUT
-export data_str="${data[*]}"
+export BIN DEVICE BASE OUT DATA_DIR
 
 echo "# seed sweep, $(date -u +%Y-%m-%dT%H:%M:%SZ), $DEVICE, seeds: $SEEDS, $PAR at a time; runs in $OUT"
 echo "# base flags: $BASE"
@@ -83,8 +81,7 @@ while IFS='|' read -r a f; do
     echo "# arm $a: ${fl:-(the base flags only)}"
     for s in $SEEDS; do echo "$a $s $fl" >> "$jobs_file"; done
 done < "$arms"
-# data=() does not cross into the subshells: pass it again through data_str
-xargs -d '\n' -n 1 -P "$PAR" bash -c 'data=($data_str); one "$1"' _ < "$jobs_file"
+xargs -d '\n' -n 1 -P "$PAR" bash -c 'one "$1"' _ < "$jobs_file"
 python3 - "$OUT/res.txt" "$arms" <<'PY'
 import collections, statistics as st, sys
 runs = collections.defaultdict(list)
