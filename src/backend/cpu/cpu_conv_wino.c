@@ -281,6 +281,8 @@ struct wino_ctx {
     size_t per_thread; /* floats of V + M per thread */
     float beta;
     int mk; /* the forward's GEMMs by mk_gemm (below), else OpenBLAS */
+    int uparts; /* the filter gradient: Z in this many parts, uparts_stride floats apart, summed in order */
+    size_t uparts_stride;
     /* the filter as U's rows: element (o, i, r, s) of w at o*so + i + r*sr + s*ss */
     int outer, inner;
     size_t so, sr, ss;
@@ -638,7 +640,12 @@ AI void bk_rows(int mt, const struct wino_ctx *c, long long b, long long e)
         for (int c0 = 0; c0 < C; c0 += WV) {
             int nc = C - c0 < WV ? C - c0 : WV;
             wvec z[36], w[9];
-            for (int xi = 0; xi < nxi; xi++) z[xi] = wload_n(c->u + xi * plane + (size_t)k * C + c0, nc);
+            const float *u = c->u + (size_t)k * C + c0;
+            for (int xi = 0; xi < nxi; xi++) {
+                z[xi] = wload_n(u + xi * plane, nc);
+                for (int p = 1; p < c->uparts; p++)
+                    z[xi] = z[xi] + wload_n(u + p * c->uparts_stride + xi * plane, nc);
+            }
             bk_xform(mt, z, w);
             for (int rs = 0; rs < 9; rs++) wstore_beta(c->y + ((size_t)k * 9 + rs) * C + c0, &w[rs], nc, c->beta);
         }
@@ -699,8 +706,9 @@ WINO_CLONES static void bk_range(void *vc, long long b, long long e)
  * D[xi]^T V[xi] into the part's own Z in AVX-512 register tiles of R rows
  * (output channels) x NV vectors of 16 input channels, summing over the
  * block's tiles in registers. The parts (at most FZ_PARTS and as many Z as
- * fit in 32 MiB, from the shape only) are then summed in order: the result
- * does not depend on the thread count. */
+ * fit in 32 MiB, from the shape only) are summed in order by the inverse
+ * transform as it reads them (no pass of its own over Z): the result does not
+ * depend on the thread count. */
 #define FZ_PARTS 16
 
 #if MK_ON
@@ -776,19 +784,6 @@ static void fz_part_range(void *vc, long long b, long long e)
 #endif
 }
 
-/* part 0's Z += the other parts', in order, rows [b, e) of C floats */
-static void fz_sum_range(void *vc, long long b, long long e)
-{
-    const struct fz_ctx *f = vc;
-    int C = f->c->g->c;
-    size_t zsize = (size_t)f->c->nxi * f->c->g->k * C;
-    for (size_t i = (size_t)b * C; i < (size_t)e * C; i++) {
-        float s = f->z[i];
-        for (int p = 1; p < f->parts; p++) s += f->z[(size_t)p * zsize + i];
-        f->z[i] = s;
-    }
-}
-
 static md_status wino_filter_fused(struct wino_ctx *c)
 {
     int C = c->g->c, K = c->g->k;
@@ -805,9 +800,10 @@ static md_status wino_filter_fused(struct wino_ctx *c)
     f.z = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c->nxi * K * C * (size_t)f.parts);
     if (!c->buf || !f.z) return MD_ERR_OOM;
     md_parallel_for(f.parts, 1, fz_part_range, &f);
-    long long rows = (long long)c->nxi * K;
-    md_parallel_for(rows, md_parallel_grain(rows, 4), fz_sum_range, &f);
+    /* the parts are summed in order as the inverse transform reads them */
     c->u = f.z;
+    c->uparts = f.parts;
+    c->uparts_stride = (size_t)c->nxi * K * C;
     md_parallel_for(K, md_parallel_grain(K, 4), bk_range, c);
     return MD_OK;
 }
