@@ -175,17 +175,20 @@ Test(profile, energy_says_why_not)
 /* ---- per-layer FLOPs and bytes ------------------------------------------------------ */
 
 /* The model of a config text, with the default options. */
-static md_model *model_of(const char *cfg)
+static md_model *model_in(const char *cfg, md_layout layout)
 {
     cJSON *j = NULL;
     cr_assert_eq(md_json_parse(cfg, "t.json", &j), MD_OK, "%s", md_errmsg());
     struct md_model_opts o;
     md_model_opts_default(&o);
+    o.layout = layout;
     md_model *m = NULL;
     cr_assert_eq(md_model_load("t.json", j, &o, &m), MD_OK, "%s", md_errmsg());
     cJSON_Delete(j);
     return m;
 }
+
+static md_model *model_of(const char *cfg) { return model_in(cfg, MD_NCHW); }
 
 Test(profile, layer_flops_and_bytes)
 {
@@ -208,7 +211,9 @@ Test(profile, layer_flops_and_bytes)
 /* ---- advice ---------------------------------------------------------------------------- */
 
 /* A batch norm counts its passes: x twice each way, dx written, dy twice (and y twice
- * more for its ReLU's mask, unless a fused pool recomputes it from x). */
+ * more for its ReLU's mask, unless a fused pool recomputes it from x); channels-last,
+ * a fused pool's kept routing (1.25 of y) is written once and read in place of x
+ * by the sums (with dy), its indices again by dx's pass. */
 Test(profile, batchnorm_step_bytes_count_its_passes)
 {
     static const char cfg[] =
@@ -233,6 +238,11 @@ Test(profile, batchnorm_step_bytes_count_its_passes)
     cr_assert_eq(md_device_open(md_backend_find("cpu"), 0, &dopts, &dev), MD_OK, "%s", md_errmsg());
     cr_assert_eq(md_model_bind(m, dev, 2), MD_OK, "%s", md_errmsg());
     cr_assert_float_eq(md_model_layer_step_bytes(m, 1, 2), (32 * 5 + 8 * 3) * 4.0 * 2 + params, 1e-9, "%g",
+                       md_model_layer_step_bytes(m, 1, 2));
+    md_model_free(m);
+    m = model_in(cfg, MD_NHWC);
+    cr_assert_eq(md_model_bind(m, dev, 2), MD_OK, "%s", md_errmsg());
+    cr_assert_float_eq(md_model_layer_step_bytes(m, 1, 2), (32 * 4 + 8 * 5.75) * 4.0 * 2 + params, 1e-9, "%g",
                        md_model_layer_step_bytes(m, 1, 2));
     md_model_free(m);
     md_device_close(dev);

@@ -651,7 +651,9 @@ Test(kernels_cpu, winograd_goes_where_it_applies)
  * move a maximum); channel counts that leave tails after vectors of 16 and
  * blocks of 64 (NHWC), pooled rows of 4 and 11 (NCHW's vectors of 4 and a
  * tail); training and inference; beta 0 and 0.5; 1 and 3 threads give the
- * same bits. */
+ * same bits, and so does a channels-last training step that keeps the
+ * routing (pool_x, pool_arg), which holds x at each window's routed element
+ * and its index, and which the backward reads (routing nothing changes dx). */
 Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeout = 60)
 {
     static const int chans[] = {3, 17, 33, 70};
@@ -670,15 +672,20 @@ Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeo
                 md_layout lay = mode & 4 ? MD_NCHW : MD_NHWC;
                 size_t nx = (size_t)N * H * W * C, ny = nx / 4;
                 float *x = malloc(nx * 4), *dy = malloc(ny * 4), *yf = malloc(nx * 4), *dyf = malloc(nx * 4);
-                float *y[3] = {malloc(ny * 4), malloc(ny * 4), malloc(ny * 4)};
-                float *dx[3] = {malloc(nx * 4), malloc(nx * 4), malloc(nx * 4)};
-                float gamma[70], betap[70], rm[3][70], rv[3][70], sm[3][70], si_[3][70], dg[3][70], db[3][70];
+                float *y[4] = {malloc(ny * 4), malloc(ny * 4), malloc(ny * 4), malloc(ny * 4)};
+                float *dx[4] = {malloc(nx * 4), malloc(nx * 4), malloc(nx * 4), malloc(nx * 4)};
+                float *kx = malloc(ny * 4), *dx_none = malloc(nx * 4);
+                unsigned char *karg = malloc(ny);
+                int keep = training && lay == MD_NHWC;
+                float gamma[70], betap[70], rm[4][70], rv[4][70], sm[4][70], si_[4][70], dg[4][70], db[4][70];
                 kc_fill(x, nx, 91 + ci, -2, 2);
                 for (size_t i = 0; i < nx; i++) x[i] = floorf(x[i] * 16.0f) / 16.0f;
                 kc_fill(dy, ny, 92 + ci, -1, 1);
                 kc_fill(gamma, (size_t)C, 93, 0.5f, 1.5f);
                 kc_fill(betap, (size_t)C, 94, -0.5f, 0.5f);
-                for (int d = 0; d < 3; d++) { /* 0: the reference's three kernels; 1, 2: fused, 1 and 3 threads */
+                memset(karg, 0xff, ny);
+                /* 0: the reference's three kernels; 1, 2: fused, 1 and 3 threads; 3: 1 thread, routing kept */
+                for (int d = 0; d < 4; d++) {
                     kc_fill(rm[d], (size_t)C, 95, -0.5f, 0.5f);
                     kc_fill(rv[d], (size_t)C, 96, 0.5f, 2.0f);
                     kc_fill(dx[d], nx, 97, -1, 1);
@@ -702,10 +709,23 @@ Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeo
                         b.dy = dyf, b.beta = beta;
                         cr_assert_eq(md_k_batchnorm_bwd(ref, &b), MD_OK, "%s", md_errmsg());
                     } else {
+                        md_device *dev = cpu[d == 2];
                         b.pool = 2, b.h = H, b.w = W, b.y = y[d];
-                        cr_assert_eq(md_k_batchnorm_fwd(cpu[d - 1], &b), MD_OK, "%s", md_errmsg());
+                        if (d == 3) b.pool_x = kx, b.pool_arg = karg;
+                        cr_assert_eq(md_k_batchnorm_fwd(dev, &b), MD_OK, "%s", md_errmsg());
                         b.dy = dy, b.beta = beta;
-                        cr_assert_eq(md_k_batchnorm_bwd(cpu[d - 1], &b), MD_OK, "%s", md_errmsg());
+                        if (d == 3 && keep) { /* routing nothing: dx changes, so the backward reads arg */
+                            float dg_none[70], db_none[70];
+                            memcpy(dx_none, dx[3], nx * 4), memcpy(dg_none, dg[3], (size_t)C * 4);
+                            memcpy(db_none, db[3], (size_t)C * 4);
+                            unsigned char *none = malloc(ny);
+                            memset(none, 4, ny);
+                            struct md_batchnorm_args bn = b;
+                            bn.pool_arg = none, bn.dx = dx_none, bn.dgamma = dg_none, bn.dbeta = db_none;
+                            cr_assert_eq(md_k_batchnorm_bwd(dev, &bn), MD_OK, "%s", md_errmsg());
+                            free(none);
+                        }
+                        cr_assert_eq(md_k_batchnorm_bwd(dev, &b), MD_OK, "%s", md_errmsg());
                     }
                 }
                 char what[96];
@@ -720,8 +740,24 @@ Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeo
                 cr_assert(memcmp(y[1], y[2], ny * 4) == 0 && memcmp(dx[1], dx[2], nx * 4) == 0 &&
                               memcmp(dg[1], dg[2], (size_t)C * 4) == 0 && memcmp(db[1], db[2], (size_t)C * 4) == 0,
                           "1 and 3 threads differ: %s", what);
-                free(x), free(dy), free(yf), free(dyf);
-                for (int d = 0; d < 3; d++) free(y[d]), free(dx[d]);
+                cr_assert(memcmp(y[1], y[3], ny * 4) == 0 && memcmp(dx[1], dx[3], nx * 4) == 0 &&
+                              memcmp(dg[1], dg[3], (size_t)C * 4) == 0 && memcmp(db[1], db[3], (size_t)C * 4) == 0,
+                          "the kept routing changes the results: %s", what);
+                if (keep) {
+                    int differs = 0;
+                    for (size_t e = 0; e < ny; e++) { /* pooled element e = (image, row, column) * C + channel */
+                        size_t px = e / (size_t)C, c = e % (size_t)C, pr = px / (size_t)(W / 2), pc = px % (W / 2);
+                        cr_assert(karg[e] <= 4, "%s: index %u at %zu", what, karg[e], e);
+                        size_t k = karg[e] < 4 ? karg[e] : 0;
+                        size_t src = ((2 * pr + k / 2) * (size_t)W + 2 * pc + k % 2) * (size_t)C + c;
+                        cr_assert(karg[e] == 4 || kx[e] == x[src], "%s: routed x at %zu", what, e);
+                        cr_assert(karg[e] < 4 || y[3][e] == 0.0f, "%s: masked but y %g", what, (double)y[3][e]);
+                    }
+                    for (size_t i = 0; i < nx && !differs; i++) differs = dx_none[i] != dx[3][i];
+                    cr_assert(differs, "%s: dx does not depend on pool_arg", what);
+                }
+                free(x), free(dy), free(yf), free(dyf), free(kx), free(dx_none), free(karg);
+                for (int d = 0; d < 4; d++) free(y[d]), free(dx[d]);
             }
     /* what it does not take: an odd side, another type, no ReLU, the reference */
     float buf[4 * 3 * 3] = {0}, g1[4] = {1, 1, 1, 1}, sm[4], si[4];

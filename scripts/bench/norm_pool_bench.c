@@ -10,9 +10,12 @@
  *
  * `time` runs small_cnn's layers at batch 128 (pool 28x28x32 and 14x14x64,
  * 2x2/2; batch norm + ReLU on 128x784x32 and 128x196x64, training) in both
- * layouts, and the same batch norms with a fused 2x2 max pool (bnpool1, bnpool2).
+ * layouts, and the same batch norms with a fused 2x2 max pool (bnpool1, bnpool2),
+ * channels-last also keeping the pool's routing from forward to backward as
+ * training does (bnpoolkept1, bnpoolkept2).
  * `hash` covers odd channel counts, overlapping and padded windows, ties, NaN,
- * beta 0/1/0.5, ReLU masks from y and from x, and the fused pool. */
+ * beta 0/1/0.5, ReLU masks from y and from x, and the fused pool (channels-last
+ * with and without the kept routing: the same hashes). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,10 +84,11 @@ static uint64_t pool_hash(const struct pool_case *pc, int avg)
 
 /* ---- batch norm ---- */
 
-struct bn_case { int n, c, hw; md_layout layout; int relu, training, give_y, save; float beta; int h; };
-/* h > 0: a fused 2x2 stride-2 max pool over (h, hw / h) planes; y and dy are pooled */
+struct bn_case { int n, c, hw; md_layout layout; int relu, training, give_y, save; float beta; int h, keep; };
+/* h > 0: a fused 2x2 stride-2 max pool over (h, hw / h) planes; y and dy are pooled;
+ * keep: its routing kept (pool_x, pool_arg) */
 
-struct bn_bufs { float *x, *y, *dy, *dx, *g, *b, *rm, *rv, *sm, *si, *dg, *db; };
+struct bn_bufs { float *x, *y, *dy, *dx, *g, *b, *rm, *rv, *sm, *si, *dg, *db, *kx; unsigned char *karg; };
 
 static void bn_setup(const struct bn_case *bc, struct bn_bufs *B, struct md_batchnorm_args *a)
 {
@@ -100,12 +104,19 @@ static void bn_setup(const struct bn_case *bc, struct bn_bufs *B, struct md_batc
     a->save_mean = bc->save ? B->sm : NULL, a->save_invstd = bc->save ? B->si : NULL;
     a->dy = B->dy, a->dx = B->dx, a->dgamma = B->dg, a->dbeta = B->db, a->beta = bc->beta;
     if (bc->h) a->pool = 2, a->h = bc->h, a->w = bc->hw / bc->h;
+    B->kx = NULL, B->karg = NULL;
+    if (bc->h && bc->keep) {
+        B->kx = fill(ny, 17, 0, 0), B->karg = md_malloc(ny);
+        if (B->karg) memset(B->karg, 0xff, ny);
+        a->pool_x = B->kx, a->pool_arg = B->karg;
+    }
 }
 
 static void bn_free(struct bn_bufs *B)
 {
     float **p = &B->x;
-    for (int i = 0; i < 12; i++) md_free(p[i]);
+    for (int i = 0; i < 13; i++) md_free(p[i]);
+    md_free(B->karg);
 }
 
 static uint64_t bn_hash(const struct bn_case *bc)
@@ -152,20 +163,20 @@ static int do_hash(void)
             for (size_t hi = 0; hi < 4; hi++)
                 for (int v = 0; v < 12; v++) {
                     struct bn_case bc = {3, chans[ci], hws[hi], li ? MD_NHWC : MD_NCHW, v & 1, (v >> 1) & 1,
-                                         (v >> 2) % 3 == 0, (v >> 2) % 3 != 2, betas[(v >> 2) % 3], 0};
+                                         (v >> 2) % 3 == 0, (v >> 2) % 3 != 2, betas[(v >> 2) % 3], 0, 0};
                     printf("bn %s c%d hw%d relu%d train%d y%d save%d b%.1f %016llx\n", li ? "nhwc" : "nchw",
                            bc.c, bc.hw, bc.relu, bc.training, bc.give_y, bc.save, (double)bc.beta,
                            (unsigned long long)bn_hash(&bc));
                 }
     static const int pplanes[][2] = {{2, 2}, {6, 4}, {4, 30}, {14, 14}};
-    for (int li = 0; li < 2; li++)
+    for (int li = 0; li < 3; li++) /* NCHW, NHWC, NHWC keeping the routing (the same hashes as NHWC) */
         for (size_t ci = 0; ci < sizeof chans / sizeof *chans; ci++)
             for (size_t pl = 0; pl < 4; pl++)
                 for (size_t bi = 0; bi < 3; bi += 2) {
                     struct bn_case bc = {3, chans[ci], pplanes[pl][0] * pplanes[pl][1], li ? MD_NHWC : MD_NCHW, 1, 1,
-                                         1, 1, betas[bi], pplanes[pl][0]};
-                    printf("bnpool %s c%d %dx%d b%.1f %016llx\n", li ? "nhwc" : "nchw", bc.c, pplanes[pl][0],
-                           pplanes[pl][1], (double)bc.beta, (unsigned long long)bn_hash(&bc));
+                                         1, 1, betas[bi], pplanes[pl][0], li == 2};
+                    printf("bnpool %s c%d %dx%d b%.1f %016llx\n", li == 2 ? "nhwc-kept" : li ? "nhwc" : "nchw", bc.c,
+                           pplanes[pl][0], pplanes[pl][1], (double)bc.beta, (unsigned long long)bn_hash(&bc));
                 }
     return 0;
 }
@@ -214,15 +225,17 @@ static int do_time(int iters)
             }
             md_free(x), md_free(y), md_free(dy), md_free(dx);
         }
-        const struct bn_case bns[] = {{128, 32, 784, L, 1, 1, 1, 1, 0, 0},  {128, 64, 196, L, 1, 1, 1, 1, 0, 0},
-                                      {128, 32, 784, L, 1, 1, 1, 1, 0, 28}, {128, 64, 196, L, 1, 1, 1, 1, 0, 14}};
-        for (int k = 0; k < 4; k++) {
+        const struct bn_case bns[] = {{128, 32, 784, L, 1, 1, 1, 1, 0, 0, 0},  {128, 64, 196, L, 1, 1, 1, 1, 0, 0, 0},
+                                      {128, 32, 784, L, 1, 1, 1, 1, 0, 28, 0}, {128, 64, 196, L, 1, 1, 1, 1, 0, 14, 0},
+                                      {128, 32, 784, L, 1, 1, 1, 1, 0, 28, 1}, {128, 64, 196, L, 1, 1, 1, 1, 0, 14, 1}};
+        for (int k = 0; k < (L == MD_NHWC ? 6 : 4); k++) {
             struct bn_bufs B;
             struct md_batchnorm_args a;
             bn_setup(&bns[k], &B, &a);
             char name[64];
             for (int dir = 0; dir < 2; dir++) {
-                snprintf(name, sizeof name, "bn%s%d %s %s", k > 1 ? "pool" : "", k % 2 + 1, ln, dir ? "bwd" : "fwd");
+                snprintf(name, sizeof name, "bn%s%d %s %s", k > 3 ? "poolkept" : k > 1 ? "pool" : "", k % 2 + 1, ln,
+                         dir ? "bwd" : "fwd");
                 if (skip(name)) continue;
                 for (int i = -2; i < iters; i++) {
                     double t0 = md_now();

@@ -96,6 +96,11 @@ struct md_conv2d_args {
  *   is never written. Backward recomputes each window from x (its first
  *   maximal element takes dy, as the pool kernel routes it, masked by the
  *   ReLU), so it needs x, not y. The forward does not accumulate (beta 0).
+ *   pool_x, pool_arg (optional, pooled sizes; the CPU reads them
+ *   channels-last): a training forward writes each window's routing there,
+ *   x at the element that takes dy and that element's index (0-3 in
+ *   row-major order, 4 where the ReLU masks it), and the backward of the same
+ *   batch reads it instead of recomputing it; the results are the same.
  * bwd (training statistics): dx (= or +=beta), dgamma, dbeta (beta_param
  *   accumulate flag applies to dgamma/dbeta too).
  * sync (training only; NULL: statistics of this rank's batch): synchronised
@@ -135,6 +140,8 @@ struct md_batchnorm_args {
     const void *res; void *dres;    /* the fused residual (above), or NULL */
     float beta_res;                 /* accumulate factor for dres */
     int pool, h, w;                 /* a fused max pool (above), or 0; x's height and width */
+    float *pool_x;                  /* a fused pool's routing (above), or NULL: (n, h/2, w/2, c) each */
+    unsigned char *pool_arg;
 };
 
 /* ---- element-wise activations ---------------------------------------------- */

@@ -141,8 +141,10 @@ struct md_layer_ops {
      * a device that runs it inside its producer (md_dev_batchnorm_pool) gets
      * it fused there. */
     int (*max_pool_2x2)(const struct md_layer *L);
-    /* (optional, default refuse) Takes (on = 1) or gives back (on = 0) a
-     * following max_pool_2x2 pool; 1 if it did. The caller sets L->out. */
+    /* (optional, default refuse) Takes (on = 1, or 2: channels-last, where
+     * the device keeps the pool's routing from forward to backward) or gives
+     * back (on = 0) a following max_pool_2x2 pool; 1 if it did. The caller
+     * sets L->out. */
     int (*fuse_pool)(struct md_layer *L, int on);
     /* (optional, default MD_ACT_NONE) The activation applied last to the
      * output (ReLU statistics). */

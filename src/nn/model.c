@@ -574,6 +574,22 @@ static md_status add_info(struct md_param_info *t, const struct md_layer *L, con
     return MD_OK;
 }
 
+/* Where each layer's saved state (ops->mask_per_sample) goes; again after
+ * fusions that change it (md_model_fuse_pools). */
+static void layout_saved(struct md_model *m)
+{
+    size_t moff = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        struct md_layer *L = &m->layers[i];
+        size_t b = L->ops->mask_per_sample ? L->ops->mask_per_sample(L) : 0;
+        if (!b) continue;
+        moff = (moff + 15) & ~(size_t)15; /* 16-byte aligned blocks (md_layer_saved) */
+        L->mask_off = moff;
+        moff += b * (size_t)L->fold;
+    }
+    m->mask_per_sample = moff;
+}
+
 /* Parameters (ops->params: weight-decayed ones first, each group in layer
  * order), running statistics (ops->buffers) and masks (ops->mask_per_sample). */
 static md_status build_tensors(struct md_model *m)
@@ -607,7 +623,7 @@ static md_status build_tensors(struct md_model *m)
         if (m->tensors[t].decay) m->ndecay = off;
     }
     m->nparams = off;
-    size_t soff = 0, moff = 0;
+    size_t soff = 0;
     for (int i = 0; i < m->nlayers; i++) {
         struct md_layer *L = &m->layers[i];
         int nb = L->ops->buffers ? L->ops->buffers(m, L, d) : 0;
@@ -619,14 +635,9 @@ static md_status build_tensors(struct md_model *m)
             b->offset = soff;
             soff += b->numel;
         }
-        if (L->ops->mask_per_sample) {
-            moff = (moff + 15) & ~(size_t)15; /* 16-byte aligned blocks (md_layer_saved) */
-            L->mask_off = moff;
-            moff += L->ops->mask_per_sample(L) * (size_t)L->fold;
-        }
     }
     m->nstats = soff;
-    m->mask_per_sample = moff;
+    layout_saved(m);
     return MD_OK;
 }
 
@@ -719,7 +730,7 @@ void md_model_fuse_pools(struct md_model *m, int on)
             if (m->layers[j].alias >= 0) continue;
             for (int k = 0; k < m->layers[j].nin; k++) readers += md_model_tensor_of(m, m->layers[j].in[k]) == t;
         }
-        if (readers != 1 || !P->ops->fuse_pool(P, 1)) continue;
+        if (readers != 1 || !P->ops->fuse_pool(P, m->opts.layout == MD_NHWC ? 2 : 1)) continue;
         P->out = L->out;
         L->pool_flops = L->flops;
         P->flops += L->flops;
@@ -727,6 +738,7 @@ void md_model_fuse_pools(struct md_model *m, int on)
         L->alias = t;
         m->nfused++;
     }
+    layout_saved(m); /* a fused pool keeps its routing */
 }
 
 /* ---- load -------------------------------------------------------------------------- */

@@ -433,13 +433,16 @@ static void f32_nhwc_apply_range(void *vc, long long b, long long e)
  * the pool, then one pass writes the pooled y (the full-size output is never
  * written); backward's sums per pooled row (NHWC) or plane (NCHW: a fixed
  * piece, the same for any thread count) and its dx pass recompute each
- * window from x. */
+ * window from x, or (NHWC with pool_x and pool_arg) read the routing the
+ * forward kept. */
 
 static struct md_bnpool bnpool_of(const struct bn_ctx *c)
 {
     const struct md_batchnorm_args *a = c->a;
+    int keep = a->layout == MD_NHWC && a->training && a->pool_x && a->pool_arg;
     return (struct md_bnpool){a->x, a->dy, a->y, a->dx, c->scale, c->shift, c->fk, c->k1, c->k2, c->k3,
-                              c->part, a->beta, a->c, a->h, a->w};
+                              c->part, keep ? a->pool_x : NULL, keep ? a->pool_arg : NULL,
+                              a->beta, a->c, a->h, a->w};
 }
 
 /* the passes as md_range_fn */

@@ -6,7 +6,11 @@
  * the forward's pooled output is the unfused one bit for bit. Backward
  * recomputes them and routes dy as the pool kernel does: to the first
  * maximal element of the window (row-major order), where that value is > 0
- * (the ReLU's mask), +0 at the other three. The work per element (four
+ * (the ReLU's mask), +0 at the other three. Channels-last with xs and arg
+ * (md_bnpool), the forward keeps that routing: the backward's sums then read
+ * dy, xs and arg (pooled sizes) instead of x, and its dx pass takes the
+ * routing from arg instead of recomputing it, the same bit for bit (the
+ * sums were half the fused backward's time in small_cnn). The work per element (four
  * multiply-adds, maxima, the routing's selects) outweighs the memory traffic
  * it replaces at SSE width, so channels-last goes in vectors of 16 channels
  * (gcc target clones: AVX-512 / AVX2 / baseline), then one at a time; NCHW
@@ -50,6 +54,24 @@ AI bvec vand(bmask m, bvec a) { return (bvec)(m & (bmask)a); }
 AI bvec vsel(bmask m, bvec a, bvec b) { return (bvec)((m & (bmask)a) | (~m & (bmask)b)); }
 AI bvec vrelu(bvec v) { return vand(v > vsplat(0.0f), v); }
 AI bvec vmax(bvec a, bvec b) { return vsel(b > a, b, a); }
+typedef unsigned char bbytes __attribute__((vector_size(BV)));
+AI bmask ild(const unsigned char *p)
+{
+    bbytes v;
+    memcpy(&v, p, sizeof v);
+    return __builtin_convertvector(v, bmask);
+}
+AI void ist(unsigned char *p, bmask v)
+{
+    bbytes b = __builtin_convertvector(v, bbytes);
+    memcpy(p, &b, sizeof b);
+}
+AI bmask isplat(int x)
+{
+    bmask v;
+    for (int i = 0; i < BV; i++) v[i] = x;
+    return v;
+}
 #else
 #define BV 0
 #define AI static inline
@@ -68,9 +90,9 @@ AI struct win win_at(const struct md_bnpool *p, long long t, int q)
     return (struct win){{r0, r0 + p->c, r1, r1 + p->c}, off};
 }
 
-/* one channel: the window's inputs x[k], the first maximum's index, and
- * g = dy where that maximum is > 0 */
-AI float route1(const struct win *w, int j, float s, float h, float dy, float *x, int *best)
+/* one channel: the window's inputs x[k], its first maximum's index; returns
+ * that maximum (the pooled output) */
+AI float win1(const struct win *w, int j, float s, float h, float *x, int *best)
 {
     float m = 0.0f;
     *best = 0;
@@ -81,12 +103,21 @@ AI float route1(const struct win *w, int j, float s, float h, float dy, float *x
         v = v > 0.0f ? v : 0.0f;
         if (v > m) m = v, *best = k;
     }
-    return m > 0.0f ? dy : 0.0f;
+    return m;
 }
 
+/* as win1; returns g = dy where that maximum is > 0 */
+AI float route1(const struct win *w, int j, float s, float h, float dy, float *x, int *best)
+{
+    return win1(w, j, s, h, x, best) > 0.0f ? dy : 0.0f;
+}
+
+/* the routing arg keeps: the first maximum's index, 4 where it is 0 */
+AI unsigned char arg1(float m, int best) { return m > 0.0f ? (unsigned char)best : 4; }
+
 #if BV
-/* channels [j, j + BV): as route1, the index as four masks */
-AI bvec routev(const struct win *w, int j, bvec s, bvec h, bvec dy, bvec *x, bmask *is)
+/* channels [j, j + BV): as win1, the index as four masks */
+AI bvec winv(const struct win *w, int j, bvec s, bvec h, bvec *x, bmask *is)
 {
     bvec v[4];
 #pragma GCC unroll 4
@@ -102,13 +133,63 @@ AI bvec routev(const struct win *w, int j, bvec s, bvec h, bvec dy, bvec *x, bma
         taken |= is[k];
     }
     is[3] = ~taken;
-    return vand(m > vsplat(0.0f), dy);
+    return m;
 }
+
+/* as route1 */
+AI bvec routev(const struct win *w, int j, bvec s, bvec h, bvec dy, bvec *x, bmask *is)
+{
+    return vand(winv(w, j, s, h, x, is) > vsplat(0.0f), dy);
+}
+
+/* as arg1 */
+AI bmask argv(bvec m, const bmask *is)
+{
+    bmask k = (is[1] & isplat(1)) | (is[2] & isplat(2)) | (is[3] & isplat(3)), on = m > vsplat(0.0f);
+    return (on & k) | (~on & isplat(4));
+}
+
+/* x at the masks' element */
+AI bvec xsel(const bvec *x, const bmask *is) { return vsel(is[0], x[0], vsel(is[1], x[1], vsel(is[2], x[2], x[3]))); }
 #endif
+
+/* as md_cpu_bnpool_apply, also keeping each window's routing (xs, arg) */
+AI void apply_keep(const struct md_bnpool *p, long long b, long long e)
+{
+    int C = p->c, Q = p->w / 2;
+    for (long long t = b; t < e; t++)
+        for (int q = 0; q < Q; q++) {
+            struct win w = win_at(p, t, q);
+            size_t po = ((size_t)t * Q + (size_t)q) * C;
+            int j = 0;
+#if BV
+            for (; j + BV <= C; j += BV) {
+                bvec x[4];
+                bmask is[4];
+                bvec m = winv(&w, j, vld(p->sc + j), vld(p->sh + j), x, is);
+                vst(p->y + po + j, m);
+                vst(p->xs + po + j, xsel(x, is));
+                ist(p->arg + po + j, argv(m, is));
+            }
+#endif
+            for (; j < C; j++) {
+                float x[4];
+                int best;
+                float m = win1(&w, j, p->sc[j], p->sh[j], x, &best);
+                p->y[po + j] = m;
+                p->xs[po + j] = x[best];
+                p->arg[po + j] = arg1(m, best);
+            }
+        }
+}
 
 BP_CLONES void md_cpu_bnpool_apply(const struct md_bnpool *p, long long b, long long e)
 {
     int C = p->c, Q = p->w / 2;
+    if (p->xs && p->arg) {
+        apply_keep(p, b, e);
+        return;
+    }
     for (long long t = b; t < e; t++)
         for (int q = 0; q < Q; q++) {
             struct win w = win_at(p, t, q);
@@ -137,9 +218,46 @@ BP_CLONES void md_cpu_bnpool_apply(const struct md_bnpool *p, long long b, long 
 
 #define CH_BLOCK 64 /* float accumulators per block of channels (in L1) */
 
+/* as md_cpu_bnpool_sums from the kept routing: dy where arg < 4, x = xs */
+AI void sums_kept(const struct md_bnpool *p, long long b, long long e)
+{
+    int C = p->c, Q = p->w / 2;
+    for (long long t = b; t < e; t++) {
+        double *p1 = p->part + (size_t)t * 2 * C, *p2 = p1 + C;
+        for (int j0 = 0; j0 < C; j0 += CH_BLOCK) {
+            int len = C - j0 < CH_BLOCK ? C - j0 : CH_BLOCK;
+            float a1[CH_BLOCK], a2[CH_BLOCK];
+            for (int j = 0; j < len; j++) a1[j] = a2[j] = 0.0f;
+            for (int q = 0; q < Q; q++) {
+                size_t po = ((size_t)t * Q + (size_t)q) * C + j0;
+                const float *dy = p->dy + po, *xs = p->xs + po;
+                const unsigned char *arg = p->arg + po;
+                int j = 0;
+#if BV
+                for (; j + BV <= len; j += BV) {
+                    bvec g = vand(ild(arg + j) < isplat(4), vld(dy + j));
+                    vst(a1 + j, vld(a1 + j) + g);
+                    vst(a2 + j, vld(a2 + j) + g * (vld(xs + j) - vld(p->fk + j0 + j)));
+                }
+#endif
+                for (; j < len; j++) {
+                    float g = arg[j] < 4 ? dy[j] : 0.0f;
+                    a1[j] += g;
+                    a2[j] += g * (xs[j] - p->fk[j0 + j]);
+                }
+            }
+            for (int j = 0; j < len; j++) p1[j0 + j] = (double)a1[j], p2[j0 + j] = (double)a2[j];
+        }
+    }
+}
+
 BP_CLONES void md_cpu_bnpool_sums(const struct md_bnpool *p, long long b, long long e)
 {
     int C = p->c, Q = p->w / 2;
+    if (p->xs && p->arg) {
+        sums_kept(p, b, e);
+        return;
+    }
     for (long long t = b; t < e; t++) {
         double *p1 = p->part + (size_t)t * 2 * C, *p2 = p1 + C;
         for (int j0 = 0; j0 < C; j0 += CH_BLOCK) {
@@ -156,7 +274,7 @@ BP_CLONES void md_cpu_bnpool_sums(const struct md_bnpool *p, long long b, long l
                     bvec x[4];
                     bmask is[4];
                     bvec g = routev(&w, c, vld(p->sc + c), vld(p->sh + c), vld(dy + j), x, is);
-                    bvec xs = vsel(is[0], x[0], vsel(is[1], x[1], vsel(is[2], x[2], x[3])));
+                    bvec xs = xsel(x, is);
                     vst(a1 + j, vld(a1 + j) + g);
                     vst(a2 + j, vld(a2 + j) + g * (xs - vld(p->fk + c)));
                 }
@@ -174,21 +292,34 @@ BP_CLONES void md_cpu_bnpool_sums(const struct md_bnpool *p, long long b, long l
     }
 }
 
-AI void dx_rows(const struct md_bnpool *p, int acc, long long b, long long e)
+/* kept: the routing from arg (kept by the forward), else recomputed */
+AI void dx_rows(const struct md_bnpool *p, int acc, int kept, long long b, long long e)
 {
     int C = p->c, Q = p->w / 2;
     size_t row = (size_t)p->w * C;
     for (long long t = b; t < e; t++)
         for (int q = 0; q < Q; q++) {
             struct win w = win_at(p, t, q);
-            const float *dy = p->dy + ((size_t)t * Q + (size_t)q) * C;
+            size_t po = ((size_t)t * Q + (size_t)q) * C;
+            const float *dy = p->dy + po;
+            const unsigned char *arg = kept ? p->arg + po : NULL;
             float *d[4] = {p->dx + w.off, p->dx + w.off + C, p->dx + w.off + row, p->dx + w.off + row + C};
             int j = 0;
 #if BV
             for (; j + BV <= C; j += BV) {
-                bvec x[4];
+                bvec x[4], g;
                 bmask is[4];
-                bvec g = routev(&w, j, vld(p->sc + j), vld(p->sh + j), vld(dy + j), x, is);
+                if (kept) {
+                    bmask a = ild(arg + j);
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) {
+                        x[k] = vld(w.p[k] + j);
+                        is[k] = a == isplat(k);
+                    }
+                    g = vld(dy + j);
+                } else {
+                    g = routev(&w, j, vld(p->sc + j), vld(p->sh + j), vld(dy + j), x, is);
+                }
                 bvec k1 = vld(p->k1 + j), k2 = vld(p->k2 + j), k3 = vld(p->k3 + j), fk = vld(p->fk + j);
 #pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
@@ -199,9 +330,16 @@ AI void dx_rows(const struct md_bnpool *p, int acc, long long b, long long e)
             }
 #endif
             for (; j < C; j++) {
-                float x[4];
+                float x[4], g;
                 int best;
-                float g = route1(&w, j, p->sc[j], p->sh[j], dy[j], x, &best);
+                if (kept) {
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) x[k] = w.p[k][j];
+                    best = arg[j];
+                    g = dy[j];
+                } else {
+                    g = route1(&w, j, p->sc[j], p->sh[j], dy[j], x, &best);
+                }
 #pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
                     float v = p->k1[j] * ((k == best ? g : 0.0f) - p->k2[j] - (x[k] - p->fk[j]) * p->k3[j]);
@@ -214,8 +352,14 @@ AI void dx_rows(const struct md_bnpool *p, int acc, long long b, long long e)
 
 BP_CLONES void md_cpu_bnpool_dx(const struct md_bnpool *p, long long b, long long e)
 {
-    if (p->beta != 0.0f) dx_rows(p, 1, b, e);
-    else dx_rows(p, 0, b, e);
+    int kept = p->xs && p->arg;
+    if (p->beta != 0.0f) {
+        if (kept) dx_rows(p, 1, 1, b, e);
+        else dx_rows(p, 1, 0, b, e);
+    } else {
+        if (kept) dx_rows(p, 0, 1, b, e);
+        else dx_rows(p, 0, 0, b, e);
+    }
 }
 
 /* ---- NCHW: a task is one plane t = image * c + channel -------------------

@@ -9,7 +9,9 @@
  * Where the device runs it (md_dev_batchnorm_pool: the CPU in fp32), a
  * following 2x2 stride-2 max pool after the ReLU is fused
  * at bind: the layer's output is then the pooled one and the full-size
- * activation is never stored.
+ * activation is never stored; channels-last, each window's routing (x at its
+ * maximum and which element that is, 5 bytes a pooled element) is kept from
+ * the training forward for the backward.
  * weight (gamma) 1 (0 when zero_init and the model's zero_init_residual),
  * bias (beta) 0; buffers running_mean 0 and running_var 1. */
 #include "nn/layer.h"
@@ -24,7 +26,7 @@ struct batchnorm_cfg {
     int act;       /* enum md_act: MD_ACT_NONE or MD_ACT_RELU */
     int zero_init; /* gamma 0 when the model's zero_init_residual is on */
     int res;       /* a fused residual: the second input (compile) */
-    int pool;      /* a fused 2x2 stride-2 max pool after the ReLU (bind) */
+    int pool;      /* a fused 2x2 stride-2 max pool after the ReLU (bind); 2: its routing kept */
 };
 
 static md_status batchnorm_parse(const struct md_layer_parse *p, const cJSON *o, struct md_layer *L)
@@ -78,6 +80,15 @@ static void batchnorm_init(const struct md_model *m, const struct md_layer *L, f
     }
 }
 
+/* a fused pool's routing (md_batchnorm_args.pool_x, pool_arg): x's floats, then the indices */
+static size_t routing_arg_off(const struct md_layer *L) { return md_layer_align16(md_shape_numel(L->out) * 4); }
+
+static size_t batchnorm_mask_per_sample(const struct md_layer *L)
+{
+    if (((const struct batchnorm_cfg *)L->args)->pool != 2) return 0;
+    return routing_arg_off(L) + md_layer_align16(md_shape_numel(L->out));
+}
+
 static void batchnorm_args(const struct md_layer_run *r, int i, struct md_batchnorm_args *b)
 {
     struct md_model *m = r->m;
@@ -86,7 +97,13 @@ static void batchnorm_args(const struct md_layer_run *r, int i, struct md_batchn
     memset(b, 0, sizeof *b);
     struct md_shape xs = m->layers[L->in[0]].out; /* the output's shape, unless a pool is fused */
     b->n = r->n; b->c = L->out.c; b->hw = xs.h * xs.w;
-    if (a->pool) b->pool = 2, b->h = xs.h, b->w = xs.w;
+    if (a->pool) {
+        b->pool = 2, b->h = xs.h, b->w = xs.w;
+        if (a->pool == 2) {
+            b->pool_x = md_layer_saved(r, i, 0);
+            b->pool_arg = md_layer_saved(r, i, routing_arg_off(L));
+        }
+    }
     b->layout = m->opts.layout;
     b->dtype = m->opts.compute_dtype;
     b->training = r->training;
@@ -201,7 +218,9 @@ static int batchnorm_fuse_pool(struct md_layer *L, int on)
 /* Forward: x read for the statistics and again for y; backward: x and dy
  * read for the sums and again for dx, dx written; y read twice more where
  * the ReLU's mask comes from it. With a fused pool the output (y, dy) is
- * the pooled one. A fused residual adds its own passes: y written, read
+ * the pooled one and the routing (1.25 of it) is written, then the sums
+ * read dy and the routing instead of x, and dx's pass reads the indices
+ * (0.25). A fused residual adds its own passes: y written, read
  * and written again with the summand read; backward y and dy read into g
  * (written as the summand's gradient), g read twice as dy was; the two
  * inputs (x: 5 passes, the summand: 2) are the same size. */
@@ -210,6 +229,11 @@ static void batchnorm_step_passes(const struct md_layer *L, double *in, double *
     if (((const struct batchnorm_cfg *)L->args)->res) {
         *in = (5.0 + 2.0) / 2.0;
         *out = 7;
+        return;
+    }
+    if (((const struct batchnorm_cfg *)L->args)->pool == 2) {
+        *in = 4;
+        *out = 1 + 1.25 + 2.25 + 1.25;
         return;
     }
     *in = 5;
@@ -233,6 +257,7 @@ const struct md_layer_ops md_batchnorm_layer = {
     .shape = batchnorm_shape,
     .params = batchnorm_params,
     .buffers = batchnorm_buffers,
+    .mask_per_sample = batchnorm_mask_per_sample,
     .init = batchnorm_init,
     .forward = batchnorm_forward,
     .backward = batchnorm_backward,
