@@ -218,8 +218,8 @@ BP_CLONES void md_cpu_bnpool_apply(const struct md_bnpool *p, long long b, long 
 
 #define CH_BLOCK 64 /* float accumulators per block of channels (in L1) */
 
-/* as md_cpu_bnpool_sums from the kept routing: dy where arg < 4, x = xs */
-AI void sums_kept(const struct md_bnpool *p, long long b, long long e)
+/* kept: from the routing the forward kept (dy where arg < 4, x = xs), else recomputed */
+AI void sums_rows(const struct md_bnpool *p, int kept, long long b, long long e)
 {
     int C = p->c, Q = p->w / 2;
     for (long long t = b; t < e; t++) {
@@ -229,21 +229,42 @@ AI void sums_kept(const struct md_bnpool *p, long long b, long long e)
             float a1[CH_BLOCK], a2[CH_BLOCK];
             for (int j = 0; j < len; j++) a1[j] = a2[j] = 0.0f;
             for (int q = 0; q < Q; q++) {
+                struct win w = win_at(p, t, q);
                 size_t po = ((size_t)t * Q + (size_t)q) * C + j0;
-                const float *dy = p->dy + po, *xs = p->xs + po;
-                const unsigned char *arg = p->arg + po;
+                const float *dy = p->dy + po, *xk = kept ? p->xs + po : NULL;
+                const unsigned char *arg = kept ? p->arg + po : NULL;
                 int j = 0;
 #if BV
                 for (; j + BV <= len; j += BV) {
-                    bvec g = vand(ild(arg + j) < isplat(4), vld(dy + j));
+                    int c = j0 + j;
+                    bvec g, xs;
+                    if (kept) {
+                        g = vand(ild(arg + j) < isplat(4), vld(dy + j));
+                        xs = vld(xk + j);
+                    } else {
+                        bvec x[4];
+                        bmask is[4];
+                        g = routev(&w, c, vld(p->sc + c), vld(p->sh + c), vld(dy + j), x, is);
+                        xs = xsel(x, is);
+                    }
                     vst(a1 + j, vld(a1 + j) + g);
-                    vst(a2 + j, vld(a2 + j) + g * (vld(xs + j) - vld(p->fk + j0 + j)));
+                    vst(a2 + j, vld(a2 + j) + g * (xs - vld(p->fk + c)));
                 }
 #endif
                 for (; j < len; j++) {
-                    float g = arg[j] < 4 ? dy[j] : 0.0f;
+                    int c = j0 + j;
+                    float g, xs;
+                    if (kept) {
+                        g = arg[j] < 4 ? dy[j] : 0.0f;
+                        xs = xk[j];
+                    } else {
+                        float x[4];
+                        int best;
+                        g = route1(&w, c, p->sc[c], p->sh[c], dy[j], x, &best);
+                        xs = x[best];
+                    }
                     a1[j] += g;
-                    a2[j] += g * (xs[j] - p->fk[j0 + j]);
+                    a2[j] += g * (xs - p->fk[c]);
                 }
             }
             for (int j = 0; j < len; j++) p1[j0 + j] = (double)a1[j], p2[j0 + j] = (double)a2[j];
@@ -253,43 +274,8 @@ AI void sums_kept(const struct md_bnpool *p, long long b, long long e)
 
 BP_CLONES void md_cpu_bnpool_sums(const struct md_bnpool *p, long long b, long long e)
 {
-    int C = p->c, Q = p->w / 2;
-    if (p->xs && p->arg) {
-        sums_kept(p, b, e);
-        return;
-    }
-    for (long long t = b; t < e; t++) {
-        double *p1 = p->part + (size_t)t * 2 * C, *p2 = p1 + C;
-        for (int j0 = 0; j0 < C; j0 += CH_BLOCK) {
-            int len = C - j0 < CH_BLOCK ? C - j0 : CH_BLOCK;
-            float a1[CH_BLOCK], a2[CH_BLOCK];
-            for (int j = 0; j < len; j++) a1[j] = a2[j] = 0.0f;
-            for (int q = 0; q < Q; q++) {
-                struct win w = win_at(p, t, q);
-                const float *dy = p->dy + ((size_t)t * Q + (size_t)q) * C + j0;
-                int j = 0;
-#if BV
-                for (; j + BV <= len; j += BV) {
-                    int c = j0 + j;
-                    bvec x[4];
-                    bmask is[4];
-                    bvec g = routev(&w, c, vld(p->sc + c), vld(p->sh + c), vld(dy + j), x, is);
-                    bvec xs = xsel(x, is);
-                    vst(a1 + j, vld(a1 + j) + g);
-                    vst(a2 + j, vld(a2 + j) + g * (xs - vld(p->fk + c)));
-                }
-#endif
-                for (; j < len; j++) {
-                    int c = j0 + j, best;
-                    float x[4];
-                    float g = route1(&w, c, p->sc[c], p->sh[c], dy[j], x, &best);
-                    a1[j] += g;
-                    a2[j] += g * (x[best] - p->fk[c]);
-                }
-            }
-            for (int j = 0; j < len; j++) p1[j0 + j] = (double)a1[j], p2[j0 + j] = (double)a2[j];
-        }
-    }
+    if (p->xs && p->arg) sums_rows(p, 1, b, e);
+    else sums_rows(p, 0, b, e);
 }
 
 /* kept: the routing from arg (kept by the forward), else recomputed */
