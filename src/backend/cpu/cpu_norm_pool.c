@@ -153,8 +153,8 @@ AI bmask argv(bvec m, const bmask *is)
 AI bvec xsel(const bvec *x, const bmask *is) { return vsel(is[0], x[0], vsel(is[1], x[1], vsel(is[2], x[2], x[3]))); }
 #endif
 
-/* as md_cpu_bnpool_apply, also keeping each window's routing (xs, arg) */
-AI void apply_keep(const struct md_bnpool *p, long long b, long long e)
+/* y of pooled rows [b, e); kept: each window's routing too (xs, arg) */
+AI void apply_rows(const struct md_bnpool *p, int kept, long long b, long long e)
 {
     int C = p->c, Q = p->w / 2;
     for (long long t = b; t < e; t++)
@@ -168,8 +168,10 @@ AI void apply_keep(const struct md_bnpool *p, long long b, long long e)
                 bmask is[4];
                 bvec m = winv(&w, j, vld(p->sc + j), vld(p->sh + j), x, is);
                 vst(p->y + po + j, m);
-                vst(p->xs + po + j, xsel(x, is));
-                ist(p->arg + po + j, argv(m, is));
+                if (kept) {
+                    vst(p->xs + po + j, xsel(x, is));
+                    ist(p->arg + po + j, argv(m, is));
+                }
             }
 #endif
             for (; j < C; j++) {
@@ -177,43 +179,18 @@ AI void apply_keep(const struct md_bnpool *p, long long b, long long e)
                 int best;
                 float m = win1(&w, j, p->sc[j], p->sh[j], x, &best);
                 p->y[po + j] = m;
-                p->xs[po + j] = x[best];
-                p->arg[po + j] = arg1(m, best);
+                if (kept) {
+                    p->xs[po + j] = x[best];
+                    p->arg[po + j] = arg1(m, best);
+                }
             }
         }
 }
 
 BP_CLONES void md_cpu_bnpool_apply(const struct md_bnpool *p, long long b, long long e)
 {
-    int C = p->c, Q = p->w / 2;
-    if (p->xs && p->arg) {
-        apply_keep(p, b, e);
-        return;
-    }
-    for (long long t = b; t < e; t++)
-        for (int q = 0; q < Q; q++) {
-            struct win w = win_at(p, t, q);
-            float *o = p->y + ((size_t)t * Q + (size_t)q) * C;
-            int j = 0;
-#if BV
-            for (; j + BV <= C; j += BV) {
-                bvec s = vld(p->sc + j), h = vld(p->sh + j);
-                bvec v0 = vrelu(vld(w.p[0] + j) * s + h), v1 = vrelu(vld(w.p[1] + j) * s + h);
-                bvec v2 = vrelu(vld(w.p[2] + j) * s + h), v3 = vrelu(vld(w.p[3] + j) * s + h);
-                vst(o + j, vmax(vmax(v0, v1), vmax(v2, v3)));
-            }
-#endif
-            for (; j < C; j++) {
-                float m = 0.0f;
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) {
-                    float v = w.p[k][j] * p->sc[j] + p->sh[j];
-                    v = v > 0.0f ? v : 0.0f;
-                    if (v > m) m = v;
-                }
-                o[j] = m;
-            }
-        }
+    if (p->xs && p->arg) apply_rows(p, 1, b, e);
+    else apply_rows(p, 0, b, e);
 }
 
 #define CH_BLOCK 64 /* float accumulators per block of channels (in L1) */
