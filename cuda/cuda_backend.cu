@@ -280,6 +280,7 @@ static void cu_close(md_device *dev)
     md_dev_free(dev, c->red_ws.ptr);
     md_dev_free(dev, c->aux_ws.ptr);
     md_dev_free(dev, c->attn_ws.ptr);
+    md_dev_free(dev, c->s2d_ws.ptr);
     for (int i = 0; i < c->n_retired; i++) md_dev_free(dev, c->retired[i]);
     if (c->dnn) cudnnDestroy(c->dnn);
     if (c->blas_lt) cublasLtDestroy(c->blas_lt);

@@ -48,6 +48,7 @@ struct md_cuda_dev {
     struct md_cuda_scratch red_ws;    /* partial sums of reductions, grows */
     struct md_cuda_scratch aux_ws;    /* fp32 copies for half convolutions cuDNN runs slowly, BN statistics */
     struct md_cuda_scratch attn_ws;   /* attention's scores on the GEMM path (cuda_attn_gemm.cu), grows */
+    struct md_cuda_scratch s2d_ws;    /* space-to-depth input and filter of stride-2 forwards (cuda_conv.cu) */
     void *retired[64];                /* grown-out scratch, freed at close */
     int n_retired;
 
@@ -74,6 +75,15 @@ md_status md_cuda_conv2d_fwd(md_device *dev, const struct md_conv2d_args *a);
 md_status md_cuda_conv2d_bwd_data(md_device *dev, const struct md_conv2d_args *a);
 md_status md_cuda_conv2d_bwd_filter(md_device *dev, const struct md_conv2d_args *a);
 void md_cuda_conv_cache_free(md_device *dev);
+/* The stride-1 convolution that a stride-2 one on few channels becomes by
+ * space-to-depth (cuda_conv.cu): channels c2, input h2 x w2, filter r2 x s2.
+ * The rearrangements (cuda_conv_s2d.cu): x into x2 (n, h2, w2, c2) and the
+ * filter into w2 (k, r2, s2, c2). */
+struct md_cuda_s2d {
+    int c2, h2, w2, r2, s2;
+};
+md_status md_cuda_s2d_input(md_device *dev, const struct md_conv2d_args *a, const struct md_cuda_s2d *s, void *x2);
+md_status md_cuda_s2d_filter(md_device *dev, const struct md_conv2d_args *a, const struct md_cuda_s2d *s, void *w2);
 
 md_status md_cuda_batchnorm_fwd(md_device *dev, const struct md_batchnorm_args *a);
 md_status md_cuda_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a);

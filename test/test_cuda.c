@@ -7,6 +7,7 @@
  * sides (so beta != 0 accumulates into equal values) and, for beta == 0, the
  * device copy is poisoned with NaN first, so an unwritten element fails.
  */
+#define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -260,7 +261,12 @@ Test(cuda, conv2d_fwd_bwd_data_bwd_filter)
         {2, 4, 9, 9, 4, 3, 3, 1, 2, 2, 1},
         {2, 16, 6, 6, 16, 3, 3, 1, 1, 1, 16}, /* depthwise */
         {3, 1, 10, 10, 8, 3, 3, 1, 1, 1, 1},  /* one input channel: half filter gradient runs in fp32 */
-        {2, 5, 12, 12, 8, 7, 7, 2, 3, 1, 1},  /* a 7x7 stride-2 stem on few channels */
+        {2, 5, 12, 12, 8, 7, 7, 2, 3, 1, 1},  /* a 7x7 stride-2 stem on 5 channels: cuDNN directly */
+        /* stride 2 on at most 4 channels, NHWC: the forward by space-to-depth */
+        {2, 3, 17, 15, 8, 7, 7, 2, 3, 1, 1},  /* an RGB stem, odd sizes */
+        {2, 1, 10, 11, 4, 5, 5, 2, 2, 1, 1},
+        {3, 4, 9, 8, 6, 3, 3, 2, 1, 1, 1},
+        {2, 2, 12, 13, 8, 3, 3, 2, 0, 1, 1},
     };
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
         for (int lay = 0; lay < 2; lay++)
@@ -309,6 +315,52 @@ Test(cuda, conv2d_fwd_bwd_data_bwd_filter)
                     drop(&DW);
                 }
     close_both();
+}
+
+/* The space-to-depth path runs where it should: its scratch is the only
+ * allocation named so, and refusing it fails exactly the forwards of
+ * stride-2 channels-last convolutions on few channels, with a message naming
+ * it; both gradients keep the direct form. */
+Test(cuda, conv2d_stride2_few_channels_forward_by_space_to_depth)
+{
+    setenv("MPSDIAG_TEST_ALLOC_FAIL", "space-to-depth", 1);
+    open_both(0);
+    static const struct conv_case cs[] = {
+        {2, 3, 17, 15, 8, 7, 7, 2, 3, 1, 1}, /* space-to-depth */
+        {2, 5, 12, 12, 8, 7, 7, 2, 3, 1, 1}, /* 5 channels: not */
+        {2, 3, 9, 9, 8, 3, 3, 1, 1, 1, 1},   /* stride 1: not */
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (int lay = 0; lay < 2; lay++) {
+            const struct conv_case *q = &cs[ci];
+            int p = md_conv_out(q->h, q->r, q->sh, q->ph, 1), qq = md_conv_out(q->w, q->s, q->sh, q->ph, 1);
+            size_t nx = (size_t)q->n * q->c * q->h * q->w, nw = (size_t)q->k * q->c * q->r * q->s;
+            size_t ny = (size_t)q->n * q->k * p * qq;
+            buf X = mk(nx, MD_BF16, -1, 1), W = mk(nw, MD_BF16, -1, 1), DY = mk(ny, MD_BF16, -1, 1);
+            buf Y = out(ny, MD_BF16, 0), DX = out(nx, MD_BF16, 0), DW = out(nw, MD_BF16, 0);
+            struct md_conv2d_args ca = {.n = q->n, .c = q->c, .h = q->h, .w = q->w, .k = q->k, .r = q->r, .s = q->s,
+                                        .p = p, .q = qq, .stride_h = q->sh, .stride_w = q->sh, .pad_h = q->ph,
+                                        .pad_w = q->ph, .dil_h = 1, .dil_w = 1, .groups = 1,
+                                        .layout = lay ? MD_NHWC : MD_NCHW, .dtype = MD_BF16, .x = X.d, .wt = W.d,
+                                        .y = Y.d, .dx = DX.d, .dwt = DW.d, .dy = DY.d};
+            int want_s2d = ci == 0 && lay == 1;
+            md_status sf = md_k_conv2d_fwd(cu, &ca);
+            const char *mf = sf != MD_OK ? md_errmsg() : "";
+            cr_expect_eq(sf, want_s2d ? MD_ERR_OOM : MD_OK, "case %zu layout %d forward: %s", ci, lay, mf);
+            if (want_s2d) cr_expect(strstr(mf, "space-to-depth") != NULL, "%s", mf);
+            cr_expect_eq(md_k_conv2d_bwd_filter(cu, &ca), MD_OK, "case %zu layout %d filter gradient: %s", ci, lay,
+                         md_errmsg());
+            cr_expect_eq(md_k_conv2d_bwd_data(cu, &ca), MD_OK, "case %zu layout %d data gradient: %s", ci, lay,
+                         md_errmsg());
+            drop(&X);
+            drop(&W);
+            drop(&DY);
+            drop(&Y);
+            drop(&DX);
+            drop(&DW);
+        }
+    close_both();
+    unsetenv("MPSDIAG_TEST_ALLOC_FAIL");
 }
 
 /* modes 4-7: with a fused residual (y = act(bn(x) + r), its gradient into

@@ -10,12 +10,17 @@
  *   pro+f+gs   both (the ConvBNfprop pattern)
  *   wgrad, pro+wgr  the filter gradient, alone and with that prologue
  *   copyY, copyX    a device-to-device copy of y and of x: a memory pass
- * -1 where no plan builds or runs. Not part of `make`; build and run on a
- * machine with a GPU:
+ * -1 where no plan builds or runs. With "stem" after N: the stride-2 stems on
+ * few channels instead (ResNet-50's 7x7 on 3 channels, zero-padded to 4 and
+ * 8, and as the space-to-depth 4x4 stride-1 convolution on 12 and 16
+ * channels that cuda_conv.cu runs; ResNet-18 CIFAR's 3x3 stride-1 stem on 3,
+ * 4 and 8 channels), forward and filter gradient only, each with the time of
+ * the heuristics' first plan (what mpsdiag runs by default) and the best of N.
+ * Not part of `make`; build and run on a machine with a GPU:
  *   cc -O2 -std=c11 -I/usr/local/cuda/include scripts/bench/cudnn_fusion_probe.c \
  *      -L/usr/local/cuda/lib64 -lcudnn -lcudart -o build/cudnn_fusion_probe
- *   build/cudnn_fusion_probe [N]     (N: plans tried per graph, default 2)
- * Results: docs/cuda.md ("cuDNN's fused convolutions"). */
+ *   build/cudnn_fusion_probe [N [stem]]     (N: plans tried per graph, default 2)
+ * Results: docs/cuda.md ("cuDNN's fused convolutions", "Space-to-depth"). */
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <stdbool.h>
@@ -129,7 +134,9 @@ static D genstats(D x, D sum, D sq)
     CK(cudnnBackendFinalize(op));
     return op;
 }
-/* builds up to maxc plans from heuristics (mode), times each, returns best ms or -1 */
+/* builds up to maxc plans from heuristics (mode), times each, returns best ms or -1;
+ * first_ms: the first plan's time */
+static float first_ms;
 static float best_time(D *ops, int nops, int64_t *uids, void **ptrs, int nio, int maxc, int *nplans,
                        char *engname)
 {
@@ -205,6 +212,7 @@ static float best_time(D *ops, int nops, int64_t *uids, void **ptrs, int nio, in
                 float ms;
                 cudaEventElapsedTime(&ms, e0, e1);
                 ms /= 20;
+                if (*nplans == 0) first_ms = ms;
                 (*nplans)++;
                 if (best < 0 || ms < best) {
                     best = ms;
@@ -270,7 +278,19 @@ int main(int argc, char **argv)
         {"r18c 3x3 128 16", 256, 128, 16, 16, 128, 3, 1, 1},
         {"r18c 3x3 256 8", 256, 256, 8, 8, 256, 3, 1, 1},
     };
-    int ns = sizeof S / sizeof S[0];
+    shp stems[] = {
+        {"r50 stem c3 7x7/2 224", 128, 3, 224, 224, 64, 7, 2, 3},
+        {"r50 stem c4 7x7/2 224", 128, 4, 224, 224, 64, 7, 2, 3},
+        {"r50 stem c8 7x7/2 224", 128, 8, 224, 224, 64, 7, 2, 3},
+        {"r50 s2d c12 4x4 115", 128, 12, 115, 115, 64, 4, 1, 0},
+        {"r50 s2d c16 4x4 115", 128, 16, 115, 115, 64, 4, 1, 0},
+        {"r18c stem c3 3x3 32", 256, 3, 32, 32, 64, 3, 1, 1},
+        {"r18c stem c4 3x3 32", 256, 4, 32, 32, 64, 3, 1, 1},
+        {"r18c stem c8 3x3 32", 256, 8, 32, 32, 64, 3, 1, 1},
+    };
+    int stem = argc > 2 && strcmp(argv[2], "stem") == 0;
+    shp *L = stem ? stems : S;
+    int ns = stem ? (int)(sizeof stems / sizeof stems[0]) : (int)(sizeof S / sizeof S[0]);
     int maxc = argc > 1 ? atoi(argv[1]) : 2;
     cudnnDataType_t dts[2] = {CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT};
     void *bx, *bw, *by, *bst;
@@ -287,7 +307,7 @@ int main(int argc, char **argv)
            "pro+fwd", "pro+f+gs", "wgrad", "pro+wgr", "copyY", "copyX");
     for (int di = 0; di < 2; di++)
         for (int si = 0; si < ns; si++) {
-            shp q = S[si];
+            shp q = L[si];
             int p = (q.h + 2 * q.pad - q.r) / q.st + 1, qq = (q.w + 2 * q.pad - q.r) / q.st + 1;
             cudnnDataType_t dt = dts[di];
             int es = di ? 4 : 2;
@@ -296,6 +316,11 @@ int main(int argc, char **argv)
             int npl[6];
             char en[6][64] = {"", "", "", "", "", ""};
             for (int v = 0; v < 6; v++) {
+                if (stem && v != 0 && v != 4) { /* the stems: forward and filter gradient */
+                    t[v] = -1;
+                    npl[v] = 0;
+                    continue;
+                }
                 D x = tensor(1, dt, q.n, q.c, q.h, q.w, 0), w = tensor(2, dt, q.k, q.c, q.r, q.r, 0),
                   y = tensor(3, dt, q.n, q.k, p, qq, 0);
                 D sum = tensor(4, CUDNN_DATA_FLOAT, 1, q.k, 1, 1, 0),
@@ -330,6 +355,9 @@ int main(int argc, char **argv)
                     ptrs[nio++] = all_p[u];
                 }
                 t[v] = best_time(ops, no, uids, ptrs, nio, maxc, &npl[v], en[v]);
+                if (stem)
+                    printf("  %-22s %-4s %-5s first plan %.4f ms, best of %d %.4f (%s)\n", q.name, di ? "f32" : "bf16",
+                           v ? "wgrad" : "fwd", first_ms, npl[v], t[v], en[v]);
             }
             size_t ny = (size_t)q.n * q.k * p * qq * es, nx = (size_t)q.n * q.c * q.h * q.w * es;
             float cy = copy_ms(by, bx, ny), cx = copy_ms(by, bx, nx);
