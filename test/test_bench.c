@@ -227,3 +227,45 @@ Test(bench, inline_model_of_the_run_config)
     free(cfg);
     th_tmpdir_free(dir);
 }
+
+/* The fusions made when the model is bound to the device (the CPU folds each
+ * 2x2 max pool into the batch norm + ReLU before it) show in the layer table
+ * and in report["model"] as they run, and not with compile off. */
+Test(bench, device_fusions_in_the_model_summary)
+{
+    char *dir = th_tmpdir();
+    for (int nc = 0; nc < 2; nc++) {
+        char args[2048];
+        snprintf(args, sizeof args,
+                 "--device cpu --dataset synthetic --model small_cnn --threads 2 --bench-iters 1 --warmup-iters 1 "
+                 "--benchmark-only --batch-size 4%s",
+                 nc ? " --no-compile" : "");
+        char *out = NULL;
+        cJSON *r = th_run_report(dir, args, 0, &out, NULL);
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "model");
+        cr_assert_eq(num_at(m, "fused"), nc ? 0 : 4, "relu1, pool1, relu2, pool2 fused with compile on");
+        int pools = 0;
+        const cJSON *L;
+        cJSON_ArrayForEach(L, cJSON_GetObjectItemCaseSensitive(m, "layers"))
+        {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(L, "type");
+            if (!cJSON_IsString(t) || strcmp(t->valuestring, "maxpool") != 0) continue;
+            pools++;
+            cr_assert_eq(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(L, "fused")), !nc, "pool fused: %s",
+                         nc ? "with --no-compile" : "compile on");
+        }
+        cr_assert_eq(pools, 2);
+        /* the table's columns stay aligned around the longest type */
+        const char *row = strstr(out, "  bn1 ");
+        cr_assert_not_null(row, "no bn1 row in: %s", out);
+        const char *hdr = strstr(out, "  layer ");
+        cr_assert_not_null(hdr);
+        const char *sh = strstr(hdr, "output"), *rs = strstr(row, nc ? "32x28x28" : "32x14x14");
+        cr_assert(sh && rs, "%s", out);
+        cr_assert_eq(sh - hdr, rs - row, "the output column moved: %.*s", (int)(strchr(row, '\n') - row), row);
+        if (!nc) cr_assert(strstr(row, "batchnorm+relu+maxpool"), "%.*s", (int)(strchr(row, '\n') - row), row);
+        cJSON_Delete(r);
+        free(out);
+    }
+    th_tmpdir_free(dir);
+}

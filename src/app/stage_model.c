@@ -184,9 +184,10 @@ md_status md_stage_model(md_job *job)
     if (st != MD_OK) return st;
     if (mo.layout == MD_NHWC && md_model_get_opts(job->model)->layout == MD_NCHW)
         md_job_setting(job, "channels_last", "off", "the model has token-sequence layers, which run in NCHW");
-    if (!job->no_layer_table) md_model_print_summary(job->model);
     md_layout lay = md_model_get_opts(job->model)->layout;
     int pools = mo.compile && !mo.grad_ckpt && job->dev && md_dev_batchnorm_pool(job->dev, lay, mo.compute_dtype);
+    if (job->dev) md_model_fuse_for(job->model, job->dev); /* the table and the report show what runs */
+    if (!job->no_layer_table) md_model_print_summary(job->model);
     md_out("  layout %s, compute %s, compile %s, gradient checkpointing %s\n", md_layout_name(lay),
            md_dtype_name(mo.compute_dtype),
            !mo.compile ? "off"

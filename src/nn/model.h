@@ -171,6 +171,11 @@ int md_model_find_tensor(const md_model *m, const char *name);
  * initialises the parameters. Errors: MD_ERR_OOM with the figures. Binding
  * again (other device or batch) releases the previous binding first. */
 md_status md_model_bind(md_model *m, md_device *dev, int max_batch);
+/* The fusions that depend on the device (with compile on: a 2x2 max pool into
+ * the batch norm + ReLU before it, where `dev` runs that kernel), made now,
+ * as binding to `dev` makes them: a summary printed before binding then shows
+ * what will run. Binding makes (or undoes) them again for its own device. */
+void md_model_fuse_for(md_model *m, md_device *dev);
 md_device *md_model_device(const md_model *m);
 int md_model_max_batch(const md_model *m);
 

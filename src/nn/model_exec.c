@@ -405,6 +405,11 @@ static md_status dalloc(struct md_model *m, size_t bytes, void **p, const char *
     return md_dev_alloc(m->dev, bytes ? bytes : 1, p, w);
 }
 
+void md_model_fuse_for(md_model *m, md_device *dev)
+{
+    md_model_fuse_pools(m, md_dev_batchnorm_pool(dev, m->opts.layout, m->opts.compute_dtype));
+}
+
 md_status md_model_bind(md_model *m, md_device *dev, int max_batch)
 {
     md_status st = MD_OK;
@@ -412,7 +417,7 @@ md_status md_model_bind(md_model *m, md_device *dev, int max_batch)
     unbind(m);
     m->dev = dev;
     m->max_batch = max_batch;
-    md_model_fuse_pools(m, md_dev_batchnorm_pool(dev, m->opts.layout, m->opts.compute_dtype));
+    md_model_fuse_for(m, dev);
     size_t es = md_dtype_size(m->opts.compute_dtype);
     int half = m->opts.compute_dtype != MD_F32;
     if ((st = md_model_plan_make(m, max_batch, 1, &m->plan_train)) != MD_OK) goto fail;

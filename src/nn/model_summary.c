@@ -51,6 +51,7 @@ static int same_group(const char *a, const char *b, int d)
 }
 
 #define NAME_W 30  /* the name column; longer names keep their end */
+#define TYPE_W 14  /* the type column at least */
 #define GROUP_MAX 40 /* a larger group made of named parts (a trunk) is split */
 
 /* True when the layer's name goes on below depth d with a part that is not a
@@ -63,7 +64,7 @@ static int named_parts(const char *name, int d)
     return !(name[k + 1] >= '0' && name[k + 1] <= '9');
 }
 
-static void print_row(int wname, const char *name, const char *type, const char *shape, long long params,
+static void print_row(int wname, int wtype, const char *name, const char *type, const char *shape, long long params,
                       double flops)
 {
     char a[32], b[32], cut[64];
@@ -73,15 +74,15 @@ static void print_row(int wname, const char *name, const char *type, const char 
         name = cut;
         wname += 2;
     }
-    md_out("  %-*s  %-14s  %-16s  %12s  %12s\n", wname, name, type, shape, md_fmt_thousands(params, a, sizeof a),
-           flops > 0 ? fmt_flops(flops, b, sizeof b) : "-");
+    md_out("  %-*s  %-*.*s  %-16s  %12s  %12s\n", wname, name, wtype, wtype, type, shape,
+           md_fmt_thousands(params, a, sizeof a), flops > 0 ? fmt_flops(flops, b, sizeof b) : "-");
 }
 
 /* Rows for layers [lo, hi): runs of layers sharing the name's first d parts
  * become one row (layer count, last layer's output, sums); a run of more than
  * GROUP_MAX layers whose names go on with named parts is split one level
  * deeper. Returns the rows printed. */
-static int print_groups(const md_model *m, int lo, int hi, int d, int wname)
+static int print_groups(const md_model *m, int lo, int hi, int d, int wname, int wtype)
 {
     int rows = 0;
     for (int i = lo; i < hi;) {
@@ -90,11 +91,11 @@ static int print_groups(const md_model *m, int lo, int hi, int d, int wname)
         while (j < hi && same_group(L->name, m->layers[j].name, d)) j++;
         char type[40], shape[40], name[96];
         if (j - i > GROUP_MAX && d < 8 && named_parts(L->name, d)) {
-            rows += print_groups(m, i, j, d + 1, wname);
+            rows += print_groups(m, i, j, d + 1, wname, wtype);
         } else if (j - i == 1) {
             layer_type(L, type, sizeof type);
             layer_shape(L, shape, sizeof shape);
-            print_row(wname, L->name, type, shape, (long long)L->nparams, L->flops);
+            print_row(wname, wtype, L->name, type, shape, (long long)L->nparams, L->flops);
             rows++;
         } else {
             long long params = 0;
@@ -106,7 +107,7 @@ static int print_groups(const md_model *m, int lo, int hi, int d, int wname)
             snprintf(name, sizeof name, "%.*s", (int)group_key(L->name, d), L->name);
             snprintf(type, sizeof type, "%d layers", j - i);
             layer_shape(&m->layers[j - 1], shape, sizeof shape);
-            print_row(wname, name, type, shape, params, flops);
+            print_row(wname, wtype, name, type, shape, params, flops);
             rows++;
         }
         i = j;
@@ -124,17 +125,27 @@ void md_model_print_summary(const md_model *m)
         if (l > wname) wname = l;
     }
     if (wname > NAME_W) wname = NAME_W;
-    md_out("  %-*s  %-14s  %-16s  %12s  %12s\n", wname, "layer", "type", "output", "params", "FLOPs");
+    /* the type column fits the longest type ("batchnorm+relu+maxpool"), within 100 columns in all */
+    int wtype = TYPE_W;
+    for (int i = 0; i < m->nlayers; i++) {
+        char type[40];
+        layer_type(&m->layers[i], type, sizeof type);
+        int l = (int)strlen(type);
+        if (l > wtype) wtype = l;
+    }
+    int room = 100 - (2 + wname + 2 + 2 + 16 + 2 + 12 + 2 + 12);
+    if (wtype > room) wtype = room > TYPE_W ? room : TYPE_W;
+    md_out("  %-*s  %-*s  %-16s  %12s  %12s\n", wname, "layer", wtype, "type", "output", "params", "FLOPs");
     if (all) {
         for (int i = 0; i < m->nlayers; i++) {
             const struct md_layer *L = &m->layers[i];
             char type[40], shape[40];
             layer_type(L, type, sizeof type);
             layer_shape(L, shape, sizeof shape);
-            print_row(wname, L->name, type, shape, (long long)L->nparams, L->flops);
+            print_row(wname, wtype, L->name, type, shape, (long long)L->nparams, L->flops);
         }
     } else {
-        int rows = print_groups(m, 0, m->nlayers, 1, wname);
+        int rows = print_groups(m, 0, m->nlayers, 1, wname, wtype);
         if (rows < m->nlayers)
             md_out("  (%d layers in %d rows: a block's layers are summed; --verbose lists every layer)\n", m->nlayers,
                    rows);
