@@ -21,8 +21,11 @@
 #   SECTIONS           any of "direct kernels steps" (default all three)
 #   LAYOUT             nhwc (channels-last, default) or nchw, the same on both sides
 #   ITERS              kernel repetitions, the best counts (default 5)
-#   STEP_ITERS, WARMUP steps timed and warm-up steps per run (default 5 and 5: at
-#                      16 threads the first steps still pay for cold buffers)
+#   STEP_ITERS, WARMUP steps timed and warm-up steps per run, for every model
+#                      (default 30 and 10 for small_cnn, whose 16-thread steps
+#                      of a few ms read 2-4x slow in 5-step windows on a VM,
+#                      5 and 5 for the others: at 16 threads the first steps
+#                      still pay for cold buffers)
 #   ROUNDS             runs per thread count of the training step; the median
 #                      run counts (default 3; mpsdiag and PyTorch alternate)
 #   MODELS             "small_cnn:128 resnet18_cifar:64"
@@ -45,8 +48,8 @@ if [ "${threads[0]}" != 1 ]; then threads=(1 "${threads[@]}"); fi # efficiency i
 sections=${SECTIONS:-direct kernels steps}
 layout=${LAYOUT:-nhwc}
 iters=${ITERS:-5}
-step_iters=${STEP_ITERS:-5}
-warmup=${WARMUP:-5}
+step_iters_of() { if [ -n "${STEP_ITERS:-}" ]; then echo "$STEP_ITERS"; elif [ "$1" = small_cnn ]; then echo 30; else echo 5; fi; }
+warmup_of() { if [ -n "${WARMUP:-}" ]; then echo "$WARMUP"; elif [ "$1" = small_cnn ]; then echo 10; else echo 5; fi; }
 rounds=${ROUNDS:-3}
 models=${MODELS:-"small_cnn:128 resnet18_cifar:64"}
 py=${PYTHON:-/usr/bin/python3}
@@ -201,11 +204,12 @@ field() { sed -n "s/.*\"$1\": *\([0-9.]*\).*/\1/p"; }
 
 if [ $want_steps = 1 ]; then
     echo
-    echo "== training step (median of $rounds runs of $step_iters steps each, +$warmup warm-up; samples/s) =="
+    echo "== training step (median of $rounds runs; samples/s) =="
     for mb in $models; do
         m=${mb%%:*} batch=${mb##*:}
+        step_iters=$(step_iters_of "$m") warmup=$(warmup_of "$m")
         echo
-        echo "$m, batch $batch, ${step_flags:-nchw}"
+        echo "$m, batch $batch, ${step_flags:-nchw}, $step_iters steps each after $warmup warm-up"
         printf '%3s %10s %7s %5s' t mpsdiag x eff
         [ $torch = 1 ] && printf ' %10s %7s %5s %9s' pytorch x eff "vs torch"
         echo
