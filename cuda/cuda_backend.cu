@@ -2,6 +2,7 @@
  * the caching allocator, copies, events, graph capture and the kernel table.
  * Loaded by src/backend/backend.c through md_cuda_backend_entry(). */
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -277,6 +278,7 @@ static void cu_close(md_device *dev)
     md_cuda_conv_cache_free(dev);
     md_dev_free(dev, c->blas_ws.ptr);
     md_dev_free(dev, c->conv_ws.ptr);
+    md_dev_free(dev, c->conv_ws_side.ptr);
     md_dev_free(dev, c->red_ws.ptr);
     md_dev_free(dev, c->aux_ws.ptr);
     md_dev_free(dev, c->attn_ws.ptr);
@@ -287,6 +289,10 @@ static void cu_close(md_device *dev)
     if (c->blas) cublasDestroy(c->blas);
     if (c->copy_done) cudaEventDestroy(c->copy_done);
     if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
+    if (c->conv_side) cudaStreamSynchronize(c->conv_side);
+    if (c->conv_fork) cudaEventDestroy(c->conv_fork);
+    if (c->conv_join) cudaEventDestroy(c->conv_join);
+    if (c->conv_side) cudaStreamDestroy(c->conv_side);
     if (c->stream) cudaStreamDestroy(c->stream);
     pthread_mutex_lock(&c->alloc_lock);
     release_cache(c);
@@ -327,6 +333,19 @@ static md_status cu_open(md_device *dev)
     if (e != cudaSuccess) { st = md_cuda_err(e, "cudaStreamCreate (copy stream)"); goto fail; }
     e = cudaEventCreateWithFlags(&c->copy_done, cudaEventDisableTiming);
     if (e != cudaSuccess) { st = md_cuda_err(e, "cudaEventCreate (copy stream)"); goto fail; }
+    {
+        /* MPSDIAG_CUDA_CONV_OVERLAP: `all`, or the most output pixels (n p q)
+         * of a convolution whose filter gradient runs beside; off by default
+         * (within 1% either way on ResNets, docs/cuda.md) */
+        const char *ov = getenv("MPSDIAG_CUDA_CONV_OVERLAP");
+        c->conv_overlap = 0;
+        if (ov) c->conv_overlap = strcmp(ov, "all") == 0 ? INT_MAX : atoi(ov) > 0 ? atoi(ov) : 0;
+    }
+    e = cudaStreamCreateWithFlags(&c->conv_side, cudaStreamNonBlocking);
+    if (e != cudaSuccess) { st = md_cuda_err(e, "cudaStreamCreate (filter gradient stream)"); goto fail; }
+    e = cudaEventCreateWithFlags(&c->conv_fork, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->conv_join, cudaEventDisableTiming);
+    if (e != cudaSuccess) { st = md_cuda_err(e, "cudaEventCreate (filter gradient stream)"); goto fail; }
     if ((bs = cublasCreate(&c->blas)) != CUBLAS_STATUS_SUCCESS) { st = md_cuda_blas_err(bs, "cublasCreate"); goto fail; }
     if ((bs = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS) { st = md_cuda_blas_err(bs, "cublasSetStream"); goto fail; }
     /* The compute type of each call decides TF32; the math mode only keeps
@@ -406,6 +425,7 @@ static md_status cu_memset0(md_device *dev, void *dst, size_t bytes)
 
 static md_status cu_sync(md_device *dev)
 {
+    MD_TRY(md_cuda_conv_side_join(dev));
     MD_CU_TRY(cudaStreamSynchronize(md_cuda_impl(dev)->copy_stream), "synchronise (copy stream)");
     MD_CU_TRY(cudaStreamSynchronize(md_cuda_impl(dev)->stream), "synchronise");
     return MD_OK;
@@ -480,7 +500,12 @@ static md_status cu_capture_end(md_device *dev, void **graph)
     cudaGraphExec_t x = NULL;
     *graph = NULL;
     c->capturing = 0;
+    md_status js = md_cuda_conv_side_join(dev); /* the capture ends joined, or fails */
     cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (js != MD_OK && e == cudaSuccess) {
+        cudaGraphDestroy(g);
+        return js;
+    }
     if (e != cudaSuccess) return md_cuda_err(e, "cudaStreamEndCapture (an operation in the step cannot be captured)");
     e = cudaGraphInstantiate(&x, g, 0);
     cudaGraphDestroy(g);

@@ -68,6 +68,7 @@ struct md_cuda_conv_entry {
      * cuDNN 9's legacy API rebuild its plan on every call (a 1x1 stride-2
      * backward-data took 3.3 ms instead of 0.03 ms inside a ResNet step). */
     int math_set[3];
+    int ran[3][2];             /* [direction][beta == 1]: a call has run (plans and algorithms chosen) */
     struct md_cuda_conv_entry *next;
 };
 
@@ -523,8 +524,9 @@ static md_status exec_plan(md_device *dev, const struct md_conv2d_args *a, struc
         if (a->workspace && a->workspace_bytes >= (size_t)p->ws) {
             ws = a->workspace;
         } else {
-            MD_TRY(md_cuda_scratch_get(dev, &c->conv_ws, (size_t)p->ws, "cuDNN workspace"));
-            ws = c->conv_ws.ptr;
+            struct md_cuda_scratch *sc = c->conv_on_side ? &c->conv_ws_side : &c->conv_ws;
+            MD_TRY(md_cuda_scratch_get(dev, sc, (size_t)p->ws, "cuDNN workspace"));
+            ws = sc->ptr;
         }
     }
     void *io[3] = {x, w, y};
@@ -572,7 +574,10 @@ static md_status run(md_device *dev, const struct md_conv2d_args *a, int dir)
     struct md_cuda_conv_entry *e = NULL;
     MD_TRY(get_entry(dev, a, &e));
     md_status pst;
-    if (try_plan(dev, e, a, dir, &pst)) return MD_OK;
+    if (try_plan(dev, e, a, dir, &pst)) {
+        e->ran[dir][a->beta == 1.0f] = 1;
+        return MD_OK;
+    }
     MD_TRY(pst);
     struct dir_choice *d = &e->dir[dir];
     if (!d->ready) MD_TRY(choose(dev, e, dir));
@@ -594,9 +599,10 @@ static md_status run(md_device *dev, const struct md_conv2d_args *a, int dir)
                 ws = a->workspace;
                 wsb = a->workspace_bytes;
             } else {
-                MD_TRY(md_cuda_scratch_get(dev, &c->conv_ws, need, "cuDNN workspace"));
-                ws = c->conv_ws.ptr;
-                wsb = c->conv_ws.bytes;
+                struct md_cuda_scratch *sc = c->conv_on_side ? &c->conv_ws_side : &c->conv_ws;
+                MD_TRY(md_cuda_scratch_get(dev, sc, need, "cuDNN workspace"));
+                ws = sc->ptr;
+                wsb = sc->bytes;
             }
         }
         if (dir == DIR_FWD)
@@ -609,7 +615,10 @@ static md_status run(md_device *dev, const struct md_conv2d_args *a, int dir)
             s = cudnnConvolutionBackwardFilter(c->dnn, &alpha, e->xd, a->x, e->yd, a->dy, e->cd[dir],
                                                (cudnnConvolutionBwdFilterAlgo_t)d->algo[i], ws, wsb, &beta, e->wd,
                                                a->dwt);
-        if (s == CUDNN_STATUS_SUCCESS) return MD_OK;
+        if (s == CUDNN_STATUS_SUCCESS) {
+            e->ran[dir][a->beta == 1.0f] = 1;
+            return MD_OK;
+        }
         if (s != CUDNN_STATUS_NOT_SUPPORTED && s != CUDNN_STATUS_BAD_PARAM) {
             md_status st = md_cuda_dnn_err(s, dir_names[dir]);
             return st;
@@ -684,7 +693,54 @@ md_status md_cuda_conv2d_fwd(md_device *dev, const struct md_conv2d_args *a)
     if (s2d_shape(a, &s)) return s2d_fwd(dev, a, &s);
     return run(dev, a, DIR_FWD);
 }
-md_status md_cuda_conv2d_bwd_data(md_device *dev, const struct md_conv2d_args *a) { return run(dev, a, DIR_BWD_DATA); }
+md_status md_cuda_conv2d_bwd_data(md_device *dev, const struct md_conv2d_args *a)
+{
+    md_status st = run(dev, a, DIR_BWD_DATA);
+    md_status j = md_cuda_conv_side_join(dev);
+    return st != MD_OK ? st : j;
+}
+
+/* ---- The filter gradient beside the data gradient ------------------------
+ * A convolution's two gradients read the same dy and write different
+ * buffers, so nothing orders them but the stream. When the layer says the
+ * data gradient follows (data_grad_follows), the filter gradient goes to a
+ * second stream forked from the device stream and the data gradient's call
+ * joins it back: the two cuDNN kernels share the GPU where one alone leaves
+ * multiprocessors idle (a deep layer's few tiles, each kernel's last wave).
+ * In a captured graph the fork and the join are two edges. Only a shape and
+ * beta that have run before go there (the plans and algorithms are chosen on
+ * the device stream); the cuDNN handle is bound to the side stream for that
+ * call, with a workspace of its own. Off by default: measured within 1%
+ * either way on ResNet steps (docs/cuda.md); MPSDIAG_CUDA_CONV_OVERLAP=all
+ * (or a most n p q) turns it on. */
+md_status md_cuda_conv_side_join(md_device *dev)
+{
+    struct md_cuda_dev *c = md_cuda_impl(dev);
+    if (!c->conv_side_pending) return MD_OK;
+    c->conv_side_pending = 0;
+    MD_CU_TRY(cudaStreamWaitEvent(c->stream, c->conv_join, 0), "cudaStreamWaitEvent (filter gradient join)");
+    return MD_OK;
+}
+
+static md_status bwd_filter_beside(md_device *dev, const struct md_conv2d_args *a)
+{
+    struct md_cuda_dev *c = md_cuda_impl(dev);
+    MD_CU_TRY(cudaEventRecord(c->conv_fork, c->stream), "cudaEventRecord (filter gradient fork)");
+    MD_CU_TRY(cudaStreamWaitEvent(c->conv_side, c->conv_fork, 0), "cudaStreamWaitEvent (filter gradient fork)");
+    cudnnStatus_t ds = cudnnSetStream(c->dnn, c->conv_side);
+    if (ds != CUDNN_STATUS_SUCCESS) return md_cuda_dnn_err(ds, "cudnnSetStream (filter gradient stream)");
+    c->conv_on_side = 1;
+    dev->conv_beside++;
+    md_status st = run(dev, a, DIR_BWD_FILTER);
+    c->conv_on_side = 0;
+    ds = cudnnSetStream(c->dnn, c->stream);
+    /* joined even after an error: a capture must not end with the side stream forked */
+    cudaError_t e = cudaEventRecord(c->conv_join, c->conv_side);
+    if (e == cudaSuccess) c->conv_side_pending = 1;
+    if (st != MD_OK) return st;
+    if (ds != CUDNN_STATUS_SUCCESS) return md_cuda_dnn_err(ds, "cudnnSetStream (device stream)");
+    return e == cudaSuccess ? MD_OK : md_cuda_err(e, "cudaEventRecord (filter gradient join)");
+}
 /* cuDNN's half-precision filter gradient is slow for 1-2 input channels (the
  * first layer on grey images: 6x the fp32 time on an H100 with cuDNN 9.14;
  * with 3 channels the half path is still faster), so such a case runs in fp32
@@ -730,5 +786,12 @@ md_status md_cuda_conv2d_bwd_filter(md_device *dev, const struct md_conv2d_args 
 {
     int g = a->groups > 0 ? a->groups : 1;
     if (a->dtype != MD_F32 && a->c / g <= 2 && g == 1) return bwd_filter_via_f32(dev, a);
+    struct md_cuda_dev *c = md_cuda_impl(dev);
+    if (a->data_grad_follows && (long long)a->n * a->p * a->q <= c->conv_overlap && c->conv_side &&
+        !c->conv_side_pending) {
+        struct md_cuda_conv_entry *e = NULL;
+        MD_TRY(get_entry(dev, a, &e));
+        if (e->ran[DIR_BWD_FILTER][a->beta == 1.0f]) return bwd_filter_beside(dev, a);
+    }
     return run(dev, a, DIR_BWD_FILTER);
 }

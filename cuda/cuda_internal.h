@@ -32,6 +32,13 @@ struct md_cuda_dev {
     cudaStream_t stream;
     cudaStream_t copy_stream;         /* side uploads (md_dev_upload_side) */
     cudaEvent_t copy_done;            /* recorded on copy_stream by side_join */
+    /* A convolution's filter gradient runs on conv_side beside its data
+     * gradient on stream (cuda_conv.cu, md_cuda_conv_side_join). */
+    cudaStream_t conv_side;
+    cudaEvent_t conv_fork, conv_join;
+    int conv_overlap;                 /* MPSDIAG_CUDA_CONV_OVERLAP (default on) */
+    int conv_on_side;                 /* the cuDNN handle is bound to conv_side now */
+    int conv_side_pending;            /* conv_join recorded, stream not yet waiting on it */
     cublasHandle_t blas;
     cublasLtHandle_t blas_lt;
     cudnnHandle_t dnn;
@@ -45,6 +52,7 @@ struct md_cuda_dev {
 
     struct md_cuda_scratch blas_ws;   /* cuBLAS workspace (fixed at open) */
     struct md_cuda_scratch conv_ws;   /* cuDNN workspace, grows */
+    struct md_cuda_scratch conv_ws_side; /* the same for calls on conv_side */
     struct md_cuda_scratch red_ws;    /* partial sums of reductions, grows */
     struct md_cuda_scratch aux_ws;    /* fp32 copies for half convolutions cuDNN runs slowly, BN statistics */
     struct md_cuda_scratch attn_ws;   /* attention's scores on the GEMM path (cuda_attn_gemm.cu), grows */
@@ -75,6 +83,9 @@ md_status md_cuda_conv2d_fwd(md_device *dev, const struct md_conv2d_args *a);
 md_status md_cuda_conv2d_bwd_data(md_device *dev, const struct md_conv2d_args *a);
 md_status md_cuda_conv2d_bwd_filter(md_device *dev, const struct md_conv2d_args *a);
 void md_cuda_conv_cache_free(md_device *dev);
+/* Makes the device stream wait for a filter gradient still running on
+ * conv_side (a no-op when none is). */
+md_status md_cuda_conv_side_join(md_device *dev);
 /* The stride-1 convolution that a stride-2 one on few channels becomes by
  * space-to-depth (cuda_conv.cu): channels c2, input h2 x w2, filter r2 x s2.
  * The rearrangements (cuda_conv_s2d.cu): x into x2 (n, h2, w2, c2) and the

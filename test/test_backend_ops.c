@@ -69,6 +69,7 @@ struct harness {
     int op_skipped[MD_KERNEL_COUNT];
     int corrupt;            /* test of the comparator: perturb the backend's output */
     int cuda;               /* the backend under test is CUDA (cases for its attention paths) */
+    int autotune;           /* its convolution algorithms are chosen by timing */
 };
 
 static md_device *cur(struct harness *h) { return h->dev[h->side]; }
@@ -296,6 +297,10 @@ static void op_conv(struct harness *h, int op)
                     double len = op == K_CONV_FILTER ? (double)a.n * a.p * a.q
                                                      : (double)(op == K_CONV_FWD ? a.c : a.k) / a.groups * a.r * a.s;
                     if (len > 1024) tl.atol *= sqrt(len / 1024);
+                    /* timed selection may pick an FFT or Winograd algorithm, whose fp32
+                     * error is a few times a direct sum's (2.3e-4 on a value of 1.14 in
+                     * a 3x3 forward over 130 channels, an H200) */
+                    if (h->autotune) tl.atol *= 4, tl.rtol *= 4;
                 }
                 if (statuses_ok(h, op, what, st[0], st[1]))
                     record(h, op, cmp_typed(h, what, out[0], out[1], t, nout, tl));
@@ -1634,6 +1639,7 @@ Test(backend_ops, cuda_autotuned_convolutions, .timeout = 300)
     struct harness h;
     struct md_device_opts o = {.autotune = 1};
     if (!open_pair_with(&h, "cuda", &o)) return;
+    h.autotune = 1;
     int failed = 0;
     for (int op = K_CONV_FWD; op <= K_CONV_FILTER; op++) {
         run_op(&h, op);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/backend_impl.h"
 #include "backend/kernels_call.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -361,6 +362,92 @@ Test(cuda, conv2d_stride2_few_channels_forward_by_space_to_depth)
         }
     close_both();
     unsetenv("MPSDIAG_TEST_ALLOC_FAIL");
+}
+
+/* A filter gradient whose data gradient follows runs on a second stream
+ * beside it once its shape has run (the first call of each stays on the
+ * device stream), directly and inside a captured graph; the results are the
+ * reference's either way, and MPSDIAG_CUDA_CONV_OVERLAP=0 keeps every call on
+ * the device stream. */
+Test(cuda, conv2d_filter_gradient_beside_the_data_gradient)
+{
+    static const struct conv_case cs[] = {
+        {4, 32, 12, 12, 32, 3, 3, 1, 1, 1, 1},
+        {4, 64, 8, 8, 64, 1, 1, 1, 0, 1, 1},
+        {3, 16, 11, 11, 24, 3, 3, 2, 1, 1, 1},
+    };
+    for (int overlap = 1; overlap >= 0; overlap--) {
+        setenv("MPSDIAG_CUDA_CONV_OVERLAP", overlap ? "all" : "0", 1);
+        open_both(0);
+        long long want = 0;
+        for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+            for (int lay = 0; lay < 2; lay++)
+                for (int di = 0; di < 3; di++)
+                    for (int bi = 0; bi < 2; bi++) {
+                        const struct conv_case *q = &cs[ci];
+                        md_dtype t = FT[di];
+                        float beta = bi ? 1.0f : 0.0f;
+                        int p = md_conv_out(q->h, q->r, q->sh, q->ph, 1), qq = md_conv_out(q->w, q->s, q->sh, q->ph, 1);
+                        size_t nx = (size_t)q->n * q->c * q->h * q->w, nw = (size_t)q->k * q->c * q->r * q->s;
+                        size_t ny = (size_t)q->n * q->k * p * qq, es = md_dtype_size(t);
+                        buf X = mk(nx, t, -1, 1), W = mk(nw, t, -1, 1), DY = mk(ny, t, -1, 1);
+                        buf DX = mk(nx, t, -1, 1), DW = mk(nw, t, -1, 1);
+                        void *dx0 = malloc(nx * es), *dw0 = malloc(nw * es);
+                        memcpy(dx0, DX.h, nx * es);
+                        memcpy(dw0, DW.h, nw * es);
+                        struct md_conv2d_args ra = {
+                            .n = q->n, .c = q->c, .h = q->h, .w = q->w, .k = q->k, .r = q->r, .s = q->s, .p = p,
+                            .q = qq, .stride_h = q->sh, .stride_w = q->sh, .pad_h = q->ph, .pad_w = q->ph,
+                            .dil_h = 1, .dil_w = 1, .groups = 1, .layout = lay ? MD_NHWC : MD_NCHW, .dtype = t,
+                            .x = X.h, .wt = W.h, .dx = DX.h, .dwt = DW.h, .dy = DY.h, .beta = beta,
+                            .data_grad_follows = 1};
+                        cr_assert_eq(md_k_conv2d_bwd_filter(rf, &ra), MD_OK, "%s", md_errmsg());
+                        cr_assert_eq(md_k_conv2d_bwd_data(rf, &ra), MD_OK, "%s", md_errmsg());
+                        struct md_conv2d_args ca = ra;
+                        ca.x = X.d;
+                        ca.wt = W.d;
+                        ca.dx = DX.d;
+                        ca.dwt = DW.d;
+                        ca.dy = DY.d;
+                        /* 0: the shape's first calls; 1: beside; 2: beside, captured and replayed
+                         * (twice with beta 0: the same result again; once with beta 1, which adds) */
+                        for (int it = 0; it < 3; it++) {
+                            cr_assert_eq(md_dev_upload(cu, DX.d, dx0, nx * es), MD_OK);
+                            cr_assert_eq(md_dev_upload(cu, DW.d, dw0, nw * es), MD_OK);
+                            void *graph = NULL;
+                            if (it == 2) cr_assert_eq(md_dev_capture_begin(cu), MD_OK, "%s", md_errmsg());
+                            cr_assert_eq(md_k_conv2d_bwd_filter(cu, &ca), MD_OK, "%s", md_errmsg());
+                            cr_assert_eq(md_k_conv2d_bwd_data(cu, &ca), MD_OK, "%s", md_errmsg());
+                            if (it == 2) {
+                                cr_assert_eq(md_dev_capture_end(cu, &graph), MD_OK, "%s", md_errmsg());
+                                cr_assert_eq(md_dev_graph_launch(cu, graph), MD_OK, "%s", md_errmsg());
+                                if (beta == 0.0f)
+                                    cr_assert_eq(md_dev_graph_launch(cu, graph), MD_OK, "%s", md_errmsg());
+                                md_dev_graph_destroy(cu, graph);
+                            }
+                            if (it > 0) want += overlap;
+                            char what[160];
+                            double tl = tol_for(t, 1e-4) * (t == MD_F32 ? 1 : 3);
+                            snprintf(what, sizeof what, "case %zu %s %s beta %g call %d: bwd_data", ci,
+                                     lay ? "NHWC" : "NCHW", md_dtype_name(t), beta, it);
+                            same(what, &DX, tl, tl);
+                            snprintf(what, sizeof what, "case %zu %s %s beta %g call %d: bwd_filter", ci,
+                                     lay ? "NHWC" : "NCHW", md_dtype_name(t), beta, it);
+                            same(what, &DW, tl * 2, tl);
+                        }
+                        free(dx0);
+                        free(dw0);
+                        drop(&X);
+                        drop(&W);
+                        drop(&DY);
+                        drop(&DX);
+                        drop(&DW);
+                    }
+        cr_expect_eq(cu->conv_beside, want, "overlap %d: %lld filter gradients beside, %lld expected", overlap,
+                     cu->conv_beside, want);
+        close_both();
+    }
+    unsetenv("MPSDIAG_CUDA_CONV_OVERLAP");
 }
 
 /* modes 4-7: with a fused residual (y = act(bn(x) + r), its gradient into

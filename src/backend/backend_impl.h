@@ -118,6 +118,7 @@ struct md_device {
     struct md_alloc_fault fault;
     int no_bn_residual;       /* md_dev_set_batchnorm_residual(dev, 0) */
     int no_bn_pool;           /* md_dev_set_batchnorm_pool(dev, 0) */
+    long long conv_beside;    /* filter gradients run beside their data gradient (CUDA) */
 };
 
 /* Memory entries for backends whose device memory is host memory (cpu, ref,

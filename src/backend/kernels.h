@@ -74,6 +74,9 @@ struct md_conv2d_args {
     float beta;
     void *workspace; size_t workspace_bytes; /* optional scratch given by caller */
     int algo_hint;
+    /* conv2d_bwd_filter: the data gradient of the same dy follows as the next
+     * call, so a device may run the two side by side (CUDA does) */
+    int data_grad_follows;
 };
 
 /* ---- batch normalisation (per channel over n*h*w) ---------------------------

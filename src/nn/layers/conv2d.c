@@ -136,6 +136,7 @@ static md_status conv2d_backward(const struct md_layer_run *r, int i)
     struct md_conv2d_args c;
     conv2d_args(r, i, &c);
     c.x = md_layer_act(r, L->in[0]); c.dy = dy; c.dwt = md_layer_wgrad(m, L->param[0]); c.beta = 0;
+    c.data_grad_follows = L->in[0] >= m->ninputs;
     MD_TRY(md_k_conv2d_bwd_filter(m->dev, &c));
     if (L->in[0] < m->ninputs) return MD_OK; /* no gradient for the data */
     conv2d_args(r, i, &c);
