@@ -516,6 +516,12 @@ static int build_plan(md_device *dev, const struct md_cuda_conv_entry *e, int di
 }
 
 /* Runs a ready plan on (x, w, y) in the direction's roles. */
+/* The cuDNN workspace of the stream the handle is bound to now. */
+static struct md_cuda_scratch *conv_ws_of(struct md_cuda_dev *c)
+{
+    return c->conv_on_side ? &c->conv_ws_side : &c->conv_ws;
+}
+
 static md_status exec_plan(md_device *dev, const struct md_conv2d_args *a, struct bplan *p, void *x, void *w, void *y)
 {
     struct md_cuda_dev *c = md_cuda_impl(dev);
@@ -524,7 +530,7 @@ static md_status exec_plan(md_device *dev, const struct md_conv2d_args *a, struc
         if (a->workspace && a->workspace_bytes >= (size_t)p->ws) {
             ws = a->workspace;
         } else {
-            struct md_cuda_scratch *sc = c->conv_on_side ? &c->conv_ws_side : &c->conv_ws;
+            struct md_cuda_scratch *sc = conv_ws_of(c);
             MD_TRY(md_cuda_scratch_get(dev, sc, (size_t)p->ws, "cuDNN workspace"));
             ws = sc->ptr;
         }
@@ -599,7 +605,7 @@ static md_status run(md_device *dev, const struct md_conv2d_args *a, int dir)
                 ws = a->workspace;
                 wsb = a->workspace_bytes;
             } else {
-                struct md_cuda_scratch *sc = c->conv_on_side ? &c->conv_ws_side : &c->conv_ws;
+                struct md_cuda_scratch *sc = conv_ws_of(c);
                 MD_TRY(md_cuda_scratch_get(dev, sc, need, "cuDNN workspace"));
                 ws = sc->ptr;
                 wsb = sc->bytes;
@@ -787,8 +793,7 @@ md_status md_cuda_conv2d_bwd_filter(md_device *dev, const struct md_conv2d_args 
     int g = a->groups > 0 ? a->groups : 1;
     if (a->dtype != MD_F32 && a->c / g <= 2 && g == 1) return bwd_filter_via_f32(dev, a);
     struct md_cuda_dev *c = md_cuda_impl(dev);
-    if (a->data_grad_follows && (long long)a->n * a->p * a->q <= c->conv_overlap && c->conv_side &&
-        !c->conv_side_pending) {
+    if (a->data_grad_follows && (long long)a->n * a->p * a->q <= c->conv_overlap && !c->conv_side_pending) {
         struct md_cuda_conv_entry *e = NULL;
         MD_TRY(get_entry(dev, a, &e));
         if (e->ran[DIR_BWD_FILTER][a->beta == 1.0f]) return bwd_filter_beside(dev, a);

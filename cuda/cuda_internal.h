@@ -36,9 +36,9 @@ struct md_cuda_dev {
      * gradient on stream (cuda_conv.cu, md_cuda_conv_side_join). */
     cudaStream_t conv_side;
     cudaEvent_t conv_fork, conv_join;
-    int conv_overlap;                 /* MPSDIAG_CUDA_CONV_OVERLAP (default on) */
+    int conv_overlap;                 /* most n p q that runs beside (MPSDIAG_CUDA_CONV_OVERLAP; 0, off, by default) */
     int conv_on_side;                 /* the cuDNN handle is bound to conv_side now */
-    int conv_side_pending;            /* conv_join recorded, stream not yet waiting on it */
+    int conv_side_pending;            /* conv_join recorded; md_cuda_conv_side_join makes stream wait on it */
     cublasHandle_t blas;
     cublasLtHandle_t blas_lt;
     cudnnHandle_t dnn;

@@ -252,6 +252,21 @@ Test(cuda, gemm_tf32_within_tf32_bounds)
 
 struct conv_case { int n, c, h, w, k, r, s, sh, ph, dil, g; };
 
+/* A case's arguments without the buffers (stride, padding and dilation the
+ * same both ways), and its tensors' element counts. */
+static struct md_conv2d_args case_args(const struct conv_case *q, int lay, md_dtype t, float beta, size_t *nx,
+                                       size_t *nw, size_t *ny)
+{
+    int p = md_conv_out(q->h, q->r, q->sh, q->ph, q->dil), qq = md_conv_out(q->w, q->s, q->sh, q->ph, q->dil);
+    *nx = (size_t)q->n * q->c * q->h * q->w;
+    *nw = (size_t)q->k * (q->c / q->g) * q->r * q->s;
+    *ny = (size_t)q->n * q->k * p * qq;
+    return (struct md_conv2d_args){.n = q->n, .c = q->c, .h = q->h, .w = q->w, .k = q->k, .r = q->r, .s = q->s,
+                                   .p = p, .q = qq, .stride_h = q->sh, .stride_w = q->sh, .pad_h = q->ph,
+                                   .pad_w = q->ph, .dil_h = q->dil, .dil_w = q->dil, .groups = q->g,
+                                   .layout = lay ? MD_NHWC : MD_NCHW, .dtype = t, .beta = beta};
+}
+
 Test(cuda, conv2d_fwd_bwd_data_bwd_filter)
 {
     open_both(0);
@@ -276,17 +291,16 @@ Test(cuda, conv2d_fwd_bwd_data_bwd_filter)
                     const struct conv_case *q = &cs[ci];
                     md_dtype t = FT[di];
                     float beta = bi ? 1.0f : 0.0f;
-                    int p = md_conv_out(q->h, q->r, q->sh, q->ph, q->dil), qq = md_conv_out(q->w, q->s, q->sh, q->ph, q->dil);
-                    size_t nx = (size_t)q->n * q->c * q->h * q->w, nw = (size_t)q->k * (q->c / q->g) * q->r * q->s;
-                    size_t ny = (size_t)q->n * q->k * p * qq;
+                    size_t nx, nw, ny;
+                    struct md_conv2d_args ra = case_args(q, lay, t, beta, &nx, &nw, &ny);
                     buf X = mk(nx, t, -1, 1), W = mk(nw, t, -1, 1), DY = mk(ny, t, -1, 1);
                     buf Y = out(ny, t, beta), DX = out(nx, t, beta), DW = out(nw, t, beta);
-                    struct md_conv2d_args ra = {.n = q->n, .c = q->c, .h = q->h, .w = q->w, .k = q->k, .r = q->r,
-                                                .s = q->s, .p = p, .q = qq, .stride_h = q->sh, .stride_w = q->sh,
-                                                .pad_h = q->ph, .pad_w = q->ph, .dil_h = q->dil, .dil_w = q->dil,
-                                                .groups = q->g, .layout = lay ? MD_NHWC : MD_NCHW, .dtype = t,
-                                                .x = X.h, .wt = W.h, .y = Y.h, .dx = DX.h, .dwt = DW.h, .dy = DY.h,
-                                                .beta = beta};
+                    ra.x = X.h;
+                    ra.wt = W.h;
+                    ra.y = Y.h;
+                    ra.dx = DX.h;
+                    ra.dwt = DW.h;
+                    ra.dy = DY.h;
                     struct md_conv2d_args ca = ra;
                     ca.x = X.d;
                     ca.wt = W.d;
@@ -387,20 +401,19 @@ Test(cuda, conv2d_filter_gradient_beside_the_data_gradient)
                         const struct conv_case *q = &cs[ci];
                         md_dtype t = FT[di];
                         float beta = bi ? 1.0f : 0.0f;
-                        int p = md_conv_out(q->h, q->r, q->sh, q->ph, 1), qq = md_conv_out(q->w, q->s, q->sh, q->ph, 1);
-                        size_t nx = (size_t)q->n * q->c * q->h * q->w, nw = (size_t)q->k * q->c * q->r * q->s;
-                        size_t ny = (size_t)q->n * q->k * p * qq, es = md_dtype_size(t);
+                        size_t nx, nw, ny, es = md_dtype_size(t);
+                        struct md_conv2d_args ra = case_args(q, lay, t, beta, &nx, &nw, &ny);
                         buf X = mk(nx, t, -1, 1), W = mk(nw, t, -1, 1), DY = mk(ny, t, -1, 1);
                         buf DX = mk(nx, t, -1, 1), DW = mk(nw, t, -1, 1);
                         void *dx0 = malloc(nx * es), *dw0 = malloc(nw * es);
                         memcpy(dx0, DX.h, nx * es);
                         memcpy(dw0, DW.h, nw * es);
-                        struct md_conv2d_args ra = {
-                            .n = q->n, .c = q->c, .h = q->h, .w = q->w, .k = q->k, .r = q->r, .s = q->s, .p = p,
-                            .q = qq, .stride_h = q->sh, .stride_w = q->sh, .pad_h = q->ph, .pad_w = q->ph,
-                            .dil_h = 1, .dil_w = 1, .groups = 1, .layout = lay ? MD_NHWC : MD_NCHW, .dtype = t,
-                            .x = X.h, .wt = W.h, .dx = DX.h, .dwt = DW.h, .dy = DY.h, .beta = beta,
-                            .data_grad_follows = 1};
+                        ra.x = X.h;
+                        ra.wt = W.h;
+                        ra.dx = DX.h;
+                        ra.dwt = DW.h;
+                        ra.dy = DY.h;
+                        ra.data_grad_follows = 1;
                         cr_assert_eq(md_k_conv2d_bwd_filter(rf, &ra), MD_OK, "%s", md_errmsg());
                         cr_assert_eq(md_k_conv2d_bwd_data(rf, &ra), MD_OK, "%s", md_errmsg());
                         struct md_conv2d_args ca = ra;
