@@ -8,6 +8,7 @@
 #include "app/launch.h"
 #include "app/outputs.h"
 #include "app/run_info.h"
+#include "core/blas_core.h"
 #include "core/dist.h"
 #include "core/log.h"
 #include "core/signals.h"
@@ -68,6 +69,10 @@ int main(int argc, char **argv)
         md_options_version(stdout);
         return finish_stdout(0, errno);
     }
+    /* OpenBLAS's kernels for this CPU where it picked slower ones: this
+     * program starts again with OPENBLAS_CORETYPE set (before any work, so
+     * the ranks and sub-runs inherit it) */
+    md_blas_core_choose(argv);
     /* --gpus / --devices: the ranks start under mpirun (returns on failure) */
     if ((st = md_launch_reexec(&opts, argc, argv)) != MD_OK) {
         print_error(md_errmsg());

@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/blas_core.h"
 #include "core/timer.h"
 #include "nn/model.h"
 
@@ -33,6 +34,7 @@ static int fail(const char *what)
 
 int main(int argc, char **argv)
 {
+    md_blas_core_choose(argv); /* OpenBLAS's kernels as mpsdiag runs them */
     if (argc < 3) {
         fprintf(stderr, "usage: bench_step MODEL BATCH [ITERS [WARMUP [THREADS [DEVICE [FLAGS]]]]]\n");
         return 2;

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/kernels_call.h"
+#include "core/blas_core.h"
 #include "core/rng.h"
 #include "core/timer.h"
 
@@ -64,6 +65,7 @@ static double time_ms(md_device *dev, md_status (*fn)(md_device *, const struct 
 
 int main(int argc, char **argv)
 {
+    md_blas_core_choose(argv); /* OpenBLAS's kernels as mpsdiag runs them */
     int threads = argc > 1 ? atoi(argv[1]) : 0, iters = argc > 2 ? atoi(argv[2]) : 5;
     md_layout layout = argc > 3 && strcmp(argv[3], "nhwc") == 0 ? MD_NHWC : MD_NCHW;
     if (iters > 32) iters = 32;

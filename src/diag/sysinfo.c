@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "backend/backend.h"
+#include "core/blas_core.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/platform.h"
@@ -29,9 +30,11 @@ static void add_bytes(cJSON *o, const char *k, long long v)
     else cJSON_AddStringToObject(o, k, "unknown");
 }
 
-/* OpenBLAS 0.3.21 picks Haswell (AVX2) kernels on some AVX-512 CPUs (for
- * example AMD Zen 4, which it does not know): GEMM then runs at about half
- * the attainable rate. Say so, with the variable that overrides it. */
+/* OpenBLAS 0.3.21 picks older kernels on AVX-512 CPUs it does not know
+ * (Haswell's on AMD Zen 4, Prescott's on some recent Xeons): GEMM then runs
+ * at a third to a half of the attainable rate. main() chooses for it
+ * (core/blas_core.h); where that did not happen, say so, with the variable
+ * that overrides it. */
 static void blas_advice(const char *core, char *buf, size_t n)
 {
     buf[0] = '\0';
@@ -40,7 +43,10 @@ static void blas_advice(const char *core, char *buf, size_t n)
                          strstr(core, "SKYLAKEX") || strstr(core, "COOPERLAKE") || strstr(core, "SAPPHIRERAPIDS");
     if (!avx512 || is_avx512_core) return;
     const char *forced = getenv("OPENBLAS_CORETYPE");
-    if (forced && *forced)
+    if (strcmp(md_blas_core_chosen_by(), "mpsdiag") == 0)
+        snprintf(buf, n, "the CPU supports AVX-512; mpsdiag set OPENBLAS_CORETYPE=%s but OpenBLAS kept its %s "
+                         "kernels", forced, core);
+    else if (forced && *forced)
         snprintf(buf, n, "the CPU supports AVX-512 but OPENBLAS_CORETYPE=%s in the environment forces OpenBLAS's "
                          "%s kernels; unset it (or set SkylakeX) for up to 2-3x faster GEMM", forced, core);
     else
@@ -88,6 +94,10 @@ cJSON *md_sysinfo_collect(void)
     add_str(blas, "library", "OpenBLAS");
     add_str(blas, "config", openblas_get_config());
     add_str(blas, "core", openblas_get_corename());
+    add_str(blas, "core_chosen_by", md_blas_core_chosen_by());
+    const char *pick = md_blas_core_openblas_pick();
+    if (pick) cJSON_AddStringToObject(blas, "core_openblas_picked", pick);
+    else cJSON_AddNullToObject(blas, "core_openblas_picked");
     cJSON_AddNumberToObject(blas, "threads", openblas_get_num_threads());
     char advice[256];
     blas_advice(openblas_get_corename(), advice, sizeof advice);
@@ -153,7 +163,11 @@ void md_sysinfo_print(const cJSON *s)
            ver[0] ? " " : "", ver, js(blas, "core"));
     md_verbose("  %-16s %s\n", "BLAS config", js(blas, "config"));
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(blas, "warning");
+    const cJSON *pick = cJSON_GetObjectItemCaseSensitive(blas, "core_openblas_picked");
     if (cJSON_IsString(w)) md_out("  %-16s %s\n", "BLAS note", w->valuestring);
+    else if (cJSON_IsString(pick))
+        md_out("  %-16s %s kernels chosen by mpsdiag; OpenBLAS picked %s for this CPU\n",
+               "BLAS note", js(blas, "core"), pick->valuestring);
     md_out("  %-16s %s\n", "CPU convolution", js(s, "cpu_convolution"));
     md_out("  %-16s cJSON %s, libjpeg-turbo %s, zlib %s\n", "Libraries", js(lib, "cjson"),
            js(lib, "libjpeg_turbo"), js(lib, "zlib"));
