@@ -163,6 +163,9 @@ Test(kernels_cpu, convolutions_identical_for_1_2_3_7_threads, .timeout = 60)
         {2, 32, 4, 4, 256, 3, 1, 1, 0},  /* Winograd forward in two chunks of output channels */
         {2, 80, 8, 8, 192, 3, 1, 1, 0},  /* Winograd filter GEMMs in two chunks */
         {12, 32, 14, 14, 64, 3, 1, 1, 0}, /* Winograd filter in register tiles: 16 parts of 1-2 blocks of 8 tiles */
+        /* Winograd with few tiles: 2 tasks for 1 thread, 4 chunks of output
+         * channels for 2, and blocks of 32 and 16 tiles for 3 and 7 */
+        {16, 128, 8, 8, 256, 3, 1, 1, 0},
     };
     static const int threads[] = {1, 2, 3, 7};
     md_device *dev = open_cpu(1);

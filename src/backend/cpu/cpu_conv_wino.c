@@ -33,6 +33,7 @@
  * x86-64 Linux with gcc built for AVX-512, AVX2 and baseline, chosen at load
  * time), with the channels past the last multiple of 16 copied through a
  * small buffer. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -509,8 +510,8 @@ static void block_range(void *vc, long long b, long long e)
 
 /* Output channels per task (c->kch, in c->nkc chunks): all of them, unless
  * `tasks` (per chunk) are fewer than `want`: then chunks of at least
- * `least` channels (a multiple of 16) until there are. From the shape only, so that many-core machines
- * get enough tasks and the sums stay the same for any thread count. */
+ * `least` channels (a multiple of 16) until there are. Chunks split no sum,
+ * so a pool of many threads may ask for more (finer_for_threads). */
 static void k_chunks(struct wino_ctx *c, long long tasks, int want, int least)
 {
     int K = c->g->k;
@@ -519,6 +520,27 @@ static void k_chunks(struct wino_ctx *c, long long tasks, int want, int least)
     if (n < 1) n = 1;
     c->kch = (int)((K + n - 1) / n + WV - 1) / WV * WV;
     c->nkc = (K + c->kch - 1) / c->kch;
+}
+
+/* A pool with more threads than the shape's split has tasks (a many-core CPU
+ * on the deep layers' few tiles: resnet18_cifar's 8 x 8 layers at batch 64
+ * gave 8 tasks to 16 threads) cuts finer: chunks of at least 64 output
+ * channels, then blocks of down to 16 tiles, until there are two tasks a
+ * thread. Neither splits a sum (each output is still one GEMM row over all
+ * of C, in the same order), so the results stay the same for any thread
+ * count (kernels_cpu/convolutions_identical_for_1_2_3_7_threads); pools with
+ * enough tasks keep the shape's split as it was. */
+static void finer_for_threads(struct wino_ctx *c)
+{
+    long long want = 2LL * md_threadpool_size();
+    long long blocks = (c->tiles + c->tb - 1) / c->tb;
+    if (blocks * c->nkc >= want) return;
+    k_chunks(c, blocks, want > INT_MAX ? INT_MAX : (int)want, 64);
+    while (blocks * c->nkc < want && c->tb > 16) {
+        c->tb = c->tb / 2 / 8 * 8;
+        if (c->tb < 16) c->tb = 16;
+        blocks = (c->tiles + c->tb - 1) / c->tb;
+    }
 }
 
 /* Tiles per block: V and M of a block about 1 MiB together (nxi x TB x (C +
@@ -568,6 +590,11 @@ md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, co
     struct wino_ctx c = {.g = g, .flip = flip, .x = x, .w = w, .y = y, .beta = beta, .mk = mk_fits(C, K)};
     tiling(&c);
     if (c.tiles < c.tb) c.tb = (int)((c.tiles + 7) / 8 * 8);
+    /* at least 16 tasks where chunks of 128 output channels allow (each
+     * chunk transforms its block's input again); finer for many threads */
+    k_chunks(&c, (c.tiles + c.tb - 1) / c.tb, 16, 128);
+    finer_for_threads(&c);
+    long long blocks = (c.tiles + c.tb - 1) / c.tb;
     c.prows = c.tb;
     if (!flip) { /* w (K, 3, 3, C): U rows are output channels */
         c.outer = K, c.inner = C;
@@ -581,10 +608,6 @@ md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, co
     c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
     if (!c.u || !c.buf) return MD_ERR_OOM;
     md_parallel_for(c.outer, md_parallel_grain(c.outer, 4), filt_range, &c);
-    long long blocks = (c.tiles + c.tb - 1) / c.tb;
-    /* at least 16 tasks where chunks of 128 output channels allow (each
-     * chunk transforms its block's input again) */
-    k_chunks(&c, blocks, 16, 128);
     md_parallel_for(blocks * c.nkc, 1, block_range, &c);
     return MD_OK;
 }
@@ -830,6 +853,14 @@ md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const flo
     /* GEMM tasks: the positions, times chunks of at least 64 output
      * channels up to 48 tasks */
     k_chunks(&c, c.nxi, 48, 64);
+    /* the transforms' tasks are blocks of tiles: finer where a many-core pool
+     * would idle on a few of them (each tile is transformed alone, so the
+     * blocks split no sum) */
+    long long want = 2LL * md_threadpool_size();
+    while ((wave + c.tb - 1) / c.tb < want && c.tb > 16) {
+        c.tb = c.tb / 2 / 8 * 8;
+        if (c.tb < 16) c.tb = 16;
+    }
     struct wave_ctx w = {.c = &c, .v = buf, .d = buf + (size_t)c.nxi * wave * C, .first = 1};
     for (w.w0 = 0; w.w0 < c.tiles; w.w0 += wave, w.first = 0) {
         w.nw = (int)(c.tiles - w.w0 < wave ? c.tiles - w.w0 : wave);
