@@ -145,7 +145,7 @@ Test(recommend, gradient_checkpointing_and_blas)
     in.activations_bytes = 170 * MiB; /* 85% */
     in.peak_bytes = 200 * MiB;
     in.memory_limit = 256 * MiB;      /* peak at 78% of the cap */
-    in.blas_warning = "the CPU supports AVX-512 but OpenBLAS chose its Haswell kernels; OPENBLAS_CORETYPE=SkylakeX may double GEMM throughput";
+    in.blas_warning = "OpenBLAS chose its Haswell kernels; OPENBLAS_CORETYPE=SkylakeX may double GEMM throughput";
     in.gemm_peak_gflops = 123.4;
     struct md_rec r[MD_REC_MAX];
     int n = md_recommend(&in, r, MD_REC_MAX);

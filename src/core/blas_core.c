@@ -32,18 +32,23 @@ const char *md_blas_core_wanted(const char *core, int avx512, int avx2_fma, int 
     return NULL;
 }
 
-void md_blas_core_choose(char **argv)
+const char *md_blas_core_better(const char *core)
 {
-#ifdef __linux__
-    const char *forced = getenv("OPENBLAS_CORETYPE");
-    if ((forced && *forced) || getenv(PICK_VAR)) return;
     const char *config = openblas_get_config();
     int dynamic = config && strstr(config, "DYNAMIC_ARCH") != NULL;
     int avx512 = md_cpu_has("avx512f") && md_cpu_has("avx512bw") && md_cpu_has("avx512dq") &&
                  md_cpu_has("avx512vl");
     int avx2_fma = md_cpu_has("avx2") && md_cpu_has("fma");
+    return md_blas_core_wanted(core, avx512, avx2_fma, dynamic);
+}
+
+void md_blas_core_choose(char **argv)
+{
+#ifdef __linux__
+    const char *forced = getenv("OPENBLAS_CORETYPE");
+    if ((forced && *forced) || getenv(PICK_VAR)) return;
     const char *core = openblas_get_corename();
-    const char *want = md_blas_core_wanted(core, avx512, avx2_fma, dynamic);
+    const char *want = md_blas_core_better(core);
     if (!want) return;
     if (setenv(PICK_VAR, core, 1) != 0 || setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
     execv("/proc/self/exe", argv);

@@ -17,6 +17,10 @@
  * cannot switch: `dynamic` 0). Pure, for the tests. */
 const char *md_blas_core_wanted(const char *core, int avx512, int avx2_fma, int dynamic);
 
+/* md_blas_core_wanted for this CPU (its AVX-512 and AVX2 flags) and the
+ * linked OpenBLAS (built with DYNAMIC_ARCH or not). */
+const char *md_blas_core_better(const char *core);
+
 /* Where OpenBLAS on a CPU it does not know picked slower kernels than the CPU
  * runs, and OPENBLAS_CORETYPE is unset: sets it (and MPSDIAG_OPENBLAS_PICKED
  * to OpenBLAS's pick, which also stops a second round) and executes this

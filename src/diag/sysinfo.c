@@ -30,28 +30,26 @@ static void add_bytes(cJSON *o, const char *k, long long v)
     else cJSON_AddStringToObject(o, k, "unknown");
 }
 
-/* OpenBLAS 0.3.21 picks older kernels on AVX-512 CPUs it does not know
- * (Haswell's on AMD Zen 4, Prescott's on some recent Xeons): GEMM then runs
- * at a third to a half of the attainable rate. main() chooses for it
+/* OpenBLAS 0.3.21 picks older kernels on CPUs it does not know (Haswell's
+ * on AMD Zen 4, Prescott's on some recent Xeons): GEMM then runs at a third
+ * to a half of the attainable rate. main() chooses for it
  * (core/blas_core.h); where that did not happen, say so, with the variable
  * that overrides it. */
 static void blas_advice(const char *core, char *buf, size_t n)
 {
     buf[0] = '\0';
-    int avx512 = md_cpu_has("avx512f");
-    int is_avx512_core = strstr(core, "SkylakeX") || strstr(core, "Cooperlake") || strstr(core, "SapphireRapids") ||
-                         strstr(core, "SKYLAKEX") || strstr(core, "COOPERLAKE") || strstr(core, "SAPPHIRERAPIDS");
-    if (!avx512 || is_avx512_core) return;
+    const char *better = md_blas_core_better(core);
+    if (!better) return;
     const char *forced = getenv("OPENBLAS_CORETYPE");
     if (strcmp(md_blas_core_chosen_by(), "mpsdiag") == 0)
-        snprintf(buf, n, "the CPU supports AVX-512; mpsdiag set OPENBLAS_CORETYPE=%s but OpenBLAS kept its %s "
-                         "kernels", forced, core);
+        snprintf(buf, n, "mpsdiag set OPENBLAS_CORETYPE=%s for this CPU but OpenBLAS kept its %s kernels", forced,
+                 core);
     else if (forced && *forced)
-        snprintf(buf, n, "the CPU supports AVX-512 but OPENBLAS_CORETYPE=%s in the environment forces OpenBLAS's "
-                         "%s kernels; unset it (or set SkylakeX) for up to 2-3x faster GEMM", forced, core);
+        snprintf(buf, n, "OPENBLAS_CORETYPE=%s in the environment forces OpenBLAS's %s kernels; this CPU runs its "
+                         "%s ones (unset the variable) for up to 2-4x faster GEMM", forced, core, better);
     else
-        snprintf(buf, n, "the CPU supports AVX-512 but OpenBLAS chose its %s kernels; "
-                         "OPENBLAS_CORETYPE=SkylakeX may double GEMM throughput", core);
+        snprintf(buf, n, "OpenBLAS chose its %s kernels; OPENBLAS_CORETYPE=%s may double GEMM throughput", core,
+                 better);
 }
 
 cJSON *md_sysinfo_collect(void)
