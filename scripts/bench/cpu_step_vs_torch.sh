@@ -50,7 +50,7 @@ for mb in $models; do
         done
         a=$(printf '%s\n' "${ours[@]}" | best)
         b=$(printf '%s\n' "${theirs[@]}" | best)
-        printf '%-16s %6s %-14s %12.1f %12.1f %9.2fx\n' "$model" "$batch" "$layout" "$a" "$b" "$(echo "$b / $a" | bc -l)"
+        printf '%-16s %6s %-14s %12.1f %12.1f %9.2fx\n' "$model" "$batch" "$layout" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { print b / a }')"
     done
 done
 echo "speed-up = PyTorch step time / mpsdiag step time (above 1: mpsdiag is faster)"
