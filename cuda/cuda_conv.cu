@@ -515,12 +515,13 @@ static int build_plan(md_device *dev, const struct md_cuda_conv_entry *e, int di
     return 1;
 }
 
-/* Runs a ready plan on (x, w, y) in the direction's roles. */
 /* The cuDNN workspace of the stream the handle is bound to now. */
 static struct md_cuda_scratch *conv_ws_of(struct md_cuda_dev *c)
 {
     return c->conv_on_side ? &c->conv_ws_side : &c->conv_ws;
 }
+
+/* Runs a ready plan on (x, w, y) in the direction's roles. */
 
 static md_status exec_plan(md_device *dev, const struct md_conv2d_args *a, struct bplan *p, void *x, void *w, void *y)
 {

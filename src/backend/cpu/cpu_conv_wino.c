@@ -530,15 +530,23 @@ static void k_chunks(struct wino_ctx *c, long long tasks, int want, int least)
  * of C, in the same order), so the results stay the same for any thread
  * count (kernels_cpu/convolutions_identical_for_1_2_3_7_threads); pools with
  * enough tasks keep the shape's split as it was. */
+static long long tasks_for_pool(void) { return 2LL * md_threadpool_size(); }
+
+/* Half a block of tiles: a multiple of 8, at least 16. */
+static int half_block(int tb)
+{
+    tb = tb / 2 / 8 * 8;
+    return tb < 16 ? 16 : tb;
+}
+
 static void finer_for_threads(struct wino_ctx *c)
 {
-    long long want = 2LL * md_threadpool_size();
+    long long want = tasks_for_pool();
     long long blocks = (c->tiles + c->tb - 1) / c->tb;
     if (blocks * c->nkc >= want) return;
     k_chunks(c, blocks, want > INT_MAX ? INT_MAX : (int)want, 64);
     while (blocks * c->nkc < want && c->tb > 16) {
-        c->tb = c->tb / 2 / 8 * 8;
-        if (c->tb < 16) c->tb = 16;
+        c->tb = half_block(c->tb);
         blocks = (c->tiles + c->tb - 1) / c->tb;
     }
 }
@@ -856,11 +864,7 @@ md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const flo
     /* the transforms' tasks are blocks of tiles: finer where a many-core pool
      * would idle on a few of them (each tile is transformed alone, so the
      * blocks split no sum) */
-    long long want = 2LL * md_threadpool_size();
-    while ((wave + c.tb - 1) / c.tb < want && c.tb > 16) {
-        c.tb = c.tb / 2 / 8 * 8;
-        if (c.tb < 16) c.tb = 16;
-    }
+    while ((wave + c.tb - 1) / c.tb < tasks_for_pool() && c.tb > 16) c.tb = half_block(c.tb);
     struct wave_ctx w = {.c = &c, .v = buf, .d = buf + (size_t)c.nxi * wave * C, .first = 1};
     for (w.w0 = 0; w.w0 < c.tiles; w.w0 += wave, w.first = 0) {
         w.nw = (int)(c.tiles - w.w0 < wave ? c.tiles - w.w0 : wave);

@@ -136,9 +136,9 @@ static md_status conv2d_backward(const struct md_layer_run *r, int i)
     struct md_conv2d_args c;
     conv2d_args(r, i, &c);
     c.x = md_layer_act(r, L->in[0]); c.dy = dy; c.dwt = md_layer_wgrad(m, L->param[0]); c.beta = 0;
-    c.data_grad_follows = L->in[0] >= m->ninputs;
+    c.data_grad_follows = L->in[0] >= m->ninputs; /* no gradient for the data of the model's input */
     MD_TRY(md_k_conv2d_bwd_filter(m->dev, &c));
-    if (L->in[0] < m->ninputs) return MD_OK; /* no gradient for the data */
+    if (!c.data_grad_follows) return MD_OK;
     conv2d_args(r, i, &c);
     c.dy = dy; c.wt = md_layer_weight(m, L->param[0]); c.dx = md_layer_dx(r, i, 0, &beta); c.beta = beta;
     return md_k_conv2d_bwd_data(m->dev, &c);

@@ -124,9 +124,9 @@ static md_status patch_embed_backward(const struct md_layer_run *r, int i)
                              md_layer_grad32(m, L->param[1]), 0};
     MD_TRY(md_k_bias_grad(m->dev, &b));
     c.x = md_layer_act(r, L->in[0]); c.dy = dmap; c.dwt = md_layer_wgrad(m, L->param[0]); c.beta = 0;
-    c.data_grad_follows = L->in[0] >= m->ninputs;
+    c.data_grad_follows = L->in[0] >= m->ninputs; /* no gradient for the data of the model's input */
     MD_TRY(md_k_conv2d_bwd_filter(m->dev, &c));
-    if (L->in[0] < m->ninputs) return MD_OK; /* no gradient for the data */
+    if (!c.data_grad_follows) return MD_OK;
     float beta;
     pe_conv_args(r, i, &c);
     c.dy = dmap; c.wt = md_layer_weight(m, L->param[0]); c.dx = md_layer_dx(r, i, 0, &beta); c.beta = beta;
