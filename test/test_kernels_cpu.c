@@ -779,3 +779,69 @@ Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeo
     md_device_close(cpu[0]);
     md_device_close(cpu[1]);
 }
+
+/* A strided channels-last backward-data runs as one stride-1 direct forward
+ * per phase of dx (the pixels sharing their position modulo the stride),
+ * written in place with beta: against the reference for strides 2 and 3, one
+ * axis strided, even and odd filters and sizes, paddings that give phases
+ * different numbers of taps and outputs, 3 input channels (a stem) and K from
+ * 16 to 130, phases without taps (2x2 stride 3: beta * dx); MPSDIAG_CPU_PHASES's
+ * switch sends the same arguments to GEMM + col2im, which the reference also
+ * checks. Not for NCHW, 1x1 layers (a plain GEMM), or a phase whose first tap
+ * reads dy a row late (3x3 stride 3 pad 1). */
+Test(kernels_cpu, strided_backward_data_by_phases_matches_ref, .timeout = 60)
+{
+    static const struct { int n, c, h, w, k, r, s, sh, sw, ph, pw; } cases[] = {
+        {3, 64, 16, 16, 128, 3, 3, 2, 2, 1, 1}, {2, 20, 9, 11, 33, 3, 3, 2, 2, 1, 1},
+        {2, 16, 8, 9, 16, 3, 3, 2, 2, 0, 0},    {2, 3, 15, 13, 64, 7, 7, 2, 2, 3, 3},
+        {2, 17, 10, 7, 24, 4, 4, 2, 2, 1, 1},   {2, 16, 11, 10, 20, 5, 5, 2, 2, 2, 2},
+        {1, 24, 12, 14, 32, 5, 5, 3, 3, 2, 2},  {2, 16, 9, 12, 130, 3, 3, 2, 1, 1, 1},
+        {2, 40, 6, 6, 48, 3, 5, 2, 2, 1, 2},
+        {2, 16, 11, 11, 24, 2, 2, 3, 3, 0, 0}, {1, 20, 10, 13, 40, 2, 3, 3, 2, 0, 1}, /* phases without taps */
+    };
+    md_device *ref = NULL, *cpu = open_cpu(3);
+    cr_assert_eq(md_device_open(md_backend_find("ref"), 0, NULL, &ref), MD_OK, "%s", md_errmsg());
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int bi = 0; bi < 2; bi++) {
+            struct md_conv2d_args a = {.n = cases[ci].n, .c = cases[ci].c, .h = cases[ci].h, .w = cases[ci].w,
+                                       .k = cases[ci].k, .r = cases[ci].r, .s = cases[ci].s,
+                                       .stride_h = cases[ci].sh, .stride_w = cases[ci].sw, .pad_h = cases[ci].ph,
+                                       .pad_w = cases[ci].pw, .dil_h = 1, .dil_w = 1, .groups = 1,
+                                       .layout = MD_NHWC, .dtype = MD_F32, .beta = bi ? 0.5f : 0.0f};
+            a.p = md_conv_out(a.h, a.r, a.stride_h, a.pad_h, 1);
+            a.q = md_conv_out(a.w, a.s, a.stride_w, a.pad_w, 1);
+            int direct = md_cpu_direct_enabled();
+            cr_assert_eq(md_cpu_conv_data_by_phases(&a), direct, "case %zu: by phases %s", ci,
+                         direct ? "expected" : "without the direct kernels");
+            size_t ny = (size_t)a.n * a.k * a.p * a.q, nx = (size_t)a.n * a.c * a.h * a.w;
+            size_t nw = (size_t)a.k * a.c * a.r * a.s;
+            float *w = malloc(nw * 4), *dy = malloc(ny * 4), *dx[3] = {malloc(nx * 4), malloc(nx * 4), malloc(nx * 4)};
+            kc_fill(w, nw, 71 + ci, -1, 1);
+            kc_fill(dy, ny, 72 + ci, -1, 1);
+            for (int side = 0; side < 3; side++) { /* ref, phases, GEMM + col2im */
+                kc_fill(dx[side], nx, 73, -1, 1);  /* what beta scales */
+                a.wt = w, a.dy = dy, a.dx = dx[side];
+                md_cpu_conv_phases_set(side != 2);
+                cr_assert_eq(md_k_conv2d_bwd_data(side ? cpu : ref, &a), MD_OK, "%s", md_errmsg());
+            }
+            md_cpu_conv_phases_set(-1);
+            for (int side = 1; side < 3; side++) {
+                float scale = 0.0f, worst = 0.0f;
+                for (size_t i = 0; i < nx; i++) scale = fmaxf(scale, fabsf(dx[0][i]));
+                for (size_t i = 0; i < nx; i++) worst = fmaxf(worst, fabsf(dx[side][i] - dx[0][i]));
+                cr_assert(worst <= 2e-6f * scale, "case %zu beta %d %s: off by %g of %g", ci, bi,
+                          side == 1 ? "by phases" : "GEMM + col2im", (double)worst, (double)scale);
+            }
+            free(w), free(dy), free(dx[0]), free(dx[1]), free(dx[2]);
+        }
+    struct md_conv2d_args one = {.n = 2, .c = 16, .h = 8, .w = 8, .k = 32, .r = 3, .s = 3, .p = 4, .q = 4,
+                                 .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1,
+                                 .groups = 1, .layout = MD_NCHW, .dtype = MD_F32};
+    cr_assert(!md_cpu_conv_data_by_phases(&one), "NCHW stays on GEMM + col2im");
+    one.layout = MD_NHWC, one.stride_h = one.stride_w = 3, one.p = one.q = 3;
+    cr_assert(!md_cpu_conv_data_by_phases(&one), "3x3 stride 3 pad 1: phase 2 starts a row late (not taken)");
+    one.stride_h = one.stride_w = 2, one.r = one.s = 1, one.pad_h = one.pad_w = 0, one.p = one.q = 4;
+    cr_assert(!md_cpu_conv_data_by_phases(&one), "a 1x1 stride-2 layer stays on GEMM + col2im");
+    md_device_close(cpu);
+    md_device_close(ref);
+}

@@ -14,7 +14,8 @@
  *   filter: dW_g += dy[rows, g*Kg:]^T @ col
  * A 1x1, stride-1, unpadded convolution skips im2col (x is its own col).
  * On CPUs with AVX-512 or AVX2, one-group convolutions go to the direct
- * kernels of cpu_conv_direct.c instead (run_f32 and data_via_fwd decide);
+ * kernels of cpu_conv_direct.c instead (run_f32 and data_via_fwd decide;
+ * a channels-last strided backward-data as one direct forward per phase);
  * forward and backward-filter with C*R*S < 16 (first layers) to those of
  * cpu_conv_small.c on every CPU.
  * Chunks keep the col buffer under COL_BYTES (cache-resident), at least one
@@ -30,6 +31,7 @@
 #include "backend/cpu/cpu_conv_small.h"
 #include "backend/cpu/cpu_conv_wino.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "core/mem.h"
 
 /* col buffer per chunk: small enough to stay in the last-level cache between
@@ -881,6 +883,117 @@ static md_status data_via_fwd(const struct geom *g, int nhwc, const float *dy, c
     return nhwc ? fwd_nhwc(&f, dy, wf, dx, beta) : fwd_nchw(&f, dy, wf, dx, beta);
 }
 
+/* ================= strided backward-data by phases ===========================
+ * With stride st along an axis, input pixel st*i + a receives only the taps
+ * kh = a + pad (mod st), from the outputs oh = i + (a + pad - kh) / st. So
+ * each phase (a, b) of dx (the pixels (sh*i + a, sw*j + b)) is a stride-1
+ * forward convolution of dy with those taps (reversed, K and C swapped),
+ * padded by -(a + pad - kh_max) / st before and as far as dy ends after: the
+ * direct kernel computes it and writes it into dx's phase pixels with beta.
+ * A phase without taps (R < st: a 1x1 stride-2 layer's odd pixels) gets no
+ * gradient: beta * dx (2x2 stride 3). No col buffer and no col2im; each dx
+ * element is one forward sum in a fixed order, so any thread count gives the
+ * same bytes. NHWC, one group, dilation 1, not 1x1, the direct kernel taking
+ * every phase, and no phase whose first tap reads dy a row late (a + pad -
+ * kh_max >= st: 3x3 stride 3 pad 1); otherwise the GEMM + col2im path. */
+
+struct phase_axis { int taps, first, pad, out; }; /* taps from kh = first down by st; pad before; pixels */
+
+enum { PHASE_NONE = -1, PHASE_NO_TAPS = 0, PHASE_CONV = 1 };
+
+static int phase_axis(int a, int pad, int st, int r, int size, struct phase_axis *o)
+{
+    int m = (a + pad) % st; /* the taps kh = m, m + st, ... below r */
+    o->out = (size - a + st - 1) / st;
+    if (m >= r) return PHASE_NO_TAPS;
+    o->taps = (r - 1 - m) / st + 1;
+    o->first = m + (o->taps - 1) * st;
+    o->pad = (o->first - a - pad) / st; /* exact: first = a + pad (mod st) */
+    return o->pad >= 0 ? PHASE_CONV : PHASE_NONE;
+}
+
+/* The phase's sub-convolution (input dy (n, p, q, k), output the phase of
+ * dx), or PHASE_NO_TAPS / PHASE_NONE. */
+static int phase_conv(const struct geom *g, int a, int b, struct md_dconv *d, struct phase_axis *ax)
+{
+    int u = phase_axis(a, g->ph, g->sh, g->r, g->h, &ax[0]), v = phase_axis(b, g->pw, g->sw, g->s, g->w, &ax[1]);
+    if (u == PHASE_NONE || v == PHASE_NONE) return PHASE_NONE;
+    if (u == PHASE_NO_TAPS || v == PHASE_NO_TAPS) return PHASE_NO_TAPS;
+    *d = (struct md_dconv){g->n, g->k, g->p, g->q, g->c, ax[0].taps, ax[1].taps, ax[0].out, ax[1].out, 1, 1,
+                           ax[0].pad, ax[1].pad, 1, 1};
+    return md_cpu_direct_fwd_fits(d) ? PHASE_CONV : PHASE_NONE;
+}
+
+static int g_phases = -1;
+
+void md_cpu_conv_phases_set(int on) { g_phases = on < 0 ? -1 : on != 0; }
+
+static int phases_enabled(void)
+{
+    if (g_phases < 0) {
+        const char *e = getenv("MPSDIAG_CPU_PHASES");
+        g_phases = !(e && e[0] == '0' && !e[1]);
+    }
+    return g_phases;
+}
+
+static int data_by_phases_ok(const struct geom *g, int nhwc)
+{
+    if (!phases_enabled() || !nhwc || g->g != 1 || g->dh != 1 || g->dw != 1 || (g->sh == 1 && g->sw == 1) ||
+        g->h < g->sh || g->w < g->sw)
+        return 0;
+    /* a strided 1x1 layer's one phase with taps is a plain GEMM: GEMM + col2im
+     * measured as fast at 2 threads and faster at 16 (docs/performance-cpu.md) */
+    if (g->r == 1 && g->s == 1) return 0;
+    for (int a = 0; a < g->sh; a++)
+        for (int b = 0; b < g->sw; b++) {
+            struct md_dconv d;
+            struct phase_axis ax[2];
+            if (phase_conv(g, a, b, &d, ax) == PHASE_NONE) return 0;
+        }
+    return 1;
+}
+
+/* dx's phase (a, b) pixels of images [b0, e0) times beta: a phase without taps. */
+struct phase_scale_ctx { const struct geom *g; int a, b; float *dx; float beta; };
+
+static void phase_scale_range(void *vc, long long b0, long long e0)
+{
+    const struct phase_scale_ctx *c = vc;
+    const struct geom *g = c->g;
+    for (long long img = b0; img < e0; img++)
+        for (int h = c->a; h < g->h; h += g->sh)
+            for (int w = c->b; w < g->w; w += g->sw)
+                scale_beta(c->dx + (((size_t)img * g->h + h) * g->w + w) * g->c, (size_t)g->c, c->beta);
+}
+
+static md_status data_by_phases(const struct geom *g, const float *dy, const float *w, float *dx, float beta)
+{
+    for (int a = 0; a < g->sh; a++)
+        for (int b = 0; b < g->sw; b++) {
+            struct md_dconv d;
+            struct phase_axis ax[2];
+            if (phase_conv(g, a, b, &d, ax) != PHASE_CONV) {
+                struct phase_scale_ctx c = {g, a, b, dx, beta};
+                if (beta != 1.0f) md_parallel_for(g->n, 1, phase_scale_range, &c);
+                continue;
+            }
+            /* the phase's tap (j, l) is w's (first_h - j*sh, first_w - l*sw) */
+            int tap_of[1024], nt = 0; /* fits: at most 1024 taps */
+            for (int j = 0; j < d.r; j++)
+                for (int l = 0; l < d.s; l++) tap_of[nt++] = (ax[0].first - j * g->sh) * g->s + ax[1].first - l * g->sw;
+            struct md_dphase ph = {g->sh, g->sw, a, b, g->h, g->w, g->r * g->s, tap_of};
+            MD_TRY(md_cpu_direct_fwd_phase(&d, &ph, dy, w, dx, beta));
+        }
+    return MD_OK;
+}
+
+int md_cpu_conv_data_by_phases(const struct md_conv2d_args *a)
+{
+    struct geom g;
+    return geom_init("conv2d_bwd_data", a, &g) == MD_OK && data_by_phases_ok(&g, a->layout == MD_NHWC);
+}
+
 /* ================= NCHW depthwise (one input channel per group) ============
  * Direct loops instead of one tiny GEMM per channel: tasks are output planes
  * (fwd), input planes (data) or filters (filter), each owning what it writes. */
@@ -1010,6 +1123,7 @@ static md_status run_f32(int which, const struct geom *g, md_layout layout, cons
     case CONV_FWD: return nhwc ? fwd_nhwc(g, x, w, out, beta) : fwd_nchw(g, x, w, out, beta);
     case CONV_DATA:
         if (data_as_fwd(g)) return data_via_fwd(g, nhwc, dy, w, out, beta);
+        if (data_by_phases_ok(g, nhwc)) return data_by_phases(g, dy, w, out, beta);
         return nhwc ? data_nhwc(g, dy, w, out, beta) : data_nchw(g, dy, w, out, beta);
     default: return nhwc ? filter_nhwc(g, x, dy, out, beta) : filter_nchw(g, x, dy, out, beta);
     }

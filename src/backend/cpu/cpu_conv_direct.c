@@ -195,6 +195,7 @@ INLINE __attribute__((target("avx2,fma"))) void trv_256(__m256 r[8])
 
 struct fwd_ctx {
     const struct md_dconv *g;
+    const struct md_dphase *phase; /* NULL: y is (n, p, q, k) or NCHW itself */
     struct pad_geom pg;
     int nhwc, kp, nkb, ncb, cbs, rs, grp, chunk, tasks, kgroups; /* tasks: image groups */
     const float *x, *wpk;
@@ -207,7 +208,8 @@ struct fwd_ctx {
 /* Packed weights of one (K-block, C-block): (tap, c, nv*16), zero past K.
  * flip: w holds the weights of the convolution whose backward-data this
  * forward computes ((C, K, R, S) or (C, R, S, K) here), read transposed and
- * rotated by 180 degrees. */
+ * rotated by 180 degrees; with a phase (NHWC), transposed and at the taps
+ * the phase names. */
 struct pack_ctx { const struct fwd_ctx *c; const float *w; float *wpk; int flip; };
 
 struct filt_ctx {
@@ -298,6 +300,12 @@ int md_cpu_direct_fwd_ok(const struct md_dconv *g)
     return isa == 512 ? direct_fwd_ok_512(g) : isa == 256 ? direct_fwd_ok_256(g) : 0;
 }
 
+int md_cpu_direct_fwd_fits(const struct md_dconv *g)
+{
+    int isa = direct_isa();
+    return isa == 512 ? direct_fwd_fits_512(g) : isa == 256 ? direct_fwd_fits_256(g) : 0;
+}
+
 int md_cpu_direct_filter_ok(const struct md_dconv *g)
 {
     int isa = direct_isa();
@@ -307,8 +315,14 @@ int md_cpu_direct_filter_ok(const struct md_dconv *g)
 md_status md_cpu_direct_fwd(const struct md_dconv *g, int nhwc, int flip, const float *x, const float *w, float *y,
                             float beta)
 {
-    return direct_isa() == 512 ? direct_fwd_512(g, nhwc, flip, x, w, y, beta)
-                               : direct_fwd_256(g, nhwc, flip, x, w, y, beta);
+    return direct_isa() == 512 ? direct_fwd_512(g, NULL, nhwc, flip, x, w, y, beta)
+                               : direct_fwd_256(g, NULL, nhwc, flip, x, w, y, beta);
+}
+
+md_status md_cpu_direct_fwd_phase(const struct md_dconv *g, const struct md_dphase *ph, const float *x, const float *w,
+                                  float *y, float beta)
+{
+    return direct_isa() == 512 ? direct_fwd_512(g, ph, 1, 1, x, w, y, beta) : direct_fwd_256(g, ph, 1, 1, x, w, y, beta);
 }
 
 md_status md_cpu_direct_filter(const struct md_dconv *g, int nhwc, const float *x, const float *dy, float *dw,
@@ -321,11 +335,18 @@ md_status md_cpu_direct_filter(const struct md_dconv *g, int nhwc, const float *
 
 void md_cpu_direct_set_prep_bytes(size_t bytes) { (void)bytes; }
 int md_cpu_direct_fwd_ok(const struct md_dconv *g) { (void)g; return 0; }
+int md_cpu_direct_fwd_fits(const struct md_dconv *g) { (void)g; return 0; }
 int md_cpu_direct_filter_ok(const struct md_dconv *g) { (void)g; return 0; }
 md_status md_cpu_direct_fwd(const struct md_dconv *g, int nhwc, int flip, const float *x, const float *w, float *y,
                             float beta)
 {
     (void)g, (void)nhwc, (void)flip, (void)x, (void)w, (void)y, (void)beta;
+    return md_errf(MD_ERR_INTERNAL, "cpu direct convolution: not built for this CPU");
+}
+md_status md_cpu_direct_fwd_phase(const struct md_dconv *g, const struct md_dphase *ph, const float *x, const float *w,
+                                  float *y, float beta)
+{
+    (void)g, (void)ph, (void)x, (void)w, (void)y, (void)beta;
     return md_errf(MD_ERR_INTERNAL, "cpu direct convolution: not built for this CPU");
 }
 md_status md_cpu_direct_filter(const struct md_dconv *g, int nhwc, const float *x, const float *dy, float *dw,

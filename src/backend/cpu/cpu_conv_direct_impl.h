@@ -160,7 +160,11 @@ static void FN(fwd_flush)(const struct fwd_ctx *c, int img0, int ch0, int a, int
         size_t img = (size_t)img0 + il;
         if (c->nhwc) {
             for (int i = 0; i < cnt; i++) {
-                float *yr = c->y + (img * pq + pp + i) * g->k + k0;
+                size_t row = img * pq + pp + i;
+                if (c->phase) /* a phase of a larger tensor */
+                    row = (img * (size_t)c->phase->h + (size_t)((pp + i) / g->q * c->phase->sh + c->phase->a)) *
+                              (size_t)c->phase->w + (size_t)((pp + i) % g->q * c->phase->sw + c->phase->b);
+                float *yr = c->y + row * g->k + k0;
                 const float *tr = st + (size_t)i * KB;
                 if (c->beta == 0.0f)
                     memcpy(yr, tr, sizeof(float) * (size_t)kn);
@@ -239,16 +243,21 @@ static int FN(c_block)(const struct md_dconv *g, int *ncb)
 }
 
 
-static int FN(direct_fwd_ok)(const struct md_dconv *g)
+static int FN(direct_fwd_fits)(const struct md_dconv *g)
 {
     /* enough work per loaded weight vector; offsets within int */
     struct pad_geom pg = pad_geom(g);
+    return md_cpu_direct_enabled() && g->c * g->r * g->s >= 16 && (size_t)g->r * g->s <= 1024 &&
+           pg.img * 16 < (size_t)1 << 30;
+}
+
+static int FN(direct_fwd_ok)(const struct md_dconv *g)
+{
     /* 1x1 with few input channels: a plain GEMM does as well, without the
      * transposes (measured on resnet18_cifar's 64 -> 128 stride-2 shortcut) */
     if (g->r * g->s == 1 && g->c < 128) return 0;
     /* (not on the thread count: the choice of path would change the results) */
-    return md_cpu_direct_enabled() && g->c * g->r * g->s >= 16 && (size_t)g->r * g->s <= 1024 &&
-           pg.img * 16 < (size_t)1 << 30;
+    return FN(direct_fwd_fits)(g);
 }
 
 
@@ -267,13 +276,16 @@ static void FN(pack_range)(void *vc, long long b, long long e)
         if (c->nhwc) {
             /* (K, R*S, C): per tap a (kn, cn) block to transpose; flipped,
              * (C, R*S, K): per tap and channel a run of kn to copy */
+            const struct md_dphase *ph = c->phase;
+            size_t wrs = ph ? (size_t)ph->wrs : rs; /* taps per row of w */
             for (size_t t = 0; t < rs; t++) {
                 float *dt = wb + t * (size_t)cn * kw;
+                size_t wt = ph ? (size_t)ph->tap_of[t] : rs - 1 - t; /* flipped: w's tap */
                 if (!pk->flip)
                     FN(transpose)(pk->w + (size_t)k0 * rs * C + t * C + (size_t)c0, rs * C, kn, cn, dt, (size_t)kw, 0.0f);
                 else
                     for (int ch = 0; ch < cn; ch++)
-                        memcpy(dt + (size_t)ch * kw, pk->w + ((size_t)(c0 + ch) * rs + (rs - 1 - t)) * K + (size_t)k0,
+                        memcpy(dt + (size_t)ch * kw, pk->w + ((size_t)(c0 + ch) * wrs + wt) * K + (size_t)k0,
                                sizeof(float) * (size_t)kn);
                 if (kn < kw)
                     for (int ch = 0; ch < cn; ch++) memset(dt + (size_t)ch * kw + kn, 0, sizeof(float) * (size_t)(kw - kn));
@@ -299,10 +311,11 @@ static void FN(pack_range)(void *vc, long long b, long long e)
     }
 }
 
-static md_status FN(direct_fwd)(const struct md_dconv *g, int nhwc, int flip, const float *x, const float *w, float *y,
-                            float beta)
+static md_status FN(direct_fwd)(const struct md_dconv *g, const struct md_dphase *phase, int nhwc, int flip,
+                                const float *x, const float *w, float *y, float beta)
 {
-    struct fwd_ctx c = {.g = g, .nhwc = nhwc, .x = x, .y = y, .beta = beta, .chunk = FWD_CHUNK};
+    if (phase && !nhwc) return md_errf(MD_ERR_INTERNAL, "cpu direct convolution: a phase output needs NHWC");
+    struct fwd_ctx c = {.g = g, .phase = phase, .nhwc = nhwc, .x = x, .y = y, .beta = beta, .chunk = FWD_CHUNK};
     c.pg = pad_geom(g);
     c.rs = g->r * g->s;
     c.kp = (g->k + VL - 1) / VL * VL;

@@ -19,6 +19,13 @@ const char *md_cpu_conv_kernels(void);
  * (they do with the direct kernels: no transposes). */
 int md_cpu_conv_prefers_nhwc(void);
 
+/* Whether a strided backward-data with these arguments runs by phases
+ * (stride-1 direct forwards into dx's phase pixels) rather than GEMM +
+ * col2im (cpu_conv.c), and the switch: 0 off, 1 on, -1 decides again from
+ * MPSDIAG_CPU_PHASES (=0: off; read once). */
+int md_cpu_conv_data_by_phases(const struct md_conv2d_args *a);
+void md_cpu_conv_phases_set(int on);
+
 /* The fp32 rate of independent FMA chains in the widest vectors the CPU has,
  * on every thread of the pool, in GFLOP/s (best of three, some 20 ms): what
  * no CPU kernel can exceed on these threads. *isa (may be NULL) names the
