@@ -340,6 +340,9 @@ static md_status FN(direct_fwd)(const struct md_dconv *g, const struct md_dphase
     if (want > 1 && want > flops / FWD_TASK_FLOPS) want = flops / FWD_TASK_FLOPS > 1 ? (int)(flops / FWD_TASK_FLOPS) : 1;
     c.kgroups = 1;
     if (tasks < want) c.kgroups = (want + tasks - 1) / tasks < c.nkb ? (want + tasks - 1) / tasks : c.nkb;
+    /* groups of equal size: a count that does not divide the K-blocks (3 of
+     * 4) leaves some tasks twice the work of the others */
+    while (c.nkb % c.kgroups) c.kgroups++;
     if ((long long)tasks * c.kgroups < want) tasks = (want + c.kgroups - 1) / c.kgroups;
     if (tasks > g->n) tasks = g->n;
     c.tasks = tasks;
