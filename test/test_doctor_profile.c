@@ -213,7 +213,10 @@ Test(profile, layer_flops_and_bytes)
 /* A batch norm counts its passes: x twice each way, dx written, dy twice (and y twice
  * more for its ReLU's mask, unless a fused pool recomputes it from x); channels-last,
  * a fused pool's kept routing (1.25 of y) is written once and read in place of x
- * by the sums (with dy), its indices again by dx's pass. */
+ * by the sums (with dy), its indices again by dx's pass; and there the batch norm
+ * writes the first convolution's filter gradient instead of dx (no dx pass: x
+ * twice, both forward), so that convolution's backward reads and writes nothing
+ * (its input once more, in the batch norm's patches). */
 Test(profile, batchnorm_step_bytes_count_its_passes)
 {
     static const char cfg[] =
@@ -242,8 +245,10 @@ Test(profile, batchnorm_step_bytes_count_its_passes)
     md_model_free(m);
     m = model_in(cfg, MD_NHWC);
     cr_assert_eq(md_model_bind(m, dev, 2), MD_OK, "%s", md_errmsg());
-    cr_assert_float_eq(md_model_layer_step_bytes(m, 1, 2), (32 * 4 + 8 * 5.75) * 4.0 * 2 + params, 1e-9, "%g",
+    cr_assert_float_eq(md_model_layer_step_bytes(m, 1, 2), (32 * 2 + 8 * 5.75) * 4.0 * 2 + params, 1e-9, "%g",
                        md_model_layer_step_bytes(m, 1, 2));
+    cr_assert_float_eq(md_model_layer_step_bytes(m, 0, 2), (16 * 2 + 32 * 1) * 4.0 * 2 + 18 * 4.0 * 3, 1e-9, "%g",
+                       md_model_layer_step_bytes(m, 0, 2));
     md_model_free(m);
     md_device_close(dev);
 }

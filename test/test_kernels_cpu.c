@@ -780,6 +780,108 @@ Test(kernels_cpu, batchnorm_relu_maxpool_fused_matches_the_three_kernels, .timeo
     md_device_close(cpu[1]);
 }
 
+/* The channels-last fused batch norm's backward with .conv writes the filter
+ * gradient of the convolution that computed x (from pooled-size sums and the
+ * Gram matrix of the input's patches) instead of dx: against the fused
+ * backward's dx fed to the reference's filter gradient, for one input channel
+ * and 3 x 3 (its own loops; 32 output channels, 20 with a tail, 5 with no
+ * vector; dilation 2), several input channels, 5 x 5, 2 x 2 without padding,
+ * 1 x 1 at the 32-entry limit, stride 2; dgamma and dbeta as without it; beta
+ * 0.5 adds; 1 and 3 threads give the same bits. What it refuses: dx given,
+ * NCHW, two groups, C*R*S over the limit, no routing, no pool. */
+Test(kernels_cpu, batchnorm_pool_writes_the_convolution_filter_gradient, .timeout = 60)
+{
+    static const struct { int c, r, s, stride, pad, dil, k, h, w; } cs[] = {
+        {1, 3, 3, 1, 1, 1, 32, 12, 12}, {1, 3, 3, 1, 1, 1, 20, 8, 10}, {1, 3, 3, 1, 2, 2, 5, 8, 8},
+        {3, 3, 3, 1, 1, 1, 17, 8, 8},   {2, 3, 3, 2, 1, 1, 16, 16, 12}, {1, 5, 5, 1, 2, 1, 16, 8, 8},
+        {4, 2, 2, 1, 0, 1, 16, 9, 9},   {32, 1, 1, 1, 0, 1, 16, 4, 6}};
+    enum { N = 3 };
+    md_device *ref = kc_open_ref(), *cpu[2] = {open_cpu(1), open_cpu(3)};
+    cr_assert(md_dev_batchnorm_pool_conv(cpu[0], MD_NHWC, MD_F32));
+    cr_assert(!md_dev_batchnorm_pool_conv(cpu[0], MD_NCHW, MD_F32));
+    cr_assert(!md_dev_batchnorm_pool_conv(cpu[0], MD_NHWC, MD_BF16));
+    cr_assert(!md_dev_batchnorm_pool_conv(ref, MD_NHWC, MD_F32));
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        int C = cs[k].c, K = cs[k].k, H = cs[k].h, W = cs[k].w, crs = C * cs[k].r * cs[k].s;
+        int P = (H + 2 * cs[k].pad - cs[k].dil * (cs[k].r - 1) - 1) / cs[k].stride + 1;
+        int Q = (W + 2 * cs[k].pad - cs[k].dil * (cs[k].s - 1) - 1) / cs[k].stride + 1;
+        cr_assert(P % 2 == 0 && Q % 2 == 0, "case %zu: %d x %d", k, P, Q);
+        size_t nx0 = (size_t)N * H * W * C, nx = (size_t)N * P * Q * K, ny = nx / 4, nw = (size_t)K * crs;
+        float *x0 = malloc(nx0 * 4), *wt = malloc(nw * 4), *x = malloc(nx * 4), *y = malloc(ny * 4);
+        float *dy = malloc(ny * 4), *dz = malloc(nx * 4), *xs = malloc(ny * 4), *dw[4];
+        unsigned char *arg = malloc(ny);
+        for (int d = 0; d < 4; d++) dw[d] = malloc(nw * 4);
+        float gamma[32], betap[32], rm[32], rv[32], sm[32], si[32], dg[3][32], db[3][32];
+        kc_fill(x0, nx0, 300 + k, -1, 1);
+        kc_fill(wt, nw, 310 + k, -0.5f, 0.5f);
+        kc_fill(dy, ny, 320 + k, -1, 1);
+        kc_fill(gamma, (size_t)K, 330, 0.5f, 1.5f);
+        kc_fill(betap, (size_t)K, 331, -0.5f, 0.5f);
+        kc_fill(rm, (size_t)K, 332, -0.5f, 0.5f);
+        kc_fill(rv, (size_t)K, 333, 0.5f, 2.0f);
+        struct md_conv2d_args cv = {.n = N, .c = C, .h = H, .w = W, .k = K, .r = cs[k].r, .s = cs[k].s, .p = P,
+                                    .q = Q, .stride_h = cs[k].stride, .stride_w = cs[k].stride,
+                                    .pad_h = cs[k].pad, .pad_w = cs[k].pad, .dil_h = cs[k].dil,
+                                    .dil_w = cs[k].dil, .groups = 1, .layout = MD_NHWC, .dtype = MD_F32,
+                                    .x = x0, .wt = wt, .y = x};
+        cr_assert_eq(md_k_conv2d_fwd(ref, &cv), MD_OK, "%s", md_errmsg());
+        struct md_batchnorm_args b = {.n = N, .c = K, .hw = P * Q, .h = P, .w = Q, .pool = 2,
+                                      .layout = MD_NHWC, .dtype = MD_F32, .training = 1, .eps = 1e-5f,
+                                      .momentum = 0.1f, .act = MD_ACT_RELU, .x = x, .y = y, .gamma = gamma,
+                                      .beta_p = betap, .running_mean = rm, .running_var = rv, .save_mean = sm,
+                                      .save_invstd = si, .pool_x = xs, .pool_arg = arg, .dy = dy};
+        cr_assert_eq(md_k_batchnorm_fwd(cpu[0], &b), MD_OK, "%s", md_errmsg());
+        /* 0: dx, then the reference's filter gradient of it */
+        b.dx = dz, b.dgamma = dg[0], b.dbeta = db[0];
+        cr_assert_eq(md_k_batchnorm_bwd(cpu[0], &b), MD_OK, "%s", md_errmsg());
+        struct md_conv2d_args f = cv;
+        f.dy = dz, f.dwt = dw[0];
+        cr_assert_eq(md_k_conv2d_bwd_filter(ref, &f), MD_OK, "%s", md_errmsg());
+        /* 1, 2: the filter gradient instead of dx, 1 and 3 threads; 3: beta 0.5 */
+        for (int d = 1; d < 4; d++) {
+            kc_fill(dw[d], nw, 340, -1, 1);
+            f.dy = NULL, f.dwt = dw[d], f.beta = d == 3 ? 0.5f : 0.0f;
+            b.dx = NULL, b.conv = &f, b.dgamma = dg[d < 3 ? d : 1], b.dbeta = db[d < 3 ? d : 1];
+            cr_assert_eq(md_k_batchnorm_bwd(cpu[d == 2], &b), MD_OK, "%s", md_errmsg());
+            b.conv = NULL;
+        }
+        float want[32 * 32], prev[32 * 32];
+        kc_fill(prev, nw, 340, -1, 1);
+        for (size_t i = 0; i < nw; i++) want[i] = dw[0][i] + 0.5f * prev[i];
+        char what[96];
+        snprintf(what, sizeof what, "bn+pool conv filter c%d %dx%d stride %d dil %d k%d", C, cs[k].r, cs[k].s,
+                 cs[k].stride, cs[k].dil, K);
+        cr_assert(th_allclose(what, dw[1], dw[0], nw, 2e-5, 1e-4), "dw: %s", what);
+        cr_assert(th_allclose(what, dw[3], want, nw, 2e-5, 1e-4), "dw, beta 0.5: %s", what);
+        cr_assert(memcmp(dg[1], dg[0], (size_t)K * 4) == 0 && memcmp(db[1], db[0], (size_t)K * 4) == 0,
+                  "dgamma, dbeta change: %s", what);
+        cr_assert(memcmp(dw[1], dw[2], nw * 4) == 0, "1 and 3 threads differ: %s", what);
+        if (k == 0) { /* what it refuses */
+            struct md_batchnorm_args e = b;
+            struct md_conv2d_args g = f;
+            e.conv = &g, e.dx = dz;
+            cr_expect_eq(md_k_batchnorm_bwd(cpu[0], &e), MD_ERR_USAGE, "dx given");
+            e.dx = NULL, e.layout = MD_NCHW;
+            cr_expect_neq(md_k_batchnorm_bwd(cpu[0], &e), MD_OK, "NCHW");
+            e.layout = MD_NHWC, g.groups = 2;
+            cr_expect_eq(md_k_batchnorm_bwd(cpu[0], &e), MD_ERR_UNSUPPORTED, "two groups");
+            g.groups = 1, g.c = 4; /* 36 > MD_BN_CONV_MAX_CRS */
+            cr_expect_eq(md_k_batchnorm_bwd(cpu[0], &e), MD_ERR_UNSUPPORTED, "C*R*S 36");
+            g.c = 1, e.pool_arg = NULL;
+            cr_expect_eq(md_k_batchnorm_bwd(cpu[0], &e), MD_ERR_UNSUPPORTED, "no routing");
+            e.pool_arg = arg, e.pool = 0, e.hw = P * Q;
+            cr_expect_eq(md_k_batchnorm_bwd(cpu[0], &e), MD_ERR_UNSUPPORTED, "no pool");
+        }
+        free(x0), free(wt), free(x), free(y), free(dy), free(dz), free(xs), free(arg);
+        for (int d = 0; d < 4; d++) free(dw[d]);
+    }
+    md_dev_set_batchnorm_pool_conv(cpu[0], 0);
+    cr_expect(!md_dev_batchnorm_pool_conv(cpu[0], MD_NHWC, MD_F32));
+    md_device_close(ref);
+    md_device_close(cpu[0]);
+    md_device_close(cpu[1]);
+}
+
 /* A strided channels-last backward-data runs as one stride-1 direct forward
  * per phase of dx (the pixels sharing their position modulo the stride),
  * written in place with beta: against the reference for strides 2 and 3, one

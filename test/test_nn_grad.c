@@ -263,6 +263,7 @@ Test(nn_grad, integration_weights_start_at_one_over_k)
 
 static int g_apart; /* the devices run a fused residual apart (md_dev_set_batchnorm_residual) */
 static int g_nopool; /* the devices run batch norm and max pool apart (md_dev_set_batchnorm_pool) */
+static int g_nofilt; /* the convolutions write their own filter gradients (md_dev_set_batchnorm_pool_conv) */
 
 static float *grads_of(const char *name_or_text, int ckpt, int compile, md_layout layout, const char *dev, int batch,
                        size_t *n, float **logits)
@@ -270,6 +271,7 @@ static float *grads_of(const char *name_or_text, int ckpt, int compile, md_layou
     md_device *d = th_open_device(dev);
     if (g_apart) md_dev_set_batchnorm_residual(d, 0);
     if (g_nopool) md_dev_set_batchnorm_pool(d, 0);
+    if (g_nofilt) md_dev_set_batchnorm_pool_conv(d, 0);
     struct md_model_opts o;
     md_model_opts_default(&o);
     o.grad_ckpt = ckpt;
@@ -394,24 +396,49 @@ static int fused_pools(md_model *m)
     return n;
 }
 
+/* The convolutions whose filter gradient their batch norm's backward writes
+ * (summary: "filter_grad_fused"). */
+static int fused_filters(md_model *m)
+{
+    cJSON *s = md_model_summary_json(m);
+    int n = 0;
+    const cJSON *L;
+    cJSON_ArrayForEach(L, cJSON_GetObjectItem(s, "layers"))
+    {
+        if (!cJSON_IsTrue(cJSON_GetObjectItem(L, "filter_grad_fused"))) continue;
+        const cJSON *nm = cJSON_GetObjectItem(L, "name");
+        cr_expect(cJSON_IsString(nm) && !strcmp(nm->valuestring, "conv1"), "only the first convolution");
+        n++;
+    }
+    cJSON_Delete(s);
+    return n;
+}
+
 /* Bound to the CPU in fp32 (either layout; compile on, no checkpointing) the
  * model runs each 2x2 max pool inside its batch norm; elsewhere, and bound
  * again elsewhere, it does not. The fused model's logits and gradients
  * against the same model with the pools apart (the sums' order differs: close,
- * not equal) and against the reference; its ReLU statistics still run. */
+ * not equal) and against the reference; its ReLU statistics still run.
+ * Channels-last, the first batch norm's backward also writes conv1's filter
+ * gradient (conv1 reads the model's input, has no bias, and only bn1 reads
+ * it), not where the device is told not to (nofilt), and the gradients
+ * compare alike. */
 Test(nn_grad, fused_max_pool_agrees_with_the_unfused_model, .timeout = 60)
 {
-    struct { const char *dev; md_layout lay; int compile, ckpt, nopool, want; } c[] = {
-        {"cpu", MD_NHWC, 1, 0, 0, 2}, {"cpu", MD_NCHW, 1, 0, 0, 2}, {"cpu", MD_NHWC, 0, 0, 0, 0},
-        {"cpu", MD_NHWC, 1, 1, 0, 0}, {"cpu", MD_NHWC, 1, 0, 1, 0}, {"ref", MD_NHWC, 1, 0, 0, 0}};
+    struct { const char *dev; md_layout lay; int compile, ckpt, nopool, nofilt, want, filt; } c[] = {
+        {"cpu", MD_NHWC, 1, 0, 0, 0, 2, 1}, {"cpu", MD_NCHW, 1, 0, 0, 0, 2, 0}, {"cpu", MD_NHWC, 0, 0, 0, 0, 0, 0},
+        {"cpu", MD_NHWC, 1, 1, 0, 0, 0, 0}, {"cpu", MD_NHWC, 1, 0, 1, 0, 0, 0}, {"ref", MD_NHWC, 1, 0, 0, 0, 0, 0},
+        {"cpu", MD_NHWC, 1, 0, 0, 1, 2, 0}};
     for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
         md_device *d = th_open_device(c[k].dev);
         if (c[k].nopool) md_dev_set_batchnorm_pool(d, 0);
+        if (c[k].nofilt) md_dev_set_batchnorm_pool_conv(d, 0);
         struct md_model_opts o;
         md_model_opts_default(&o);
         o.layout = c[k].lay, o.compile = c[k].compile, o.grad_ckpt = c[k].ckpt;
         md_model *m = make(POOLED, &o, d, 4);
         cr_expect_eq(fused_pools(m), c[k].want, "case %zu: %d pools fused, not %d", k, fused_pools(m), c[k].want);
+        cr_expect_eq(fused_filters(m), c[k].filt, "case %zu: %d filter gradients handed over", k, fused_filters(m));
         if (c[k].want) { /* bound again to the reference: unfused, and it runs */
             fill_inputs(m, 4, 5);
             struct step_io io = step_io_new(d, 4);
@@ -426,6 +453,7 @@ Test(nn_grad, fused_max_pool_agrees_with_the_unfused_model, .timeout = 60)
             md_device *r = th_open_device("ref");
             cr_assert_eq(md_model_bind(m, r, 4), MD_OK, "%s", md_errmsg());
             cr_expect_eq(fused_pools(m), 0);
+            cr_expect_eq(fused_filters(m), 0);
             fill_inputs(m, 4, 5);
             io = step_io_new(r, 4);
             loss_of(m, io, 4, 1);
@@ -451,6 +479,11 @@ Test(nn_grad, fused_max_pool_agrees_with_the_unfused_model, .timeout = 60)
         cr_expect(th_allclose("fused vs apart grads", fused, apart, n[0], 1e-6, 1e-4));
         cr_expect(th_allclose("fused vs ref logits", lo[0], lo[2], 12, 1e-5, 1e-4));
         cr_expect(th_allclose("fused vs ref grads", fused, ref, n[0], 1e-5, 1e-3));
+        g_nofilt = 1;
+        float *own = grads_of(POOLED, 0, 1, lays[l], "cpu", 4, &n[1], NULL);
+        g_nofilt = 0;
+        cr_expect(th_allclose("filter in bn1 vs in conv1", fused, own, n[0], 1e-6, 1e-4));
+        free(own);
         free(fused), free(apart), free(ref);
         for (int k = 0; k < 3; k++) free(lo[k]);
     }

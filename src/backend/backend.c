@@ -610,6 +610,12 @@ int md_dev_batchnorm_pool(const md_device *dev, md_layout layout, md_dtype dtype
     return dev->ops->batchnorm_pool && !dev->no_bn_pool && dtype == MD_F32;
 }
 void md_dev_set_batchnorm_pool(md_device *dev, int on) { dev->no_bn_pool = !on; }
+int md_dev_batchnorm_pool_conv(const md_device *dev, md_layout layout, md_dtype dtype)
+{
+    return md_dev_batchnorm_pool(dev, layout, dtype) && dev->ops->batchnorm_pool_conv && !dev->no_bn_pool_conv &&
+           layout == MD_NHWC;
+}
+void md_dev_set_batchnorm_pool_conv(md_device *dev, int on) { dev->no_bn_pool_conv = !on; }
 
 static md_status no_comm(const md_device *dev)
 {

@@ -200,6 +200,12 @@ void md_dev_set_batchnorm_residual(md_device *dev, int on);
  * (before a model binds: the model fuses the pool at bind). */
 int md_dev_batchnorm_pool(const md_device *dev, md_layout layout, md_dtype dtype);
 void md_dev_set_batchnorm_pool(md_device *dev, int on);
+/* 1 when their backward writes the filter gradient of the convolution that
+ * computed x instead of dx (md_batchnorm_args.conv): the CPU, channels-last
+ * fp32, where md_dev_batchnorm_pool says 1. md_dev_set_batchnorm_pool_conv(dev,
+ * 0) makes a device say 0 (before a model binds, which decides it). */
+int md_dev_batchnorm_pool_conv(const md_device *dev, md_layout layout, md_dtype dtype);
+void md_dev_set_batchnorm_pool_conv(md_device *dev, int on);
 
 /* Which kernels are supported (non-NULL) and how often the fallback ran. */
 int md_dev_supports(const md_device *dev, int kernel_index);

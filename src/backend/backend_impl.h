@@ -76,6 +76,8 @@ struct md_backend_ops {
     int batchnorm_residual;
     /* 1: batchnorm_fwd/bwd honour md_batchnorm_args.pool (fp32) */
     int batchnorm_pool;
+    /* 1: batchnorm_bwd honours md_batchnorm_args.conv (channels-last fp32) */
+    int batchnorm_pool_conv;
 
     struct md_kernels kernels;
 
@@ -118,6 +120,7 @@ struct md_device {
     struct md_alloc_fault fault;
     int no_bn_residual;       /* md_dev_set_batchnorm_residual(dev, 0) */
     int no_bn_pool;           /* md_dev_set_batchnorm_pool(dev, 0) */
+    int no_bn_pool_conv;      /* md_dev_set_batchnorm_pool_conv(dev, 0) */
     long long conv_beside;    /* filter gradients run beside their data gradient (CUDA) */
 };
 

@@ -104,6 +104,14 @@ struct md_conv2d_args {
  *   x at the element that takes dy and that element's index (0-3 in
  *   row-major order, 4 where the ReLU masks it), and the backward of the same
  *   batch reads it instead of recomputing it; the results are the same.
+ *   conv (backward, optional; only where md_dev_batchnorm_pool_conv says so:
+ *   the CPU, channels-last fp32, with pool_x and pool_arg): the one-group
+ *   convolution without bias that computed x from conv->x (its input, which
+ *   needs no gradient); instead of dx (NULL), backward writes that
+ *   convolution's filter gradient, conv->dwt = dL/dW (+ conv->beta * dwt).
+ *   dL/dx is linear in the routed dy and in x, and x = W * patches, so the
+ *   gradient comes from pooled-size sums and the Gram matrix of the input's
+ *   patches (C*R*S <= MD_BN_CONV_MAX_CRS) without the full-size dx.
  * bwd (training statistics): dx (= or +=beta), dgamma, dbeta (beta_param
  *   accumulate flag applies to dgamma/dbeta too).
  * sync (training only; NULL: statistics of this rank's batch): synchronised
@@ -145,7 +153,10 @@ struct md_batchnorm_args {
     int pool, h, w;                 /* a fused max pool (above), or 0; x's height and width */
     float *pool_x;                  /* a fused pool's routing (above), or NULL: (n, h/2, w/2, c) each */
     unsigned char *pool_arg;
+    const struct md_conv2d_args *conv; /* backward: the filter gradient instead of dx (above), or NULL */
 };
+
+#define MD_BN_CONV_MAX_CRS 32 /* md_batchnorm_args.conv: input channels x filter height x width */
 
 /* ---- element-wise activations ---------------------------------------------- */
 /* enum md_act and the fp32 formulas: backend/act_math.h */

@@ -146,6 +146,16 @@ struct md_layer_ops {
      * back (on = 0) a following max_pool_2x2 pool; 1 if it did. The caller
      * sets L->out. */
     int (*fuse_pool)(struct md_layer *L, int on);
+    /* (optional, default 0) A convolution whose filter gradient its consumer
+     * may compute instead (a single group, no bias): its C*R*S. */
+    int (*lone_filter)(const struct md_model *m, const struct md_layer *L);
+    /* (optional) With lone_filter: the conv2d_bwd_filter call's arguments
+     * without dy (geometry, input, filter, filter gradient, beta 0). */
+    void (*filter_args)(const struct md_layer_run *r, int i, struct md_conv2d_args *c);
+    /* (optional, default refuse) Takes (on) or gives back (0) the filter
+     * gradient of the lone_filter convolution feeding it, computed in its
+     * own backward instead of its input's gradient; 1 if it did. */
+    int (*fuse_filter)(struct md_layer *L, int on);
     /* (optional, default MD_ACT_NONE) The activation applied last to the
      * output (ReLU statistics). */
     int (*out_act)(const struct md_layer *L);

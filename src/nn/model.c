@@ -741,6 +741,44 @@ void md_model_fuse_pools(struct md_model *m, int on)
     layout_saved(m); /* a fused pool keeps its routing */
 }
 
+/* bind (after the pools): a layer that takes it (fuse_filter: a batch norm
+ * with a fused pool and its routing) computes in its backward the filter
+ * gradient of the convolution that feeds it, when that convolution reads a
+ * model input (no data gradient), has one group and no bias, its output is
+ * read by that layer alone, and `on` (the device runs such a batch norm:
+ * md_dev_batchnorm_pool_conv). The convolution's backward then does
+ * nothing. With `on` 0, and before each decision, such hand-overs are
+ * undone. */
+void md_model_fuse_filters(struct md_model *m, int on)
+{
+    for (int i = m->ninputs; i < m->nlayers; i++) {
+        struct md_layer *B = &m->layers[i];
+        if (B->ops->fuse_filter && B->nin == 1 && m->layers[B->in[0]].filter_elsewhere) {
+            B->ops->fuse_filter(B, 0);
+            m->layers[B->in[0]].filter_elsewhere = 0;
+        }
+    }
+    if (!on) return;
+    for (int i = m->ninputs; i < m->nlayers; i++) {
+        struct md_layer *B = &m->layers[i];
+        if (!B->ops->fuse_filter || B->alias >= 0 || B->nin != 1) continue;
+        int t = B->in[0];
+        struct md_layer *P = &m->layers[t];
+        if (t < m->ninputs || P->alias >= 0 || !P->ops->lone_filter || !P->ops->filter_args || P->nin != 1 ||
+            P->in[0] >= m->ninputs || P->fold != B->fold)
+            continue;
+        int crs = P->ops->lone_filter(m, P);
+        if (crs < 1 || crs > MD_BN_CONV_MAX_CRS) continue;
+        int readers = 0;
+        for (int j = m->ninputs; j < m->nlayers; j++) {
+            if (m->layers[j].alias >= 0) continue;
+            for (int k = 0; k < m->layers[j].nin; k++) readers += md_model_tensor_of(m, m->layers[j].in[k]) == t;
+        }
+        if (readers != 1 || !B->ops->fuse_filter(B, 1)) continue;
+        P->filter_elsewhere = 1;
+    }
+}
+
 /* ---- load -------------------------------------------------------------------------- */
 
 static md_status resolve_path(const char *name, char *out, size_t n)

@@ -407,7 +407,9 @@ static md_status dalloc(struct md_model *m, size_t bytes, void **p, const char *
 
 void md_model_fuse_for(md_model *m, md_device *dev)
 {
+    md_model_fuse_filters(m, 0); /* before the pools they need change */
     md_model_fuse_pools(m, md_dev_batchnorm_pool(dev, m->opts.layout, m->opts.compute_dtype));
+    md_model_fuse_filters(m, md_dev_batchnorm_pool_conv(dev, m->opts.layout, m->opts.compute_dtype));
 }
 
 md_status md_model_bind(md_model *m, md_device *dev, int max_batch)

@@ -53,6 +53,7 @@ struct md_layer {
     int fold;              /* items per sample (docs/tiles.md): the layer runs with batch n * fold and
                             * its buffers hold n * fold items of `out`; 1 but after tiles */
     int nconsumers;
+    int filter_elsewhere;  /* a convolution whose consumer's backward writes its filter gradient (bind) */
 };
 
 struct md_model_plan {
@@ -120,6 +121,9 @@ static inline int md_model_tensor_of(const struct md_model *m, int i)
 
 /* Fuses (on) or unfuses the max pools a producer runs itself (model.c). */
 void md_model_fuse_pools(struct md_model *m, int on);
+/* Hands (on) or takes back the filter gradients that a convolution's
+ * consumer computes in its own backward (model.c). */
+void md_model_fuse_filters(struct md_model *m, int on);
 
 /* Lifetime planner (model_exec.c): fills `plan` for `batch` samples. */
 md_status md_model_plan_make(const struct md_model *m, int batch, int training,

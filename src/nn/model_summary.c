@@ -197,6 +197,7 @@ cJSON *md_model_summary_json(const md_model *m)
         if (L->fold != 1) cJSON_AddNumberToObject(x, "fold", L->fold);
         if (L->alias >= 0 && !L->view) cJSON_AddBoolToObject(x, "fused", 1);
         if (L->view) cJSON_AddBoolToObject(x, "view", 1);
+        if (L->filter_elsewhere) cJSON_AddBoolToObject(x, "filter_grad_fused", 1);
         if (L->ops->describe_json) L->ops->describe_json(L, x);
         cJSON_AddItemToArray(ls, x);
     }

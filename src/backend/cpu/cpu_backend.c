@@ -73,6 +73,7 @@ static const struct md_backend_ops cpu_ops = {
     .batchnorm_sync = 1,
     .batchnorm_residual = 1,
     .batchnorm_pool = 1,
+    .batchnorm_pool_conv = 1,
 };
 
 static struct md_backend_ops cpu_ops_with_kernels;

@@ -1119,6 +1119,10 @@ static md_status f32_bwd(struct bn_ctx *c, int nchw)
         c->k3[ci] = a->training ? (float)(g2[ci] / m * invstd) : 0.0f;
     }
     if (st == MD_OK && a->dx) md_parallel_for(s.apply_tasks, s.apply_grain, s.apply, c);
+    if (st == MD_OK && a->conv) {
+        struct md_bnpool p = bnpool_of(c);
+        st = md_cpu_bnpool_conv_filter(&p, a->conv);
+    }
     if (st == MD_OK) param_grads(a, c->s2, c->s1);
     md_free(gs);
     md_free(block);
@@ -1184,9 +1188,14 @@ md_status md_cpu_batchnorm_bwd(md_device *dev, const struct md_batchnorm_args *a
             return md_errf(MD_ERR_UNSUPPORTED, "cpu batchnorm_bwd with a fused max pool: %s", why ? why : "no dy");
         if (a->training && a->sync && !(a->save_mean && a->save_invstd))
             return md_errf(MD_ERR_USAGE, "cpu batchnorm_bwd: synchronised statistics need the forward's saved ones");
+        if (a->conv && (a->dx || a->layout != MD_NHWC))
+            return md_errf(MD_ERR_USAGE, "cpu batchnorm_bwd: the filter gradient of its input's convolution goes "
+                                         "instead of dx, channels-last");
         struct bn_ctx c = {.a = a};
         return f32_bwd(&c, a->layout == MD_NCHW);
     }
+    if (a->conv) return md_errf(MD_ERR_UNSUPPORTED, "cpu batchnorm_bwd: the filter gradient of its input's "
+                                                    "convolution needs a fused max pool");
     if (a->dres) return res_bwd(dev, a);
     struct bn_ctx c = {.a = a};
     int sync = a->training && a->sync;

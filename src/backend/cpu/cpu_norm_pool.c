@@ -19,6 +19,8 @@
 #include "backend/cpu/cpu_norm_pool.h"
 
 #include "backend/cpu/cpu_vec.h"
+#include "core/mem.h"
+#include "core/threadpool.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -515,4 +517,273 @@ BP_CLONES void md_cpu_bnpool_dx_nchw(const struct md_bnpool *p, long long b, lon
 {
     if (p->beta != 0.0f) dx_planes(p, 1, b, e);
     else dx_planes(p, 0, b, e);
+}
+
+/* ---- channels-last with the routing: the filter gradient of the convolution
+ * that computed x, instead of dx (kernels.h md_batchnorm_args.conv) ---------
+ * Backward's dx is dz = k1*(g - k2 - (x - fk)*k3) at every element, g the dy
+ * routed to its window's element, and the convolution's filter gradient is
+ * dW[k][e] = sum over its outputs o of dz[o][k] * patch(o)[e], e = (r, s, ci):
+ *   dW[k][e] = k1 * (T1[k][e] - (k2 - fk*k3) * S[e] - k3 * T3[k][e])
+ * with T1 = sum g * patch over the routed elements (one a window, read from
+ * the pooled dy and arg), S = sum patch, and T3 = sum x * patch = W G: x =
+ * W * patch (no bias) and G the Gram matrix of the patches. Neither the
+ * full-size dz nor x is read or written. A task is one image: its patches,
+ * each row followed by a 1 so that G's last row is S, in the thread's
+ * scratch; G, then T1 in float; the images' sums go to double in image order
+ * (the same for any thread count); T3 and the combination in double. */
+
+struct bnconv {
+    const struct md_bnpool *p;
+    const struct md_conv2d_args *cv;
+    int crs, ld;       /* the patch's length; a row's floats (crs + 1, rounded up to vectors) */
+    long long pq;      /* the convolution's outputs per image */
+    int one33;         /* one input channel, 3 x 3 */
+    float *scratch;    /* per thread (per_thread floats): (pq, ld) patches, then the padded image (one33) */
+    size_t per_thread;
+    float *part;       /* per image: G (crs + 1, ld), then T1 (crs, k) */
+    size_t per_image;
+};
+
+/* one input channel, 3 x 3: each output's 9 values from the image padded
+ * into xp (wp floats a row, the padding's zeros included); the rows' 1 and
+ * zeros past them are in place */
+static void patch_rows_1x3x3(const struct md_conv2d_args *cv, const float *x0, float *xp, int ld, float *pm)
+{
+    int hp = (cv->p - 1) * cv->stride_h + 2 * cv->dil_h + 1, wp = (cv->q - 1) * cv->stride_w + 2 * cv->dil_w + 1;
+    for (int u = 0; u < hp; u++)
+        for (int v = 0; v < wp; v++) {
+            int ih = u - cv->pad_h, iw = v - cv->pad_w;
+            xp[(size_t)u * wp + v] = ih >= 0 && ih < cv->h && iw >= 0 && iw < cv->w ? x0[(size_t)ih * cv->w + iw] : 0.0f;
+        }
+    int dh = cv->dil_h, dw = cv->dil_w;
+    for (int oh = 0; oh < cv->p; oh++) {
+        const float *r0 = xp + (size_t)oh * cv->stride_h * wp, *r1 = r0 + (size_t)dh * wp, *r2 = r1 + (size_t)dh * wp;
+        float *row = pm + (size_t)oh * cv->q * ld;
+        for (int ow = 0; ow < cv->q; ow++, row += ld) {
+            size_t o = (size_t)ow * cv->stride_w;
+            row[0] = r0[o], row[1] = r0[o + dw], row[2] = r0[o + 2 * dw];
+            row[3] = r1[o], row[4] = r1[o + dw], row[5] = r1[o + 2 * dw];
+            row[6] = r2[o], row[7] = r2[o + dw], row[8] = r2[o + 2 * dw];
+        }
+    }
+}
+
+/* the image's patches at x0, one row of ld floats per output: (r, s, ci), 1, zeros */
+static void patch_rows(const struct md_conv2d_args *cv, const float *x0, int crs, int ld, float *pm)
+{
+    for (int oh = 0; oh < cv->p; oh++)
+        for (int ow = 0; ow < cv->q; ow++) {
+            float *row = pm + ((size_t)oh * cv->q + ow) * ld;
+            int e = 0;
+            for (int r = 0; r < cv->r; r++) {
+                int ih = oh * cv->stride_h - cv->pad_h + r * cv->dil_h;
+                for (int s = 0; s < cv->s; s++) {
+                    int iw = ow * cv->stride_w - cv->pad_w + s * cv->dil_w;
+                    if (ih < 0 || ih >= cv->h || iw < 0 || iw >= cv->w) {
+                        for (int c = 0; c < cv->c; c++) row[e++] = 0.0f;
+                        continue;
+                    }
+                    const float *px = x0 + ((size_t)ih * cv->w + (size_t)iw) * cv->c;
+                    for (int c = 0; c < cv->c; c++) row[e++] = px[c];
+                }
+            }
+            row[crs] = 1.0f; /* e == crs */
+            for (e = crs + 1; e < ld; e++) row[e] = 0.0f;
+        }
+}
+
+/* g (rows, ld) = sum over the npos rows of pm of row[e] * row */
+AI void gram(const float *pm, long long npos, int rows, int ld, float *g)
+{
+#if BV
+    int nv = ld / BV;
+    bvec acc[MD_BN_CONV_MAX_CRS + 1][3];
+    for (int e = 0; e < rows; e++)
+        for (int v = 0; v < nv; v++) acc[e][v] = vsplat(0.0f);
+    for (long long o = 0; o < npos; o++) {
+        const float *row = pm + (size_t)o * ld;
+        bvec rv[3];
+        for (int v = 0; v < nv; v++) rv[v] = vld(row + v * BV);
+        for (int e = 0; e < rows; e++) {
+            bvec s = vsplat(row[e]);
+            for (int v = 0; v < nv; v++) acc[e][v] = acc[e][v] + s * rv[v];
+        }
+    }
+    for (int e = 0; e < rows; e++)
+        for (int v = 0; v < nv; v++) vst(g + (size_t)e * ld + v * BV, acc[e][v]);
+#else
+    for (int i = 0; i < rows * ld; i++) g[i] = 0.0f;
+    for (long long o = 0; o < npos; o++) {
+        const float *row = pm + (size_t)o * ld;
+        for (int e = 0; e < rows; e++)
+            for (int f = 0; f < ld; f++) g[(size_t)e * ld + f] += row[e] * row[f];
+    }
+#endif
+}
+
+#if BV
+/* gram and t1_image for one input channel and 3 x 3 (rows 10, ld 16): the
+ * accumulators in registers, the same sums in the same order */
+AI void gram_10(const float *pm, long long npos, float *g)
+{
+    bvec acc[10];
+#pragma GCC unroll 10
+    for (int e = 0; e < 10; e++) acc[e] = vsplat(0.0f);
+    for (long long o = 0; o < npos; o++) {
+        const float *row = pm + (size_t)o * BV;
+        bvec rv = vld(row);
+#pragma GCC unroll 10
+        for (int e = 0; e < 10; e++) acc[e] = acc[e] + vsplat(row[e]) * rv;
+    }
+#pragma GCC unroll 10
+    for (int e = 0; e < 10; e++) vst(g + (size_t)e * BV, acc[e]);
+}
+
+AI void t1_image_9(const struct md_bnpool *p, long long n, const float *pm, float *t1)
+{
+    int K = p->c, P = p->h / 2, Q = p->w / 2, W = p->w;
+    for (int j = 0; j + BV <= K; j += BV) {
+        bvec acc[9];
+#pragma GCC unroll 9
+        for (int e = 0; e < 9; e++) acc[e] = vsplat(0.0f);
+        for (int pi = 0; pi < P; pi++)
+            for (int q = 0; q < Q; q++) {
+                size_t po = (((size_t)n * P + (size_t)pi) * Q + (size_t)q) * K + j;
+                bmask a = ild(p->arg + po);
+                bvec g = vld(p->dy + po);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    bvec h = vand(a == isplat(k), g);
+                    const float *row = pm + ((size_t)(2 * pi + k / 2) * W + (size_t)(2 * q + k % 2)) * BV;
+#pragma GCC unroll 9
+                    for (int e = 0; e < 9; e++) acc[e] = acc[e] + h * vsplat(row[e]);
+                }
+            }
+#pragma GCC unroll 9
+        for (int e = 0; e < 9; e++) vst(t1 + (size_t)e * K + j, acc[e]);
+    }
+}
+#endif
+
+/* t1 (crs, c) from channel j on = sum over image n's windows of g * the patch
+ * of the element that takes it (the vectors add the other three elements'
+ * +0: the same sums) */
+AI void t1_image(const struct md_bnpool *p, long long n, const float *pm, int crs, int ld, int j, float *t1)
+{
+    int K = p->c, P = p->h / 2, Q = p->w / 2, W = p->w;
+#if BV
+    for (; j + BV <= K; j += BV) {
+        bvec acc[MD_BN_CONV_MAX_CRS];
+        for (int e = 0; e < crs; e++) acc[e] = vsplat(0.0f);
+        for (int pi = 0; pi < P; pi++)
+            for (int q = 0; q < Q; q++) {
+                size_t po = (((size_t)n * P + (size_t)pi) * Q + (size_t)q) * K + j;
+                bmask a = ild(p->arg + po);
+                bvec g = vld(p->dy + po);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    bvec h = vand(a == isplat(k), g);
+                    const float *row = pm + ((size_t)(2 * pi + k / 2) * W + (size_t)(2 * q + k % 2)) * ld;
+                    for (int e = 0; e < crs; e++) acc[e] = acc[e] + h * vsplat(row[e]);
+                }
+            }
+        for (int e = 0; e < crs; e++) vst(t1 + (size_t)e * K + j, acc[e]);
+    }
+#endif
+    for (; j < K; j++) {
+        float acc[MD_BN_CONV_MAX_CRS] = {0};
+        for (int pi = 0; pi < P; pi++)
+            for (int q = 0; q < Q; q++) {
+                size_t po = (((size_t)n * P + (size_t)pi) * Q + (size_t)q) * K + j;
+                int a = p->arg[po];
+                if (a >= 4) continue;
+                float g = p->dy[po];
+                const float *row = pm + ((size_t)(2 * pi + a / 2) * W + (size_t)(2 * q + a % 2)) * ld;
+                for (int e = 0; e < crs; e++) acc[e] += g * row[e];
+            }
+        for (int e = 0; e < crs; e++) t1[(size_t)e * K + j] = acc[e];
+    }
+}
+
+BP_CLONES static void bnconv_images(void *vc, long long b, long long e)
+{
+    const struct bnconv *c = vc;
+    const struct md_conv2d_args *cv = c->cv;
+    float *pm = c->scratch + (size_t)md_parallel_thread_id() * c->per_thread, *xp = pm + (size_t)c->pq * c->ld;
+    for (long long n = b; n < e; n++) {
+        const float *x0 = (const float *)cv->x + (size_t)n * cv->h * cv->w * cv->c;
+        float *g = c->part + (size_t)n * c->per_image, *t1 = g + (size_t)(c->crs + 1) * c->ld;
+#if BV
+        if (c->one33 && c->ld == BV) {
+            patch_rows_1x3x3(cv, x0, xp, c->ld, pm);
+            gram_10(pm, c->pq, g);
+            t1_image_9(c->p, n, pm, t1);
+            t1_image(c->p, n, pm, 9, c->ld, c->p->c / BV * BV, t1); /* the channels past the vectors */
+        } else
+#endif
+        {
+            patch_rows(cv, x0, c->crs, c->ld, pm);
+            gram(pm, c->pq, c->crs + 1, c->ld, g);
+            t1_image(c->p, n, pm, c->crs, c->ld, 0, t1);
+        }
+    }
+}
+
+md_status md_cpu_bnpool_conv_filter(const struct md_bnpool *p, const struct md_conv2d_args *cv)
+{
+    int crs = cv->c * cv->r * cv->s, K = p->c;
+    if (!p->xs || !p->arg || !cv->x || !cv->wt || !cv->dwt || cv->groups != 1 || cv->layout != MD_NHWC ||
+        cv->dtype != MD_F32 || cv->k != K || cv->p != p->h || cv->q != p->w || crs < 1 || crs > MD_BN_CONV_MAX_CRS)
+        return md_errf(MD_ERR_UNSUPPORTED, "cpu batchnorm_bwd: the filter gradient of its input's convolution needs "
+                                           "the pool's routing and a one-group fp32 channels-last convolution of "
+                                           "that output, with C*R*S at most %d",
+                       MD_BN_CONV_MAX_CRS);
+#if BV
+    int ld = (crs + 1 + BV - 1) / BV * BV;
+#else
+    int ld = crs + 1;
+#endif
+    struct bnconv c = {.p = p, .cv = cv, .crs = crs, .ld = ld, .pq = (long long)cv->p * cv->q,
+                       .one33 = cv->c == 1 && cv->r == 3 && cv->s == 3,
+                       .per_image = (size_t)(crs + 1) * ld + (size_t)crs * K};
+    size_t hp = (size_t)(cv->p - 1) * cv->stride_h + 2 * (size_t)cv->dil_h + 1;
+    size_t wp = (size_t)(cv->q - 1) * cv->stride_w + 2 * (size_t)cv->dil_w + 1;
+    c.per_thread = (size_t)c.pq * ld + (c.one33 ? hp * wp : 0);
+    int nth = md_threadpool_size();
+    size_t nimg = (size_t)cv->n, nscr = (size_t)nth * c.per_thread;
+    float *buf = md_malloc(sizeof(float) * (nimg * c.per_image + nscr));
+    double *sum = md_calloc(c.per_image, sizeof(double));
+    if (!buf || !sum) {
+        md_free(buf);
+        md_free(sum);
+        return md_errf(MD_ERR_OOM, "cpu batchnorm_bwd: cannot allocate the filter gradient's sums");
+    }
+    c.part = buf, c.scratch = buf + nimg * c.per_image;
+    if (c.one33) /* the rows' 1 and zeros, which patch_rows_1x3x3 leaves */
+        for (int t = 0; t < nth; t++)
+            for (long long o = 0; o < c.pq; o++) {
+                float *row = c.scratch + (size_t)t * c.per_thread + (size_t)o * ld;
+                row[crs] = 1.0f;
+                for (int e = crs + 1; e < ld; e++) row[e] = 0.0f;
+            }
+    md_parallel_for(cv->n, 1, bnconv_images, &c);
+    for (size_t n = 0; n < nimg; n++)
+        for (size_t i = 0; i < c.per_image; i++) sum[i] += (double)c.part[n * c.per_image + i];
+    const double *G = sum, *S = sum + (size_t)crs * ld, *T1 = sum + (size_t)(crs + 1) * ld;
+    const float *w = cv->wt;
+    float *dw = cv->dwt;
+    for (int k = 0; k < K; k++) {
+        double k1 = p->k1[k], k3 = p->k3[k], k2s = (double)p->k2[k] - (double)p->fk[k] * k3;
+        for (int e = 0; e < crs; e++) {
+            double t3 = 0.0;
+            for (int f = 0; f < crs; f++) t3 += (double)w[(size_t)k * crs + f] * G[(size_t)f * ld + e];
+            float v = (float)(k1 * (T1[(size_t)e * K + k] - k2s * S[e] - k3 * t3));
+            size_t o = (size_t)k * crs + e;
+            dw[o] = cv->beta != 0.0f ? v + cv->beta * dw[o] : v;
+        }
+    }
+    md_free(buf);
+    md_free(sum);
+    return MD_OK;
 }

@@ -4,6 +4,8 @@
 #ifndef MD_CPU_NORM_POOL_H
 #define MD_CPU_NORM_POOL_H
 
+#include "backend/kernels.h"
+
 /* x (n, h, w, c) full size; y, dy (n, h/2, w/2, c) pooled; dx as x. A task
  * is one pooled row t = image * (h/2) + row. The _nchw functions: x (n, c,
  * h, w), y and dy (n, c, h/2, w/2); a task is one plane t = image * c +
@@ -33,5 +35,11 @@ void md_cpu_bnpool_dx(const struct md_bnpool *p, long long b, long long e);
 void md_cpu_bnpool_apply_nchw(const struct md_bnpool *p, long long b, long long e);
 void md_cpu_bnpool_sums_nchw(const struct md_bnpool *p, long long b, long long e);
 void md_cpu_bnpool_dx_nchw(const struct md_bnpool *p, long long b, long long e);
+
+/* Channels-last with the routing (xs, arg): instead of dx, the filter
+ * gradient of the convolution cv that computed x (kernels.h
+ * md_batchnorm_args.conv; cv->x its input, cv->wt its filter (k, r, s, ci),
+ * cv->dwt written), from k1, k2, k3 and fk. */
+md_status md_cpu_bnpool_conv_filter(const struct md_bnpool *p, const struct md_conv2d_args *cv);
 
 #endif

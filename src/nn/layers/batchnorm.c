@@ -27,6 +27,7 @@ struct batchnorm_cfg {
     int zero_init; /* gamma 0 when the model's zero_init_residual is on */
     int res;       /* a fused residual: the second input (compile) */
     int pool;      /* a fused 2x2 stride-2 max pool after the ReLU (bind); 2: its routing kept */
+    int conv;      /* backward writes the filter gradient of the convolution feeding it, not dx (bind) */
 };
 
 static md_status batchnorm_parse(const struct md_layer_parse *p, const cJSON *o, struct md_layer *L)
@@ -160,6 +161,13 @@ static md_status batchnorm_backward(const struct md_layer_run *r, int i)
     b.dgamma = md_layer_grad32(m, L->param[0]);
     b.dbeta = md_layer_grad32(m, L->param[1]);
     if (b.res) b.dres = md_layer_dx(r, i, 1, &b.beta_res);
+    struct md_conv2d_args cv;
+    if (((const struct batchnorm_cfg *)L->args)->conv) { /* md_model_fuse_filters */
+        const struct md_layer *P = &m->layers[L->in[0]];
+        P->ops->filter_args(r, L->in[0], &cv);
+        b.conv = &cv;
+        b.dx = NULL;
+    }
     if (!apart(r, &b)) return md_k_batchnorm_bwd(m->dev, &b);
     /* the ReLU's mask in place (clobbers_dy), the residual's share, then batch norm */
     size_t ne = (size_t)b.n * b.c * b.hw;
@@ -176,8 +184,8 @@ static md_status batchnorm_backward(const struct md_layer_run *r, int i)
 static void batchnorm_describe(const struct md_layer *L, char *buf, size_t n)
 {
     const struct batchnorm_cfg *a = L->args;
-    snprintf(buf, n, "%s%s%s%s", L->type, a->res ? "+add" : "", a->act == MD_ACT_RELU ? "+relu" : "",
-             a->pool ? "+maxpool" : "");
+    snprintf(buf, n, "%s%s%s%s%s", L->type, a->res ? "+add" : "", a->act == MD_ACT_RELU ? "+relu" : "",
+             a->pool ? "+maxpool" : "", a->conv ? " (+conv dW)" : "");
 }
 
 static int batchnorm_needs_x(const struct md_layer *L) { (void)L; return 1; }
@@ -215,6 +223,16 @@ static int batchnorm_fuse_pool(struct md_layer *L, int on)
     return 1;
 }
 
+/* with a fused pool whose routing is kept (md_batchnorm_args.conv needs it) */
+static int batchnorm_fuse_filter(struct md_layer *L, int on)
+{
+    struct batchnorm_cfg *a = L->args;
+    if (on && (a->pool != 2 || a->conv)) return 0;
+    if (!on && !a->conv) return 0;
+    a->conv = on;
+    return 1;
+}
+
 /* Forward: x read for the statistics and again for y; backward: x and dy
  * read for the sums and again for dx, dx written; y read twice more where
  * the ReLU's mask comes from it. With a fused pool the output (y, dy) is
@@ -232,7 +250,7 @@ static void batchnorm_step_passes(const struct md_layer *L, double *in, double *
         return;
     }
     if (((const struct batchnorm_cfg *)L->args)->pool == 2) {
-        *in = 4;
+        *in = ((const struct batchnorm_cfg *)L->args)->conv ? 2 : 4; /* no dx pass (x read, dx written) */
         *out = 1 + 1.25 + 2.25 + 1.25;
         return;
     }
@@ -269,6 +287,7 @@ const struct md_layer_ops md_batchnorm_layer = {
     .fuse_act = batchnorm_fuse_act,
     .fuse_residual = batchnorm_fuse_residual,
     .fuse_pool = batchnorm_fuse_pool,
+    .fuse_filter = batchnorm_fuse_filter,
     .out_act = batchnorm_out_act,
     .step_passes = batchnorm_step_passes,
 };

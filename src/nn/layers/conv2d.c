@@ -126,6 +126,7 @@ static md_status conv2d_backward(const struct md_layer_run *r, int i)
 {
     struct md_model *m = r->m;
     const struct md_layer *L = &m->layers[i];
+    if (L->filter_elsewhere) return MD_OK; /* its consumer wrote the filter gradient (no bias, no data gradient) */
     void *dy = md_layer_grad(r, i);
     float beta;
     if (L->param[1] >= 0) {
@@ -146,6 +147,30 @@ static md_status conv2d_backward(const struct md_layer_run *r, int i)
 
 static int conv2d_needs_x(const struct md_layer *L) { (void)L; return 1; }
 
+/* the default (3 and 3) unless its consumer writes the filter gradient: the
+ * forward's read and write, the consumer's read of the patches */
+static void conv2d_step_passes(const struct md_layer *L, double *in, double *out)
+{
+    *in = L->filter_elsewhere ? 2 : 3;
+    *out = L->filter_elsewhere ? 1 : 3;
+}
+
+static int conv2d_lone_filter(const struct md_model *m, const struct md_layer *L)
+{
+    const struct conv2d_cfg *a = L->args;
+    if (a->groups != 1 || L->param[1] >= 0) return 0;
+    return m->layers[L->in[0]].out.c * a->r * a->s;
+}
+
+static void conv2d_filter_args(const struct md_layer_run *r, int i, struct md_conv2d_args *c)
+{
+    struct md_model *m = r->m;
+    const struct md_layer *L = &m->layers[i];
+    conv2d_args(r, i, c);
+    c->x = md_layer_act(r, L->in[0]); c->wt = md_layer_weight(m, L->param[0]);
+    c->dwt = md_layer_wgrad(m, L->param[0]); c->beta = 0;
+}
+
 static const char *const conv2d_names[] = {"conv2d", NULL};
 
 const struct md_layer_ops md_conv2d_layer = {
@@ -159,4 +184,7 @@ const struct md_layer_ops md_conv2d_layer = {
     .forward = conv2d_forward,
     .backward = conv2d_backward,
     .needs_x = conv2d_needs_x,
+    .lone_filter = conv2d_lone_filter,
+    .step_passes = conv2d_step_passes,
+    .filter_args = conv2d_filter_args,
 };
