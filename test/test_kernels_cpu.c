@@ -246,12 +246,13 @@ Test(kernels_cpu, direct_filter_rows_longer_than_a_block_match_ref, .timeout = 3
 /* The CPU cuts a GEMM into strips or a grid of blocks run on the pool
  * (cpu_gemm.c), fixed by the shape: bit-identical for 1 and 3 threads, and
  * what one whole OpenBLAS call gives within rounding (its kernels for edge
- * blocks may round differently): a linear layer's 128 x 128 output over a
- * long k (a grid), tall and wide strips, small outputs over a longer k (k
- * parts), every transpose, alpha and beta. */
+ * blocks may round differently): a linear layer's 128 x 128 and 64 x 128
+ * outputs over a long k (k parts), a grid over a short k, tall and wide
+ * strips, small outputs over a longer k (k parts), every transpose, alpha and
+ * beta. */
 Test(kernels_cpu, tiled_gemm_matches_one_call_for_any_thread_count)
 {
-    static const int shapes[][3] = {{128, 128, 3136}, {1000, 64, 300}, {64, 2000, 100}, {300, 520, 90}, {7, 9, 5}, {128, 64, 16384}, {20, 30, 5000}};
+    static const int shapes[][3] = {{128, 128, 3136}, {64, 128, 3136}, {200, 200, 300}, {1000, 64, 300}, {64, 2000, 100}, {300, 520, 90}, {7, 9, 5}, {128, 64, 16384}, {20, 30, 5000}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
         float *A = malloc((size_t)m * k * 4), *B = malloc((size_t)k * n * 4), *C0 = malloc((size_t)m * n * 4);

@@ -1,7 +1,9 @@
 /* kernels_bench.c - times the CPU backend's convolution kernels on the conv
  * layers of small_cnn (batch 128) and resnet18_cifar (batch 64); the same
  * table is in kernels_bench_torch.py. Built and run by kernels_bench.sh.
- * Prints one line per layer: fwd, bwd_data, bwd_filter milliseconds (minimum). */
+ * Prints one line per layer: fwd, bwd_data, bwd_filter milliseconds (minimum).
+ * With "gemm" as the layout argument it times the three GEMMs of small_cnn's
+ * fc1 (3136 -> 128) at batch 64 and 128 instead, in GFLOP/s. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +65,48 @@ static double time_ms(md_device *dev, md_status (*fn)(md_device *, const struct 
     return t[0]; /* the minimum: least disturbed by other load */
 }
 
+static double gemm_ms(md_device *dev, const struct md_gemm_args *g, int iters)
+{
+    double t[32];
+    md_k_gemm(dev, g);
+    for (int i = 0; i < iters; i++) {
+        double t0 = now_s();
+        md_k_gemm(dev, g);
+        t[i] = (now_s() - t0) * 1e3;
+    }
+    qsort(t, (size_t)iters, sizeof t[0], cmpd);
+    return t[0];
+}
+
+/* fc1's forward y = x W^T, data gradient dx = dy W, filter gradient dW = dy^T x */
+static void fc_gemms(md_device *dev, int iters)
+{
+    enum { IN = 3136, OUT = 128 };
+    printf("%-18s %14s %14s %14s   (ms, GFLOP/s)\n", "small_cnn.fc1", "fwd", "data", "filter");
+    for (int batch = 64; batch <= 128; batch *= 2) {
+        float *x = malloc((size_t)batch * IN * 4), *w = malloc((size_t)OUT * IN * 4), *y = malloc((size_t)batch * OUT * 4);
+        float *dx = malloc((size_t)batch * IN * 4), *dw = malloc((size_t)OUT * IN * 4);
+        for (size_t j = 0; j < (size_t)batch * IN; j++) x[j] = md_rng_uniform(1, j) - 0.5f;
+        for (size_t j = 0; j < (size_t)OUT * IN; j++) w[j] = md_rng_uniform(2, j) - 0.5f;
+        for (size_t j = 0; j < (size_t)batch * OUT; j++) y[j] = md_rng_uniform(3, j) - 0.5f;
+        struct md_gemm_args g[3] = {
+            {.m = batch, .n = OUT, .k = IN, .alpha = 1, .a = x, .lda = IN, .b = w, .ldb = IN, .c = y, .ldc = OUT,
+             .batch = 1, .dtype = MD_F32, .trans_b = 1},
+            {.m = batch, .n = IN, .k = OUT, .alpha = 1, .a = y, .lda = OUT, .b = w, .ldb = IN, .c = dx, .ldc = IN,
+             .batch = 1, .dtype = MD_F32},
+            {.m = OUT, .n = IN, .k = batch, .alpha = 1, .a = y, .lda = OUT, .b = x, .ldb = IN, .c = dw, .ldc = IN,
+             .batch = 1, .dtype = MD_F32, .trans_a = 1}};
+        double gf = 2.0 * batch * IN * OUT / 1e6;
+        printf("  batch %-10d", batch);
+        for (int k = 0; k < 3; k++) {
+            double ms = gemm_ms(dev, &g[k], iters);
+            printf(" %6.3f %7.0f", ms, gf / ms);
+        }
+        printf("\n");
+        free(x), free(w), free(y), free(dx), free(dw);
+    }
+}
+
 int main(int argc, char **argv)
 {
     md_blas_core_choose(argv); /* OpenBLAS's kernels as mpsdiag runs them */
@@ -74,6 +118,12 @@ int main(int argc, char **argv)
     if (md_device_open(md_backend_find("cpu"), 0, &o, &dev) != MD_OK) {
         fprintf(stderr, "%s\n", md_errmsg());
         return 1;
+    }
+    if (argc > 3 && strcmp(argv[3], "gemm") == 0) {
+        printf("mpsdiag cpu GEMMs, %d threads, best of %d\n", md_device_get_info(dev)->compute_units, iters);
+        fc_gemms(dev, iters);
+        md_device_close(dev);
+        return 0;
     }
     printf("mpsdiag cpu kernels, %d threads, %s, best of %d (ms)\n", md_device_get_info(dev)->compute_units,
            md_layout_name(layout), iters);

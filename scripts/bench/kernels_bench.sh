@@ -2,6 +2,7 @@
 # kernels_bench.sh - conv layer timings of mpsdiag's CPU backend and of
 # PyTorch (Debian's python3-torch) on the same machine and thread count.
 #   scripts/bench/kernels_bench.sh [THREADS] [ITERS] [nchw|nhwc]
+# (build/kernels_bench THREADS ITERS gemm times small_cnn's fc1 GEMMs alone.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=${1:-$(nproc)}
