@@ -13,6 +13,9 @@
 # (the default), the same memory format on both sides; mpsdiag's own CPU
 # default is channels-last where its direct AVX-512 convolutions run (the
 # system report says which), NCHW elsewhere, PyTorch's is NCHW.
+# A thread check first times fc1's GEMM at 1 and THREADS threads (build/kernels_bench
+# gemm): well under THREADS x means the machine did not run all the threads then
+# (a VM's host may hold vCPUs back for minutes), whatever the table says.
 # Environment: ITERS (default 5), WARMUP (default 2), PYTHON (default
 # /usr/bin/python3, where apt puts torch), MODELS ("small_cnn:128 resnet18_cifar:64").
 set -euo pipefail
@@ -30,13 +33,21 @@ if ! "$py" -c 'import torch' 2>/dev/null; then
     echo "cpu_step_vs_torch: PyTorch is missing: apt-get install python3-torch" >&2
     exit 1
 fi
-make --no-print-directory build/bench_step >/dev/null
+make --no-print-directory build/bench_step build/kernels_bench >/dev/null
 
 median_of() { sed -n 's/.*"median_ms": *\([0-9.]*\).*/\1/p'; }
 best() { sort -g | head -1; }
 
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $threads threads, $rounds rounds of $iters steps (+$warmup warm-up)"
 echo "OpenBLAS core: ${OPENBLAS_CORETYPE:-auto}; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+# Whether the threads run at all: a VM's vCPUs may be held back by its host
+# for minutes, which no alternation between the two sides can show.
+gemm_rate() { build/kernels_bench "$1" 10 gemm | awk '$1 == "batch" && $2 == 128 { print $4 }'; }
+if [ "$threads" -gt 1 ]; then
+    r1=$(gemm_rate 1) rn=$(gemm_rate "$threads")
+    echo "thread check: fc1's GEMM at $threads threads ${rn:-?} GFLOP/s, at 1 thread ${r1:-?}" \
+        "($(awk -v a="${rn:-0}" -v b="${r1:-0}" 'BEGIN { printf "%.2fx", (b > 0 ? a / b : 0) }'))"
+fi
 printf '%-16s %6s %-14s %12s %12s %10s\n' model batch layout "mpsdiag ms" "pytorch ms" "speed-up"
 for mb in $models; do
     model=${mb%%:*}
