@@ -623,6 +623,21 @@ AI void gram(const float *pm, long long npos, int rows, int ld, float *g)
 }
 
 #if BV
+/* acc[e] += the routed g of window (pi, q) (pooled element po, channels
+ * from po's on) times its element's patch (rows of ld in pm, w outputs a row) */
+AI void t1_window(const struct md_bnpool *p, size_t po, const float *pm, int ld, int pi, int q, int crs, bvec *acc)
+{
+    bmask a = ild(p->arg + po);
+    bvec g = vld(p->dy + po);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        bvec h = vand(a == isplat(k), g);
+        const float *row = pm + ((size_t)(2 * pi + k / 2) * p->w + (size_t)(2 * q + k % 2)) * ld;
+#pragma GCC unroll 9
+        for (int e = 0; e < crs; e++) acc[e] = acc[e] + h * vsplat(row[e]);
+    }
+}
+
 /* gram and t1_image for one input channel and 3 x 3 (rows 10, ld 16): the
  * accumulators in registers, the same sums in the same order */
 AI void gram_10(const float *pm, long long npos, float *g)
@@ -642,24 +657,14 @@ AI void gram_10(const float *pm, long long npos, float *g)
 
 AI void t1_image_9(const struct md_bnpool *p, long long n, const float *pm, float *t1)
 {
-    int K = p->c, P = p->h / 2, Q = p->w / 2, W = p->w;
+    int K = p->c, P = p->h / 2, Q = p->w / 2;
     for (int j = 0; j + BV <= K; j += BV) {
         bvec acc[9];
 #pragma GCC unroll 9
         for (int e = 0; e < 9; e++) acc[e] = vsplat(0.0f);
         for (int pi = 0; pi < P; pi++)
-            for (int q = 0; q < Q; q++) {
-                size_t po = (((size_t)n * P + (size_t)pi) * Q + (size_t)q) * K + j;
-                bmask a = ild(p->arg + po);
-                bvec g = vld(p->dy + po);
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) {
-                    bvec h = vand(a == isplat(k), g);
-                    const float *row = pm + ((size_t)(2 * pi + k / 2) * W + (size_t)(2 * q + k % 2)) * BV;
-#pragma GCC unroll 9
-                    for (int e = 0; e < 9; e++) acc[e] = acc[e] + h * vsplat(row[e]);
-                }
-            }
+            for (int q = 0; q < Q; q++)
+                t1_window(p, (((size_t)n * P + (size_t)pi) * Q + (size_t)q) * K + j, pm, BV, pi, q, 9, acc);
 #pragma GCC unroll 9
         for (int e = 0; e < 9; e++) vst(t1 + (size_t)e * K + j, acc[e]);
     }
@@ -677,17 +682,8 @@ AI void t1_image(const struct md_bnpool *p, long long n, const float *pm, int cr
         bvec acc[MD_BN_CONV_MAX_CRS];
         for (int e = 0; e < crs; e++) acc[e] = vsplat(0.0f);
         for (int pi = 0; pi < P; pi++)
-            for (int q = 0; q < Q; q++) {
-                size_t po = (((size_t)n * P + (size_t)pi) * Q + (size_t)q) * K + j;
-                bmask a = ild(p->arg + po);
-                bvec g = vld(p->dy + po);
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) {
-                    bvec h = vand(a == isplat(k), g);
-                    const float *row = pm + ((size_t)(2 * pi + k / 2) * W + (size_t)(2 * q + k % 2)) * ld;
-                    for (int e = 0; e < crs; e++) acc[e] = acc[e] + h * vsplat(row[e]);
-                }
-            }
+            for (int q = 0; q < Q; q++)
+                t1_window(p, (((size_t)n * P + (size_t)pi) * Q + (size_t)q) * K + j, pm, ld, pi, q, crs, acc);
         for (int e = 0; e < crs; e++) vst(t1 + (size_t)e * K + j, acc[e]);
     }
 #endif
