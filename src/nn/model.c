@@ -692,6 +692,17 @@ static md_status fuse_residuals(struct md_model *m)
     return MD_OK;
 }
 
+/* The inputs of running layers (not aliases) that read tensor t. */
+static int tensor_readers(const struct md_model *m, int t)
+{
+    int readers = 0;
+    for (int j = m->ninputs; j < m->nlayers; j++) {
+        if (m->layers[j].alias >= 0) continue;
+        for (int k = 0; k < m->layers[j].nin; k++) readers += md_model_tensor_of(m, m->layers[j].in[k]) == t;
+    }
+    return readers;
+}
+
 /* bind (compile on): a 2x2 stride-2 max pool whose input tensor only it
  * reads goes into that tensor's producer when the producer takes it
  * (fuse_pool: a batch norm with its ReLU) and `on` (the device runs such a
@@ -725,12 +736,7 @@ void md_model_fuse_pools(struct md_model *m, int on)
         if (t < m->ninputs || t == m->nlayers - 1 || !P->ops->fuse_pool || P->nin != 1 || P->fold != L->fold ||
             x.h % 2 || x.w % 2 || x.h < 2 || x.w < 2)
             continue;
-        int readers = 0;
-        for (int j = m->ninputs; j < m->nlayers; j++) {
-            if (m->layers[j].alias >= 0) continue;
-            for (int k = 0; k < m->layers[j].nin; k++) readers += md_model_tensor_of(m, m->layers[j].in[k]) == t;
-        }
-        if (readers != 1 || !P->ops->fuse_pool(P, m->opts.layout == MD_NHWC ? 2 : 1)) continue;
+        if (tensor_readers(m, t) != 1 || !P->ops->fuse_pool(P, m->opts.layout == MD_NHWC ? 2 : 1)) continue;
         P->out = L->out;
         L->pool_flops = L->flops;
         P->flops += L->flops;
@@ -769,12 +775,7 @@ void md_model_fuse_filters(struct md_model *m, int on)
             continue;
         int crs = P->ops->lone_filter(m, P);
         if (crs < 1 || crs > MD_BN_CONV_MAX_CRS) continue;
-        int readers = 0;
-        for (int j = m->ninputs; j < m->nlayers; j++) {
-            if (m->layers[j].alias >= 0) continue;
-            for (int k = 0; k < m->layers[j].nin; k++) readers += md_model_tensor_of(m, m->layers[j].in[k]) == t;
-        }
-        if (readers != 1 || !B->ops->fuse_filter(B, 1)) continue;
+        if (tensor_readers(m, t) != 1 || !B->ops->fuse_filter(B, 1)) continue;
         P->filter_elsewhere = 1;
     }
 }
