@@ -104,7 +104,7 @@ void md_cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float 
     /* both sides too short for strips over a long k (a linear layer's batch
      * x 128 over k = 3136): k parts alone, each operand packed once, instead
      * of a grid that packs each row block of A once per column block and the
-     * other way round (128 x 128 x 3136 at 2 threads: 150 -> 172 GFLOP/s) */
+     * other way round (128 x 128 x 3136 at 2 threads: 135 -> 157 GFLOP/s) */
     if (strips < 2 && k >= 2 * GEMM_KPART) rows = cols = tiles = 1;
     /* a small output over a long k (a 1x1 convolution's filter gradient):
      * k cut into parts too, their products added in a fixed order */
