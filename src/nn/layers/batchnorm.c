@@ -162,7 +162,10 @@ static md_status batchnorm_backward(const struct md_layer_run *r, int i)
     b.dbeta = md_layer_grad32(m, L->param[1]);
     if (b.res) b.dres = md_layer_dx(r, i, 1, &b.beta_res);
     struct md_conv2d_args cv;
-    if (((const struct batchnorm_cfg *)L->args)->conv) { /* md_model_fuse_filters */
+    /* md_model_fuse_filters: the convolution's filter gradient instead of dx
+     * (md_layer_dx above still marks that gradient written, so nothing
+     * clears the buffer that no one reads) */
+    if (((const struct batchnorm_cfg *)L->args)->conv) {
         const struct md_layer *P = &m->layers[L->in[0]];
         P->ops->filter_args(r, L->in[0], &cv);
         b.conv = &cv;
