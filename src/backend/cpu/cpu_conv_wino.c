@@ -276,12 +276,13 @@ struct wino_ctx {
     const struct md_dconv *g;
     int mt, nxi; /* outputs per tile side (2 or 4); positions (mt + 2)^2 */
     int flip, th, tw, tb;
-    int prows; /* rows (tiles) per position's plane of V and M */
+    size_t vplane, mplane; /* floats between two positions' planes of V (rows of C) and of M or D (rows of K) */
+    size_t uplane;         /* floats between two positions' planes of U (or Z: C x K each) */
     int kch, nkc; /* output channels per task and chunks of them (more tasks for many threads) */
     long long tiles;
     const float *x, *w, *dy;
     float *y, *u, *buf;
-    size_t per_thread; /* floats of V + M per thread */
+    size_t per_thread; /* floats of V + M (or D) per thread */
     float beta;
     int mk; /* the forward's GEMMs by mk_gemm (below), else OpenBLAS */
     int uparts; /* the filter gradient: Z in this many parts, uparts_stride floats apart, summed in order */
@@ -295,7 +296,7 @@ struct wino_ctx {
  * vectors along inner, which is U's row already. */
 AI void filt_rows(int mt, const struct wino_ctx *c, long long b, long long e)
 {
-    size_t plane = (size_t)c->outer * c->inner;
+    size_t plane = c->uplane;
     for (long long o = b; o < e; o++)
         for (int i0 = 0; i0 < c->inner; i0 += WV) {
             int n = c->inner - i0 < WV ? c->inner - i0 : WV;
@@ -342,7 +343,7 @@ AI void wtranspose(wvec r[WV])
 AI void filt_blocks_fwd(int mt, const struct wino_ctx *c, long long b, long long e)
 {
     int K = c->outer, C = c->inner, nk16 = (K + WV - 1) / WV;
-    size_t plane = (size_t)K * C;
+    size_t plane = c->uplane;
     for (long long t = b; t < e; t++) {
         int k0 = (int)(t % nk16) * WV, c0 = (int)(t / nk16) * WV;
         int nk = K - k0 < WV ? K - k0 : WV, ncc = C - c0 < WV ? C - c0 : WV;
@@ -369,7 +370,7 @@ AI void in_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, float *
 {
     const struct md_dconv *g = c->g;
     int C = g->c, t = mt + 2, nxi = t * t;
-    size_t plane = (size_t)c->prows * C;
+    size_t plane = c->vplane;
     for (int ti = 0; ti < nt; ti++) {
         long long tile = t0 + ti;
         int tw = (int)(tile % c->tw), th = (int)(tile / c->tw % c->th), n = (int)(tile / ((long long)c->tw * c->th));
@@ -399,7 +400,7 @@ AI void out_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, const 
 {
     const struct md_dconv *g = c->g;
     int K = g->k, nxi = (mt + 2) * (mt + 2);
-    size_t plane = (size_t)c->prows * K;
+    size_t plane = c->mplane;
     for (int ti = 0; ti < nt; ti++) {
         long long tile = t0 + ti;
         int tw = (int)(tile % c->tw), th = (int)(tile / c->tw % c->th), n = (int)(tile / ((long long)c->tw * c->th));
@@ -541,8 +542,8 @@ static void block_range(void *vc, long long b, long long e)
     const struct md_dconv *g = c->g;
     int C = g->c, K = g->k, tb = c->tb;
     float *v = c->buf + (size_t)md_parallel_thread_id() * c->per_thread;
-    float *m = v + (size_t)c->nxi * tb * C;
-    size_t uplane = (size_t)C * K;
+    float *m = v + (size_t)c->nxi * c->vplane;
+    size_t uplane = c->uplane;
     for (long long task = b; task < e; task++) {
         long long blk = task / c->nkc, t0 = blk * tb;
         int nt = (int)(c->tiles - t0 < tb ? c->tiles - t0 : tb);
@@ -550,8 +551,8 @@ static void block_range(void *vc, long long b, long long e)
         in_block(c, t0, nt, v);
         for (int xi = 0; xi < c->nxi; xi++) {
             /* U[xi] is (C x K); this task's output channels [kb, ke) are its columns */
-            const float *u = c->u + xi * uplane + (size_t)kb, *vx = v + (size_t)xi * tb * C;
-            float *mx = m + (size_t)xi * tb * K + kb;
+            const float *u = c->u + xi * uplane + (size_t)kb, *vx = v + (size_t)xi * c->vplane;
+            float *mx = m + (size_t)xi * c->mplane + kb;
 #if MK_ON
             if (c->mk) {
                 mk_gemm(nt, ke - kb, C, vx, u, K, mx, K);
@@ -607,14 +608,28 @@ static void finer_for_threads(struct wino_ctx *c)
     }
 }
 
-/* Tiles per block: V and M of a block about 1 MiB together (nxi x TB x (C +
- * K) floats: the L2 of a recent core), at least 64 tiles (with fewer, the
- * GEMMs of 512 channels spend their time packing U) and at most 256; from
- * the shape only. Measured on a 2-core Zen 4 (docs/performance-cpu.md). */
-static int block_tiles(int nxi, int C, int K)
+/* Tiles per block, from the shape only. With OpenBLAS's GEMMs: V and M of a
+ * block about 1 MiB together (nxi x TB x (C + K) floats: the L2 of a recent
+ * core), at least 64 tiles (with fewer, the GEMMs of 512 channels spend
+ * their time packing U) and at most 256. With the register-tile GEMMs below
+ * (`own`: no packing, every block reads all of U or Z), V, M and U together
+ * within 7/8 of 1 MiB, at least 16 tiles: at 72 tiles small_cnn's conv2 (V
+ * and M 1 MiB, U 288 KiB) read M back from L3 in its output transform; 40
+ * tiles were 10-20% faster each way on a Zen 4, and resnet18_cifar's layer1
+ * 15% faster at 16 tiles than at 64 (docs/performance-cpu.md). */
+#define OWN_L2_ROOM ((size_t)896 << 10)
+static int block_tiles(int nxi, int C, int K, int own)
 {
-    int tb = (int)(((size_t)1 << 20) / (sizeof(float) * (size_t)nxi * (size_t)(C + K)));
-    if (tb < 64) tb = 64;
+    size_t per_tile = sizeof(float) * (size_t)nxi * (size_t)(C + K);
+    int tb;
+    if (own) {
+        size_t u = sizeof(float) * (size_t)nxi * (size_t)C * (size_t)K;
+        tb = u + 16 * per_tile < OWN_L2_ROOM ? (int)((OWN_L2_ROOM - u) / per_tile) : 16;
+        if (tb < 16) tb = 16;
+    } else {
+        tb = (int)(((size_t)1 << 20) / per_tile);
+        if (tb < 64) tb = 64;
+    }
     if (tb > 256) tb = 256;
     return tb / 8 * 8;
 }
@@ -637,29 +652,53 @@ static int g_block_tiles = 0;
 
 void md_cpu_wino_set_block_tiles(int tiles) { g_block_tiles = tiles > 0 ? (tiles + 7) / 8 * 8 : 0; }
 
-/* The tile size and the tiles of c->g, and the blocks they go in. */
-static void tiling(struct wino_ctx *c)
+/* The tile size and the tiles of c->g, and the blocks they go in (`own`:
+ * the register-tile GEMMs will run them). */
+static void tiling(struct wino_ctx *c, int own)
 {
     const struct md_dconv *g = c->g;
     c->mt = md_cpu_wino_tile(g);
     c->nxi = (c->mt + 2) * (c->mt + 2);
     c->th = (g->p + c->mt - 1) / c->mt, c->tw = (g->q + c->mt - 1) / c->mt;
     c->tiles = (long long)g->n * c->th * c->tw;
-    c->tb = g_block_tiles ? g_block_tiles : block_tiles(c->nxi, g->c, g->k);
+    c->tb = g_block_tiles ? g_block_tiles : block_tiles(c->nxi, g->c, g->k, own);
+}
+
+/* Floats of one position's plane of `rows` rows of `ch` channels: whole
+ * cache lines, and an odd number of them. The transforms touch the same
+ * row of all nxi planes one after another (36 with F(4, 3)); with planes a
+ * multiple of 2 or 4 KiB apart (small_cnn's conv2: 72 tiles of 64 channels
+ * are 18 KiB) those rows fell in one or two of the L1's 64 sets of 8 lines,
+ * and the output transform waited on L2 for most of its loads of M. An odd
+ * number of lines apart, 64 consecutive planes start in 64 different sets.
+ * Only addresses change: the sums are the same. */
+static size_t plane_floats(long long rows, int ch)
+{
+    size_t lines = ((size_t)rows * (size_t)ch * sizeof(float) + 63) / 64;
+    if (lines % 2 == 0) lines++;
+    return lines * (64 / sizeof(float));
+}
+
+/* The planes of V and M (or D) for blocks of `rows` tiles, and of U (or Z). */
+static void wino_planes(struct wino_ctx *c, long long rows)
+{
+    c->vplane = plane_floats(rows, c->g->c);
+    c->mplane = plane_floats(rows, c->g->k);
+    c->uplane = plane_floats(c->g->c, c->g->k);
 }
 
 md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, const float *w, float *y, float beta)
 {
     int C = g->c, K = g->k;
     struct wino_ctx c = {.g = g, .flip = flip, .x = x, .w = w, .y = y, .beta = beta, .mk = mk_fits(C, K)};
-    tiling(&c);
+    tiling(&c, c.mk);
     if (c.tiles < c.tb) c.tb = (int)((c.tiles + 7) / 8 * 8);
     /* at least 16 tasks where chunks of 128 output channels allow (each
      * chunk transforms its block's input again); finer for many threads */
     k_chunks(&c, (c.tiles + c.tb - 1) / c.tb, 16, 128);
     finer_for_threads(&c);
     long long blocks = (c.tiles + c.tb - 1) / c.tb;
-    c.prows = c.tb;
+    wino_planes(&c, c.tb);
     if (!flip) { /* w (K, 3, 3, C): U rows are output channels */
         c.outer = K, c.inner = C;
         c.so = (size_t)9 * C, c.sr = (size_t)3 * C, c.ss = (size_t)C;
@@ -667,8 +706,8 @@ md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, co
         c.outer = C, c.inner = K;
         c.so = (size_t)9 * K, c.sr = (size_t)3 * K, c.ss = (size_t)K;
     }
-    c.u = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c.nxi * C * K);
-    c.per_thread = (size_t)c.nxi * c.tb * ((size_t)C + K);
+    c.u = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c.nxi * c.uplane);
+    c.per_thread = (size_t)c.nxi * (c.vplane + c.mplane);
     c.buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c.per_thread * (size_t)md_threadpool_size());
     if (!c.u || !c.buf) return MD_ERR_OOM;
     if (flip) {
@@ -702,7 +741,7 @@ AI void dy_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, float *
 {
     const struct md_dconv *g = c->g;
     int K = g->k, nxi = (mt + 2) * (mt + 2);
-    size_t plane = (size_t)c->prows * K;
+    size_t plane = c->mplane;
     for (int ti = 0; ti < nt; ti++) {
         long long tile = t0 + ti;
         int tw = (int)(tile % c->tw), th = (int)(tile / c->tw % c->th), n = (int)(tile / ((long long)c->tw * c->th));
@@ -726,8 +765,8 @@ AI void dy_tiles(int mt, const struct wino_ctx *c, long long t0, int nt, float *
 /* dw (K, 3, 3, C) rows [b, e) from Z, with beta. */
 AI void bk_rows(int mt, const struct wino_ctx *c, long long b, long long e)
 {
-    int C = c->g->c, K = c->g->k, nxi = (mt + 2) * (mt + 2);
-    size_t plane = (size_t)K * C;
+    int C = c->g->c, nxi = (mt + 2) * (mt + 2);
+    size_t plane = c->uplane;
     for (long long k = b; k < e; k++)
         for (int c0 = 0; c0 < C; c0 += WV) {
             int nc = C - c0 < WV ? C - c0 : WV;
@@ -747,7 +786,7 @@ struct wave_ctx {
     const struct wino_ctx *c;
     long long w0; /* the wave's first tile */
     int nw;       /* its tiles */
-    float *v, *d; /* V and D of the wave (prows = the wave's tiles) */
+    float *v, *d; /* V and D of the wave (planes of the wave's tiles) */
     int first;    /* the first wave: the GEMMs start from zero */
 };
 
@@ -777,8 +816,8 @@ static void wave_gemm_range(void *vc, long long b, long long e)
         long long xi = task / c->nkc;
         int kb = (int)(task % c->nkc) * c->kch, ke = kb + c->kch < K ? kb + c->kch : K;
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ke - kb, C, w->nw, 1.0f,
-                    w->d + (size_t)xi * c->prows * K + kb, K, w->v + (size_t)xi * c->prows * C, C,
-                    w->first ? 0.0f : 1.0f, c->u + (size_t)xi * K * C + (size_t)kb * C, C);
+                    w->d + (size_t)xi * c->mplane + kb, K, w->v + (size_t)xi * c->vplane, C,
+                    w->first ? 0.0f : 1.0f, c->u + (size_t)xi * c->uplane + (size_t)kb * C, C);
     }
 }
 
@@ -857,8 +896,8 @@ static void fz_part_range(void *vc, long long b, long long e)
     const struct fz_ctx *f = vc;
     const struct wino_ctx *c = f->c;
     int C = c->g->c, K = c->g->k, tb = c->tb;
-    size_t zsize = (size_t)c->nxi * K * C;
-    float *v = c->buf + (size_t)md_parallel_thread_id() * c->per_thread, *d = v + (size_t)c->nxi * tb * C;
+    size_t zsize = (size_t)c->nxi * c->uplane;
+    float *v = c->buf + (size_t)md_parallel_thread_id() * c->per_thread, *d = v + (size_t)c->nxi * c->vplane;
     for (long long part = b; part < e; part++) {
         float *z = f->z + (size_t)part * zsize;
         long long b0 = part * f->blocks / f->parts, b1 = (part + 1) * f->blocks / f->parts;
@@ -867,7 +906,7 @@ static void fz_part_range(void *vc, long long b, long long e)
             int nt = (int)(c->tiles - t0 < tb ? c->tiles - t0 : tb);
             fz_prep(c, t0, nt, v, d);
             for (int xi = 0; xi < c->nxi; xi++)
-                fz_gemm(nt, K, C, d + (size_t)xi * tb * K, v + (size_t)xi * tb * C, z + (size_t)xi * K * C,
+                fz_gemm(nt, K, C, d + (size_t)xi * c->mplane, v + (size_t)xi * c->vplane, z + (size_t)xi * c->uplane,
                         blk == b0);
         }
     }
@@ -878,24 +917,24 @@ static void fz_part_range(void *vc, long long b, long long e)
 
 static md_status wino_filter_fused(struct wino_ctx *c)
 {
-    int C = c->g->c, K = c->g->k;
+    int K = c->g->k;
     if (c->tiles < c->tb) c->tb = (int)((c->tiles + 7) / 8 * 8);
-    c->prows = c->tb;
+    wino_planes(c, c->tb);
     struct fz_ctx f = {.c = c, .blocks = (c->tiles + c->tb - 1) / c->tb};
     /* at most FZ_PARTS, and the parts' Z within the filter waves' bytes (32 MiB) */
-    size_t zbytes = sizeof(float) * (size_t)c->nxi * K * C;
+    size_t zbytes = sizeof(float) * (size_t)c->nxi * c->uplane;
     long long fit = (long long)((g_wave_bytes ? g_wave_bytes : WAVE_BYTES) / zbytes);
     f.parts = f.blocks < FZ_PARTS ? (int)f.blocks : FZ_PARTS;
     if (fit < f.parts) f.parts = fit > 1 ? (int)fit : 1;
-    c->per_thread = (size_t)c->nxi * c->tb * ((size_t)C + K);
+    c->per_thread = (size_t)c->nxi * (c->vplane + c->mplane);
     c->buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c->per_thread * (size_t)md_threadpool_size());
-    f.z = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c->nxi * K * C * (size_t)f.parts);
+    f.z = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c->nxi * c->uplane * (size_t)f.parts);
     if (!c->buf || !f.z) return MD_ERR_OOM;
     md_parallel_for(f.parts, 1, fz_part_range, &f);
     /* the parts are summed in order as the inverse transform reads them */
     c->u = f.z;
     c->uparts = f.parts;
-    c->uparts_stride = (size_t)c->nxi * K * C;
+    c->uparts_stride = (size_t)c->nxi * c->uplane;
     md_parallel_for(K, md_parallel_grain(K, 4), bk_range, c);
     return MD_OK;
 }
@@ -909,15 +948,15 @@ md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const flo
 {
     int C = g->c, K = g->k;
     struct wino_ctx c = {.g = g, .x = x, .dy = dy, .y = dw, .beta = beta};
-    tiling(&c);
+    tiling(&c, fz_fits(g));
     if (fz_fits(g)) return wino_filter_fused(&c);
     size_t per_tile = sizeof(float) * (size_t)c.nxi * ((size_t)C + K);
     long long wave = (long long)((g_wave_bytes ? g_wave_bytes : WAVE_BYTES) / per_tile) / c.tb * c.tb;
     if (wave < c.tb) wave = c.tb;
     if (wave > c.tiles) wave = c.tiles;
-    c.prows = (int)wave;
-    float *buf = md_cpu_scratch(CPU_SCR_COL, per_tile * (size_t)wave);
-    c.u = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c.nxi * K * C);
+    wino_planes(&c, wave);
+    float *buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * (size_t)c.nxi * (c.vplane + c.mplane));
+    c.u = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c.nxi * c.uplane);
     if (!buf || !c.u) return MD_ERR_OOM;
     /* GEMM tasks: the positions, times chunks of at least 64 output
      * channels up to 48 tasks */
@@ -926,7 +965,7 @@ md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const flo
      * would idle on a few of them (each tile is transformed alone, so the
      * blocks split no sum) */
     while ((wave + c.tb - 1) / c.tb < tasks_for_pool() && c.tb > 16) c.tb = half_block(c.tb);
-    struct wave_ctx w = {.c = &c, .v = buf, .d = buf + (size_t)c.nxi * wave * C, .first = 1};
+    struct wave_ctx w = {.c = &c, .v = buf, .d = buf + (size_t)c.nxi * c.vplane, .first = 1};
     for (w.w0 = 0; w.w0 < c.tiles; w.w0 += wave, w.first = 0) {
         w.nw = (int)(c.tiles - w.w0 < wave ? c.tiles - w.w0 : wave);
         md_parallel_for((w.nw + c.tb - 1) / c.tb, 1, wave_prep_range, &w);
