@@ -454,12 +454,17 @@ WINO_CLONES static void out_block(const struct wino_ctx *c, long long t0, int nt
  * rows where there are 2 vectors or fewer, for as many FMAs per load). With
  * C <= 64 a GEMM of a block is too short for OpenBLAS's packing and per-call
  * work to pay: small_cnn's conv2 (C = 32) spent a fifth of its Winograd time
- * there. */
+ * there. The forward and backward-data take them up to 256 input channels:
+ * with blocks of 16 tiles (block_tiles) resnet18_cifar's 128- and
+ * 256-channel layers were 10-30% faster each way than OpenBLAS on blocks of
+ * 64; its 512-channel F(2, 3) layers were slower (their 16 MiB U is read
+ * again for every block of 16), so they stay on OpenBLAS. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define MK_ON 1
 #define MK_T __attribute__((target("avx512f,fma")))
-#define MK_C_MAX 64
+#define MK_FWD_C_MAX 256 /* the forward's and backward-data's GEMMs */
+#define MK_FILTER_C_MAX 64 /* the filter gradient's register tiles (fz_fits) */
 
 /* out (R x 16*NV, ld ldo) = (add ? out : 0) + A B over n: A's (r, i) at
  * a[r*ars + i*ais], B's row i at b + i*ldb. The forward's GEMMs take A as
@@ -530,10 +535,12 @@ static MK_T void mk_gemm(int nt, int kw, int C, const float *v, const float *b, 
     }
 }
 
-static int mk_fits(int C, int K) { return C <= MK_C_MAX && K % 16 == 0 && __builtin_cpu_supports("avx512f"); }
+static int mk_fits(int C, int K, int cmax) { return C <= cmax && K % 16 == 0 && __builtin_cpu_supports("avx512f"); }
 #else
 #define MK_ON 0
-static int mk_fits(int C, int K) { (void)C, (void)K; return 0; }
+#define MK_FWD_C_MAX 0
+#define MK_FILTER_C_MAX 0
+static int mk_fits(int C, int K, int cmax) { (void)C, (void)K, (void)cmax; return 0; }
 #endif
 
 static void block_range(void *vc, long long b, long long e)
@@ -616,7 +623,9 @@ static void finer_for_threads(struct wino_ctx *c)
  * within 7/8 of 1 MiB, at least 16 tiles: at 72 tiles small_cnn's conv2 (V
  * and M 1 MiB, U 288 KiB) read M back from L3 in its output transform; 40
  * tiles were 10-20% faster each way on a Zen 4, and resnet18_cifar's layer1
- * 15% faster at 16 tiles than at 64 (docs/performance-cpu.md). */
+ * 15% faster at 16 tiles than at 64 (docs/performance-cpu.md). Where U
+ * alone outgrows that (128 and 256 channels), blocks of 16: no faster at 32,
+ * slower from 64. */
 #define OWN_L2_ROOM ((size_t)896 << 10)
 static int block_tiles(int nxi, int C, int K, int own)
 {
@@ -690,7 +699,7 @@ static void wino_planes(struct wino_ctx *c, long long rows)
 md_status md_cpu_wino_fwd(const struct md_dconv *g, int flip, const float *x, const float *w, float *y, float beta)
 {
     int C = g->c, K = g->k;
-    struct wino_ctx c = {.g = g, .flip = flip, .x = x, .w = w, .y = y, .beta = beta, .mk = mk_fits(C, K)};
+    struct wino_ctx c = {.g = g, .flip = flip, .x = x, .w = w, .y = y, .beta = beta, .mk = mk_fits(C, K, MK_FWD_C_MAX)};
     tiling(&c, c.mk);
     if (c.tiles < c.tb) c.tb = (int)((c.tiles + 7) / 8 * 8);
     /* at least 16 tasks where chunks of 128 output channels allow (each
@@ -870,7 +879,7 @@ static MK_T void fz_gemm(int nt, int K, int C, const float *d, const float *v, f
 #endif
 
 /* the forward's register-tile rule, and whole vectors of input channels */
-static int fz_fits(const struct md_dconv *g) { return g->c % 16 == 0 && mk_fits(g->c, g->k); }
+static int fz_fits(const struct md_dconv *g) { return g->c % 16 == 0 && mk_fits(g->c, g->k, MK_FILTER_C_MAX); }
 
 WINO_CLONES static void fz_prep(const struct wino_ctx *c, long long t0, int nt, float *v, float *d)
 {
