@@ -634,7 +634,6 @@ static int block_tiles(int nxi, int C, int K, int own)
     if (own) {
         size_t u = sizeof(float) * (size_t)nxi * (size_t)C * (size_t)K;
         tb = u + 16 * per_tile < OWN_L2_ROOM ? (int)((OWN_L2_ROOM - u) / per_tile) : 16;
-        if (tb < 16) tb = 16;
     } else {
         tb = (int)(((size_t)1 << 20) / per_tile);
         if (tb < 64) tb = 64;
