@@ -904,7 +904,7 @@ static void fz_part_range(void *vc, long long b, long long e)
     const struct fz_ctx *f = vc;
     const struct wino_ctx *c = f->c;
     int C = c->g->c, K = c->g->k, tb = c->tb;
-    size_t zsize = (size_t)c->nxi * c->uplane;
+    size_t zsize = c->uparts_stride;
     float *v = c->buf + (size_t)md_parallel_thread_id() * c->per_thread, *d = v + (size_t)c->nxi * c->vplane;
     for (long long part = b; part < e; part++) {
         float *z = f->z + (size_t)part * zsize;
@@ -928,21 +928,21 @@ static md_status wino_filter_fused(struct wino_ctx *c)
     int K = c->g->k;
     if (c->tiles < c->tb) c->tb = (int)((c->tiles + 7) / 8 * 8);
     wino_planes(c, c->tb);
+    c->uparts_stride = (size_t)c->nxi * c->uplane; /* one part's Z */
     struct fz_ctx f = {.c = c, .blocks = (c->tiles + c->tb - 1) / c->tb};
     /* at most FZ_PARTS, and the parts' Z within the filter waves' bytes (32 MiB) */
-    size_t zbytes = sizeof(float) * (size_t)c->nxi * c->uplane;
+    size_t zbytes = sizeof(float) * c->uparts_stride;
     long long fit = (long long)((g_wave_bytes ? g_wave_bytes : WAVE_BYTES) / zbytes);
     f.parts = f.blocks < FZ_PARTS ? (int)f.blocks : FZ_PARTS;
     if (fit < f.parts) f.parts = fit > 1 ? (int)fit : 1;
     c->per_thread = (size_t)c->nxi * (c->vplane + c->mplane);
     c->buf = md_cpu_scratch(CPU_SCR_COL, sizeof(float) * c->per_thread * (size_t)md_threadpool_size());
-    f.z = md_cpu_scratch(CPU_SCR_WFLIP, sizeof(float) * (size_t)c->nxi * c->uplane * (size_t)f.parts);
+    f.z = md_cpu_scratch(CPU_SCR_WFLIP, zbytes * (size_t)f.parts);
     if (!c->buf || !f.z) return MD_ERR_OOM;
     md_parallel_for(f.parts, 1, fz_part_range, &f);
     /* the parts are summed in order as the inverse transform reads them */
     c->u = f.z;
     c->uparts = f.parts;
-    c->uparts_stride = (size_t)c->nxi * c->uplane;
     md_parallel_for(K, md_parallel_grain(K, 4), bk_range, c);
     return MD_OK;
 }
@@ -956,8 +956,9 @@ md_status md_cpu_wino_filter(const struct md_dconv *g, const float *x, const flo
 {
     int C = g->c, K = g->k;
     struct wino_ctx c = {.g = g, .x = x, .dy = dy, .y = dw, .beta = beta};
-    tiling(&c, fz_fits(g));
-    if (fz_fits(g)) return wino_filter_fused(&c);
+    int fused = fz_fits(g);
+    tiling(&c, fused);
+    if (fused) return wino_filter_fused(&c);
     size_t per_tile = sizeof(float) * (size_t)c.nxi * ((size_t)C + K);
     long long wave = (long long)((g_wave_bytes ? g_wave_bytes : WAVE_BYTES) / per_tile) / c.tb * c.tb;
     if (wave < c.tb) wave = c.tb;
